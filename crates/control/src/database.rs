@@ -1,0 +1,264 @@
+//! `Database`: storage, catalog, engine and follower of one server.
+
+use std::sync::{Arc, RwLock};
+
+use rockstream_common::{object_store_for, Runtime};
+use rockstream_planner::{new_context, plan_view, schema_of};
+use rockstream_runtime::Engine;
+use rockstream_storage::{storage_error, ShardDb};
+use rockstream_types::{codes, ObjectId, RsError, RsResult};
+use slatedb::Db;
+use tokio::sync::{oneshot, Mutex};
+
+use crate::catalog::{entry_key, CatalogEntry, ColumnDef, ObjectKind, DEFAULT_NAMESPACE, NEXT_ID_KEY};
+use crate::follower::{self, CatalogChange, FollowerSender};
+use crate::resolver::{plan_inline_view, CatalogResolver};
+
+/// Path of the control database inside the storage location.
+const CONTROL_PATH: &str = "control";
+/// Path of the (single, in the embedded profile) shard.
+const SHARD_PATH: &str = "shards/0";
+
+pub struct Database {
+    control: Db,
+    /// Entries in creation order (which is dependency order).
+    catalog: RwLock<Vec<CatalogEntry>>,
+    engine: Engine,
+    follower: FollowerSender,
+    ddl: Mutex<()>,
+}
+
+impl Database {
+    /// Opens or creates the storage at `location` and replays the catalog.
+    pub async fn open(location: &str, runtime: Runtime) -> RsResult<Arc<Database>> {
+        let store = object_store_for(location)?;
+        let control = Db::builder(CONTROL_PATH, store.clone())
+            .build()
+            .await
+            .map_err(|error| storage_error(CONTROL_PATH, error))?;
+        let shard = ShardDb::open(store, SHARD_PATH).await?;
+        let engine = Engine::start(&runtime, shard).await?;
+        let follower = follower::start(&runtime, engine.clone());
+        let entries = load_entries(&control).await?;
+        let database = Arc::new(Database { control, catalog: RwLock::new(Vec::new()), engine, follower, ddl: Mutex::new(()) });
+        for entry in entries {
+            let catalog = database.entries(&entry.namespace);
+            database.catalog_mut().push(entry.clone());
+            database.follow(CatalogChange::Created { entry, catalog }).await?;
+        }
+        Ok(database)
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    pub fn namespace_exists(&self, namespace: &str) -> bool {
+        namespace == DEFAULT_NAMESPACE
+    }
+
+    /// Every object of a namespace, in creation order.
+    pub fn entries(&self, namespace: &str) -> Vec<CatalogEntry> {
+        self.catalog
+            .read()
+            .map(|catalog| catalog.iter().filter(|entry| entry.namespace == namespace).cloned().collect())
+            .unwrap_or_default()
+    }
+
+    pub fn lookup(&self, namespace: &str, name: &str) -> Option<CatalogEntry> {
+        self.entries(namespace).into_iter().find(|entry| entry.name == name)
+    }
+
+    fn catalog_mut(&self) -> std::sync::RwLockWriteGuard<'_, Vec<CatalogEntry>> {
+        self.catalog.write().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// `CREATE TABLE`. Returns false when it existed and `if_not_exists`.
+    pub async fn create_table(
+        &self,
+        namespace: &str,
+        name: &str,
+        columns: Vec<ColumnDef>,
+        primary_key: Vec<usize>,
+        if_not_exists: bool,
+    ) -> RsResult<bool> {
+        let _guard = self.ddl.lock().await;
+        if self.lookup(namespace, name).is_some() {
+            if if_not_exists {
+                return Ok(false);
+            }
+            return Err(already_exists(name));
+        }
+        for column in &columns {
+            column.sql_type()?;
+        }
+        let id = self.allocate_id().await?;
+        let entry = CatalogEntry {
+            id,
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            kind: ObjectKind::Table,
+            columns,
+            primary_key,
+            definition: None,
+            dependencies: Vec::new(),
+        };
+        self.commit_created(entry).await?;
+        Ok(true)
+    }
+
+    /// `CREATE [MATERIALIZED] VIEW name AS query`.
+    pub async fn create_view(&self, namespace: &str, name: &str, query: &str, materialized: bool, if_not_exists: bool) -> RsResult<bool> {
+        let _guard = self.ddl.lock().await;
+        if self.lookup(namespace, name).is_some() {
+            if if_not_exists {
+                return Ok(false);
+            }
+            return Err(already_exists(name));
+        }
+        let catalog = self.entries(namespace);
+        let id = self.allocate_id().await?;
+        let resolver = CatalogResolver::new(catalog);
+        let schema = if materialized {
+            let context = new_context(resolver.clone());
+            plan_view(&context, id, query).await?.schema().clone()
+        } else {
+            let plan = plan_inline_view(resolver.clone(), query).await?;
+            schema_of(plan.schema())?
+        };
+        let columns = schema
+            .columns
+            .iter()
+            .map(|column| ColumnDef { name: column.name.clone(), type_name: column.sql_type.pg_name(), not_null: false })
+            .collect();
+        let entry = CatalogEntry {
+            id,
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            kind: if materialized { ObjectKind::MaterializedView } else { ObjectKind::View },
+            columns,
+            primary_key: Vec::new(),
+            definition: Some(query.to_string()),
+            dependencies: resolver.resolved(),
+        };
+        self.commit_created(entry).await?;
+        Ok(true)
+    }
+
+    /// `DROP TABLE/VIEW/MATERIALIZED VIEW`; returns false if absent and `if_exists`.
+    pub async fn drop_object(&self, namespace: &str, name: &str, kind: ObjectKind, cascade: bool, if_exists: bool) -> RsResult<bool> {
+        let _guard = self.ddl.lock().await;
+        let Some(entry) = self.lookup(namespace, name) else {
+            if if_exists {
+                return Ok(false);
+            }
+            return Err(RsError::new(&codes::UNDEFINED_OBJECT, format!("{} \"{name}\" does not exist", kind.describe())));
+        };
+        if entry.kind != kind {
+            return Err(RsError::new(
+                &codes::WRONG_OBJECT_KIND,
+                format!("\"{name}\" is a {}, not a {}", entry.kind.describe(), kind.describe()),
+            ));
+        }
+        let doomed = self.dependents_closure(namespace, entry.id);
+        if doomed.len() > 1 && !cascade {
+            let names: Vec<String> = doomed.iter().skip(1).map(|e| format!("{} {}", e.kind.describe(), e.name)).collect();
+            return Err(RsError::new(
+                &codes::DEPENDENT_OBJECTS_EXIST,
+                format!("cannot drop {} {name} because other objects depend on it", entry.kind.describe()),
+            )
+            .with_detail(names.join(", ")));
+        }
+        for doomed_entry in doomed.into_iter().rev() {
+            self.commit_dropped(doomed_entry).await?;
+        }
+        Ok(true)
+    }
+
+    /// `entry` followed by everything depending on it, in creation order.
+    fn dependents_closure(&self, namespace: &str, id: ObjectId) -> Vec<CatalogEntry> {
+        let entries = self.entries(namespace);
+        let mut doomed: Vec<ObjectId> = vec![id];
+        for entry in &entries {
+            if entry.dependencies.iter().any(|dependency| doomed.contains(dependency)) && !doomed.contains(&entry.id) {
+                doomed.push(entry.id);
+            }
+        }
+        let mut ordered: Vec<CatalogEntry> = entries.into_iter().filter(|entry| doomed.contains(&entry.id)).collect();
+        ordered.sort_by_key(|entry| if entry.id == id { 0 } else { 1 });
+        ordered
+    }
+
+    async fn commit_created(&self, entry: CatalogEntry) -> RsResult<()> {
+        let catalog = self.entries(&entry.namespace);
+        let json = serde_json::to_vec(&entry).map_err(|error| RsError::internal(error.to_string()))?;
+        self.durable_put(&entry.key(), &json).await?;
+        self.catalog_mut().push(entry.clone());
+        if let Err(error) = self.follow(CatalogChange::Created { entry: entry.clone(), catalog }).await {
+            // Compensate: the statement failed, so it must change nothing.
+            self.catalog_mut().retain(|existing| existing.id != entry.id);
+            self.durable_delete(&entry.key()).await?;
+            let _ = self.follow(CatalogChange::Dropped { entry }).await;
+            return Err(error);
+        }
+        Ok(())
+    }
+
+    async fn commit_dropped(&self, entry: CatalogEntry) -> RsResult<()> {
+        self.durable_delete(&entry_key(entry.kind, &entry.namespace, entry.id)).await?;
+        self.catalog_mut().retain(|existing| existing.id != entry.id);
+        self.follow(CatalogChange::Dropped { entry }).await
+    }
+
+    async fn follow(&self, change: CatalogChange) -> RsResult<()> {
+        let (reply, receiver) = oneshot::channel();
+        self.follower
+            .send((change, reply))
+            .await
+            .map_err(|_| RsError::new(&codes::ENGINE_STOPPED, "the catalog follower stopped"))?;
+        receiver.await.map_err(|_| RsError::new(&codes::ENGINE_STOPPED, "the catalog follower stopped"))?
+    }
+
+    async fn allocate_id(&self) -> RsResult<ObjectId> {
+        let current = self.control.get(NEXT_ID_KEY).await.map_err(|error| storage_error(CONTROL_PATH, error))?;
+        let next = match current {
+            Some(bytes) => u64::from_be_bytes(bytes.as_ref().try_into().map_err(|_| RsError::internal("corrupt id counter"))?),
+            None => 1,
+        };
+        self.durable_put(&NEXT_ID_KEY, &(next + 1).to_be_bytes()).await?;
+        Ok(next as ObjectId)
+    }
+
+    async fn durable_put(&self, key: &[u8], value: &[u8]) -> RsResult<()> {
+        let handle = self.control.put(key, value).await.map_err(|error| storage_error(CONTROL_PATH, error))?;
+        handle.await_durable().await.map_err(|error| storage_error(CONTROL_PATH, error))
+    }
+
+    async fn durable_delete(&self, key: &[u8]) -> RsResult<()> {
+        let handle = self.control.delete(key).await.map_err(|error| storage_error(CONTROL_PATH, error))?;
+        handle.await_durable().await.map_err(|error| storage_error(CONTROL_PATH, error))
+    }
+
+    pub async fn close(&self) {
+        let _ = self.control.close().await;
+    }
+}
+
+fn already_exists(name: &str) -> RsError {
+    RsError::new(&codes::OBJECT_ALREADY_EXISTS, format!("relation \"{name}\" already exists"))
+}
+
+async fn load_entries(control: &Db) -> RsResult<Vec<CatalogEntry>> {
+    let mut iterator = control.scan_prefix([0x01u8], ..).await.map_err(|error| storage_error(CONTROL_PATH, error))?;
+    let mut entries = Vec::new();
+    while let Some(entry) = iterator.next().await.map_err(|error| storage_error(CONTROL_PATH, error))? {
+        if entry.key.as_ref() == NEXT_ID_KEY {
+            continue;
+        }
+        let parsed: CatalogEntry = serde_json::from_slice(&entry.value)
+            .map_err(|error| RsError::internal(format!("corrupt catalog entry: {error}")))?;
+        entries.push(parsed);
+    }
+    entries.sort_by_key(|entry| entry.id);
+    Ok(entries)
+}

@@ -1,0 +1,89 @@
+//! The catalog follower: applies committed catalog changes to the runtime.
+//!
+//! The DDL path never calls the engine itself. It commits a catalog change,
+//! hands it to this task, and waits for the task to report it applied. On
+//! restart the same task replays the whole catalog, so an installed dataflow
+//! is always an implication of a committed catalog entry.
+
+use std::collections::HashMap;
+
+use rockstream_common::Runtime;
+use rockstream_ops::Dataflow;
+use rockstream_planner::{new_context, plan_view};
+use rockstream_runtime::{Engine, InstallView};
+use rockstream_types::{ObjectId, RsResult};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::catalog::{CatalogEntry, ObjectKind};
+use crate::resolver::CatalogResolver;
+
+pub(crate) enum CatalogChange {
+    /// An object was created; `catalog` is the catalog it was planned against.
+    Created { entry: CatalogEntry, catalog: Vec<CatalogEntry> },
+    Dropped { entry: CatalogEntry },
+}
+
+pub(crate) type FollowerSender = mpsc::Sender<(CatalogChange, oneshot::Sender<RsResult<()>>)>;
+
+/// Bound on catalog changes waiting for the follower.
+const FOLLOWER_QUEUE_MAX: usize = 64;
+
+pub(crate) fn start(runtime: &Runtime, engine: Engine) -> FollowerSender {
+    let (sender, mut receiver) = mpsc::channel::<(CatalogChange, oneshot::Sender<RsResult<()>>)>(FOLLOWER_QUEUE_MAX);
+    runtime.spawn(async move {
+        let mut follower = Follower { engine, op_ids: HashMap::new() };
+        while let Some((change, reply)) = receiver.recv().await {
+            let _ = reply.send(follower.apply(change).await);
+        }
+    });
+    sender
+}
+
+struct Follower {
+    engine: Engine,
+    op_ids: HashMap<ObjectId, Vec<ObjectId>>,
+}
+
+impl Follower {
+    async fn apply(&mut self, change: CatalogChange) -> RsResult<()> {
+        match change {
+            CatalogChange::Created { entry, catalog } => {
+                if entry.kind != ObjectKind::MaterializedView {
+                    return Ok(());
+                }
+                let resolver = CatalogResolver::new(catalog.clone());
+                let context = new_context(resolver);
+                let sql = entry.definition.clone().unwrap_or_default();
+                let plan = plan_view(&context, entry.id, &sql).await?;
+                let sources = plan.sources();
+                let source_is_view = sources
+                    .iter()
+                    .map(|source| {
+                        catalog.iter().any(|other| other.id == *source && other.kind == ObjectKind::MaterializedView)
+                    })
+                    .collect();
+                let op_ids = plan.op_ids();
+                let dataflow = Dataflow::compile(&plan)?;
+                self.engine
+                    .install(InstallView {
+                        view_id: entry.id,
+                        name: entry.name.clone(),
+                        dataflow,
+                        sources,
+                        source_is_view,
+                        op_ids: op_ids.clone(),
+                    })
+                    .await?;
+                self.op_ids.insert(entry.id, op_ids);
+                Ok(())
+            }
+            CatalogChange::Dropped { entry } => {
+                if entry.kind == ObjectKind::View {
+                    return Ok(());
+                }
+                let op_ids = self.op_ids.remove(&entry.id).unwrap_or_default();
+                self.engine.drop_object(entry.id, op_ids).await
+            }
+        }
+    }
+}

@@ -1,0 +1,13 @@
+//! The control plane of the embedded profile: the catalog (its own SlateDB),
+//! DDL as catalog transactions, and the follower that installs and removes
+//! dataflows as an implication of committed catalog changes
+//! (ARCHITECTURE principle 3). Restart replays the catalog in creation order.
+
+mod catalog;
+mod database;
+mod follower;
+mod resolver;
+
+pub use catalog::{CatalogEntry, ColumnDef, ObjectKind, DEFAULT_NAMESPACE};
+pub use database::Database;
+pub use resolver::{plan_inline_view, CatalogResolver};

@@ -1,0 +1,95 @@
+//! Name resolution over the catalog for planning materialized views.
+
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::{Field, Schema as ArrowSchema};
+use datafusion::catalog::TableProvider;
+use datafusion::datasource::ViewTable;
+use datafusion::logical_expr::LogicalPlan;
+use rockstream_plan::arrow_types::{arrow_type, datafusion_error};
+use rockstream_planner::{new_context, SchemaOnlyTable, TableResolver};
+use rockstream_types::{ObjectId, RsError, RsResult};
+
+use crate::catalog::{CatalogEntry, ObjectKind};
+
+/// Bound on inline views nested inside each other.
+pub const INLINE_VIEW_DEPTH_MAX: usize = 32;
+
+/// Resolves names to change streams (tables, materialized views) and
+/// expands inline views, recording every object it resolved.
+#[derive(Debug)]
+pub struct CatalogResolver {
+    entries: Vec<CatalogEntry>,
+    resolved: Mutex<Vec<ObjectId>>,
+    depth: usize,
+}
+
+impl CatalogResolver {
+    pub fn new(entries: Vec<CatalogEntry>) -> Arc<CatalogResolver> {
+        Arc::new(CatalogResolver { entries, resolved: Mutex::new(Vec::new()), depth: 0 })
+    }
+
+    /// Every object resolved so far (the dependencies of what was planned).
+    pub fn resolved(&self) -> Vec<ObjectId> {
+        self.resolved.lock().map(|resolved| resolved.clone()).unwrap_or_default()
+    }
+
+    fn record(&self, id: ObjectId) {
+        if let Ok(mut resolved) = self.resolved.lock() {
+            if !resolved.contains(&id) {
+                resolved.push(id);
+            }
+        }
+    }
+}
+
+pub fn arrow_schema(entry: &CatalogEntry) -> RsResult<Arc<ArrowSchema>> {
+    let fields = entry
+        .columns
+        .iter()
+        .map(|column| Ok(Field::new(&column.name, arrow_type(column.sql_type()?), true)))
+        .collect::<RsResult<Vec<_>>>()?;
+    Ok(Arc::new(ArrowSchema::new(fields)))
+}
+
+/// Plans an inline view's SELECT with names resolved by `resolver`.
+pub async fn plan_inline_view(resolver: Arc<dyn TableResolver>, sql: &str) -> RsResult<LogicalPlan> {
+    let context = new_context(resolver);
+    context.state().create_logical_plan(sql).await.map_err(datafusion_error)
+}
+
+#[async_trait]
+impl TableResolver for CatalogResolver {
+    async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>, RsError> {
+        let Some(entry) = self.entries.iter().find(|entry| entry.name == name) else { return Ok(None) };
+        self.record(entry.id);
+        match entry.kind {
+            ObjectKind::Table | ObjectKind::MaterializedView => Ok(Some(Arc::new(SchemaOnlyTable {
+                object_id: entry.id,
+                name: entry.name.clone(),
+                schema: arrow_schema(entry)?,
+            }))),
+            ObjectKind::View => {
+                if self.depth >= INLINE_VIEW_DEPTH_MAX {
+                    return Err(RsError::unsupported("inline views nested deeper than 32 levels"));
+                }
+                let nested = Arc::new(CatalogResolver {
+                    entries: self.entries.clone(),
+                    resolved: Mutex::new(Vec::new()),
+                    depth: self.depth + 1,
+                });
+                let sql = entry.definition.clone().unwrap_or_default();
+                let plan = plan_inline_view(nested.clone(), &sql).await?;
+                for id in nested.resolved() {
+                    self.record(id);
+                }
+                Ok(Some(Arc::new(ViewTable::new(plan, Some(sql)))))
+            }
+        }
+    }
+
+    fn table_names(&self) -> Vec<String> {
+        self.entries.iter().map(|entry| entry.name.clone()).collect()
+    }
+}

@@ -1,0 +1,480 @@
+//! The pgwire backend: statement dispatch and transactions.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::{DataType, Field, Schema as ArrowSchema};
+use datafusion::arrow::array::StringArray;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::sql::sqlparser::ast::{
+    visit_expressions_mut, CopyOption, CopySource, CopyTarget as SqlCopyTarget, Expr as SqlExpr, FromTable,
+    ObjectType, Statement, TableFactor, TableObject, Value,
+};
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::parser::Parser;
+use rockstream_common::Runtime;
+use rockstream_control::{CatalogEntry, Database, ObjectKind};
+use rockstream_pgwire::{Backend, CopyTarget, Described, StatementResult};
+use rockstream_planner::new_context;
+use rockstream_runtime::{RowChange, TableChange};
+use rockstream_types::{codes, RsError, RsResult};
+
+use crate::ddl::table_columns;
+use crate::dml::{self, query_error};
+use crate::providers::{ReadContext, SnapshotResolver, ROW_KEY_COLUMN};
+use crate::session::{GatewaySession, Transaction};
+
+pub struct Gateway {
+    database: Arc<Database>,
+    runtime: Runtime,
+}
+
+impl Gateway {
+    pub fn new(database: Arc<Database>, runtime: Runtime) -> Gateway {
+        Gateway { database, runtime }
+    }
+
+    pub fn database(&self) -> &Database {
+        &self.database
+    }
+
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+
+    /// What a statement of `session` reads: the newest snapshot plus the
+    /// session's uncommitted table writes.
+    pub(crate) fn read_context(&self, session: &GatewaySession, with_row_keys: bool) -> ReadContext {
+        let mut overlays = BTreeMap::new();
+        if let Some(transaction) = &session.transaction {
+            for (table_id, pending) in &transaction.tables {
+                let overlay = pending.rows.iter().map(|(key, (_, current))| (key.clone(), current.clone())).collect();
+                overlays.insert(*table_id, overlay);
+            }
+        }
+        ReadContext {
+            entries: self.database.entries(&session.namespace),
+            snapshot: self.database.engine().published().snapshot,
+            engine: self.database.engine().clone(),
+            overlays,
+            with_row_keys,
+        }
+    }
+
+    fn entry(&self, session: &GatewaySession, name: &str, kind: Option<ObjectKind>) -> RsResult<CatalogEntry> {
+        let entry = self
+            .database
+            .lookup(&session.namespace, name)
+            .ok_or_else(|| RsError::new(&codes::UNDEFINED_OBJECT, format!("relation \"{name}\" does not exist")))?;
+        if let Some(kind) = kind {
+            if entry.kind != kind {
+                return Err(RsError::new(
+                    &codes::WRONG_OBJECT_KIND,
+                    format!("cannot change \"{name}\": it is a {}, only tables accept writes", entry.kind.describe()),
+                ));
+            }
+        }
+        Ok(entry)
+    }
+
+    async fn execute_statement(&self, session: &mut GatewaySession, statement: &Statement) -> RsResult<StatementResult> {
+        let aborted = session.transaction.as_ref().is_some_and(|transaction| transaction.aborted);
+        let ends_transaction = matches!(statement, Statement::Commit { .. } | Statement::Rollback { .. });
+        if aborted && !ends_transaction {
+            return Err(RsError::new(&codes::TRANSACTION_ABORTED, "current transaction is aborted, commands ignored until end of transaction block"));
+        }
+        let in_explicit = session.transaction.as_ref().is_some_and(|transaction| transaction.explicit);
+        let saved = session.transaction.as_ref().map(|transaction| transaction.tables.clone());
+        let result = self.dispatch(session, statement, in_explicit).await;
+        match (&result, in_explicit) {
+            (Err(_), true) if !ends_transaction => {
+                if let Some(transaction) = session.transaction.as_mut() {
+                    transaction.tables = saved.unwrap_or_default();
+                    transaction.aborted = true;
+                }
+            }
+            (Err(_), false) => session.transaction = None,
+            _ => {}
+        }
+        result
+    }
+
+    async fn dispatch(&self, session: &mut GatewaySession, statement: &Statement, in_explicit: bool) -> RsResult<StatementResult> {
+        let command = |tag: &str| Ok(StatementResult::Command { tag: tag.to_string() });
+        match statement {
+            Statement::Query(_) => self.select(session, &statement.to_string()).await,
+            Statement::StartTransaction { .. } => {
+                if !in_explicit {
+                    session.transaction = Some(Transaction { explicit: true, ..Default::default() });
+                }
+                command("BEGIN")
+            }
+            Statement::Commit { .. } => {
+                let Some(transaction) = session.transaction.take() else { return command("COMMIT") };
+                if transaction.aborted {
+                    return command("ROLLBACK");
+                }
+                self.commit(transaction).await?;
+                command("COMMIT")
+            }
+            Statement::Rollback { .. } => {
+                session.transaction = None;
+                command("ROLLBACK")
+            }
+            Statement::CreateTable(create) => {
+                self.refuse_in_transaction(in_explicit)?;
+                let (columns, primary_key) = table_columns(create)?;
+                let name = object_name(&create.name.to_string());
+                self.database.create_table(&session.namespace, &name, columns, primary_key, create.if_not_exists).await?;
+                command("CREATE TABLE")
+            }
+            Statement::CreateView(create) => {
+                self.refuse_in_transaction(in_explicit)?;
+                if create.or_replace {
+                    return Err(RsError::new(&codes::UNSUPPORTED_STATEMENT, "CREATE OR REPLACE VIEW is not supported; DROP the view and create it again"));
+                }
+                let name = object_name(&create.name.to_string());
+                let query = create.query.to_string();
+                self.database.create_view(&session.namespace, &name, &query, create.materialized, create.if_not_exists).await?;
+                command(if create.materialized { "CREATE MATERIALIZED VIEW" } else { "CREATE VIEW" })
+            }
+            Statement::Drop { object_type, if_exists, names, cascade, .. } => {
+                self.refuse_in_transaction(in_explicit)?;
+                let (kind, tag) = match object_type {
+                    ObjectType::Table => (ObjectKind::Table, "DROP TABLE"),
+                    ObjectType::View => (ObjectKind::View, "DROP VIEW"),
+                    ObjectType::MaterializedView => (ObjectKind::MaterializedView, "DROP MATERIALIZED VIEW"),
+                    other => return Err(RsError::new(&codes::UNSUPPORTED_STATEMENT, format!("DROP {other} is not supported"))),
+                };
+                for name in names {
+                    self.database.drop_object(&session.namespace, &object_name(&name.to_string()), kind, *cascade, *if_exists).await?;
+                }
+                command(tag)
+            }
+            Statement::Insert(insert) => {
+                let TableObject::TableName(name) = &insert.table else {
+                    return Err(RsError::new(&codes::UNSUPPORTED_STATEMENT, "INSERT INTO a table function is not supported"));
+                };
+                if insert.returning.is_some() {
+                    return Err(RsError::new(&codes::UNSUPPORTED_STATEMENT, "INSERT ... RETURNING is not supported yet"));
+                }
+                let entry = self.entry(session, &object_name(&name.to_string()), Some(ObjectKind::Table))?;
+                let count = dml::insert(self, session, &entry, &statement.to_string()).await?;
+                self.autocommit(session, in_explicit).await?;
+                command(&format!("INSERT 0 {count}"))
+            }
+            Statement::Update(update) => {
+                if update.from.is_some() || update.returning.is_some() || !update.table.joins.is_empty() {
+                    return Err(RsError::new(&codes::UNSUPPORTED_STATEMENT, "UPDATE ... FROM / RETURNING is not supported yet"));
+                }
+                let (table_sql, table_name) = table_reference(&update.table.relation)?;
+                let entry = self.entry(session, &table_name, Some(ObjectKind::Table))?;
+                let mut assigned = Vec::new();
+                let mut values = Vec::new();
+                for assignment in &update.assignments {
+                    let target = object_name(&assignment.target.to_string());
+                    let column = target.rsplit('.').next().unwrap_or(&target).to_string();
+                    let position = entry.columns.iter().position(|c| c.name == column).ok_or_else(|| {
+                        RsError::new(&codes::UNDEFINED_COLUMN, format!("column \"{column}\" of relation \"{}\" does not exist", entry.name))
+                    })?;
+                    assigned.push(position);
+                    values.push(format!("({})", assignment.value));
+                }
+                let selection_sql = selection_query(&entry, &table_sql, &values, update.selection.as_ref());
+                let count = dml::modify(self, session, &entry, &selection_sql, &assigned, false).await?;
+                self.autocommit(session, in_explicit).await?;
+                command(&format!("UPDATE {count}"))
+            }
+            Statement::Delete(delete) => {
+                let tables = match &delete.from {
+                    FromTable::WithFromKeyword(tables) | FromTable::WithoutKeyword(tables) => tables,
+                };
+                let [table] = tables.as_slice() else {
+                    return Err(RsError::new(&codes::UNSUPPORTED_STATEMENT, "DELETE from several tables is not supported"));
+                };
+                if delete.using.is_some() || delete.returning.is_some() || !table.joins.is_empty() {
+                    return Err(RsError::new(&codes::UNSUPPORTED_STATEMENT, "DELETE ... USING / RETURNING is not supported yet"));
+                }
+                let (table_sql, table_name) = table_reference(&table.relation)?;
+                let entry = self.entry(session, &table_name, Some(ObjectKind::Table))?;
+                let selection_sql = selection_query(&entry, &table_sql, &[], delete.selection.as_ref());
+                let count = dml::modify(self, session, &entry, &selection_sql, &[], true).await?;
+                self.autocommit(session, in_explicit).await?;
+                command(&format!("DELETE {count}"))
+            }
+            Statement::Copy { source, to, target, options, legacy_options, .. } => {
+                let CopySource::Table { table_name, columns } = source else {
+                    return Err(RsError::new(&codes::UNSUPPORTED_STATEMENT, "COPY (query) is not supported"));
+                };
+                if *to || !matches!(target, SqlCopyTarget::Stdin) {
+                    return Err(RsError::new(&codes::UNSUPPORTED_STATEMENT, "only COPY ... FROM STDIN is supported"));
+                }
+                let entry = self.entry(session, &object_name(&table_name.to_string()), Some(ObjectKind::Table))?;
+                let columns: Vec<String> = columns.iter().map(|column| column.value.to_lowercase()).collect();
+                let mut copy = CopyTarget::text(entry.name.clone(), columns.clone());
+                let legacy_csv = legacy_options.iter().any(|option| option.to_string().eq_ignore_ascii_case("CSV"));
+                if legacy_csv {
+                    copy = CopyTarget::csv(entry.name.clone(), columns.clone());
+                }
+                for option in options {
+                    match option {
+                        CopyOption::Format(format) if format.value.eq_ignore_ascii_case("csv") => {
+                            copy = CopyTarget { delimiter: copy.delimiter, ..CopyTarget::csv(entry.name.clone(), columns.clone()) }
+                        }
+                        CopyOption::Format(format) if format.value.eq_ignore_ascii_case("text") => {}
+                        CopyOption::Delimiter(delimiter) => copy.delimiter = *delimiter as u8,
+                        CopyOption::Null(null) => copy.null_string = null.clone(),
+                        CopyOption::Header(header) => copy.header = *header,
+                        CopyOption::Quote(quote) => copy.quote = *quote as u8,
+                        CopyOption::Escape(escape) => copy.escape = *escape as u8,
+                        other => return Err(RsError::new(&codes::UNSUPPORTED_STATEMENT, format!("COPY option {other} is not supported"))),
+                    }
+                }
+                Ok(StatementResult::CopyIn(copy))
+            }
+            Statement::Set(_) => command("SET"),
+            Statement::ShowVariable { variable } => self.show(&variable.iter().map(|i| i.value.clone()).collect::<Vec<_>>().join(" ")),
+            other => Err(RsError::new(&codes::UNSUPPORTED_STATEMENT, format!("statement not supported: {}", truncate(&other.to_string())))),
+        }
+    }
+
+    fn refuse_in_transaction(&self, in_explicit: bool) -> RsResult<()> {
+        if in_explicit {
+            return Err(RsError::new(&codes::DDL_IN_TRANSACTION, "CREATE and DROP cannot run inside a transaction block"));
+        }
+        Ok(())
+    }
+
+    fn show(&self, variable: &str) -> RsResult<StatementResult> {
+        let value = match variable.to_lowercase().as_str() {
+            "server_version" => "15.0 (RockStream)",
+            "transaction_isolation" | "transaction isolation level" => "read committed",
+            "standard_conforming_strings" => "on",
+            "timezone" | "time zone" => "UTC",
+            "client_encoding" => "UTF8",
+            "datestyle" => "ISO, MDY",
+            other => return Err(RsError::new(&codes::UNSUPPORTED_STATEMENT, format!("unrecognized configuration parameter \"{other}\""))),
+        };
+        let schema = Arc::new(ArrowSchema::new(vec![Field::new(variable.to_lowercase(), DataType::Utf8, true)]));
+        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(StringArray::from(vec![value]))])
+            .map_err(rockstream_ops::arrow_rows::arrow_error)?;
+        Ok(StatementResult::Query { schema, batches: vec![batch] })
+    }
+
+    async fn select(&self, session: &GatewaySession, sql: &str) -> RsResult<StatementResult> {
+        let resolver = Arc::new(SnapshotResolver { context: Arc::new(self.read_context(session, false)) });
+        let context = new_context(resolver);
+        let frame = context.sql(sql).await.map_err(query_error)?;
+        let schema = Arc::new(frame.schema().as_arrow().clone());
+        let batches = frame.collect().await.map_err(query_error)?;
+        Ok(StatementResult::Query { schema, batches })
+    }
+
+    async fn autocommit(&self, session: &mut GatewaySession, in_explicit: bool) -> RsResult<()> {
+        if in_explicit {
+            return Ok(());
+        }
+        if let Some(transaction) = session.transaction.take() {
+            self.commit(transaction).await?;
+        }
+        Ok(())
+    }
+
+    async fn commit(&self, transaction: Transaction) -> RsResult<()> {
+        let changes: Vec<TableChange> = transaction
+            .tables
+            .into_iter()
+            .map(|(table_id, pending)| TableChange {
+                table_id,
+                table_name: pending.name,
+                rows: pending
+                    .rows
+                    .into_iter()
+                    .filter(|(_, (old, new))| old != new)
+                    .map(|(key, (old, new))| RowChange { key, old, new })
+                    .collect(),
+            })
+            .filter(|change| !change.rows.is_empty())
+            .collect();
+        if changes.is_empty() {
+            return Ok(());
+        }
+        self.database.engine().commit(changes).await.map(|_| ())
+    }
+}
+
+/// `SELECT key, c1..cn, new values FROM table WHERE selection`.
+fn selection_query(entry: &CatalogEntry, table_sql: &str, values: &[String], selection: Option<&SqlExpr>) -> String {
+    let mut columns = vec![format!("\"{ROW_KEY_COLUMN}\"")];
+    columns.extend(entry.columns.iter().map(|column| format!("\"{}\"", column.name)));
+    columns.extend(values.iter().cloned());
+    let mut sql = format!("SELECT {} FROM {table_sql}", columns.join(", "));
+    if let Some(selection) = selection {
+        sql.push_str(&format!(" WHERE {selection}"));
+    }
+    sql
+}
+
+/// The SQL text and object name of a DML target.
+fn table_reference(relation: &TableFactor) -> RsResult<(String, String)> {
+    match relation {
+        TableFactor::Table { name, .. } => Ok((relation.to_string(), object_name(&name.to_string()))),
+        other => Err(RsError::new(&codes::UNSUPPORTED_STATEMENT, format!("cannot modify {other}"))),
+    }
+}
+
+/// Normalizes an object name as PostgreSQL does: unquoted → lower case.
+fn object_name(text: &str) -> String {
+    let last = text.rsplit('.').next().unwrap_or(text);
+    if last.starts_with('"') && last.ends_with('"') && last.len() >= 2 {
+        last[1..last.len() - 1].to_string()
+    } else {
+        last.to_lowercase()
+    }
+}
+
+fn truncate(text: &str) -> String {
+    text.chars().take(80).collect()
+}
+
+fn parse(sql: &str) -> RsResult<Vec<Statement>> {
+    Parser::parse_sql(&PostgreSqlDialect {}, sql).map_err(|error| RsError::new(&codes::SYNTAX_ERROR, error.to_string()))
+}
+
+/// Replaces `$n` placeholders with typed literals.
+fn bind_parameters(statement: &mut Statement, params: &[Option<String>], types: &[DataType]) -> RsResult<()> {
+    let mut failure = None;
+    let _ = visit_expressions_mut(statement, |expr: &mut SqlExpr| {
+        if let SqlExpr::Value(value) = expr {
+            if let Value::Placeholder(name) = &value.value {
+                let index = name.trim_start_matches('$').parse::<usize>().unwrap_or(0);
+                match params.get(index.wrapping_sub(1)) {
+                    Some(param) => {
+                        let literal = match param {
+                            None => "NULL".to_string(),
+                            Some(text) => format!("'{}'", text.replace('\'', "''")),
+                        };
+                        let cast = match types.get(index - 1) {
+                            Some(data_type) if param.is_some() => format!("CAST({literal} AS {})", sql_type_name(data_type)),
+                            _ => literal,
+                        };
+                        match Parser::new(&PostgreSqlDialect {}).try_with_sql(&cast).and_then(|mut parser| parser.parse_expr()) {
+                            Ok(parsed) => *expr = parsed,
+                            Err(error) => failure = Some(RsError::new(&codes::SYNTAX_ERROR, error.to_string())),
+                        }
+                    }
+                    None => failure = Some(RsError::new(&codes::SYNTAX_ERROR, format!("there is no parameter {name}"))),
+                }
+            }
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+    failure.map_or(Ok(()), Err)
+}
+
+fn sql_type_name(data_type: &DataType) -> String {
+    match data_type {
+        DataType::Boolean => "BOOLEAN".into(),
+        DataType::Int16 => "SMALLINT".into(),
+        DataType::Int32 => "INT".into(),
+        DataType::Int64 => "BIGINT".into(),
+        DataType::Float32 => "REAL".into(),
+        DataType::Float64 => "DOUBLE PRECISION".into(),
+        DataType::Decimal128(p, s) => format!("NUMERIC({p},{s})"),
+        DataType::Date32 => "DATE".into(),
+        DataType::Timestamp(_, None) => "TIMESTAMP".into(),
+        DataType::Timestamp(_, Some(_)) => "TIMESTAMPTZ".into(),
+        DataType::Interval(_) => "INTERVAL".into(),
+        _ => "TEXT".into(),
+    }
+}
+
+#[async_trait]
+impl Backend for Gateway {
+    type Session = GatewaySession;
+
+    async fn connect(&self, _user: &str, database: &str) -> Result<GatewaySession, RsError> {
+        if !self.database.namespace_exists(database) {
+            return Err(RsError::new(&codes::UNKNOWN_DATABASE, format!("database \"{database}\" does not exist")));
+        }
+        Ok(GatewaySession { namespace: database.to_string(), transaction: None })
+    }
+
+    async fn execute(&self, session: &mut GatewaySession, sql: &str) -> Vec<Result<StatementResult, RsError>> {
+        let statements = match parse(sql) {
+            Ok(statements) => statements,
+            Err(error) => return vec![Err(error)],
+        };
+        let mut results = Vec::with_capacity(statements.len());
+        for statement in &statements {
+            let result = self.execute_statement(session, statement).await;
+            let failed = result.is_err();
+            results.push(result);
+            if failed {
+                break;
+            }
+        }
+        results
+    }
+
+    async fn describe(&self, session: &mut GatewaySession, sql: &str) -> Result<Described, RsError> {
+        let statements = parse(sql)?;
+        let Some(statement) = statements.first() else {
+            return Ok(Described { parameter_types: Vec::new(), columns: None });
+        };
+        let resolver = Arc::new(SnapshotResolver { context: Arc::new(self.read_context(session, false)) });
+        let context = new_context(resolver);
+        let Ok(plan) = context.state().create_logical_plan(&statement.to_string()).await else {
+            return Ok(Described { parameter_types: Vec::new(), columns: None });
+        };
+        let types = plan.get_parameter_types().unwrap_or_default();
+        let mut parameter_types: Vec<(usize, DataType)> = types
+            .into_iter()
+            .map(|(name, data_type)| {
+                (name.trim_start_matches('$').parse().unwrap_or(0), data_type.unwrap_or(DataType::Utf8))
+            })
+            .collect();
+        parameter_types.sort_by_key(|(index, _)| *index);
+        let columns = matches!(statement, Statement::Query(_)).then(|| Arc::new(plan.schema().as_arrow().clone()));
+        Ok(Described { parameter_types: parameter_types.into_iter().map(|(_, t)| t).collect(), columns })
+    }
+
+    async fn execute_with_params(&self, session: &mut GatewaySession, sql: &str, params: &[Option<String>]) -> Result<StatementResult, RsError> {
+        let described = if params.is_empty() { None } else { Some(self.describe(session, sql).await?) };
+        let mut statements = parse(sql)?;
+        let Some(statement) = statements.first_mut() else {
+            return Ok(StatementResult::Command { tag: String::new() });
+        };
+        if let Some(described) = described {
+            bind_parameters(statement, params, &described.parameter_types)?;
+        }
+        self.execute_statement(session, statement).await
+    }
+
+    async fn copy_in(&self, session: &mut GatewaySession, target: &CopyTarget, rows: Vec<Vec<Option<String>>>) -> Result<u64, RsError> {
+        let entry = self.entry(session, &target.table, Some(ObjectKind::Table))?;
+        let in_explicit = session.transaction.as_ref().is_some_and(|transaction| transaction.explicit);
+        let saved = session.transaction.as_ref().map(|transaction| transaction.tables.clone());
+        let result = async {
+            let typed = dml::copy_rows(&entry, &target.columns, rows)?;
+            let count = dml::insert_rows(self, session, &entry, typed).await?;
+            self.autocommit(session, in_explicit).await?;
+            Ok(count)
+        }
+        .await;
+        if result.is_err() {
+            match session.transaction.as_mut() {
+                Some(transaction) if in_explicit => {
+                    transaction.tables = saved.unwrap_or_default();
+                    transaction.aborted = true;
+                }
+                _ => session.transaction = None,
+            }
+        }
+        result
+    }
+
+    async fn disconnect(&self, _session: GatewaySession) {}
+}
+

@@ -1,0 +1,101 @@
+//! `CREATE TABLE` column definitions → catalog columns.
+
+use datafusion::sql::sqlparser::ast::{ColumnOption, CreateTable, DataType, TableConstraint};
+use rockstream_control::ColumnDef;
+use rockstream_types::{codes, RsError, RsResult, SqlType};
+
+/// Maps a declared SQL type onto ours.
+pub fn sql_type(data_type: &DataType) -> RsResult<SqlType> {
+    let text = data_type.to_string().to_lowercase();
+    let base = text.split('(').next().unwrap_or("").trim().to_string();
+    let arguments: Vec<i64> = text
+        .split_once('(')
+        .and_then(|(_, rest)| rest.split_once(')'))
+        .map(|(inside, _)| inside.split(',').filter_map(|part| part.trim().parse().ok()).collect())
+        .unwrap_or_default();
+    Ok(match base.as_str() {
+        "boolean" | "bool" => SqlType::Bool,
+        "smallint" | "int2" => SqlType::Int16,
+        "int" | "integer" | "int4" => SqlType::Int32,
+        "bigint" | "int8" => SqlType::Int64,
+        "real" | "float4" => SqlType::Float32,
+        "double precision" | "double" | "float8" | "float" => SqlType::Float64,
+        "numeric" | "decimal" => {
+            let precision = arguments.first().copied().unwrap_or(38);
+            let scale = arguments.get(1).copied().unwrap_or(if arguments.is_empty() { 6 } else { 0 });
+            if !(1..=38).contains(&precision) || scale < 0 || scale > precision {
+                return Err(RsError::new(
+                    &codes::UNSUPPORTED_TYPE,
+                    format!("NUMERIC({precision},{scale}) is outside the supported range (precision 1..38, 0 <= scale <= precision)"),
+                ));
+            }
+            SqlType::Numeric { precision: precision as u8, scale: scale as i8 }
+        }
+        "text" | "varchar" | "character varying" | "char" | "character" | "string" | "bpchar" => SqlType::Text,
+        "date" => SqlType::Date,
+        "timestamp" | "timestamp without time zone" => SqlType::Timestamp,
+        "timestamptz" | "timestamp with time zone" => SqlType::TimestampTz,
+        "interval" => SqlType::Interval,
+        _ if text.starts_with("timestamp") && text.contains("with time zone") && !text.contains("without") => SqlType::TimestampTz,
+        _ if text.starts_with("timestamp") => SqlType::Timestamp,
+        _ => return Err(RsError::new(&codes::UNSUPPORTED_TYPE, format!("type {text} is not supported"))),
+    })
+}
+
+/// Columns and primary-key positions of a CREATE TABLE.
+pub fn table_columns(create: &CreateTable) -> RsResult<(Vec<ColumnDef>, Vec<usize>)> {
+    let mut columns = Vec::new();
+    let mut primary_key = Vec::new();
+    for (index, column) in create.columns.iter().enumerate() {
+        let name = column.name.value.to_lowercase();
+        if columns.iter().any(|existing: &ColumnDef| existing.name == name) {
+            return Err(RsError::new(&codes::INVALID_TABLE_DEFINITION, format!("column \"{name}\" specified more than once")));
+        }
+        let mut not_null = false;
+        for option in &column.options {
+            match &option.option {
+                ColumnOption::NotNull => not_null = true,
+                ColumnOption::Null => {}
+                ColumnOption::PrimaryKey(_) => {
+                    not_null = true;
+                    primary_key.push(index);
+                }
+                ColumnOption::Unique(_) => {
+                    return Err(RsError::new(&codes::UNSUPPORTED_STATEMENT, "UNIQUE constraints other than the primary key are not supported"))
+                }
+                ColumnOption::Default(_) => {
+                    return Err(RsError::new(&codes::UNSUPPORTED_STATEMENT, "column DEFAULT values are not supported yet"))
+                }
+                other => {
+                    return Err(RsError::new(&codes::UNSUPPORTED_STATEMENT, format!("column option {other} is not supported")))
+                }
+            }
+        }
+        columns.push(ColumnDef { name, type_name: sql_type(&column.data_type)?.pg_name(), not_null });
+    }
+    for constraint in &create.constraints {
+        match constraint {
+            TableConstraint::PrimaryKey(key) => {
+                if !primary_key.is_empty() {
+                    return Err(RsError::new(&codes::INVALID_TABLE_DEFINITION, "multiple primary keys are not allowed"));
+                }
+                for column in &key.columns {
+                    let name = column.column.expr.to_string().to_lowercase().trim_matches('"').to_string();
+                    let position = columns
+                        .iter()
+                        .position(|existing| existing.name == name)
+                        .ok_or_else(|| RsError::new(&codes::UNDEFINED_COLUMN, format!("column \"{name}\" named in key does not exist")))?;
+                    columns[position].not_null = true;
+                    primary_key.push(position);
+                }
+            }
+            other => {
+                return Err(RsError::new(&codes::UNSUPPORTED_STATEMENT, format!("table constraint {other} is not supported")))
+            }
+        }
+    }
+    if columns.is_empty() {
+        return Err(RsError::new(&codes::INVALID_TABLE_DEFINITION, "a table needs at least one column"));
+    }
+    Ok((columns, primary_key))
+}

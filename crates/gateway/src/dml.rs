@@ -1,0 +1,256 @@
+//! INSERT / UPDATE / DELETE / COPY: evaluated by DataFusion over the
+//! session's snapshot, buffered as exact-key row changes in the transaction.
+//!
+//! Each changed row is recorded as `(row as first read, row now)` under its
+//! storage key (the encoded primary key, or a hidden random row id for
+//! tables without one). At commit the engine checks that every first-read
+//! row is still current, so concurrent transactions never lose updates.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, BinaryArray, StringArray};
+use datafusion::arrow::compute::{cast_with_options, CastOptions};
+use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::logical_expr::LogicalPlan;
+use rockstream_control::CatalogEntry;
+use rockstream_ops::arrow_rows::{array_to_datums, arrow_type};
+use rockstream_ops::keys::output_prefix;
+use rockstream_plan::arrow_types::datafusion_error;
+use rockstream_planner::new_context;
+use rockstream_types::encoding::{decode_row, encode_row};
+use rockstream_types::{codes, Datum, Row, RsError, RsResult, SqlType};
+
+use crate::backend::Gateway;
+use crate::providers::SnapshotResolver;
+use crate::session::{GatewaySession, PendingTable};
+
+/// Bound on rows one transaction may change.
+pub const TRANSACTION_ROWS_MAX: usize = 5_000_000;
+
+/// Runs a query (SQL text) over the session's view of the data.
+pub async fn query_batches(gateway: &Gateway, session: &GatewaySession, sql: &str, with_row_keys: bool) -> RsResult<Vec<RecordBatch>> {
+    let resolver = Arc::new(SnapshotResolver { context: Arc::new(gateway.read_context(session, with_row_keys)) });
+    let context = new_context(resolver);
+    let frame = context.sql(sql).await.map_err(query_error)?;
+    frame.collect().await.map_err(query_error)
+}
+
+pub fn query_error(error: datafusion::error::DataFusionError) -> RsError {
+    if let Some(ours) = find_ours(&error) {
+        return ours;
+    }
+    let text = error.to_string();
+    if text.contains("not found") && (text.contains("table") || text.contains("Table")) {
+        return RsError::new(&codes::UNDEFINED_OBJECT, text);
+    }
+    datafusion_error(error)
+}
+
+fn find_ours(error: &datafusion::error::DataFusionError) -> Option<RsError> {
+    use datafusion::error::DataFusionError;
+    match error {
+        DataFusionError::External(inner) => inner.downcast_ref::<RsError>().cloned(),
+        DataFusionError::Context(_, inner) => find_ours(inner),
+        DataFusionError::Shared(inner) => find_ours(inner),
+        _ => None,
+    }
+}
+
+/// `INSERT`: DataFusion plans the insert (column list, casts); we run its input.
+pub async fn insert(gateway: &Gateway, session: &mut GatewaySession, entry: &CatalogEntry, sql: &str) -> RsResult<u64> {
+    let resolver = Arc::new(SnapshotResolver { context: Arc::new(gateway.read_context(session, false)) });
+    let context = new_context(resolver);
+    let plan = context.state().create_logical_plan(sql).await.map_err(query_error)?;
+    let LogicalPlan::Dml(dml) = plan else {
+        return Err(RsError::internal("INSERT did not plan as DML"));
+    };
+    let frame = context.execute_logical_plan((*dml.input).clone()).await.map_err(query_error)?;
+    let batches = frame.collect().await.map_err(query_error)?;
+    let types = entry.sql_types()?;
+    let mut rows = Vec::new();
+    for batch in &batches {
+        rows.extend(batch_rows(batch, &types, 0)?);
+    }
+    insert_rows(gateway, session, entry, rows).await
+}
+
+/// Reads `types.len()` columns starting at `first` as typed rows; string
+/// input that does not parse is an invalid-input error, as in PostgreSQL.
+fn batch_rows(batch: &RecordBatch, types: &[SqlType], first: usize) -> RsResult<Vec<Row>> {
+    let mut rows: Vec<Row> = (0..batch.num_rows()).map(|_| Vec::with_capacity(types.len())).collect();
+    for (offset, sql_type) in types.iter().enumerate() {
+        let array = strict_cast(batch.column(first + offset), *sql_type)?;
+        for (row, datum) in rows.iter_mut().zip(array_to_datums(&array, *sql_type)?) {
+            row.push(datum);
+        }
+    }
+    Ok(rows)
+}
+
+fn strict_cast(array: &ArrayRef, sql_type: SqlType) -> RsResult<ArrayRef> {
+    let target = arrow_type(sql_type);
+    if array.data_type() == &target {
+        return Ok(array.clone());
+    }
+    let options = CastOptions { safe: false, ..CastOptions::default() };
+    cast_with_options(array, &target, &options).map_err(|error| {
+        let message = error.to_string();
+        if message.contains("overflow") || message.contains("too large") || message.contains("precision") {
+            RsError::new(&codes::NUMERIC_OUT_OF_RANGE, format!("value out of range for type {}: {message}", sql_type.pg_name()))
+        } else {
+            RsError::new(&codes::INVALID_INPUT_VALUE, format!("invalid input for type {}: {message}", sql_type.pg_name()))
+        }
+    })
+}
+
+fn check_not_null(entry: &CatalogEntry, row: &Row) -> RsResult<()> {
+    for (column, datum) in entry.columns.iter().zip(row) {
+        if column.not_null && datum.is_null() {
+            return Err(RsError::new(
+                &codes::NOT_NULL_VIOLATION,
+                format!("null value in column \"{}\" of relation \"{}\" violates not-null constraint", column.name, entry.name),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Adds new rows to the transaction, refusing duplicate primary keys.
+pub async fn insert_rows(gateway: &Gateway, session: &mut GatewaySession, entry: &CatalogEntry, rows: Vec<Row>) -> RsResult<u64> {
+    let snapshot = gateway.database().engine().published().snapshot;
+    let count = rows.len() as u64;
+    let transaction = session.transaction.get_or_insert_with(Default::default);
+    let table = transaction.tables.entry(entry.id).or_insert_with(|| PendingTable { name: entry.name.clone(), rows: Default::default() });
+    if table.rows.len() + rows.len() > TRANSACTION_ROWS_MAX {
+        return Err(RsError::new(&codes::WRITE_BUFFER_FULL, format!("a transaction may change at most {TRANSACTION_ROWS_MAX} rows")));
+    }
+    let prefix = output_prefix(entry.id);
+    for row in rows {
+        check_not_null(entry, &row)?;
+        let key = if entry.primary_key.is_empty() {
+            gateway.runtime().random_u128().to_be_bytes().to_vec()
+        } else {
+            let key_values: Row = entry.primary_key.iter().map(|index| row[*index].clone()).collect();
+            encode_row(&key_values)
+        };
+        let duplicate = || {
+            let key_text: Vec<String> = entry.primary_key.iter().map(|index| row[*index].to_string()).collect();
+            RsError::new(&codes::UNIQUE_VIOLATION, format!("duplicate key value violates the primary key of \"{}\"", entry.name))
+                .with_detail(format!("Key ({})=({}) already exists.", primary_key_names(entry), key_text.join(", ")))
+        };
+        match table.rows.get_mut(&key) {
+            Some((_, current)) if current.is_some() => return Err(duplicate()),
+            Some((_, current)) => *current = Some(row),
+            None => {
+                let mut stored_key = prefix.clone();
+                stored_key.extend_from_slice(&key);
+                let stored = snapshot.get(&stored_key).await?;
+                if stored.is_some() && !entry.primary_key.is_empty() {
+                    return Err(duplicate());
+                }
+                table.rows.insert(key, (None, Some(row)));
+            }
+        }
+    }
+    Ok(count)
+}
+
+fn primary_key_names(entry: &CatalogEntry) -> String {
+    entry.primary_key.iter().map(|index| entry.columns[*index].name.clone()).collect::<Vec<_>>().join(", ")
+}
+
+/// `UPDATE`/`DELETE`: `selection_sql` yields the row key, the current row
+/// and (for UPDATE) the new values of `assigned` columns.
+pub async fn modify(
+    gateway: &Gateway,
+    session: &mut GatewaySession,
+    entry: &CatalogEntry,
+    selection_sql: &str,
+    assigned: &[usize],
+    delete: bool,
+) -> RsResult<u64> {
+    let batches = query_batches(gateway, session, selection_sql, true).await?;
+    let types = entry.sql_types()?;
+    let assigned_types: Vec<SqlType> = assigned.iter().map(|index| types[*index]).collect();
+    let mut changes: Vec<(Vec<u8>, Row, Option<Row>)> = Vec::new();
+    for batch in &batches {
+        let keys = batch
+            .column(0)
+            .as_any()
+            .downcast_ref::<BinaryArray>()
+            .ok_or_else(|| RsError::internal("row key column is not binary"))?;
+        let old_rows = batch_rows(batch, &types, 1)?;
+        let new_values = batch_rows(batch, &assigned_types, 1 + types.len())?;
+        for (index, (old, values)) in old_rows.into_iter().zip(new_values).enumerate() {
+            let new = if delete {
+                None
+            } else {
+                let mut new = old.clone();
+                for (position, value) in assigned.iter().zip(values) {
+                    new[*position] = value;
+                }
+                check_not_null(entry, &new)?;
+                Some(new)
+            };
+            changes.push((keys.value(index).to_vec(), old, new));
+        }
+    }
+    let count = changes.len() as u64;
+    let transaction = session.transaction.get_or_insert_with(Default::default);
+    let table = transaction.tables.entry(entry.id).or_insert_with(|| PendingTable { name: entry.name.clone(), rows: Default::default() });
+    let primary_key_changes = !delete && assigned.iter().any(|index| entry.primary_key.contains(index));
+    let mut inserted = Vec::new();
+    for (key, old, new) in changes {
+        match table.rows.get_mut(&key) {
+            Some((_, current)) => *current = if primary_key_changes { None } else { new.clone() },
+            None => {
+                table.rows.insert(key, (Some(old), if primary_key_changes { None } else { new.clone() }));
+            }
+        }
+        if primary_key_changes {
+            inserted.extend(new);
+        }
+    }
+    if !inserted.is_empty() {
+        insert_rows(gateway, session, entry, inserted).await?;
+    }
+    Ok(count)
+}
+
+/// `COPY ... FROM STDIN` rows (text fields) → typed rows of the table.
+pub fn copy_rows(entry: &CatalogEntry, columns: &[String], rows: Vec<Vec<Option<String>>>) -> RsResult<Vec<Row>> {
+    let types = entry.sql_types()?;
+    let positions: Vec<usize> = if columns.is_empty() {
+        (0..entry.columns.len()).collect()
+    } else {
+        columns
+            .iter()
+            .map(|name| {
+                entry.columns.iter().position(|column| &column.name == name).ok_or_else(|| {
+                    RsError::new(&codes::UNDEFINED_COLUMN, format!("column \"{name}\" of relation \"{}\" does not exist", entry.name))
+                })
+            })
+            .collect::<RsResult<_>>()?
+    };
+    for (line, row) in rows.iter().enumerate() {
+        if row.len() != positions.len() {
+            return Err(RsError::new(
+                &codes::COPY_MALFORMED,
+                format!("COPY {}, line {}: expected {} fields, found {}", entry.name, line + 1, positions.len(), row.len()),
+            ));
+        }
+    }
+    let mut typed: Vec<Row> = (0..rows.len()).map(|_| vec![Datum::Null; types.len()]).collect();
+    for (field, position) in positions.iter().enumerate() {
+        let texts: StringArray = rows.iter().map(|row| row[field].as_deref()).collect();
+        let array: ArrayRef = Arc::new(texts);
+        let parsed = strict_cast(&array, types[*position]).map_err(|error| error.with_detail(format!("column {}", entry.columns[*position].name)))?;
+        for (row, datum) in typed.iter_mut().zip(array_to_datums(&parsed, types[*position])?) {
+            row[*position] = datum;
+        }
+    }
+    let _ = DataType::Utf8;
+    let _ = decode_row;
+    Ok(typed)
+}

@@ -1,0 +1,16 @@
+//! The query gateway: statements from pgwire sessions, executed against the
+//! catalog, the engine and pinned snapshots.
+//!
+//! DDL goes to the catalog (`rockstream_control::Database`); DML is evaluated
+//! by DataFusion over the session's snapshot, buffered per transaction as
+//! exact-key row changes and committed through the engine; `SELECT` runs in
+//! DataFusion over the newest published snapshot, so after `COMMIT` returns
+//! the next statement sees the commit in every view.
+
+mod backend;
+mod ddl;
+mod dml;
+mod providers;
+mod session;
+
+pub use backend::Gateway;

@@ -1,0 +1,204 @@
+//! DataFusion table providers over a pinned snapshot, for ad-hoc reads and
+//! for evaluating DML.
+//!
+//! A table's rows are read from the snapshot and overlaid with the session's
+//! uncommitted writes, so statements inside a transaction see their own
+//! changes. A materialized view's rows are its stored output (a row with
+//! weight `n` appears `n` times); reading a failed view returns its error.
+//! For UPDATE/DELETE the table also exposes its storage key as a hidden
+//! trailing column, [`ROW_KEY_COLUMN`].
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{ArrayRef, BinaryBuilder};
+use datafusion::arrow::datatypes::{DataType, Field, Schema as ArrowSchema, SchemaRef};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::catalog::{Session, TableProvider};
+use datafusion::datasource::ViewTable;
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::datasource::TableType;
+use datafusion::error::{DataFusionError, Result as DataFusionResult};
+use datafusion::logical_expr::Expr;
+use datafusion::physical_plan::ExecutionPlan;
+use rockstream_control::{plan_inline_view, CatalogEntry, ObjectKind};
+use rockstream_ops::arrow_rows::rows_to_batch;
+use rockstream_ops::keys::{decode_weight, output_prefix};
+use rockstream_planner::TableResolver;
+use rockstream_runtime::{Engine, ViewStatus};
+use rockstream_storage::Snapshot;
+use rockstream_types::encoding::decode_row;
+use rockstream_types::{ObjectId, Row, RsError, RsResult, SqlType};
+
+/// Hidden column carrying a table row's storage key (DML only).
+pub const ROW_KEY_COLUMN: &str = "__rs_row_key";
+/// Rows per record batch handed to DataFusion.
+const BATCH_ROWS_MAX: usize = 8192;
+
+/// Uncommitted writes of a transaction to one table: key → current row.
+pub type TableOverlay = BTreeMap<Vec<u8>, Option<Row>>;
+
+#[derive(Clone)]
+pub struct ReadContext {
+    pub entries: Vec<CatalogEntry>,
+    pub snapshot: Snapshot,
+    pub engine: Engine,
+    pub overlays: BTreeMap<ObjectId, TableOverlay>,
+    /// Expose [`ROW_KEY_COLUMN`] on tables.
+    pub with_row_keys: bool,
+}
+
+impl std::fmt::Debug for ReadContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ReadContext({} objects)", self.entries.len())
+    }
+}
+
+impl std::fmt::Debug for SnapshotResolver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SnapshotResolver")
+    }
+}
+
+/// Resolves names to scannable providers over one snapshot.
+pub struct SnapshotResolver {
+    pub context: Arc<ReadContext>,
+}
+
+#[async_trait]
+impl TableResolver for SnapshotResolver {
+    async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>, RsError> {
+        let Some(entry) = self.context.entries.iter().find(|entry| entry.name == name) else { return Ok(None) };
+        if entry.kind == ObjectKind::View {
+            let nested = Arc::new(SnapshotResolver {
+                context: Arc::new(ReadContext { with_row_keys: false, ..(*self.context).clone() }),
+            });
+            let sql = entry.definition.clone().unwrap_or_default();
+            let plan = plan_inline_view(nested, &sql).await?;
+            return Ok(Some(Arc::new(ViewTable::new(plan, Some(sql)))));
+        }
+        Ok(Some(Arc::new(SnapshotTable::new(entry.clone(), self.context.clone())?)))
+    }
+
+    fn table_names(&self) -> Vec<String> {
+        self.context.entries.iter().map(|entry| entry.name.clone()).collect()
+    }
+}
+
+#[derive(Debug)]
+pub struct SnapshotTable {
+    entry: CatalogEntry,
+    types: Vec<SqlType>,
+    schema: SchemaRef,
+    context: Arc<ReadContext>,
+    with_row_key: bool,
+}
+
+impl SnapshotTable {
+    fn new(entry: CatalogEntry, context: Arc<ReadContext>) -> RsResult<Self> {
+        let types = entry.sql_types()?;
+        let with_row_key = context.with_row_keys && entry.kind == ObjectKind::Table;
+        let mut fields: Vec<Field> = entry
+            .columns
+            .iter()
+            .zip(&types)
+            .map(|(column, sql_type)| Field::new(&column.name, rockstream_ops::arrow_rows::arrow_type(*sql_type), true))
+            .collect();
+        if with_row_key {
+            fields.push(Field::new(ROW_KEY_COLUMN, DataType::Binary, false));
+        }
+        Ok(SnapshotTable { entry, types, schema: Arc::new(ArrowSchema::new(fields)), context, with_row_key })
+    }
+
+    /// Every visible row with its storage key (tables) and multiplicity.
+    async fn rows(&self) -> RsResult<Vec<(Vec<u8>, Row)>> {
+        if self.entry.kind == ObjectKind::MaterializedView {
+            if let ViewStatus::Failed(error) = self.context.engine.view_status(self.entry.id) {
+                return Err(RsError::new(
+                    &rockstream_types::codes::VIEW_EVALUATION_ERROR,
+                    format!("materialized view \"{}\" cannot be maintained: {}", self.entry.name, error.message),
+                )
+                .with_detail(error.to_string()));
+            }
+        }
+        let prefix = output_prefix(self.entry.id);
+        let overlay = self.context.overlays.get(&self.entry.id);
+        let mut rows = Vec::new();
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let chunk = self.context.snapshot.scan_chunk(&prefix, after.as_deref()).await?;
+            let Some((last, _)) = chunk.last() else { break };
+            after = Some(last.clone());
+            for (key, value) in chunk {
+                let suffix = key[prefix.len()..].to_vec();
+                if self.entry.kind == ObjectKind::Table {
+                    if overlay.is_some_and(|overlay| overlay.contains_key(&suffix)) {
+                        continue;
+                    }
+                    rows.push((suffix, decode_row(&value)?));
+                } else {
+                    let row = decode_row(&suffix)?;
+                    for _ in 0..decode_weight(&value) {
+                        rows.push((Vec::new(), row.clone()));
+                    }
+                }
+            }
+        }
+        if let Some(overlay) = overlay {
+            for (key, row) in overlay {
+                if let Some(row) = row {
+                    rows.push((key.clone(), row.clone()));
+                }
+            }
+        }
+        Ok(rows)
+    }
+
+    fn batches(&self, rows: &[(Vec<u8>, Row)]) -> RsResult<Vec<RecordBatch>> {
+        let mut batches = Vec::new();
+        let data_schema = Arc::new(ArrowSchema::new(self.schema.fields()[..self.types.len()].to_vec()));
+        for chunk in rows.chunks(BATCH_ROWS_MAX) {
+            let row_refs: Vec<&Row> = chunk.iter().map(|(_, row)| row).collect();
+            let batch = rows_to_batch(&row_refs, &self.types, &data_schema)?;
+            let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
+            if self.with_row_key {
+                let mut keys = BinaryBuilder::new();
+                for (key, _) in chunk {
+                    keys.append_value(key);
+                }
+                columns.push(Arc::new(keys.finish()));
+            }
+            batches.push(RecordBatch::try_new(self.schema.clone(), columns).map_err(rockstream_ops::arrow_rows::arrow_error)?);
+        }
+        Ok(batches)
+    }
+}
+
+fn external(error: RsError) -> DataFusionError {
+    DataFusionError::External(Box::new(error))
+}
+
+#[async_trait]
+impl TableProvider for SnapshotTable {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> DataFusionResult<Arc<dyn ExecutionPlan>> {
+        let rows = self.rows().await.map_err(external)?;
+        let batches = self.batches(&rows).map_err(external)?;
+        let exec = MemorySourceConfig::try_new_exec(&[batches], self.schema.clone(), projection.cloned())?;
+        Ok(exec)
+    }
+}

@@ -1,0 +1,405 @@
+//! Incremental grouped aggregation (DESIGN §6.2, §6.3).
+//!
+//! Per group the operator stores one accumulator row under `AG op_id key`:
+//! `COUNT(*)`, then per aggregate its partial state (a count; a count and an
+//! exact sum for `SUM`/`AVG`; the current extremum for `MIN`/`MAX`). Sums of
+//! integers and numerics are exact `i128`; float sums are `f64`.
+//!
+//! `MIN`/`MAX` cannot be updated from a retraction alone, so their values are
+//! also kept as a multiset `MM op_id agg key value -> count`: after a change
+//! the new extremum is the first entry of the group's multiset in ascending
+//! (MIN) or descending (MAX) order — one short scan, never the whole group.
+//! `DISTINCT` aggregates keep `AD op_id agg key value -> count` and feed the
+//! accumulator only when a value's count crosses zero.
+//!
+//! For each touched group the operator emits `(old_output, -1)` and
+//! `(new_output, +1)` when they differ. A global aggregate (no `GROUP BY`)
+//! always has exactly one output row, as in PostgreSQL: its first row is
+//! emitted by the view's initial step, even over empty input.
+
+use std::collections::BTreeMap;
+
+use rockstream_plan::{AggregateCall, AggregateFunction};
+use rockstream_types::encoding::{decode_prefix, decode_row, encode_datum, encode_row, encode_row_into};
+use rockstream_types::{codes, Datum, ObjectId, Row, RsError, RsResult, SqlType, ZSet};
+
+use crate::dataflow::{aggregate_calls_valid, step_node, Node, StepContext};
+use crate::keys::{decode_weight, encode_weight, op_prefix, AGGREGATE, AGGREGATE_DISTINCT, MIN_MAX};
+use crate::state::{ScanOrder, StateStore};
+
+#[derive(Debug)]
+pub(crate) struct AggregateNode {
+    op_id: ObjectId,
+    input: Node,
+    group_count: usize,
+    calls: Vec<AggregateCall>,
+    output_types: Vec<SqlType>,
+}
+
+/// Partial state of one aggregate within one group.
+#[derive(Debug, Clone, PartialEq)]
+enum Partial {
+    Count(i64),
+    /// Non-null inputs and their exact sum (mantissa at the input scale).
+    ExactSum(i64, i128),
+    FloatSum(i64, f64),
+    Extremum(Datum),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct GroupState {
+    count_star: i64,
+    partials: Vec<Partial>,
+}
+
+impl AggregateNode {
+    pub fn new(
+        op_id: ObjectId,
+        input: Node,
+        group_count: usize,
+        calls: Vec<AggregateCall>,
+        input_types: Vec<SqlType>,
+        output_types: Vec<SqlType>,
+    ) -> RsResult<Self> {
+        if !aggregate_calls_valid(&calls, input_types.len()) || output_types.len() != group_count + calls.len() {
+            return Err(RsError::internal("aggregate plan does not match its input"));
+        }
+        Ok(AggregateNode { op_id, input, group_count, calls, output_types })
+    }
+
+    pub async fn step<S: StateStore>(&self, store: &mut S, context: &StepContext<'_>) -> RsResult<ZSet> {
+        let delta = step_node(&self.input, store, context).await?;
+        let mut groups: BTreeMap<Vec<u8>, Vec<(Row, i64)>> = BTreeMap::new();
+        for (row, weight) in delta.updates {
+            let key = encode_row(&row[..self.group_count]);
+            groups.entry(key).or_default().push((row, weight));
+        }
+        if self.group_count == 0 && context.initial {
+            groups.entry(Vec::new()).or_default();
+        }
+        let mut out = ZSet::new();
+        for (key, rows) in groups {
+            self.step_group(store, &key, rows, &mut out).await?;
+        }
+        Ok(out.consolidate())
+    }
+
+    async fn step_group<S: StateStore>(&self, store: &mut S, key: &[u8], rows: Vec<(Row, i64)>, out: &mut ZSet) -> RsResult<()> {
+        let mut state_key = op_prefix(AGGREGATE, self.op_id);
+        state_key.extend_from_slice(key);
+        let stored = match store.get(&state_key).await? {
+            Some(bytes) => Some(self.decode_state(&bytes)?),
+            None => None,
+        };
+        let global = self.group_count == 0;
+        let group_key: Row = match rows.first() {
+            Some((row, _)) => row[..self.group_count].to_vec(),
+            None => decode_prefix(key, self.group_count)?.0,
+        };
+        let old_output = match &stored {
+            Some(state) if state.count_star > 0 || global => Some(self.finalize(&group_key, state)?),
+            _ => None,
+        };
+        let mut state = stored.unwrap_or_else(|| self.empty_state());
+        let mut extremum_changed = vec![false; self.calls.len()];
+        for (row, weight) in &rows {
+            state.count_star += weight;
+            for (index, call) in self.calls.iter().enumerate() {
+                let value = match call.argument {
+                    Some(column) => &row[column],
+                    None => &Datum::Null,
+                };
+                if call.function != AggregateFunction::CountStar && value.is_null() {
+                    continue;
+                }
+                let weight = if call.distinct {
+                    self.distinct_crossing(store, index, key, value, *weight).await?
+                } else {
+                    *weight
+                };
+                if weight == 0 {
+                    continue;
+                }
+                if matches!(call.function, AggregateFunction::Min | AggregateFunction::Max) {
+                    self.update_multiset(store, index, key, value, weight).await?;
+                    extremum_changed[index] = true;
+                } else {
+                    accumulate(&mut state.partials[index], call, value, weight)?;
+                }
+            }
+        }
+        assert!(state.count_star >= 0, "aggregate group count went negative");
+        for (index, call) in self.calls.iter().enumerate() {
+            if extremum_changed[index] {
+                let order = if call.function == AggregateFunction::Min { ScanOrder::Ascending } else { ScanOrder::Descending };
+                state.partials[index] = Partial::Extremum(self.extremum(store, index, key, order).await?);
+            }
+        }
+        let new_output = if state.count_star > 0 || global { Some(self.finalize(&group_key, &state)?) } else { None };
+        if state.count_star == 0 && !global {
+            store.delete(state_key);
+        } else {
+            store.put(state_key, self.encode_state(&state));
+        }
+        if old_output != new_output {
+            if let Some(row) = old_output {
+                out.push(row, -1);
+            }
+            if let Some(row) = new_output {
+                out.push(row, 1);
+            }
+        }
+        Ok(())
+    }
+
+    fn value_key(&self, kind: [u8; 2], index: usize, key: &[u8]) -> Vec<u8> {
+        let mut prefix = op_prefix(kind, self.op_id);
+        prefix.extend_from_slice(&(index as u16).to_be_bytes());
+        prefix.extend_from_slice(key);
+        prefix
+    }
+
+    /// Updates the DISTINCT multiset; returns +1/-1 when the value's count
+    /// crosses zero (the change the accumulator sees), else 0.
+    async fn distinct_crossing<S: StateStore>(&self, store: &mut S, index: usize, key: &[u8], value: &Datum, weight: i64) -> RsResult<i64> {
+        let mut value_key = self.value_key(AGGREGATE_DISTINCT, index, key);
+        encode_datum(value, &mut value_key);
+        let old = store.get(&value_key).await?.map(|bytes| decode_weight(&bytes)).unwrap_or(0);
+        let new = old + weight;
+        assert!(new >= 0, "distinct-aggregate multiset count went negative");
+        if new == 0 {
+            store.delete(value_key);
+        } else {
+            store.put(value_key, encode_weight(new));
+        }
+        Ok(match (old > 0, new > 0) {
+            (false, true) => 1,
+            (true, false) => -1,
+            _ => 0,
+        })
+    }
+
+    async fn update_multiset<S: StateStore>(&self, store: &mut S, index: usize, key: &[u8], value: &Datum, weight: i64) -> RsResult<()> {
+        let mut value_key = self.value_key(MIN_MAX, index, key);
+        encode_datum(value, &mut value_key);
+        let old = store.get(&value_key).await?.map(|bytes| decode_weight(&bytes)).unwrap_or(0);
+        let new = old + weight;
+        assert!(new >= 0, "MIN/MAX multiset count went negative");
+        if new == 0 {
+            store.delete(value_key);
+        } else {
+            store.put(value_key, encode_weight(new));
+        }
+        Ok(())
+    }
+
+    async fn extremum<S: StateStore>(&self, store: &mut S, index: usize, key: &[u8], order: ScanOrder) -> RsResult<Datum> {
+        let prefix = self.value_key(MIN_MAX, index, key);
+        let first = store.scan_prefix(&prefix, order, 1).await?;
+        match first.first() {
+            Some((stored_key, _)) => Ok(decode_prefix(&stored_key[prefix.len()..], 1)?.0.remove(0)),
+            None => Ok(Datum::Null),
+        }
+    }
+
+    fn empty_state(&self) -> GroupState {
+        let partials = self
+            .calls
+            .iter()
+            .map(|call| match call.function {
+                AggregateFunction::CountStar | AggregateFunction::Count => Partial::Count(0),
+                AggregateFunction::Sum | AggregateFunction::Avg if is_float(call.input_type) => Partial::FloatSum(0, 0.0),
+                AggregateFunction::Sum | AggregateFunction::Avg => Partial::ExactSum(0, 0),
+                AggregateFunction::Min | AggregateFunction::Max => Partial::Extremum(Datum::Null),
+            })
+            .collect();
+        GroupState { count_star: 0, partials }
+    }
+
+    fn encode_state(&self, state: &GroupState) -> Vec<u8> {
+        let mut row = vec![Datum::Int64(state.count_star)];
+        for partial in &state.partials {
+            match partial {
+                Partial::Count(count) => row.push(Datum::Int64(*count)),
+                Partial::ExactSum(count, sum) => row.extend([Datum::Int64(*count), Datum::Numeric(*sum)]),
+                Partial::FloatSum(count, sum) => row.extend([Datum::Int64(*count), Datum::Float64(*sum)]),
+                Partial::Extremum(value) => row.push(value.clone()),
+            }
+        }
+        let mut bytes = Vec::new();
+        encode_row_into(&row, &mut bytes);
+        bytes
+    }
+
+    fn decode_state(&self, bytes: &[u8]) -> RsResult<GroupState> {
+        let row = decode_row(bytes)?;
+        let corrupt = || RsError::internal("corrupt aggregate state");
+        let mut values = row.into_iter();
+        let count_star = as_i64(&values.next().ok_or_else(corrupt)?).ok_or_else(corrupt)?;
+        let mut state = self.empty_state();
+        state.count_star = count_star;
+        for partial in state.partials.iter_mut() {
+            *partial = match partial {
+                Partial::Count(_) => Partial::Count(as_i64(&values.next().ok_or_else(corrupt)?).ok_or_else(corrupt)?),
+                Partial::ExactSum(..) => {
+                    let count = as_i64(&values.next().ok_or_else(corrupt)?).ok_or_else(corrupt)?;
+                    match values.next() {
+                        Some(Datum::Numeric(sum)) => Partial::ExactSum(count, sum),
+                        _ => return Err(corrupt()),
+                    }
+                }
+                Partial::FloatSum(..) => {
+                    let count = as_i64(&values.next().ok_or_else(corrupt)?).ok_or_else(corrupt)?;
+                    match values.next() {
+                        Some(Datum::Float64(sum)) => Partial::FloatSum(count, sum),
+                        _ => return Err(corrupt()),
+                    }
+                }
+                Partial::Extremum(_) => Partial::Extremum(values.next().ok_or_else(corrupt)?),
+            };
+        }
+        Ok(state)
+    }
+
+    fn finalize(&self, group_key: &[Datum], state: &GroupState) -> RsResult<Row> {
+        let mut row = group_key.to_vec();
+        for (index, call) in self.calls.iter().enumerate() {
+            let output_type = self.output_types[self.group_count + index];
+            let value = match (&call.function, &state.partials[index]) {
+                (AggregateFunction::CountStar, _) => Datum::Int64(state.count_star),
+                (_, Partial::Count(count)) => Datum::Int64(*count),
+                (_, Partial::ExactSum(0, _)) | (_, Partial::FloatSum(0, _)) => Datum::Null,
+                (AggregateFunction::Sum, Partial::ExactSum(_, sum)) => exact_to_output(*sum, input_scale(call.input_type), output_type)?,
+                (AggregateFunction::Avg, Partial::ExactSum(count, sum)) => exact_average(*sum, *count, input_scale(call.input_type), output_type)?,
+                (AggregateFunction::Sum, Partial::FloatSum(_, sum)) => float_to_output(*sum, output_type),
+                (AggregateFunction::Avg, Partial::FloatSum(count, sum)) => float_to_output(*sum / *count as f64, output_type),
+                (_, Partial::Extremum(value)) => value.clone(),
+                _ => return Err(RsError::internal("aggregate partial does not match its function")),
+            };
+            row.push(value);
+        }
+        Ok(row)
+    }
+}
+
+fn is_float(sql_type: Option<SqlType>) -> bool {
+    matches!(sql_type, Some(SqlType::Float32 | SqlType::Float64))
+}
+
+fn input_scale(sql_type: Option<SqlType>) -> i8 {
+    match sql_type {
+        Some(SqlType::Numeric { scale, .. }) => scale,
+        _ => 0,
+    }
+}
+
+fn as_i64(datum: &Datum) -> Option<i64> {
+    match datum {
+        Datum::Int64(value) => Some(*value),
+        _ => None,
+    }
+}
+
+fn accumulate(partial: &mut Partial, call: &AggregateCall, value: &Datum, weight: i64) -> RsResult<()> {
+    match partial {
+        Partial::Count(count) => *count += weight,
+        Partial::ExactSum(count, sum) => {
+            let exact = match value {
+                Datum::Int16(v) => *v as i128,
+                Datum::Int32(v) => *v as i128,
+                Datum::Int64(v) => *v as i128,
+                Datum::Numeric(v) => *v,
+                other => return Err(RsError::internal(format!("{:?} over {other:?}", call.function))),
+            };
+            *count += weight;
+            *sum = exact
+                .checked_mul(weight as i128)
+                .and_then(|product| sum.checked_add(product))
+                .ok_or_else(|| RsError::new(&codes::NUMERIC_OUT_OF_RANGE, "sum out of range"))?;
+        }
+        Partial::FloatSum(count, sum) => {
+            let float = match value {
+                Datum::Float32(v) => *v as f64,
+                Datum::Float64(v) => *v,
+                other => return Err(RsError::internal(format!("{:?} over {other:?}", call.function))),
+            };
+            *count += weight;
+            *sum += float * weight as f64;
+        }
+        Partial::Extremum(_) => {}
+    }
+    Ok(())
+}
+
+fn pow10(exponent: u32) -> i128 {
+    10i128.pow(exponent)
+}
+
+/// Rescales an exact value to the output type.
+fn exact_to_output(value: i128, scale: i8, output: SqlType) -> RsResult<Datum> {
+    let out_of_range = || RsError::new(&codes::NUMERIC_OUT_OF_RANGE, "aggregate result out of range");
+    Ok(match output {
+        SqlType::Int64 => Datum::Int64(i64::try_from(value / pow10(scale.max(0) as u32)).map_err(|_| out_of_range())?),
+        SqlType::Int32 => Datum::Int32(i32::try_from(value).map_err(|_| out_of_range())?),
+        SqlType::Numeric { scale: output_scale, .. } => Datum::Numeric(rescale(value, scale, output_scale).ok_or_else(out_of_range)?),
+        SqlType::Float64 => Datum::Float64(value as f64 / pow10(scale.max(0) as u32) as f64),
+        SqlType::Float32 => Datum::Float32((value as f64 / pow10(scale.max(0) as u32) as f64) as f32),
+        other => return Err(RsError::internal(format!("exact aggregate into {}", other.pg_name()))),
+    })
+}
+
+/// `value / count` at the output type, rounding half away from zero.
+fn exact_average(sum: i128, count: i64, scale: i8, output: SqlType) -> RsResult<Datum> {
+    match output {
+        SqlType::Numeric { scale: output_scale, .. } => {
+            let out_of_range = || RsError::new(&codes::NUMERIC_OUT_OF_RANGE, "average out of range");
+            let numerator = rescale(sum, scale, output_scale).ok_or_else(out_of_range)?;
+            Ok(Datum::Numeric(divide_rounding(numerator, count as i128)))
+        }
+        SqlType::Float64 => Ok(Datum::Float64(sum as f64 / pow10(scale.max(0) as u32) as f64 / count as f64)),
+        other => Err(RsError::internal(format!("average into {}", other.pg_name()))),
+    }
+}
+
+fn float_to_output(value: f64, output: SqlType) -> Datum {
+    match output {
+        SqlType::Float32 => Datum::Float32(value as f32),
+        _ => Datum::Float64(value),
+    }
+}
+
+/// Changes the scale of a mantissa (rounding half away from zero when the
+/// scale shrinks). `None` on overflow.
+pub fn rescale(value: i128, from: i8, to: i8) -> Option<i128> {
+    if to >= from {
+        value.checked_mul(pow10((to - from) as u32))
+    } else {
+        Some(divide_rounding(value, pow10((from - to) as u32)))
+    }
+}
+
+fn divide_rounding(numerator: i128, denominator: i128) -> i128 {
+    let quotient = numerator / denominator;
+    let remainder = numerator % denominator;
+    if remainder.abs() * 2 >= denominator.abs() {
+        quotient + numerator.signum() * denominator.signum()
+    } else {
+        quotient
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Goal: numeric helpers round like PostgreSQL (half away from zero).
+    use super::*;
+
+    #[test]
+    fn rounding_is_half_away_from_zero() {
+        assert_eq!(divide_rounding(5, 2), 3);
+        assert_eq!(divide_rounding(-5, 2), -3);
+        assert_eq!(divide_rounding(4, 3), 1);
+        assert_eq!(rescale(12345, 2, 1), Some(1235));
+        assert_eq!(rescale(-12345, 2, 1), Some(-1235));
+        assert_eq!(rescale(12, 0, 2), Some(1200));
+    }
+}

@@ -1,0 +1,94 @@
+//! `DISTINCT` and `EXCEPT`/`INTERSECT` (DESIGN §6.6).
+//!
+//! `DISTINCT` keeps `DS op_id row -> weight` and emits `+1`/`-1` when a row's
+//! weight crosses zero. Set operations keep both inputs' multiplicities per
+//! row, `SO op_id row -> (left, right)`, and emit the change of
+//! `f(left, right)`: `EXCEPT ALL` is `max(l - r, 0)`, `INTERSECT ALL` is
+//! `min(l, r)`, and the set forms clamp those to 0/1. Rows are compared by
+//! their encoding, so NULL equals NULL as SQL set operations require.
+
+use std::collections::BTreeMap;
+
+use rockstream_plan::SetOperator;
+use rockstream_types::encoding::{decode_row, encode_row, encode_row_into};
+use rockstream_types::{Datum, ObjectId, Row, RsError, RsResult, ZSet};
+
+use crate::keys::{decode_weight, encode_weight, op_prefix, DISTINCT, SET_OPERATION};
+use crate::state::StateStore;
+
+pub(crate) async fn distinct<S: StateStore>(store: &mut S, op_id: ObjectId, delta: ZSet) -> RsResult<ZSet> {
+    let mut out = ZSet::new();
+    for (row, weight) in delta.consolidate().updates {
+        let mut key = op_prefix(DISTINCT, op_id);
+        encode_row_into(&row, &mut key);
+        let old = store.get(&key).await?.map(|bytes| decode_weight(&bytes)).unwrap_or(0);
+        let new = old + weight;
+        assert!(new >= 0, "DISTINCT weight went negative");
+        if new == 0 {
+            store.delete(key);
+        } else {
+            store.put(key, encode_weight(new));
+        }
+        match (old > 0, new > 0) {
+            (false, true) => out.push(row, 1),
+            (true, false) => out.push(row, -1),
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+pub(crate) async fn set_operation<S: StateStore>(
+    store: &mut S,
+    op_id: ObjectId,
+    left: ZSet,
+    right: ZSet,
+    operator: SetOperator,
+    all: bool,
+) -> RsResult<ZSet> {
+    let mut changes: BTreeMap<Vec<u8>, (Row, i64, i64)> = BTreeMap::new();
+    for (row, weight) in left.updates {
+        changes.entry(encode_row(&row)).or_insert_with(|| (row, 0, 0)).1 += weight;
+    }
+    for (row, weight) in right.updates {
+        changes.entry(encode_row(&row)).or_insert_with(|| (row, 0, 0)).2 += weight;
+    }
+    let mut out = ZSet::new();
+    for (encoded, (row, left_change, right_change)) in changes {
+        let mut key = op_prefix(SET_OPERATION, op_id);
+        key.extend_from_slice(&encoded);
+        let (left_old, right_old) = match store.get(&key).await? {
+            Some(bytes) => decode_counts(&bytes)?,
+            None => (0, 0),
+        };
+        let (left_new, right_new) = (left_old + left_change, right_old + right_change);
+        assert!(left_new >= 0 && right_new >= 0, "set-operation count went negative");
+        if left_new == 0 && right_new == 0 {
+            store.delete(key);
+        } else {
+            store.put(key, encode_row(&[Datum::Int64(left_new), Datum::Int64(right_new)]));
+        }
+        let change = multiplicity(operator, all, left_new, right_new) - multiplicity(operator, all, left_old, right_old);
+        out.push(row, change);
+    }
+    Ok(out)
+}
+
+fn multiplicity(operator: SetOperator, all: bool, left: i64, right: i64) -> i64 {
+    let bag = match operator {
+        SetOperator::Except => (left - right).max(0),
+        SetOperator::Intersect => left.min(right),
+    };
+    match (all, operator) {
+        (true, _) => bag,
+        (false, SetOperator::Except) => i64::from(left > 0 && right == 0),
+        (false, SetOperator::Intersect) => i64::from(left > 0 && right > 0),
+    }
+}
+
+fn decode_counts(bytes: &[u8]) -> RsResult<(i64, i64)> {
+    match decode_row(bytes)?.as_slice() {
+        [Datum::Int64(left), Datum::Int64(right)] => Ok((*left, *right)),
+        _ => Err(RsError::internal("corrupt set-operation state")),
+    }
+}

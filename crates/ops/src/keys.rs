@@ -1,0 +1,83 @@
+//! Key layout of shard state (DESIGN §5.1 and the key-encoding appendix).
+//!
+//! ```text
+//! 0x01 'J' 'L' op_id(16) join_key row         -> weight      left join arrangement
+//! 0x01 'J' 'R' op_id(16) join_key row         -> weight      right join arrangement
+//! 0x01 'A' 'G' op_id(16) group_key            -> state row   aggregate accumulators
+//! 0x01 'M' 'M' op_id(16) agg(2) group value   -> count       MIN/MAX multiset
+//! 0x01 'A' 'D' op_id(16) agg(2) group value   -> count       DISTINCT-aggregate multiset
+//! 0x01 'D' 'S' op_id(16) row                  -> weight      DISTINCT
+//! 0x01 'S' 'O' op_id(16) row                  -> (l, r)      EXCEPT / INTERSECT counts
+//! 0x03 object_id(16) row_key                  -> row|weight  table rows / view output
+//! 0x06 'F' 'V'                                -> version     storage format version
+//! 0x06 'E' 'P'                                -> epoch       last committed epoch
+//! 0x06 'P' 'D' view_id(16) row                -> weight      input pending while a view is failed
+//! ```
+//! Rows and keys use the order-preserving encoding of
+//! `rockstream_types::encoding`, which is prefix-free for a fixed number of
+//! columns, so a prefix scan on a key never matches a longer key.
+
+use rockstream_types::ObjectId;
+
+pub const OP_STATE: u8 = 0x01;
+pub const OUTPUT: u8 = 0x03;
+pub const SHARD_META: u8 = 0x06;
+
+pub const JOIN_LEFT: [u8; 2] = *b"JL";
+pub const JOIN_RIGHT: [u8; 2] = *b"JR";
+pub const AGGREGATE: [u8; 2] = *b"AG";
+pub const MIN_MAX: [u8; 2] = *b"MM";
+pub const AGGREGATE_DISTINCT: [u8; 2] = *b"AD";
+pub const DISTINCT: [u8; 2] = *b"DS";
+pub const SET_OPERATION: [u8; 2] = *b"SO";
+
+/// `0x01 kind op_id`: the prefix of all of one operator's state of one kind.
+pub fn op_prefix(kind: [u8; 2], op_id: ObjectId) -> Vec<u8> {
+    let mut key = Vec::with_capacity(19 + 32);
+    key.push(OP_STATE);
+    key.extend_from_slice(&kind);
+    key.extend_from_slice(&op_id.to_be_bytes());
+    key
+}
+
+/// `0x03 object_id`: the prefix of a table's rows or a view's output.
+pub fn output_prefix(object_id: ObjectId) -> Vec<u8> {
+    let mut key = Vec::with_capacity(17 + 32);
+    key.push(OUTPUT);
+    key.extend_from_slice(&object_id.to_be_bytes());
+    key
+}
+
+/// Every prefix under which an operator may hold state (for DROP).
+pub fn all_op_prefixes(op_id: ObjectId) -> Vec<Vec<u8>> {
+    [JOIN_LEFT, JOIN_RIGHT, AGGREGATE, MIN_MAX, AGGREGATE_DISTINCT, DISTINCT, SET_OPERATION]
+        .into_iter()
+        .map(|kind| op_prefix(kind, op_id))
+        .collect()
+}
+
+pub fn format_version_key() -> Vec<u8> {
+    vec![SHARD_META, b'F', b'V']
+}
+
+pub fn epoch_key() -> Vec<u8> {
+    vec![SHARD_META, b'E', b'P']
+}
+
+/// Prefix of the input pending for a failed view.
+pub fn pending_prefix(view_id: ObjectId) -> Vec<u8> {
+    let mut key = vec![SHARD_META, b'P', b'D'];
+    key.extend_from_slice(&view_id.to_be_bytes());
+    key
+}
+
+pub fn encode_weight(weight: i64) -> Vec<u8> {
+    weight.to_be_bytes().to_vec()
+}
+
+pub fn decode_weight(bytes: &[u8]) -> i64 {
+    let mut array = [0u8; 8];
+    let length = bytes.len().min(8);
+    array[..length].copy_from_slice(&bytes[..length]);
+    i64::from_be_bytes(array)
+}

@@ -1,0 +1,21 @@
+//! Incremental operator logic: pure, synchronous in spirit (async only to
+//! await state reads), written against the [`StateStore`] trait so it runs on
+//! SlateDB in production and on a `BTreeMap` in tests.
+//!
+//! Invariants kept by every operator: outputs are consolidated Z-sets; no
+//! stored weight or count goes negative (asserted: a negative count means an
+//! input retracted what it never inserted, a bug upstream).
+
+pub mod aggregate;
+pub mod arrow_rows;
+pub mod dataflow;
+mod distinct;
+pub mod expr;
+mod join;
+pub mod keys;
+pub mod layered;
+pub mod state;
+
+pub use dataflow::Dataflow;
+pub use layered::LayeredStore;
+pub use state::{MemoryStore, ScanOrder, StateStore};

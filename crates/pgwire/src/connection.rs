@@ -1,0 +1,366 @@
+//! The per-connection state and the backend calls behind every handler.
+//!
+//! [`ConnectionCore`] owns the connection's backend session and, while a
+//! `COPY ... FROM STDIN` runs, its buffered data. Both sit behind one async
+//! mutex so that the handlers `pgwire` calls (startup, simple query,
+//! extended query, copy; see `handlers`) see one consistent state. The core
+//! also turns [`StatementResult`]s into `pgwire` responses.
+//!
+//! Invariants:
+//! - `session` is `Some` from a successful startup until `disconnect`;
+//! - `copy` is `Some` exactly while the client is in copy-in mode, and its
+//!   buffer never exceeds [`COPY_BUFFER_BYTES_MAX`];
+//! - a simple-query string stops at the first error or COPY; results after
+//!   it are dropped (and logged), as PostgreSQL never runs them before the
+//!   COPY data arrives.
+
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+use futures::stream;
+use pgwire::api::portal::{Format, Portal};
+use pgwire::api::results::{CopyResponse, FieldFormat, FieldInfo, QueryResponse, Response, Tag};
+use pgwire::api::stmt::StoredStatement;
+use pgwire::api::Type;
+use pgwire::error::{PgWireResult, SEVERITY_ERROR};
+use pgwire::messages::copy::CopyData;
+use rockstream_types::{codes, RsError};
+use tokio::sync::Mutex;
+
+use crate::copy::{parse_copy_data, COPY_BUFFER_BYTES_MAX};
+use crate::encode::encode_batches;
+use crate::params::decode_parameters;
+use crate::types::{field_infos, pg_type};
+use crate::wire_error::error_info;
+use crate::{Backend, CopyTarget, Described, StatementResult};
+
+/// A statement prepared by Parse: its text and what the backend said about it.
+#[derive(Debug, Clone)]
+pub(crate) struct PreparedStatement {
+    pub(crate) sql: String,
+    pub(crate) described: Described,
+}
+
+/// COPY data received so far.
+struct PendingCopy {
+    target: CopyTarget,
+    data: Vec<u8>,
+}
+
+impl PendingCopy {
+    /// Buffers `chunk`, refusing to grow past `limit_bytes`.
+    fn append(&mut self, chunk: &[u8], limit_bytes: usize) -> Result<(), RsError> {
+        if self.data.len().saturating_add(chunk.len()) > limit_bytes {
+            return Err(RsError::new(
+                &codes::WRITE_BUFFER_FULL,
+                format!(
+                    "COPY data exceeds the {limit_bytes}-byte limit; split it into several COPY commands"
+                ),
+            ));
+        }
+        self.data.extend_from_slice(chunk);
+        Ok(())
+    }
+}
+
+struct ConnectionState<S> {
+    session: Option<S>,
+    copy: Option<PendingCopy>,
+}
+
+impl<S> ConnectionState<S> {
+    fn session_mut(&mut self) -> Result<&mut S, RsError> {
+        self.session
+            .as_mut()
+            .ok_or_else(|| RsError::internal("no backend session: startup has not completed"))
+    }
+
+    /// Enters copy-in mode and returns the CopyInResponse to send.
+    fn start_copy(&mut self, target: CopyTarget) -> Response {
+        let columns = target.columns.len();
+        self.copy = Some(PendingCopy {
+            target,
+            data: Vec::new(),
+        });
+        Response::CopyIn(CopyResponse::new(
+            0,
+            columns,
+            stream::empty::<PgWireResult<CopyData>>(),
+        ))
+    }
+}
+
+/// One connection's backend and state, shared by all its handlers.
+pub(crate) struct ConnectionCore<B: Backend> {
+    pub(crate) backend: Arc<B>,
+    state: Mutex<ConnectionState<B::Session>>,
+}
+
+impl<B: Backend> ConnectionCore<B> {
+    pub(crate) fn new(backend: Arc<B>) -> Self {
+        ConnectionCore {
+            backend,
+            state: Mutex::new(ConnectionState {
+                session: None,
+                copy: None,
+            }),
+        }
+    }
+
+    /// Opens the backend session for this connection.
+    pub(crate) async fn connect(&self, user: &str, database: &str) -> Result<(), RsError> {
+        let session = self.backend.connect(user, database).await?;
+        let previous = self.state.lock().await.session.replace(session);
+        if let Some(previous) = previous {
+            tracing::warn!("a second startup replaced the connection's session");
+            self.backend.disconnect(previous).await;
+        }
+        Ok(())
+    }
+
+    /// Hands the session back to the backend; idempotent.
+    pub(crate) async fn disconnect(&self) {
+        let session = {
+            let mut state = self.state.lock().await;
+            state.copy = None;
+            state.session.take()
+        };
+        if let Some(session) = session {
+            self.backend.disconnect(session).await;
+        }
+    }
+
+    /// Simple protocol: runs a query string, one response per statement.
+    pub(crate) async fn execute_simple(&self, query: &str) -> Vec<Response> {
+        let mut state = self.state.lock().await;
+        let results = match state.session_mut() {
+            Ok(session) => self.backend.execute(session, query).await,
+            Err(error) => vec![Err(error)],
+        };
+        let total = results.len();
+        let mut responses = Vec::with_capacity(total);
+        for result in results {
+            let (response, is_last) = match result {
+                Ok(StatementResult::CopyIn(target)) => (Ok(state.start_copy(target)), true),
+                Ok(result) => (statement_response(result, &Format::UnifiedText), false),
+                Err(error) => (Err(error), true),
+            };
+            let stops = is_last || response.is_err();
+            responses.push(response.unwrap_or_else(|error| {
+                Response::Error(Box::new(error_info(&error, SEVERITY_ERROR)))
+            }));
+            if stops {
+                break;
+            }
+        }
+        if responses.len() < total {
+            tracing::warn!(
+                dropped = total - responses.len(),
+                "statements after an error or COPY in one query string were dropped"
+            );
+        }
+        if responses.is_empty() {
+            responses.push(Response::EmptyQuery);
+        }
+        responses
+    }
+
+    /// Extended protocol Parse: asks the backend to describe the statement.
+    pub(crate) async fn prepare(&self, sql: &str) -> Result<PreparedStatement, RsError> {
+        let mut state = self.state.lock().await;
+        let session = state.session_mut()?;
+        let described = self.backend.describe(session, sql).await?;
+        Ok(PreparedStatement {
+            sql: sql.to_owned(),
+            described,
+        })
+    }
+
+    /// Extended protocol Execute of a bound portal.
+    pub(crate) async fn execute_portal(
+        &self,
+        portal: &Portal<PreparedStatement>,
+    ) -> Result<Response, RsError> {
+        let statement = &portal.statement;
+        let types = parameter_types(statement);
+        let parameters = decode_parameters(&portal.parameters, &portal.parameter_format, &types)?;
+        let mut state = self.state.lock().await;
+        let session = state.session_mut()?;
+        let result = self
+            .backend
+            .execute_with_params(session, &statement.statement.sql, &parameters)
+            .await?;
+        match result {
+            StatementResult::CopyIn(target) => Ok(state.start_copy(target)),
+            result => statement_response(result, &portal.result_column_format),
+        }
+    }
+
+    /// Buffers one CopyData message.
+    pub(crate) async fn append_copy_data(&self, chunk: &[u8]) -> Result<(), RsError> {
+        let mut state = self.state.lock().await;
+        let copy = state
+            .copy
+            .as_mut()
+            .ok_or_else(|| RsError::internal("CopyData outside COPY FROM STDIN"))?;
+        let appended = copy.append(chunk, COPY_BUFFER_BYTES_MAX);
+        if appended.is_err() {
+            state.copy = None;
+        }
+        appended
+    }
+
+    /// CopyDone: parses the buffered data and loads it; returns rows loaded.
+    pub(crate) async fn finish_copy(&self) -> Result<u64, RsError> {
+        let mut state = self.state.lock().await;
+        let PendingCopy { target, data } = state
+            .copy
+            .take()
+            .ok_or_else(|| RsError::internal("CopyDone outside COPY FROM STDIN"))?;
+        let rows = parse_copy_data(&data, &target)?;
+        drop(data);
+        let session = state.session_mut()?;
+        self.backend.copy_in(session, &target, rows).await
+    }
+
+    /// CopyFail (or an error elsewhere): forgets the buffered data.
+    pub(crate) async fn abandon_copy(&self) {
+        self.state.lock().await.copy = None;
+    }
+}
+
+/// The type of each parameter: the client's (from Parse) where it gave
+/// one, else the backend's.
+pub(crate) fn parameter_types(statement: &StoredStatement<PreparedStatement>) -> Vec<Type> {
+    let described = &statement.statement.described.parameter_types;
+    let count = statement.parameter_types.len().max(described.len());
+    (0..count)
+        .map(|index| {
+            statement
+                .parameter_types
+                .get(index)
+                .cloned()
+                .flatten()
+                .or_else(|| described.get(index).map(pg_type))
+                .unwrap_or(Type::UNKNOWN)
+        })
+        .collect()
+}
+
+/// A non-COPY result as a `pgwire` response, rows in the requested formats.
+fn statement_response(result: StatementResult, format: &Format) -> Result<Response, RsError> {
+    match result {
+        StatementResult::Query { schema, batches } => query_response(&schema, &batches, format),
+        StatementResult::Command { tag } => Ok(command_response(tag)),
+        StatementResult::CopyIn(_) => Err(RsError::internal("COPY result reached the row encoder")),
+    }
+}
+
+fn query_response(
+    schema: &SchemaRef,
+    batches: &[RecordBatch],
+    format: &Format,
+) -> Result<Response, RsError> {
+    let width = schema.fields().len();
+    if let Some(batch) = batches.iter().find(|batch| batch.num_columns() != width) {
+        return Err(RsError::internal(format!(
+            "a result batch has {} columns but its schema has {width}",
+            batch.num_columns()
+        )));
+    }
+    let fields = Arc::new(field_infos(schema, format));
+    let formats: Vec<FieldFormat> = fields.iter().map(FieldInfo::format).collect();
+    let rows = encode_batches(batches, &formats)?;
+    let rows = stream::iter(rows.into_iter().map(Ok));
+    Ok(Response::Query(QueryResponse::new(fields, rows)))
+}
+
+/// A command tag; transaction control tags also move the transaction status
+/// reported in ReadyForQuery.
+fn command_response(tag: String) -> Response {
+    let tag_value = Tag::new(&tag);
+    match tag.as_str() {
+        "BEGIN" | "START TRANSACTION" => Response::TransactionStart(tag_value),
+        "COMMIT" | "ROLLBACK" => Response::TransactionEnd(tag_value),
+        _ => Response::Execution(tag_value),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    //! Goal: results become the responses PostgreSQL sends, and the parameter
+    //! types prefer what the client declared.
+    use super::*;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+
+    #[test]
+    fn transaction_tags_move_transaction_status() {
+        assert!(matches!(
+            command_response("BEGIN".into()),
+            Response::TransactionStart(_)
+        ));
+        assert!(matches!(
+            command_response("COMMIT".into()),
+            Response::TransactionEnd(_)
+        ));
+        assert!(matches!(
+            command_response("ROLLBACK".into()),
+            Response::TransactionEnd(_)
+        ));
+        assert!(matches!(
+            command_response("INSERT 0 3".into()),
+            Response::Execution(_)
+        ));
+    }
+
+    #[test]
+    fn zero_batches_still_describe_rows() {
+        let schema = Arc::new(Schema::new(vec![Field::new("a", DataType::Int32, true)]));
+        let response = query_response(&schema, &[], &Format::UnifiedBinary).unwrap();
+        let Response::Query(query) = response else {
+            panic!("expected a query response");
+        };
+        assert_eq!(query.row_schema().len(), 1);
+        assert_eq!(query.row_schema()[0].format(), FieldFormat::Binary);
+    }
+
+    #[test]
+    fn batch_schema_mismatch_is_internal_error() {
+        let schema = Arc::new(Schema::new(vec![Field::new("a", DataType::Int32, true)]));
+        let batch = RecordBatch::new_empty(Arc::new(Schema::empty()));
+        let error = query_response(&schema, &[batch], &Format::UnifiedText).unwrap_err();
+        assert_eq!(error.code.number, codes::INTERNAL.number);
+    }
+
+    #[test]
+    fn copy_buffer_refuses_to_grow_past_its_limit() {
+        let mut copy = PendingCopy {
+            target: CopyTarget::text("t", vec![]),
+            data: Vec::new(),
+        };
+        copy.append(b"12345", 8).unwrap();
+        let error = copy.append(b"6789", 8).unwrap_err();
+        assert_eq!(error.code.sqlstate, "54000");
+        assert!(error.message.contains("8-byte limit"));
+        assert_eq!(copy.data, b"12345");
+        copy.append(b"678", 8).unwrap();
+    }
+
+    #[test]
+    fn client_declared_parameter_types_win() {
+        let statement = StoredStatement::new(
+            "s".to_owned(),
+            PreparedStatement {
+                sql: "SELECT $1, $2".to_owned(),
+                described: Described {
+                    parameter_types: vec![DataType::Int64, DataType::Utf8],
+                    columns: None,
+                },
+            },
+            vec![Some(Type::INT4), None],
+        );
+        assert_eq!(parameter_types(&statement), vec![Type::INT4, Type::TEXT]);
+    }
+}

@@ -1,0 +1,302 @@
+//! The `pgwire` handler traits, implemented for one connection.
+//!
+//! `pgwire` drives the protocol state machine (message framing, portal and
+//! statement storage, Sync handling, copy-in mode, ErrorResponse then
+//! ReadyForQuery); these impls only forward to [`ConnectionCore`]:
+//! - startup: any user is accepted; `Backend::connect` decides on the
+//!   database and its error is sent as FATAL;
+//! - simple query: one response per statement (see `ConnectionCore`);
+//! - extended query: Parse describes through the backend (the core is the
+//!   `QueryParser`), Describe answers from that description (NoData for
+//!   commands), Execute binds and runs;
+//! - copy: CopyData is buffered, CopyDone parses and loads, CopyFail aborts.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::SchemaRef;
+use futures::{Sink, SinkExt};
+use pgwire::api::auth::{
+    finish_authentication, protocol_negotiation, save_startup_parameters_to_metadata,
+    DefaultServerParameterProvider, StartupHandler,
+};
+use pgwire::api::copy::CopyHandler;
+use pgwire::api::portal::{Format, Portal};
+use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
+use pgwire::api::results::{FieldInfo, Response, Tag};
+use pgwire::api::stmt::QueryParser;
+use pgwire::api::store::{Entry, PortalStore};
+use pgwire::api::{
+    ClientInfo, ClientPortalStore, PidSecretKeyGenerator, RandomPidSecretKeyGenerator, Type,
+    DEFAULT_NAME, METADATA_DATABASE, METADATA_USER,
+};
+use pgwire::error::{PgWireError, PgWireResult};
+use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
+use pgwire::messages::data::{NoData, ParameterDescription, RowDescription};
+use pgwire::messages::extendedquery::{
+    Describe, TARGET_TYPE_BYTE_PORTAL, TARGET_TYPE_BYTE_STATEMENT,
+};
+use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
+use rockstream_types::{codes, RsError};
+
+use crate::connection::{parameter_types, ConnectionCore, PreparedStatement};
+use crate::types::{field_infos, pg_type};
+use crate::wire_error::{fatal_error, user_error};
+use crate::Backend;
+
+/// Every handler of one connection.
+pub(crate) struct Connection<B: Backend> {
+    core: Arc<ConnectionCore<B>>,
+    pid_generator: Arc<RandomPidSecretKeyGenerator>,
+}
+
+impl<B: Backend> Connection<B> {
+    pub(crate) fn new(
+        core: Arc<ConnectionCore<B>>,
+        pid_generator: Arc<RandomPidSecretKeyGenerator>,
+    ) -> Self {
+        Connection {
+            core,
+            pid_generator,
+        }
+    }
+}
+
+/// Startup message user and database (PostgreSQL defaults the database to
+/// the user name).
+fn login<C: ClientInfo>(client: &C) -> (String, String) {
+    let user = client
+        .metadata()
+        .get(METADATA_USER)
+        .cloned()
+        .unwrap_or_default();
+    let database = client
+        .metadata()
+        .get(METADATA_DATABASE)
+        .cloned()
+        .unwrap_or_else(|| user.clone());
+    (user, database)
+}
+
+#[async_trait]
+impl<B: Backend> StartupHandler for Connection<B> {
+    async fn on_startup<C>(
+        &self,
+        client: &mut C,
+        message: PgWireFrontendMessage,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let PgWireFrontendMessage::Startup(startup) = message else {
+            return Ok(());
+        };
+        protocol_negotiation(client, &startup).await?;
+        save_startup_parameters_to_metadata(client, &startup);
+        let (user, database) = login(client);
+        self.core
+            .connect(&user, &database)
+            .await
+            .map_err(fatal_error)?;
+        let (pid, secret_key) = self.pid_generator.generate(client);
+        client.set_pid_and_secret_key(pid, secret_key);
+        finish_authentication(client, &DefaultServerParameterProvider::default()).await
+    }
+}
+
+#[async_trait]
+impl<B: Backend> SimpleQueryHandler for Connection<B> {
+    async fn do_query<C>(&self, _client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        Ok(self.core.execute_simple(query).await)
+    }
+}
+
+#[async_trait]
+impl<B: Backend> QueryParser for ConnectionCore<B> {
+    type Statement = PreparedStatement;
+
+    async fn parse_sql<C>(
+        &self,
+        _client: &C,
+        sql: &str,
+        _types: &[Option<Type>],
+    ) -> PgWireResult<Option<PreparedStatement>>
+    where
+        C: ClientInfo + Unpin + Send + Sync,
+    {
+        self.prepare(sql).await.map(Some).map_err(user_error)
+    }
+
+    fn get_parameter_types(&self, statement: &PreparedStatement) -> PgWireResult<Vec<Type>> {
+        Ok(statement
+            .described
+            .parameter_types
+            .iter()
+            .map(pg_type)
+            .collect())
+    }
+
+    fn get_result_schema(
+        &self,
+        statement: &PreparedStatement,
+        column_format: Option<&Format>,
+    ) -> PgWireResult<Vec<FieldInfo>> {
+        let format = column_format.unwrap_or(&Format::UnifiedText);
+        Ok(statement
+            .described
+            .columns
+            .as_ref()
+            .map(|schema| field_infos(schema, format))
+            .unwrap_or_default())
+    }
+}
+
+/// What a Describe answers: parameter types (statements only) and columns.
+struct Description {
+    parameters: Option<Vec<Type>>,
+    columns: Option<SchemaRef>,
+    format: Format,
+}
+
+fn describe_target<S>(store: &S, message: &Describe) -> Option<Description>
+where
+    S: PortalStore<Statement = PreparedStatement>,
+{
+    let name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
+    match message.target_type {
+        TARGET_TYPE_BYTE_STATEMENT => match store.get_statement(name)? {
+            Entry::Value(statement) => Some(Description {
+                parameters: Some(parameter_types(&statement)),
+                columns: statement.statement.described.columns.clone(),
+                format: Format::UnifiedText,
+            }),
+            Entry::Empty => None,
+        },
+        TARGET_TYPE_BYTE_PORTAL => match store.get_portal(name)? {
+            Entry::Value(portal) => Some(Description {
+                parameters: None,
+                columns: portal.statement.statement.described.columns.clone(),
+                format: portal.result_column_format.clone(),
+            }),
+            Entry::Empty => None,
+        },
+        _ => None,
+    }
+}
+
+async fn send_description<C>(client: &mut C, description: Description) -> PgWireResult<()>
+where
+    C: Sink<PgWireBackendMessage> + Unpin + Send,
+    C::Error: Debug,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    if let Some(parameters) = description.parameters {
+        let oids = parameters.iter().map(Type::oid).collect();
+        client
+            .feed(PgWireBackendMessage::ParameterDescription(
+                ParameterDescription::new(oids),
+            ))
+            .await?;
+    }
+    let message = match description.columns {
+        None => PgWireBackendMessage::NoData(NoData::new()),
+        Some(schema) => {
+            let fields = field_infos(&schema, &description.format);
+            let fields = fields.iter().map(Into::into).collect();
+            PgWireBackendMessage::RowDescription(RowDescription::new(fields))
+        }
+    };
+    client.send(message).await?;
+    Ok(())
+}
+
+#[async_trait]
+impl<B: Backend> ExtendedQueryHandler for Connection<B> {
+    type Statement = PreparedStatement;
+    type QueryParser = ConnectionCore<B>;
+
+    fn query_parser(&self) -> Arc<ConnectionCore<B>> {
+        self.core.clone()
+    }
+
+    /// Unlike `pgwire`'s default, a command with parameters answers NoData
+    /// (not an empty RowDescription), as PostgreSQL does.
+    async fn on_describe<C>(&self, client: &mut C, message: Describe) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        match describe_target(client.portal_store(), &message) {
+            Some(description) => send_description(client, description).await,
+            None => self._on_describe(client, message).await,
+        }
+    }
+
+    async fn do_query<C>(
+        &self,
+        _client: &mut C,
+        portal: &Portal<PreparedStatement>,
+        _max_rows: usize,
+    ) -> PgWireResult<Response>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        self.core.execute_portal(portal).await.map_err(user_error)
+    }
+}
+
+#[async_trait]
+impl<B: Backend> CopyHandler for Connection<B> {
+    async fn on_copy_data<C>(&self, _client: &mut C, copy_data: CopyData) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        self.core
+            .append_copy_data(&copy_data.data)
+            .await
+            .map_err(user_error)
+    }
+
+    async fn on_copy_done<C>(&self, client: &mut C, _done: CopyDone) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let rows = self.core.finish_copy().await.map_err(user_error)?;
+        let tag = Tag::new(&format!("COPY {rows}"));
+        client
+            .send(PgWireBackendMessage::CommandComplete(tag.into()))
+            .await?;
+        Ok(())
+    }
+
+    async fn on_copy_fail<C>(&self, _client: &mut C, fail: CopyFail) -> PgWireError
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        self.core.abandon_copy().await;
+        user_error(RsError::new(
+            &codes::COPY_MALFORMED,
+            format!("COPY from stdin failed: {}", fail.message),
+        ))
+    }
+}

@@ -1,0 +1,169 @@
+//! RockStream's PostgreSQL wire front end.
+//!
+//! [`serve`] accepts TCP connections and speaks the PostgreSQL v3 protocol
+//! (through the `pgwire` crate) on each of them: startup without
+//! authentication, the simple query protocol, the extended protocol
+//! (Parse/Bind/Describe/Execute/Sync) and `COPY ... FROM STDIN` in text and
+//! CSV format. Everything that knows SQL lives behind the [`Backend`] trait;
+//! this crate only translates between wire messages and that trait.
+//!
+//! Layout:
+//! - `server`: the accept loop and one task per connection;
+//! - `connection`: one connection's backend session and COPY buffer;
+//! - `handlers`: the `pgwire` handler traits, forwarding to `connection`;
+//! - `types`: Arrow type → PostgreSQL type OID;
+//! - `text`: PostgreSQL's exact text output for floats, numerics, dates,
+//!   timestamps and intervals;
+//! - `encode`: Arrow record batches → `DataRow`s in text or binary format;
+//! - `params`: Bind parameters (text or binary) → text;
+//! - `copy`: the COPY text/CSV data parser;
+//! - `wire_error`: [`RsError`] → PostgreSQL `ErrorResponse`.
+//!
+//! Invariants kept:
+//! - every error the client sees carries an `RS-XXXX` code, its SQLSTATE and
+//!   its `next_steps` as the hint;
+//! - after an error the rest of a simple-query string is not processed, and
+//!   the extended protocol discards messages until Sync (PostgreSQL rules);
+//! - a connection owns exactly one backend session, created at startup and
+//!   handed back to [`Backend::disconnect`] however the connection ends, even
+//!   if its task panics;
+//! - buffered COPY data never exceeds [`COPY_BUFFER_BYTES_MAX`].
+
+mod connection;
+mod copy;
+mod encode;
+mod handlers;
+mod params;
+mod server;
+mod text;
+mod types;
+mod wire_error;
+
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::arrow::record_batch::RecordBatch;
+use rockstream_types::RsError;
+
+pub use copy::{parse_copy_data, COPY_BUFFER_BYTES_MAX};
+pub use server::serve;
+pub use types::pg_type;
+
+/// What one executed statement produced.
+#[derive(Debug, Clone)]
+pub enum StatementResult {
+    /// Rows: the schema gives column names and Arrow types (mapped to PG type OIDs).
+    Query {
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+    },
+    /// A command tag such as "INSERT 0 3", "CREATE TABLE", "BEGIN", "SET".
+    Command { tag: String },
+    /// COPY ... FROM STDIN: the front end switches to copy-in mode, collects
+    /// and parses the data, then calls [`Backend::copy_in`].
+    CopyIn(CopyTarget),
+}
+
+/// The data format of a `COPY ... FROM STDIN`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CopyFormat {
+    /// PostgreSQL's text format: tab-separated, `\N` for NULL, backslash escapes.
+    Text,
+    /// CSV: quoted fields, an empty unquoted field for NULL.
+    Csv,
+}
+
+/// Where and how COPY data is loaded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopyTarget {
+    pub table: String,
+    /// Target column names, in the order the data lists them.
+    pub columns: Vec<String>,
+    pub format: CopyFormat,
+    pub delimiter: u8,
+    /// The raw field text that means NULL (`\N` for text, empty for CSV).
+    pub null_string: String,
+    /// Skip the first line (column names).
+    pub header: bool,
+    /// CSV only.
+    pub quote: u8,
+    /// CSV only.
+    pub escape: u8,
+}
+
+impl CopyTarget {
+    /// PostgreSQL's defaults for `FORMAT text`.
+    pub fn text(table: impl Into<String>, columns: Vec<String>) -> Self {
+        CopyTarget {
+            table: table.into(),
+            columns,
+            format: CopyFormat::Text,
+            delimiter: b'\t',
+            null_string: "\\N".to_owned(),
+            header: false,
+            quote: b'"',
+            escape: b'"',
+        }
+    }
+
+    /// PostgreSQL's defaults for `FORMAT csv`.
+    pub fn csv(table: impl Into<String>, columns: Vec<String>) -> Self {
+        CopyTarget {
+            format: CopyFormat::Csv,
+            delimiter: b',',
+            null_string: String::new(),
+            ..CopyTarget::text(table, columns)
+        }
+    }
+}
+
+/// A statement's parameter and result types, for the extended protocol.
+#[derive(Debug, Clone)]
+pub struct Described {
+    /// The Arrow type of each `$n` placeholder, in order.
+    pub parameter_types: Vec<DataType>,
+    /// The result columns; `None` for commands.
+    pub columns: Option<SchemaRef>,
+}
+
+/// The SQL engine behind the wire. One `Session` per connection.
+#[async_trait]
+pub trait Backend: Send + Sync + 'static {
+    type Session: Send + 'static;
+
+    /// Startup: user and database from the startup message. Unknown database
+    /// -> Err (sent as FATAL error).
+    async fn connect(&self, user: &str, database: &str) -> Result<Self::Session, RsError>;
+
+    /// Simple protocol: a query string that may hold several statements
+    /// separated by ';'. Returns one result per statement executed; stops at
+    /// (and includes) the first error.
+    async fn execute(
+        &self,
+        session: &mut Self::Session,
+        sql: &str,
+    ) -> Vec<Result<StatementResult, RsError>>;
+
+    /// Extended protocol: one statement with $1..$n placeholders.
+    async fn describe(&self, session: &mut Self::Session, sql: &str) -> Result<Described, RsError>;
+
+    /// Extended protocol execute; params are the text form of each parameter
+    /// (None = NULL), already decoded from binary if the client sent binary.
+    async fn execute_with_params(
+        &self,
+        session: &mut Self::Session,
+        sql: &str,
+        params: &[Option<String>],
+    ) -> Result<StatementResult, RsError>;
+
+    /// Rows parsed from COPY data, each field None (NULL) or its text.
+    /// Returns rows loaded. All-or-nothing.
+    async fn copy_in(
+        &self,
+        session: &mut Self::Session,
+        target: &CopyTarget,
+        rows: Vec<Vec<Option<String>>>,
+    ) -> Result<u64, RsError>;
+
+    /// Called when the connection ends (to drop any open transaction).
+    async fn disconnect(&self, session: Self::Session);
+}

@@ -1,0 +1,228 @@
+//! PlanIR: the incremental plan of a materialized view, the only contract
+//! between the planner and the runtime.
+//!
+//! A plan is a tree of [`PlanNode`]s, one variant per incremental operator.
+//! Every node knows its output [`Schema`] (canonical SQL types, see
+//! `rockstream_types::SqlType`). Scalar expressions are DataFusion `Expr`s
+//! bound to the DataFusion schema of the node's input (`input_schema`), so the
+//! operator can build a physical expression once at install time.
+//!
+//! Stateful nodes carry an `op_id` that is stable across restarts: the planner
+//! derives it from the view id and the node's position in the tree, so the
+//! re-planned view finds its state again.
+
+pub mod arrow_types;
+
+use std::fmt::Write;
+
+use datafusion::common::DFSchemaRef;
+use datafusion::logical_expr::Expr;
+use rockstream_types::{ObjectId, SqlType};
+
+/// One output column.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Column {
+    pub name: String,
+    pub sql_type: SqlType,
+}
+
+/// The columns of a collection, in order.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Schema {
+    pub columns: Vec<Column>,
+}
+
+impl Schema {
+    pub fn types(&self) -> Vec<SqlType> {
+        self.columns.iter().map(|column| column.sql_type).collect()
+    }
+
+    pub fn len(&self) -> usize {
+        self.columns.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.columns.is_empty()
+    }
+}
+
+/// Join flavours, as PostgreSQL defines them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JoinKind {
+    Inner,
+    Left,
+    Right,
+    Full,
+    /// Left rows with at least one match (EXISTS / IN).
+    LeftSemi,
+    /// Left rows with no match (NOT EXISTS).
+    LeftAnti,
+}
+
+/// `EXCEPT` / `INTERSECT`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SetOperator {
+    Except,
+    Intersect,
+}
+
+/// Aggregate functions maintained incrementally.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AggregateFunction {
+    CountStar,
+    Count,
+    Sum,
+    Avg,
+    Min,
+    Max,
+}
+
+/// One aggregate of an [`PlanNode::Aggregate`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct AggregateCall {
+    pub function: AggregateFunction,
+    /// Input column holding the argument (`None` for `COUNT(*)`).
+    pub argument: Option<usize>,
+    pub distinct: bool,
+    pub input_type: Option<SqlType>,
+    pub output_type: SqlType,
+}
+
+/// A node of the incremental plan.
+#[derive(Debug, Clone)]
+pub enum PlanNode {
+    /// Changes of a table or of another materialized view.
+    Source { object_id: ObjectId, name: String, schema: Schema },
+    /// Projection: one expression per output column.
+    Map { input: Box<PlanNode>, exprs: Vec<Expr>, input_schema: DFSchemaRef, schema: Schema },
+    /// Keeps rows where the predicate is true.
+    Filter { input: Box<PlanNode>, predicate: Expr, input_schema: DFSchemaRef },
+    /// Equi-join with an optional residual predicate over the joined row.
+    /// Output: left columns then right columns (only left for semi/anti).
+    Join {
+        op_id: ObjectId,
+        left: Box<PlanNode>,
+        right: Box<PlanNode>,
+        kind: JoinKind,
+        left_keys: Vec<usize>,
+        right_keys: Vec<usize>,
+        /// `IS NOT DISTINCT FROM` keys (set operations): NULL matches NULL.
+        nulls_equal: bool,
+        residual: Option<Expr>,
+        /// DataFusion schema of `left ++ right`, for the residual predicate.
+        joined_schema: DFSchemaRef,
+        /// NOT IN semantics: a NULL key on the right side empties the result
+        /// and left rows with NULL keys never qualify.
+        null_aware: bool,
+        /// Output columns taken from each side: the leading columns of its
+        /// rows (trailing ones are computed join keys).
+        left_width: usize,
+        right_width: usize,
+        schema: Schema,
+    },
+    /// Grouped aggregation: input columns `0..group_count` are the group key.
+    Aggregate { op_id: ObjectId, input: Box<PlanNode>, group_count: usize, aggregates: Vec<AggregateCall>, schema: Schema },
+    /// Set semantics: every row with positive multiplicity once.
+    Distinct { op_id: ObjectId, input: Box<PlanNode> },
+    /// Bag union.
+    UnionAll { inputs: Vec<PlanNode>, schema: Schema },
+    /// `EXCEPT [ALL]` / `INTERSECT [ALL]` over rows compared with NULL = NULL.
+    SetOperation { op_id: ObjectId, left: Box<PlanNode>, right: Box<PlanNode>, operator: SetOperator, all: bool },
+}
+
+impl PlanNode {
+    /// The output columns of this node.
+    pub fn schema(&self) -> &Schema {
+        match self {
+            PlanNode::Source { schema, .. }
+            | PlanNode::Map { schema, .. }
+            | PlanNode::Join { schema, .. }
+            | PlanNode::Aggregate { schema, .. }
+            | PlanNode::UnionAll { schema, .. } => schema,
+            PlanNode::Filter { input, .. } | PlanNode::Distinct { input, .. } => input.schema(),
+            PlanNode::SetOperation { left, .. } => left.schema(),
+        }
+    }
+
+    /// The children, left to right.
+    pub fn inputs(&self) -> Vec<&PlanNode> {
+        match self {
+            PlanNode::Source { .. } => vec![],
+            PlanNode::Map { input, .. }
+            | PlanNode::Filter { input, .. }
+            | PlanNode::Aggregate { input, .. }
+            | PlanNode::Distinct { input, .. } => vec![input],
+            PlanNode::Join { left, right, .. } | PlanNode::SetOperation { left, right, .. } => vec![left, right],
+            PlanNode::UnionAll { inputs, .. } => inputs.iter().collect(),
+        }
+    }
+
+    /// Every object (table or view) this plan reads.
+    pub fn sources(&self) -> Vec<ObjectId> {
+        let mut found = Vec::new();
+        self.visit(&mut |node| {
+            if let PlanNode::Source { object_id, .. } = node {
+                if !found.contains(object_id) {
+                    found.push(*object_id);
+                }
+            }
+        });
+        found
+    }
+
+    /// Every stateful operator's id.
+    pub fn op_ids(&self) -> Vec<ObjectId> {
+        let mut found = Vec::new();
+        self.visit(&mut |node| match node {
+            PlanNode::Join { op_id, .. }
+            | PlanNode::Aggregate { op_id, .. }
+            | PlanNode::Distinct { op_id, .. }
+            | PlanNode::SetOperation { op_id, .. } => found.push(*op_id),
+            _ => {}
+        });
+        found
+    }
+
+    /// Pre-order traversal.
+    pub fn visit(&self, visitor: &mut impl FnMut(&PlanNode)) {
+        visitor(self);
+        for input in self.inputs() {
+            input.visit(visitor);
+        }
+    }
+
+    /// `EXPLAIN`-style rendering, one operator per line.
+    pub fn explain(&self) -> String {
+        let mut out = String::new();
+        self.explain_into(0, &mut out);
+        out
+    }
+
+    fn explain_into(&self, depth: usize, out: &mut String) {
+        let indent = "  ".repeat(depth);
+        let line = match self {
+            PlanNode::Source { name, .. } => format!("Source {name}"),
+            PlanNode::Map { exprs, .. } => {
+                format!("Map [{}]", exprs.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(", "))
+            }
+            PlanNode::Filter { predicate, .. } => format!("Filter {predicate}"),
+            PlanNode::Join { kind, left_keys, right_keys, residual, .. } => format!(
+                "Join {kind:?} on left{left_keys:?} = right{right_keys:?}{}",
+                residual.as_ref().map(|r| format!(" residual {r}")).unwrap_or_default()
+            ),
+            PlanNode::Aggregate { group_count, aggregates, .. } => format!(
+                "Aggregate group by {group_count} column(s): {}",
+                aggregates.iter().map(|a| format!("{:?}", a.function)).collect::<Vec<_>>().join(", ")
+            ),
+            PlanNode::Distinct { .. } => "Distinct".to_string(),
+            PlanNode::UnionAll { .. } => "UnionAll".to_string(),
+            PlanNode::SetOperation { operator, all, .. } => {
+                format!("{operator:?}{}", if *all { " ALL" } else { "" })
+            }
+        };
+        let _ = writeln!(out, "{indent}{line}");
+        for input in self.inputs() {
+            input.explain_into(depth + 1, out);
+        }
+    }
+}

@@ -1,0 +1,15 @@
+//! SQL → DataFusion `LogicalPlan` → PlanIR.
+//!
+//! Names resolve through a [`TableResolver`] supplied by the caller (the
+//! catalog), so this crate never touches storage. [`new_context`] builds a
+//! DataFusion session configured for PostgreSQL-like behaviour (decimal
+//! literals, lower-cased identifiers, plain `Utf8` strings). [`plan_view`]
+//! plans a materialized view's query and translates the optimized logical
+//! plan into a [`PlanNode`] tree, rejecting anything without an incremental
+//! form with `RS-2001`.
+
+mod resolver;
+mod translate;
+
+pub use resolver::{new_context, SchemaOnlyTable, TableResolver};
+pub use translate::{plan_view, schema_of};

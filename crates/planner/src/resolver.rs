@@ -1,0 +1,92 @@
+//! Name resolution: DataFusion asks our catalog for tables by name.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::catalog::{MemoryCatalogProvider, SchemaProvider, Session, TableProvider};
+use datafusion::datasource::TableType;
+use datafusion::error::{DataFusionError, Result as DataFusionResult};
+use datafusion::execution::context::{SessionConfig, SessionContext};
+use datafusion::logical_expr::Expr;
+use datafusion::physical_plan::ExecutionPlan;
+use rockstream_types::{ObjectId, RsError};
+
+/// Resolves a (lower-cased) relation name to a table provider.
+#[async_trait]
+pub trait TableResolver: Send + Sync + std::fmt::Debug {
+    async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>, RsError>;
+    fn table_names(&self) -> Vec<String>;
+}
+
+/// A DataFusion session whose `public` schema is the given resolver.
+pub fn new_context(resolver: Arc<dyn TableResolver>) -> SessionContext {
+    let mut config = SessionConfig::new()
+        .with_information_schema(false)
+        .with_default_catalog_and_schema("rockstream", "public")
+        .with_create_default_catalog_and_schema(false)
+        .with_target_partitions(1);
+    {
+        let options = config.options_mut();
+        options.sql_parser.parse_float_as_decimal = true;
+        options.sql_parser.map_string_types_to_utf8view = false;
+        options.sql_parser.enable_ident_normalization = true;
+        options.execution.time_zone = Some("+00:00".to_string());
+    }
+    let context = SessionContext::new_with_config(config);
+    let catalog = MemoryCatalogProvider::new();
+    let schema: Arc<dyn SchemaProvider> = Arc::new(ResolverSchema { resolver });
+    let _ = datafusion::catalog::CatalogProvider::register_schema(&catalog, "public", schema);
+    context.register_catalog("rockstream", Arc::new(catalog));
+    context
+}
+
+#[derive(Debug)]
+struct ResolverSchema {
+    resolver: Arc<dyn TableResolver>,
+}
+
+#[async_trait]
+impl SchemaProvider for ResolverSchema {
+    fn table_names(&self) -> Vec<String> {
+        self.resolver.table_names()
+    }
+
+    async fn table(&self, name: &str) -> DataFusionResult<Option<Arc<dyn TableProvider>>> {
+        self.resolver.table(name).await.map_err(|error| DataFusionError::External(Box::new(error)))
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        self.resolver.table_names().iter().any(|known| known == name)
+    }
+}
+
+/// A relation known only by its schema: what a materialized view's plan
+/// reads as a stream of changes.
+#[derive(Debug)]
+pub struct SchemaOnlyTable {
+    pub object_id: ObjectId,
+    pub name: String,
+    pub schema: SchemaRef,
+}
+
+#[async_trait]
+impl TableProvider for SchemaOnlyTable {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        _projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> DataFusionResult<Arc<dyn ExecutionPlan>> {
+        Err(DataFusionError::Internal(format!("{} is planned as a change stream and is never scanned here", self.name)))
+    }
+}

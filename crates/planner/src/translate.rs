@@ -1,0 +1,289 @@
+//! DataFusion logical plan → PlanIR.
+//!
+//! The optimized logical plan is walked bottom-up; each relational operator
+//! maps onto its incremental counterpart. Aggregates get a `Map` below them
+//! computing the group keys and arguments, so the aggregate operator works on
+//! plain columns. Join keys that are expressions (e.g. casts) are appended to
+//! their side by a `Map` and the join trims them from its output.
+
+use std::sync::Arc;
+
+use datafusion::common::{DFSchema, DFSchemaRef, JoinType, NullEquality, ScalarValue};
+use datafusion::datasource::source_as_provider;
+use datafusion::execution::context::SessionContext;
+use datafusion::logical_expr::expr::AggregateFunction as DfAggregateFunction;
+use datafusion::logical_expr::{Distinct, Expr, ExprSchemable, LogicalPlan};
+use rockstream_plan::arrow_types::{datafusion_error, sql_type_of};
+use rockstream_plan::{AggregateCall, AggregateFunction, Column, JoinKind, PlanNode, Schema};
+use rockstream_types::{codes, ObjectId, RsError, RsResult};
+
+use crate::resolver::SchemaOnlyTable;
+
+/// Plans `query` (a SELECT) as the incremental plan of view `view_id`.
+pub async fn plan_view(context: &SessionContext, view_id: ObjectId, query: &str) -> RsResult<PlanNode> {
+    let state = context.state();
+    let logical = state.create_logical_plan(query).await.map_err(plan_error)?;
+    let optimized = state.optimize(&logical).map_err(plan_error)?;
+    let mut translator = Translator { view_id, next_op: 0 };
+    let node = translator.translate(&optimized)?;
+    let mut seen = std::collections::HashSet::new();
+    for column in &node.schema().columns {
+        if !seen.insert(column.name.clone()) {
+            return Err(RsError::new(
+                &codes::INVALID_TABLE_DEFINITION,
+                format!("column \"{}\" specified more than once in the view", column.name),
+            ));
+        }
+    }
+    Ok(node)
+}
+
+/// Our schema of a DataFusion schema (canonical SQL types).
+pub fn schema_of(schema: &DFSchema) -> RsResult<Schema> {
+    let columns = schema
+        .fields()
+        .iter()
+        .map(|field| Ok(Column { name: field.name().clone(), sql_type: sql_type_of(field.data_type())? }))
+        .collect::<RsResult<Vec<_>>>()?;
+    Ok(Schema { columns })
+}
+
+fn plan_error(error: datafusion::error::DataFusionError) -> RsError {
+    if let datafusion::error::DataFusionError::External(inner) = &error {
+        if let Some(ours) = inner.downcast_ref::<RsError>() {
+            return ours.clone();
+        }
+    }
+    let text = error.to_string();
+    if text.contains("table") && text.contains("not found") {
+        return RsError::new(&codes::UNDEFINED_OBJECT, text);
+    }
+    datafusion_error(error)
+}
+
+struct Translator {
+    view_id: ObjectId,
+    next_op: u32,
+}
+
+impl Translator {
+    /// Stable across restarts: the same SQL yields the same ids in the same order.
+    fn op_id(&mut self) -> ObjectId {
+        self.next_op += 1;
+        (self.view_id << 32) | self.next_op as u128
+    }
+
+    fn translate(&mut self, plan: &LogicalPlan) -> RsResult<PlanNode> {
+        match plan {
+            LogicalPlan::Projection(projection) => Ok(PlanNode::Map {
+                input: Box::new(self.translate(&projection.input)?),
+                exprs: projection.expr.clone(),
+                input_schema: projection.input.schema().clone(),
+                schema: schema_of(&projection.schema)?,
+            }),
+            LogicalPlan::Filter(filter) => Ok(PlanNode::Filter {
+                input: Box::new(self.translate(&filter.input)?),
+                predicate: filter.predicate.clone(),
+                input_schema: filter.input.schema().clone(),
+            }),
+            LogicalPlan::TableScan(scan) => self.table_scan(scan),
+            LogicalPlan::SubqueryAlias(alias) => self.translate(&alias.input),
+            LogicalPlan::Sort(sort) if sort.fetch.is_none() => self.translate(&sort.input),
+            LogicalPlan::Sort(_) | LogicalPlan::Limit(_) => Err(RsError::unsupported("ORDER BY ... LIMIT (top-N)")),
+            LogicalPlan::Join(join) => self.join(join),
+            LogicalPlan::Aggregate(aggregate) => self.aggregate(aggregate),
+            LogicalPlan::Distinct(Distinct::All(input)) => {
+                Ok(PlanNode::Distinct { op_id: self.op_id(), input: Box::new(self.translate(input)?) })
+            }
+            LogicalPlan::Distinct(Distinct::On(_)) => Err(RsError::unsupported("DISTINCT ON")),
+            LogicalPlan::Union(union) => Ok(PlanNode::UnionAll {
+                inputs: union.inputs.iter().map(|input| self.translate(input)).collect::<RsResult<_>>()?,
+                schema: schema_of(&union.schema)?,
+            }),
+            LogicalPlan::Window(_) => Err(RsError::unsupported("a window function")),
+            LogicalPlan::RecursiveQuery(_) => Err(RsError::unsupported("WITH RECURSIVE")),
+            LogicalPlan::Values(_) | LogicalPlan::EmptyRelation(_) => {
+                Err(RsError::unsupported("a query without a FROM table (VALUES or constant SELECT)"))
+            }
+            LogicalPlan::Unnest(_) => Err(RsError::unsupported("UNNEST")),
+            other => Err(RsError::unsupported(format!("the plan node {}", other.display()))),
+        }
+    }
+
+    fn table_scan(&mut self, scan: &datafusion::logical_expr::TableScan) -> RsResult<PlanNode> {
+        let provider = source_as_provider(&scan.source).map_err(datafusion_error)?;
+        let table = provider
+            .downcast_ref::<SchemaOnlyTable>()
+            .ok_or_else(|| RsError::unsupported(format!("reading {} in a materialized view", scan.table_name)))?;
+        if scan.fetch.is_some() {
+            return Err(RsError::unsupported("LIMIT"));
+        }
+        let full_schema = Arc::new(
+            DFSchema::try_from_qualified_schema(scan.table_name.clone(), &table.schema).map_err(datafusion_error)?,
+        );
+        let mut node = PlanNode::Source {
+            object_id: table.object_id,
+            name: table.name.clone(),
+            schema: schema_of(&full_schema)?,
+        };
+        if let Some(projection) = &scan.projection {
+            let exprs = projection
+                .iter()
+                .map(|index| Expr::Column(datafusion::common::Column::from(full_schema.qualified_field(*index))))
+                .collect();
+            let projected = Arc::new(
+                DFSchema::try_from_qualified_schema(
+                    scan.table_name.clone(),
+                    &Arc::new(table.schema.project(projection).map_err(|e| datafusion_error(e.into()))?),
+                )
+                .map_err(datafusion_error)?,
+            );
+            node = PlanNode::Map { input: Box::new(node), exprs, input_schema: full_schema.clone(), schema: schema_of(&projected)? };
+        }
+        if !scan.filters.is_empty() {
+            let predicate = scan
+                .filters
+                .iter()
+                .cloned()
+                .reduce(|a, b| a.and(b))
+                .expect("non-empty filters");
+            node = PlanNode::Filter { input: Box::new(node), predicate, input_schema: scan.projected_schema.clone() };
+        }
+        Ok(node)
+    }
+
+    fn join(&mut self, join: &datafusion::logical_expr::Join) -> RsResult<PlanNode> {
+        let kind = match join.join_type {
+            JoinType::Inner => JoinKind::Inner,
+            JoinType::Left => JoinKind::Left,
+            JoinType::Right => JoinKind::Right,
+            JoinType::Full => JoinKind::Full,
+            JoinType::LeftSemi => JoinKind::LeftSemi,
+            JoinType::LeftAnti => JoinKind::LeftAnti,
+            other => return Err(RsError::unsupported(format!("{other} join"))),
+        };
+        let op_id = self.op_id();
+        let left_exprs: Vec<Expr> = join.on.iter().map(|(left, _)| left.clone()).collect();
+        let right_exprs: Vec<Expr> = join.on.iter().map(|(_, right)| right.clone()).collect();
+        let (left, left_keys) = self.join_side(&join.left, &left_exprs)?;
+        let (right, right_keys) = self.join_side(&join.right, &right_exprs)?;
+        let joined_schema = Arc::new(join.left.schema().join(join.right.schema()).map_err(datafusion_error)?);
+        let schema = schema_of(&join.schema)?;
+        Ok(PlanNode::Join {
+            op_id,
+            left: Box::new(left),
+            right: Box::new(right),
+            kind,
+            left_keys,
+            right_keys,
+            nulls_equal: join.null_equality == NullEquality::NullEqualsNull,
+            residual: join.filter.clone(),
+            joined_schema,
+            null_aware: join.null_aware,
+            left_width: join.left.schema().fields().len(),
+            right_width: join.right.schema().fields().len(),
+            schema,
+        })
+    }
+
+    /// Translates one join input; key expressions that are not plain
+    /// columns are appended as extra columns by a `Map`.
+    fn join_side(&mut self, input: &Arc<LogicalPlan>, keys: &[Expr]) -> RsResult<(PlanNode, Vec<usize>)> {
+        let node = self.translate(input)?;
+        let schema = input.schema();
+        let mut indices = Vec::with_capacity(keys.len());
+        let mut extra: Vec<Expr> = Vec::new();
+        for key in keys {
+            match key {
+                Expr::Column(column) => {
+                    indices.push(schema.index_of_column(column).map_err(datafusion_error)?);
+                }
+                other => {
+                    indices.push(schema.fields().len() + extra.len());
+                    extra.push(other.clone());
+                }
+            }
+        }
+        if extra.is_empty() {
+            return Ok((node, indices));
+        }
+        let mut exprs: Vec<Expr> = schema.columns().into_iter().map(Expr::Column).collect();
+        let mut columns = node.schema().columns.clone();
+        for (index, expr) in extra.into_iter().enumerate() {
+            let data_type = expr.get_type(schema).map_err(datafusion_error)?;
+            columns.push(Column { name: format!("__join_key_{index}"), sql_type: sql_type_of(&data_type)? });
+            exprs.push(expr);
+        }
+        let mapped =
+            PlanNode::Map { input: Box::new(node), exprs, input_schema: schema.clone(), schema: Schema { columns } };
+        Ok((mapped, indices))
+    }
+
+    fn aggregate(&mut self, aggregate: &datafusion::logical_expr::Aggregate) -> RsResult<PlanNode> {
+        let op_id = self.op_id();
+        let input = self.translate(&aggregate.input)?;
+        let input_schema: DFSchemaRef = aggregate.input.schema().clone();
+        let mut exprs: Vec<Expr> = Vec::new();
+        let mut columns: Vec<Column> = Vec::new();
+        for (index, expr) in aggregate.group_expr.iter().enumerate() {
+            if matches!(expr, Expr::GroupingSet(_)) {
+                return Err(RsError::unsupported("GROUPING SETS / ROLLUP / CUBE"));
+            }
+            let data_type = expr.get_type(&input_schema).map_err(datafusion_error)?;
+            columns.push(Column { name: format!("__group_{index}"), sql_type: sql_type_of(&data_type)? });
+            exprs.push(expr.clone());
+        }
+        let group_count = exprs.len();
+        let output_schema = schema_of(&aggregate.schema)?;
+        let mut calls = Vec::new();
+        for (index, expr) in aggregate.aggr_expr.iter().enumerate() {
+            let function = unalias(expr);
+            let Expr::AggregateFunction(DfAggregateFunction { func, params }) = function else {
+                return Err(RsError::unsupported(format!("the aggregate expression {expr}")));
+            };
+            if params.filter.is_some() {
+                return Err(RsError::unsupported("aggregate FILTER (WHERE ...)"));
+            }
+            let name = func.name().to_lowercase();
+            let count_star = name == "count" && params.args.iter().all(|arg| matches!(arg, Expr::Literal(value, _) if !value.is_null()));
+            let function = match name.as_str() {
+                "count" if count_star && !params.distinct => AggregateFunction::CountStar,
+                "count" => AggregateFunction::Count,
+                "sum" => AggregateFunction::Sum,
+                "avg" | "mean" => AggregateFunction::Avg,
+                "min" => AggregateFunction::Min,
+                "max" => AggregateFunction::Max,
+                other => return Err(RsError::unsupported(format!("the aggregate function {other}"))),
+            };
+            let (argument, input_type) = if function == AggregateFunction::CountStar {
+                (None, None)
+            } else {
+                let [arg] = params.args.as_slice() else {
+                    return Err(RsError::unsupported(format!("{name} with {} arguments", params.args.len())));
+                };
+                let data_type = arg.get_type(&input_schema).map_err(datafusion_error)?;
+                let sql_type = sql_type_of(&data_type)?;
+                columns.push(Column { name: format!("__argument_{index}"), sql_type });
+                exprs.push(arg.clone());
+                (Some(columns.len() - 1), Some(sql_type))
+            };
+            calls.push(AggregateCall {
+                function,
+                argument,
+                distinct: params.distinct,
+                input_type,
+                output_type: output_schema.columns[group_count + index].sql_type,
+            });
+        }
+        let _ = ScalarValue::Null;
+        let mapped = PlanNode::Map { input: Box::new(input), exprs, input_schema, schema: Schema { columns } };
+        Ok(PlanNode::Aggregate { op_id, input: Box::new(mapped), group_count, aggregates: calls, schema: output_schema })
+    }
+}
+
+fn unalias(expr: &Expr) -> &Expr {
+    match expr {
+        Expr::Alias(alias) => unalias(&alias.expr),
+        other => other,
+    }
+}

@@ -1,0 +1,63 @@
+//! The `rockstream` binary.
+//!
+//! `rockstream start [--storage PATH_OR_URL] [--listen HOST:PORT]` runs every
+//! role in one process (the embedded profile): storage on the local disk,
+//! the catalog, the engine and the PostgreSQL-protocol gateway.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use rockstream_common::Runtime;
+use rockstream_control::Database;
+use rockstream_gateway::Gateway;
+
+#[derive(Parser)]
+#[command(name = "rockstream", version, about = "Incrementally maintained SQL views over SlateDB, served over the PostgreSQL protocol")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Runs the server (all roles in one process).
+    Start {
+        /// Where state lives: a directory path or a file:// URL.
+        #[arg(long, default_value = "./rockstream-data")]
+        storage: String,
+        /// Address the PostgreSQL-protocol listener binds.
+        #[arg(long, default_value = "127.0.0.1:5432")]
+        listen: String,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,slatedb=warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
+    match cli.command {
+        Command::Start { storage, listen } => runtime.block_on(start(storage, listen)),
+    }
+}
+
+async fn start(storage: String, listen: String) -> anyhow::Result<()> {
+    let runtime = Runtime::system();
+    let database = match Database::open(&storage, runtime.clone()).await {
+        Ok(database) => database,
+        Err(error) => {
+            eprintln!("error: {error}\nhint: {}", error.next_steps());
+            std::process::exit(1);
+        }
+    };
+    let listener = tokio::net::TcpListener::bind(&listen).await.with_context(|| format!("binding {listen}"))?;
+    tracing::info!(%storage, %listen, "RockStream is ready: psql \"host=HOST port=PORT user=rockstream dbname=default\"");
+    let gateway = Arc::new(Gateway::new(database, runtime));
+    rockstream_pgwire::serve(gateway, listener).await.context("serving connections")?;
+    Ok(())
+}

@@ -1,0 +1,293 @@
+//! A RockStream server as a child process, one per test.
+//!
+//! [`TestServer::start`] runs `rockstream start --storage <folder> --listen 127.0.0.1:<port>` on a
+//! free loopback port, sends its stdout and stderr to a log file, and returns once the server
+//! completes a pgwire handshake (bounded by [`STARTUP_TIMEOUT`]). The storage folder is a
+//! [`Storage`], shared by `Arc` so that it outlives one server: [`TestServer::kill9`] then
+//! [`TestServer::restart`] (or [`TestServer::start_on`] with the same storage) checks recovery.
+//!
+//! The child is killed when the handle is dropped; if the test is panicking at that point the
+//! tail of every server log of this handle is printed, since that is usually the explanation.
+//! `ROCKSTREAM_TEST_KEEP_STORAGE=1` keeps the folders (and prints where) for a post-mortem.
+
+use std::fs::File;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio_postgres::{Client, Config};
+
+use super::oracle::{connect, describe_error};
+
+/// How long a server may take from spawn to its first accepted pgwire connection.
+pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a server may take to exit after SIGTERM before it is killed.
+const GRACEFUL_STOP_TIMEOUT: Duration = Duration::from_secs(15);
+const PROBE_INTERVAL: Duration = Duration::from_millis(100);
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+const LOG_TAIL_LINES: usize = 80;
+/// Attempts at finding a port nobody takes between our probe and the server's bind.
+const PORT_ATTEMPTS_MAX: usize = 3;
+
+pub const DATABASE_NAME: &str = "default";
+pub const USER_NAME: &str = "rockstream_test";
+
+/// A temporary folder holding a server's storage (`storage/`) and its logs (`server-N.log`).
+pub struct Storage {
+    directory: Option<tempfile::TempDir>,
+}
+
+impl Storage {
+    pub fn new() -> Arc<Storage> {
+        let directory = tempfile::Builder::new()
+            .prefix("rockstream-test-")
+            .tempdir()
+            .expect("cannot create a temporary folder for the server");
+        std::fs::create_dir_all(directory.path().join("storage"))
+            .expect("cannot create the storage folder");
+        Arc::new(Storage {
+            directory: Some(directory),
+        })
+    }
+
+    fn root(&self) -> &Path {
+        self.directory
+            .as_ref()
+            .expect("the directory is present until drop")
+            .path()
+    }
+
+    /// The `--storage` argument given to the server.
+    pub fn storage_path(&self) -> PathBuf {
+        self.root().join("storage")
+    }
+
+    fn log_path(&self, generation: usize) -> PathBuf {
+        self.root().join(format!("server-{generation}.log"))
+    }
+}
+
+impl Drop for Storage {
+    fn drop(&mut self) {
+        if std::env::var_os("ROCKSTREAM_TEST_KEEP_STORAGE").is_some() {
+            if let Some(directory) = self.directory.take() {
+                eprintln!(
+                    "kept server storage and logs at {}",
+                    directory.keep().display()
+                );
+            }
+        }
+    }
+}
+
+/// A running (or killed, awaiting restart) RockStream server.
+pub struct TestServer {
+    storage: Arc<Storage>,
+    child: Option<Child>,
+    port: u16,
+    /// Counts the processes started over this handle; names the log files.
+    generation: usize,
+    /// Set when a failure message already carries the log, so Drop does not print it again.
+    log_reported: bool,
+}
+
+impl TestServer {
+    /// Starts a server over fresh, empty storage.
+    pub async fn start() -> TestServer {
+        TestServer::start_on(Storage::new()).await
+    }
+
+    /// Starts a server over `storage`, which may hold the data of a previous server.
+    pub async fn start_on(storage: Arc<Storage>) -> TestServer {
+        let mut server = TestServer {
+            storage,
+            child: None,
+            port: 0,
+            generation: 0,
+            log_reported: false,
+        };
+        server.spawn_until_ready().await;
+        server
+    }
+
+    pub fn storage(&self) -> Arc<Storage> {
+        Arc::clone(&self.storage)
+    }
+
+    /// Connection settings: any user is accepted, the database is `default`.
+    pub fn config(&self) -> Config {
+        let mut config = Config::new();
+        config
+            .host("127.0.0.1")
+            .port(self.port)
+            .user(USER_NAME)
+            .dbname(DATABASE_NAME)
+            .connect_timeout(PROBE_TIMEOUT);
+        config
+    }
+
+    pub async fn client(&self) -> Client {
+        match connect(&self.config()).await {
+            Ok(client) => client,
+            Err(error) => panic!(
+                "cannot connect to the RockStream server on port {}: {}\n{}",
+                self.port,
+                describe_error(&error),
+                self.log_tail()
+            ),
+        }
+    }
+
+    /// Kills the server with SIGKILL (no shutdown code runs) and reaps it. Idempotent.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // `Child::kill` is SIGKILL on Unix. It fails only if the child was already reaped.
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Stops the server gracefully (SIGTERM, then SIGKILL after a bound) if it runs, and starts a
+    /// new one over the same storage.
+    pub async fn restart(&mut self) {
+        self.stop();
+        self.spawn_until_ready().await;
+    }
+
+    /// SIGTERM, wait up to [`GRACEFUL_STOP_TIMEOUT`], then SIGKILL.
+    pub fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        // std offers only SIGKILL; `kill` (procps) sends SIGTERM without unsafe code.
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status();
+        let deadline = Instant::now() + GRACEFUL_STOP_TIMEOUT;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            std::thread::sleep(PROBE_INTERVAL);
+        }
+        eprintln!(
+            "rockstream did not exit within {GRACEFUL_STOP_TIMEOUT:?} of SIGTERM; killing it"
+        );
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    /// The last lines of the current server's log, for failure messages.
+    pub fn log_tail(&self) -> String {
+        log_tail(&self.storage.log_path(self.generation))
+    }
+
+    async fn spawn_until_ready(&mut self) {
+        for _ in 0..PORT_ATTEMPTS_MAX {
+            self.generation += 1;
+            self.port = free_port();
+            self.child = Some(self.spawn());
+            match self.wait_until_ready().await {
+                Ok(()) => return,
+                Err(reason) => {
+                    self.kill9();
+                    let tail = self.log_tail();
+                    if tail.contains("in use") {
+                        continue; // someone took the port between our probe and the bind
+                    }
+                    self.log_reported = true;
+                    panic!("RockStream server did not start: {reason}\n{tail}");
+                }
+            }
+        }
+        self.log_reported = true;
+        panic!(
+            "RockStream server found no free port in {PORT_ATTEMPTS_MAX} attempts\n{}",
+            self.log_tail()
+        );
+    }
+
+    fn spawn(&self) -> Child {
+        let log_path = self.storage.log_path(self.generation);
+        let log = File::create(&log_path)
+            .unwrap_or_else(|error| panic!("cannot create {}: {error}", log_path.display()));
+        let log_for_stderr = log
+            .try_clone()
+            .expect("cannot duplicate the log file handle");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_rockstream"));
+        command
+            .arg("start")
+            .arg("--storage")
+            .arg(self.storage.storage_path())
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{}", self.port))
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log_for_stderr);
+        if std::env::var_os("RUST_LOG").is_none() {
+            command.env("RUST_LOG", "info");
+        }
+        command
+            .spawn()
+            .unwrap_or_else(|error| panic!("cannot spawn the rockstream binary: {error}"))
+    }
+
+    async fn wait_until_ready(&mut self) -> Result<(), String> {
+        let deadline = Instant::now() + STARTUP_TIMEOUT;
+        let config = self.config();
+        let mut last_error = String::from("no attempt yet");
+        while Instant::now() < deadline {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    self.child = None;
+                    return Err(format!("the process exited during startup with {status}"));
+                }
+            }
+            match tokio::time::timeout(PROBE_TIMEOUT, connect(&config)).await {
+                Ok(Ok(_client)) => return Ok(()),
+                Ok(Err(error)) => last_error = describe_error(&error),
+                Err(_) => last_error = format!("handshake took over {PROBE_TIMEOUT:?}"),
+            }
+            tokio::time::sleep(PROBE_INTERVAL).await;
+        }
+        Err(format!(
+            "no pgwire connection within {STARTUP_TIMEOUT:?} on port {}; last error: {last_error}",
+            self.port
+        ))
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.kill9();
+        if std::thread::panicking() && !self.log_reported {
+            for generation in 1..=self.generation {
+                eprintln!("{}", log_tail(&self.storage.log_path(generation)));
+            }
+        }
+    }
+}
+
+/// A port that was free a moment ago (the OS picks it; we release it for the server to bind).
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("cannot bind a loopback port");
+    listener
+        .local_addr()
+        .expect("a bound listener has an address")
+        .port()
+}
+
+fn log_tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let start = lines.len().saturating_sub(LOG_TAIL_LINES);
+    format!(
+        "----- last {} lines of {} -----\n{}\n----- end of server log -----",
+        lines.len() - start,
+        path.display(),
+        lines[start..].join("\n")
+    )
+}

@@ -1,0 +1,288 @@
+//! sqllogictest over pgwire: an [`AsyncDB`] on tokio-postgres' simple query protocol, so values
+//! arrive as the server's own text (PostgreSQL's `t`/`f` booleans, its numeric and timestamp
+//! formats). Rendering for the runner: NULL → `NULL`, the empty string → `(empty)`, anything else
+//! verbatim. Column types are not visible over the simple protocol, so every column is reported
+//! as [`DefaultColumnType::Any`] and the runner's default (lenient) column validator is kept.
+//!
+//! [`Dialect::PostgresOracle`] runs a file written for RockStream on plain PostgreSQL: materialized
+//! views become plain views (which PostgreSQL keeps fresh, the semantics we promise for ours).
+//! Records guarded by `onlyif <label>` / `skipif <label>` see the labels `postgresql` plus
+//! `rockstream` or `postgres` by target.
+
+use std::path::Path;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqllogictest::{AsyncDB, DBOutput, DefaultColumnType, Runner};
+use tokio_postgres::{Client, Config, SimpleQueryMessage};
+
+use super::oracle::{connect, describe_error};
+
+/// Which server a file runs on, and so how its SQL is adapted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dialect {
+    /// RockStream: the SQL runs as written.
+    RockStream,
+    /// Plain PostgreSQL as the oracle: `MATERIALIZED VIEW` becomes `VIEW`.
+    PostgresOracle,
+}
+
+impl Dialect {
+    fn engine_name(self) -> &'static str {
+        match self {
+            Dialect::RockStream => "rockstream",
+            Dialect::PostgresOracle => "postgres",
+        }
+    }
+}
+
+/// A server error, displayed with its message and SQLSTATE so `statement error <regex>` records
+/// can match it (tokio-postgres' own `Display` says only "db error").
+#[derive(Debug)]
+pub struct SqlError {
+    message: String,
+    sqlstate: Option<String>,
+}
+
+impl std::fmt::Display for SqlError {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for SqlError {}
+
+impl From<tokio_postgres::Error> for SqlError {
+    fn from(error: tokio_postgres::Error) -> SqlError {
+        SqlError {
+            message: describe_error(&error),
+            sqlstate: error.code().map(|code| code.code().to_owned()),
+        }
+    }
+}
+
+/// One pgwire session, as the sqllogictest runner sees it.
+pub struct PgwireTextDatabase {
+    client: Client,
+    dialect: Dialect,
+}
+
+impl PgwireTextDatabase {
+    pub async fn connect(
+        config: &Config,
+        dialect: Dialect,
+    ) -> Result<PgwireTextDatabase, SqlError> {
+        Ok(PgwireTextDatabase {
+            client: connect(config).await?,
+            dialect,
+        })
+    }
+}
+
+#[async_trait]
+impl AsyncDB for PgwireTextDatabase {
+    type Error = SqlError;
+    type ColumnType = DefaultColumnType;
+
+    async fn run(&mut self, sql: &str) -> Result<DBOutput<DefaultColumnType>, SqlError> {
+        let sql = match self.dialect {
+            Dialect::RockStream => sql.to_owned(),
+            Dialect::PostgresOracle => materialized_views_as_plain_views(sql),
+        };
+        let messages = self.client.simple_query(&sql).await?;
+        // With several statements in one record, the last one's result counts.
+        let mut output = DBOutput::StatementComplete(0);
+        let mut column_count = 0;
+        let mut rows: Vec<Vec<String>> = Vec::new();
+        let mut in_result_set = false;
+        for message in messages {
+            match message {
+                SimpleQueryMessage::RowDescription(columns) => {
+                    column_count = columns.len();
+                    rows.clear();
+                    in_result_set = true;
+                }
+                SimpleQueryMessage::Row(row) => {
+                    column_count = row.len();
+                    rows.push(
+                        (0..row.len())
+                            .map(|index| render_value(row.get(index)))
+                            .collect(),
+                    );
+                    in_result_set = true;
+                }
+                SimpleQueryMessage::CommandComplete(count) => {
+                    output = if in_result_set {
+                        DBOutput::Rows {
+                            types: vec![DefaultColumnType::Any; column_count],
+                            rows: std::mem::take(&mut rows),
+                        }
+                    } else {
+                        DBOutput::StatementComplete(count)
+                    };
+                    in_result_set = false;
+                }
+                _ => {}
+            }
+        }
+        if in_result_set {
+            // Rows without a closing CommandComplete: still a result set.
+            output = DBOutput::Rows {
+                types: vec![DefaultColumnType::Any; column_count],
+                rows,
+            };
+        }
+        Ok(output)
+    }
+
+    async fn shutdown(&mut self) {}
+
+    fn engine_name(&self) -> &str {
+        self.dialect.engine_name()
+    }
+
+    async fn sleep(duration: Duration) {
+        tokio::time::sleep(duration).await
+    }
+
+    fn error_sql_state(error: &SqlError) -> Option<String> {
+        error.sqlstate.clone()
+    }
+}
+
+fn render_value(value: Option<&str>) -> String {
+    match value {
+        None => "NULL".to_owned(),
+        Some("") => "(empty)".to_owned(),
+        Some(text) => text.to_owned(),
+    }
+}
+
+/// `CREATE MATERIALIZED VIEW` → `CREATE VIEW`, `DROP MATERIALIZED VIEW` → `DROP VIEW`, in any case
+/// and spacing. Other text is kept byte for byte.
+pub fn materialized_views_as_plain_views(sql: &str) -> String {
+    let lowercase = sql.to_ascii_lowercase();
+    let mut out = String::with_capacity(sql.len());
+    let mut position = 0;
+    while let Some(offset) = lowercase[position..].find("materialized") {
+        let start = position + offset;
+        let end = start + "materialized".len();
+        let preceded_by_verb = ["create", "drop"].iter().any(|verb| {
+            lowercase[..start]
+                .trim_end()
+                .strip_suffix(verb)
+                .is_some_and(|before| {
+                    !before.ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+                })
+        });
+        let followed_by_view = lowercase[end..]
+            .trim_start()
+            .strip_prefix("view")
+            .is_some_and(|after| {
+                !after.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+            });
+        if preceded_by_verb && followed_by_view && lowercase[end..].starts_with(char::is_whitespace)
+        {
+            out.push_str(&sql[position..start]);
+            // Skip the keyword and the blanks after it; the blanks before it stay.
+            position = end + (lowercase[end..].len() - lowercase[end..].trim_start().len());
+        } else {
+            out.push_str(&sql[position..end]);
+            position = end;
+        }
+    }
+    out.push_str(&sql[position..]);
+    out
+}
+
+/// Runs one `.slt` file on the server `config` points at, opening connections as the file asks.
+/// `Err` holds the runner's report (record location, SQL, expected and actual output).
+pub async fn run_slt_file(config: &Config, path: &Path, dialect: Dialect) -> Result<(), String> {
+    let script = std::fs::read_to_string(path)
+        .map_err(|error| format!("cannot read {}: {error}", path.display()))?;
+    run_slt_script(config, &path.display().to_string(), &script, dialect).await
+}
+
+/// [`run_slt_file`] on text in memory; `name` is used in error locations.
+pub async fn run_slt_script(
+    config: &Config,
+    name: &str,
+    script: &str,
+    dialect: Dialect,
+) -> Result<(), String> {
+    let mut runner = new_runner(config, dialect);
+    let result = runner.run_script_with_name_async(script, name).await;
+    runner.shutdown_async().await;
+    result.map_err(|error| error.display(false).to_string())
+}
+
+/// Rewrites the expected results of `path` with what the server answers (like DataFusion's
+/// `--complete`). Used with the oracle to produce expectations instead of guessing them.
+pub async fn complete_slt_file(
+    config: &Config,
+    path: &Path,
+    dialect: Dialect,
+) -> Result<(), String> {
+    let mut runner = new_runner(config, dialect);
+    let result = runner
+        .update_test_file(
+            path,
+            " ",
+            sqllogictest::default_validator,
+            sqllogictest::default_normalizer,
+            sqllogictest::default_column_validator,
+        )
+        .await
+        .map_err(|error| format!("cannot complete {}: {error}", path.display()));
+    runner.shutdown_async().await;
+    result
+}
+
+fn new_runner(
+    config: &Config,
+    dialect: Dialect,
+) -> Runner<PgwireTextDatabase, impl sqllogictest::MakeConnection<Conn = PgwireTextDatabase>> {
+    let config = config.clone();
+    let mut runner = Runner::new(move || {
+        let config = config.clone();
+        async move { PgwireTextDatabase::connect(&config, dialect).await }
+    });
+    runner.add_label("postgresql");
+    runner
+}
+
+#[cfg(test)]
+mod tests {
+    //! Goal: the materialized-view rewrite touches exactly the DDL keywords.
+
+    use super::materialized_views_as_plain_views as rewrite;
+
+    #[test]
+    fn materialized_view_ddl_becomes_plain_view_ddl() {
+        assert_eq!(
+            rewrite("create materialized view mv as select 1"),
+            "create view mv as select 1"
+        );
+        assert_eq!(
+            rewrite("CREATE MATERIALIZED VIEW v AS x"),
+            "CREATE VIEW v AS x"
+        );
+        assert_eq!(rewrite("drop  Materialized\n view mv;"), "drop  view mv;");
+        assert_eq!(
+            rewrite("select materialized from t"),
+            "select materialized from t"
+        );
+        assert_eq!(
+            rewrite("create table materialized_views (a int)"),
+            "create table materialized_views (a int)"
+        );
+        assert_eq!(
+            rewrite("undrop materialized view x"),
+            "undrop materialized view x"
+        );
+        assert_eq!(
+            rewrite("create materialized viewers"),
+            "create materialized viewers"
+        );
+    }
+}

@@ -1,0 +1,14 @@
+//! Goal: every end-to-end test of the `rockstream` server in one test binary (one link, one
+//! process, tests run in parallel threads). Method: each test starts its own server process over a
+//! private storage folder and, where it needs ground truth, its own database on the PostgreSQL
+//! oracle named by `ROCKSTREAM_TEST_PG_URL` (`scripts/test.sh` provides one).
+//!
+//! Tests whose name contains `oracle` need only PostgreSQL, not a working server:
+//! `cargo test -p rockstream --test it -- oracle` checks the harness itself.
+
+mod harness;
+
+mod corpus;
+mod crash;
+mod differential;
+mod slt;

@@ -1,0 +1,130 @@
+//! The engine handle and its command queue.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use rockstream_common::Runtime;
+use rockstream_ops::Dataflow;
+use rockstream_storage::{ShardDb, Snapshot};
+use rockstream_types::{codes, Epoch, ObjectId, Row, RsError, RsResult};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::epoch::EpochLoop;
+
+/// Bound on commands waiting for the engine; writers wait beyond it.
+pub const COMMAND_QUEUE_MAX: usize = 1024;
+/// Bound on commits grouped into one epoch.
+pub const EPOCH_COMMITS_MAX: usize = 512;
+
+/// One row's change in a table: the row as the writer read it (`old`) and
+/// as it should become (`new`). The engine refuses the commit if the stored
+/// row is no longer `old`.
+#[derive(Debug, Clone)]
+pub struct RowChange {
+    pub key: Vec<u8>,
+    pub old: Option<Row>,
+    pub new: Option<Row>,
+}
+
+/// A transaction's changes to one table.
+#[derive(Debug, Clone)]
+pub struct TableChange {
+    pub table_id: ObjectId,
+    pub table_name: String,
+    pub rows: Vec<RowChange>,
+}
+
+/// A dataflow to install for a materialized view.
+pub struct InstallView {
+    pub view_id: ObjectId,
+    pub name: String,
+    pub dataflow: Dataflow,
+    pub sources: Vec<ObjectId>,
+    /// Whether the sources are views (their output rows carry weights) or tables.
+    pub source_is_view: Vec<bool>,
+    pub op_ids: Vec<ObjectId>,
+}
+
+/// What a reader needs to know about a view.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ViewStatus {
+    Healthy,
+    Failed(RsError),
+}
+
+pub(crate) enum Command {
+    Commit { changes: Vec<TableChange>, reply: oneshot::Sender<RsResult<Epoch>> },
+    Install { view: Box<InstallView>, reply: oneshot::Sender<RsResult<()>> },
+    Drop { object_id: ObjectId, op_ids: Vec<ObjectId>, reply: oneshot::Sender<RsResult<()>> },
+}
+
+/// The state readers see: the last durable epoch.
+#[derive(Clone)]
+pub struct Published {
+    pub epoch: Epoch,
+    pub snapshot: Snapshot,
+}
+
+/// Handle to a shard's engine task.
+#[derive(Clone)]
+pub struct Engine {
+    commands: mpsc::Sender<Command>,
+    published: watch::Receiver<Published>,
+    statuses: Arc<RwLock<HashMap<ObjectId, ViewStatus>>>,
+}
+
+impl Engine {
+    /// Starts the engine over an opened shard.
+    pub async fn start(runtime: &Runtime, shard: ShardDb) -> RsResult<Engine> {
+        let epoch = shard.committed_epoch().await?;
+        let snapshot = shard.snapshot()?;
+        let (published_sender, published) = watch::channel(Published { epoch, snapshot });
+        let (commands, receiver) = mpsc::channel(COMMAND_QUEUE_MAX);
+        let statuses = Arc::new(RwLock::new(HashMap::new()));
+        let epoch_loop = EpochLoop::new(shard, epoch, published_sender, statuses.clone());
+        runtime.spawn(epoch_loop.run(receiver));
+        Ok(Engine { commands, published, statuses })
+    }
+
+    /// The newest published (durable) state.
+    pub fn published(&self) -> Published {
+        self.published.borrow().clone()
+    }
+
+    /// Commits a transaction's changes; returns the epoch that holds them
+    /// once they are durable and visible in every view.
+    pub async fn commit(&self, changes: Vec<TableChange>) -> RsResult<Epoch> {
+        let (reply, receiver) = oneshot::channel();
+        self.send(Command::Commit { changes, reply }).await?;
+        receiver.await.map_err(|_| stopped())?
+    }
+
+    /// Installs a view's dataflow, backfilling it if it has no state yet.
+    pub async fn install(&self, view: InstallView) -> RsResult<()> {
+        let (reply, receiver) = oneshot::channel();
+        self.send(Command::Install { view: Box::new(view), reply }).await?;
+        receiver.await.map_err(|_| stopped())?
+    }
+
+    /// Removes a table's rows or a view's dataflow, output and state.
+    pub async fn drop_object(&self, object_id: ObjectId, op_ids: Vec<ObjectId>) -> RsResult<()> {
+        let (reply, receiver) = oneshot::channel();
+        self.send(Command::Drop { object_id, op_ids, reply }).await?;
+        receiver.await.map_err(|_| stopped())?
+    }
+
+    pub fn view_status(&self, view_id: ObjectId) -> ViewStatus {
+        self.statuses
+            .read()
+            .map(|statuses| statuses.get(&view_id).cloned().unwrap_or(ViewStatus::Healthy))
+            .unwrap_or(ViewStatus::Healthy)
+    }
+
+    async fn send(&self, command: Command) -> RsResult<()> {
+        self.commands.send(command).await.map_err(|_| stopped())
+    }
+}
+
+fn stopped() -> RsError {
+    RsError::new(&codes::ENGINE_STOPPED, "the engine is not running")
+}

@@ -1,0 +1,401 @@
+//! The engine task: groups commands into epochs and commits each atomically.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use rockstream_ops::keys::{self, decode_weight, encode_weight, output_prefix};
+use rockstream_ops::{LayeredStore, ScanOrder, StateStore};
+use rockstream_storage::{EpochStore, ShardDb, Snapshot};
+use rockstream_types::encoding::{decode_row, encode_row, encode_row_into};
+use rockstream_types::{codes, Epoch, ObjectId, RsError, RsResult, ZSet};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::engine::{Command, InstallView, Published, TableChange, ViewStatus, EPOCH_COMMITS_MAX};
+
+type Reply = oneshot::Sender<RsResult<Epoch>>;
+
+struct Installed {
+    view: InstallView,
+    failed: Option<RsError>,
+}
+
+pub(crate) struct EpochLoop {
+    shard: ShardDb,
+    epoch: Epoch,
+    published: watch::Sender<Published>,
+    statuses: Arc<RwLock<HashMap<ObjectId, ViewStatus>>>,
+    /// Installed views in dependency order (a view after its sources).
+    views: Vec<Installed>,
+}
+
+/// Marks a view whose backfill committed: `0x06 'V' 'I' view_id`.
+fn installed_marker(view_id: ObjectId) -> Vec<u8> {
+    let mut key = vec![keys::SHARD_META, b'V', b'I'];
+    key.extend_from_slice(&view_id.to_be_bytes());
+    key
+}
+
+impl EpochLoop {
+    pub fn new(
+        shard: ShardDb,
+        epoch: Epoch,
+        published: watch::Sender<Published>,
+        statuses: Arc<RwLock<HashMap<ObjectId, ViewStatus>>>,
+    ) -> Self {
+        EpochLoop { shard, epoch, published, statuses, views: Vec::new() }
+    }
+
+    pub async fn run(mut self, mut receiver: mpsc::Receiver<Command>) {
+        let mut deferred: Option<Command> = None;
+        loop {
+            let command = match deferred.take() {
+                Some(command) => command,
+                None => match receiver.recv().await {
+                    Some(command) => command,
+                    None => break,
+                },
+            };
+            let result = match command {
+                Command::Commit { changes, reply } => {
+                    let mut commits = vec![(changes, reply)];
+                    while commits.len() < EPOCH_COMMITS_MAX {
+                        match receiver.try_recv() {
+                            Ok(Command::Commit { changes, reply }) => commits.push((changes, reply)),
+                            Ok(other) => {
+                                deferred = Some(other);
+                                break;
+                            }
+                            Err(_) => break,
+                        }
+                    }
+                    self.run_commits(commits).await
+                }
+                Command::Install { view, reply } => {
+                    let result = self.install(*view).await;
+                    let fatal = matches!(&result, Err(error) if error.code == &codes::STORAGE_IO);
+                    let _ = reply.send(result);
+                    if fatal { Err(RsError::new(&codes::STORAGE_IO, "install failed")) } else { Ok(()) }
+                }
+                Command::Drop { object_id, op_ids, reply } => {
+                    let result = self.drop_object(object_id, op_ids).await;
+                    let fatal = result.is_err();
+                    let _ = reply.send(result);
+                    if fatal { Err(RsError::new(&codes::STORAGE_IO, "drop failed")) } else { Ok(()) }
+                }
+            };
+            if let Err(error) = result {
+                tracing::error!(%error, "engine stopped after a storage failure");
+                break;
+            }
+        }
+        let _ = self.shard.close().await;
+    }
+
+    async fn run_commits(&mut self, commits: Vec<(Vec<TableChange>, Reply)>) -> RsResult<()> {
+        let mut store = EpochStore::new(self.shard.snapshot()?);
+        let mut accepted: Vec<Reply> = Vec::new();
+        let mut deltas: HashMap<ObjectId, ZSet> = HashMap::new();
+        for (changes, reply) in commits {
+            let mut layer = LayeredStore::new(&mut store);
+            match apply_table_changes(&mut layer, &changes).await {
+                Ok(table_deltas) => {
+                    layer.commit();
+                    for (table_id, delta) in table_deltas {
+                        deltas.entry(table_id).or_default().extend(delta);
+                    }
+                    accepted.push(reply);
+                }
+                Err(error) => {
+                    let _ = reply.send(Err(error));
+                }
+            }
+        }
+        if accepted.is_empty() {
+            return Ok(());
+        }
+        let deltas = deltas.into_iter().map(|(id, delta)| (id, delta.consolidate())).collect();
+        if let Err(error) = self.propagate(&mut store, deltas).await {
+            for reply in accepted {
+                let _ = reply.send(Err(error.clone()));
+            }
+            return Err(error);
+        }
+        match self.commit_epoch(store).await {
+            Ok(epoch) => {
+                for reply in accepted {
+                    let _ = reply.send(Ok(epoch));
+                }
+                Ok(())
+            }
+            Err(error) => {
+                for reply in accepted {
+                    let _ = reply.send(Err(error.clone()));
+                }
+                Err(error)
+            }
+        }
+    }
+
+    async fn commit_epoch(&mut self, store: EpochStore) -> RsResult<Epoch> {
+        let epoch = self.epoch + 1;
+        self.shard.commit(epoch, store.into_writes()).await?;
+        self.epoch = epoch;
+        let snapshot = self.shard.snapshot()?;
+        self.published.send_replace(Published { epoch, snapshot });
+        Ok(epoch)
+    }
+
+    /// Runs every view with input in dependency order; each view's output
+    /// becomes input of the views reading it.
+    async fn propagate(&mut self, store: &mut EpochStore, mut deltas: HashMap<ObjectId, ZSet>) -> RsResult<()> {
+        for index in 0..self.views.len() {
+            let installed = &self.views[index];
+            let has_input = installed.view.sources.iter().any(|source| deltas.get(source).is_some_and(|d| !d.is_empty()));
+            if !has_input {
+                continue;
+            }
+            let inputs: HashMap<ObjectId, ZSet> = installed
+                .view
+                .sources
+                .iter()
+                .filter_map(|source| deltas.get(source).map(|delta| (*source, delta.clone())))
+                .collect();
+            if let Some(output) = self.step_view(store, index, inputs, false).await? {
+                deltas.insert(self.views[index].view.view_id, output);
+            }
+        }
+        Ok(())
+    }
+
+    /// Steps one view in isolation. `Ok(None)`: the view failed (recorded).
+    async fn step_view(
+        &mut self,
+        store: &mut EpochStore,
+        index: usize,
+        mut inputs: HashMap<ObjectId, ZSet>,
+        initial: bool,
+    ) -> RsResult<Option<ZSet>> {
+        let view_id = self.views[index].view.view_id;
+        let was_failed = self.views[index].failed.is_some();
+        if was_failed {
+            for (source, pending) in load_pending(store, view_id).await? {
+                inputs.entry(source).or_default().extend(pending);
+            }
+            for delta in inputs.values_mut() {
+                *delta = std::mem::take(delta).consolidate();
+            }
+        }
+        let mut layer = LayeredStore::new(store);
+        let result = self.views[index].view.dataflow.step(&mut layer, &inputs, initial).await;
+        match result {
+            Ok(output) => {
+                apply_view_output(&mut layer, view_id, &output).await?;
+                if was_failed {
+                    clear_pending(&mut layer, view_id).await?;
+                }
+                layer.commit();
+                self.set_failed(index, None);
+                Ok(Some(output))
+            }
+            Err(error) if error.code == &codes::STORAGE_IO => Err(error),
+            Err(error) => {
+                drop(layer);
+                tracing::warn!(view = %self.views[index].view.name, %error, "view failed; holding its input until it heals");
+                clear_pending(store, view_id).await?;
+                write_pending(store, view_id, &inputs);
+                self.set_failed(index, Some(error));
+                Ok(None)
+            }
+        }
+    }
+
+    fn set_failed(&mut self, index: usize, error: Option<RsError>) {
+        let view_id = self.views[index].view.view_id;
+        let status = match &error {
+            Some(error) => ViewStatus::Failed(error.clone()),
+            None => ViewStatus::Healthy,
+        };
+        self.views[index].failed = error;
+        if let Ok(mut statuses) = self.statuses.write() {
+            statuses.insert(view_id, status);
+        }
+    }
+
+    async fn install(&mut self, view: InstallView) -> RsResult<()> {
+        let snapshot = self.shard.snapshot()?;
+        let marker = installed_marker(view.view_id);
+        let already_installed = snapshot.get(&marker).await?.is_some();
+        let view_id = view.view_id;
+        self.views.retain(|installed| installed.view.view_id != view_id);
+        self.views.push(Installed { view, failed: None });
+        let index = self.views.len() - 1;
+        let mut store = EpochStore::new(snapshot.clone());
+        if already_installed {
+            let has_pending = !store.scan_prefix(&keys::pending_prefix(view_id), ScanOrder::Ascending, 1).await?.is_empty();
+            if has_pending {
+                // Re-derive the failure (or heal) by retrying the pending input.
+                self.views[index].failed = Some(RsError::internal("pending"));
+                self.step_view(&mut store, index, HashMap::new(), false).await?;
+                self.commit_epoch(store).await?;
+            }
+            return Ok(());
+        }
+        let mut inputs = HashMap::new();
+        let sources: Vec<(ObjectId, bool)> = {
+            let view = &self.views[index].view;
+            view.sources.iter().copied().zip(view.source_is_view.iter().copied()).collect()
+        };
+        for (source, is_view) in sources {
+            inputs.insert(source, read_collection(&snapshot, source, is_view).await?);
+        }
+        let mut layer = LayeredStore::new(&mut store);
+        let result = self.views[index].view.dataflow.step(&mut layer, &inputs, true).await;
+        match result {
+            Ok(output) => {
+                apply_view_output(&mut layer, view_id, &output).await?;
+                layer.commit();
+                store.put(marker, vec![1]);
+                self.commit_epoch(store).await?;
+                Ok(())
+            }
+            Err(error) => {
+                self.views.pop();
+                Err(error)
+            }
+        }
+    }
+
+    async fn drop_object(&mut self, object_id: ObjectId, op_ids: Vec<ObjectId>) -> RsResult<()> {
+        self.views.retain(|installed| installed.view.view_id != object_id);
+        if let Ok(mut statuses) = self.statuses.write() {
+            statuses.remove(&object_id);
+        }
+        let mut prefixes = vec![output_prefix(object_id), keys::pending_prefix(object_id), installed_marker(object_id)];
+        for op_id in op_ids {
+            prefixes.extend(keys::all_op_prefixes(op_id));
+        }
+        for prefix in prefixes {
+            loop {
+                let snapshot = self.shard.snapshot()?;
+                let chunk = snapshot.scan_chunk(&prefix, None).await?;
+                if chunk.is_empty() {
+                    break;
+                }
+                let mut store = EpochStore::new(snapshot);
+                for (key, _) in chunk {
+                    store.delete(key);
+                }
+                self.commit_epoch(store).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Validates and applies a transaction's row changes; returns table deltas.
+async fn apply_table_changes<S: StateStore>(store: &mut S, changes: &[TableChange]) -> RsResult<Vec<(ObjectId, ZSet)>> {
+    let mut deltas = Vec::with_capacity(changes.len());
+    for change in changes {
+        let mut delta = ZSet::new();
+        let prefix = output_prefix(change.table_id);
+        for row in &change.rows {
+            let mut key = prefix.clone();
+            key.extend_from_slice(&row.key);
+            let current = store.get(&key).await?;
+            let expected = row.old.as_ref().map(|old| encode_row(old));
+            if current != expected {
+                return Err(if row.old.is_none() {
+                    RsError::new(
+                        &codes::UNIQUE_VIOLATION,
+                        format!("duplicate key value violates the primary key of table \"{}\"", change.table_name),
+                    )
+                } else {
+                    RsError::new(
+                        &codes::OPTIMISTIC_CONFLICT,
+                        format!("a row of table \"{}\" was changed by a concurrent transaction", change.table_name),
+                    )
+                });
+            }
+            match &row.new {
+                Some(new) => store.put(key, encode_row(new)),
+                None => store.delete(key),
+            }
+            if let Some(old) = &row.old {
+                delta.push(old.clone(), -1);
+            }
+            if let Some(new) = &row.new {
+                delta.push(new.clone(), 1);
+            }
+        }
+        deltas.push((change.table_id, delta));
+    }
+    Ok(deltas)
+}
+
+async fn apply_view_output<S: StateStore>(store: &mut S, view_id: ObjectId, output: &ZSet) -> RsResult<()> {
+    let prefix = output_prefix(view_id);
+    for (row, weight) in &output.updates {
+        let mut key = prefix.clone();
+        encode_row_into(row, &mut key);
+        let old = store.get(&key).await?.map(|bytes| decode_weight(&bytes)).unwrap_or(0);
+        let new = old + weight;
+        assert!(new >= 0, "view output multiplicity went negative");
+        if new == 0 {
+            store.delete(key);
+        } else {
+            store.put(key, encode_weight(new));
+        }
+    }
+    Ok(())
+}
+
+/// Every row of a table (weight 1) or view (stored weight) as a Z-set.
+pub(crate) async fn read_collection(snapshot: &Snapshot, object_id: ObjectId, is_view: bool) -> RsResult<ZSet> {
+    let prefix = output_prefix(object_id);
+    let mut rows = ZSet::new();
+    let mut after: Option<Vec<u8>> = None;
+    loop {
+        let chunk = snapshot.scan_chunk(&prefix, after.as_deref()).await?;
+        let Some((last, _)) = chunk.last() else { break };
+        after = Some(last.clone());
+        for (key, value) in chunk {
+            if is_view {
+                rows.push(decode_row(&key[prefix.len()..])?, decode_weight(&value));
+            } else {
+                rows.push(decode_row(&value)?, 1);
+            }
+        }
+    }
+    Ok(rows)
+}
+
+async fn load_pending<S: StateStore>(store: &mut S, view_id: ObjectId) -> RsResult<HashMap<ObjectId, ZSet>> {
+    let prefix = keys::pending_prefix(view_id);
+    let mut pending: HashMap<ObjectId, ZSet> = HashMap::new();
+    for (key, value) in store.scan_prefix(&prefix, ScanOrder::Ascending, usize::MAX).await? {
+        let rest = &key[prefix.len()..];
+        let source_bytes: [u8; 16] = rest.get(..16).and_then(|b| b.try_into().ok()).ok_or_else(|| RsError::internal("corrupt pending key"))?;
+        let source = ObjectId::from_be_bytes(source_bytes);
+        pending.entry(source).or_default().push(decode_row(&rest[16..])?, decode_weight(&value));
+    }
+    Ok(pending)
+}
+
+async fn clear_pending<S: StateStore>(store: &mut S, view_id: ObjectId) -> RsResult<()> {
+    let prefix = keys::pending_prefix(view_id);
+    for (key, _) in store.scan_prefix(&prefix, ScanOrder::Ascending, usize::MAX).await? {
+        store.delete(key);
+    }
+    Ok(())
+}
+
+fn write_pending<S: StateStore>(store: &mut S, view_id: ObjectId, inputs: &HashMap<ObjectId, ZSet>) {
+    for (source, delta) in inputs {
+        for (row, weight) in &delta.clone().consolidate().updates {
+            let mut key = keys::pending_prefix(view_id);
+            key.extend_from_slice(&source.to_be_bytes());
+            encode_row_into(row, &mut key);
+            store.put(key, encode_weight(*weight));
+        }
+    }
+}

@@ -1,0 +1,205 @@
+//! The `RS-XXXX` error-code registry and the one error type every layer returns.
+//!
+//! Every user-visible failure carries an [`ErrorCode`]: a stable number inside
+//! its owner's range (DESIGN §14.14), a dotted name, the PostgreSQL SQLSTATE the
+//! wire reports, and `next_steps` telling the user what to do. [`REGISTRY`]
+//! lists every code; a unit test rejects duplicates, numbers outside the owner
+//! range and empty `next_steps`.
+
+use std::fmt;
+
+/// One entry of the registry.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ErrorCode {
+    pub number: u16,
+    pub name: &'static str,
+    pub sqlstate: &'static str,
+    pub next_steps: &'static str,
+}
+
+impl ErrorCode {
+    /// `RS-2001`-style label.
+    pub fn label(&self) -> String {
+        format!("RS-{:04}", self.number)
+    }
+}
+
+macro_rules! registry {
+    ($( $ident:ident = ($number:expr, $name:expr, $sqlstate:expr, $next:expr); )*) => {
+        $( pub const $ident: ErrorCode = ErrorCode {
+            number: $number, name: $name, sqlstate: $sqlstate, next_steps: $next,
+        }; )*
+        /// Every code the system can raise.
+        pub const REGISTRY: &[&ErrorCode] = &[ $( &$ident, )* ];
+    };
+}
+
+/// The codes. Numbers allocate from the bottom of each owner's range.
+pub mod codes {
+    use super::ErrorCode;
+    registry! {
+        // Schema / DDL validation: 1500–1999.
+        OBJECT_ALREADY_EXISTS = (1501, "ddl.object_already_exists", "42P07",
+            "Pick another name, or DROP the existing object first.");
+        DEPENDENT_OBJECTS_EXIST = (1502, "ddl.dependent_objects_exist", "2BP01",
+            "Drop the dependent views first, or repeat the DROP with CASCADE.");
+        INVALID_TABLE_DEFINITION = (1503, "ddl.invalid_table_definition", "42P16",
+            "Fix the column list: names must be unique and each column needs a supported type.");
+        UNSUPPORTED_TYPE = (1504, "ddl.unsupported_type", "0A000",
+            "Use one of BOOLEAN, SMALLINT, INT, BIGINT, REAL, DOUBLE PRECISION, NUMERIC(p,s), TEXT, VARCHAR, DATE, TIMESTAMP, TIMESTAMPTZ.");
+        UNDEFINED_OBJECT = (1505, "ddl.undefined_object", "42P01",
+            "Check the name with \\d in psql (or SELECT * FROM pg_catalog.pg_tables); names are case-folded to lower case unless quoted.");
+        UNDEFINED_COLUMN = (1506, "ddl.undefined_column", "42703",
+            "Check the column names of the table with \\d TABLE in psql.");
+        WRONG_OBJECT_KIND = (1507, "ddl.wrong_object_kind", "42809",
+            "Use the DROP form that matches the object: DROP TABLE, DROP VIEW or DROP MATERIALIZED VIEW.");
+        // Gateway / SQL / session: 2000–2099.
+        UNSUPPORTED_SQL_CONSTRUCT = (2001, "view.unsupported_sql_construct", "0A000",
+            "Rewrite the view without the named construct; plain SELECT/JOIN/GROUP BY/UNION forms are maintained incrementally.");
+        ISOLATION_SERIALIZABLE_NOT_SUPPORTED = (2003, "isolation.serializable_not_supported", "0A000",
+            "Use READ COMMITTED or REPEATABLE READ.");
+        OPTIMISTIC_CONFLICT = (2008, "transaction.optimistic_conflict", "40001",
+            "Another transaction changed the same rows first; retry the transaction.");
+        SYNTAX_ERROR = (2020, "sql.syntax_error", "42601",
+            "Fix the SQL text near the position the message names.");
+        COPY_MALFORMED = (2021, "copy.malformed_stdin_statement", "22P04",
+            "Check the COPY data: one row per line, fields separated by the delimiter, \\N (text) or an empty unquoted field (CSV) for NULL.");
+        UNKNOWN_DATABASE = (2022, "session.unknown_database", "3D000",
+            "Connect with dbname=default (psql \"host=... port=... dbname=default\"); every server has the namespace 'default'.");
+        PLAN_ERROR = (2023, "sql.plan_error", "42804",
+            "Check column names and types in the statement; cast explicitly where types differ.");
+        UNSUPPORTED_STATEMENT = (2024, "sql.unsupported_statement", "0A000",
+            "See the README's list of supported statements.");
+        EXECUTION_ERROR = (2025, "sql.execution_error", "22000",
+            "Check the input values the statement computes on (e.g. division by zero, overflow, invalid casts).");
+        TRANSACTION_ABORTED = (2026, "transaction.aborted", "25P02",
+            "Send ROLLBACK to end the failed transaction, then retry its statements.");
+        VIEW_EVALUATION_ERROR = (2027, "view.evaluation_error", "22000",
+            "A row in the view's inputs makes its definition fail (the message names the cause); fix or delete that row and the view heals on the next commit.");
+        DDL_IN_TRANSACTION = (2028, "transaction.ddl_in_transaction_block", "25001",
+            "Run CREATE/DROP outside BEGIN ... COMMIT.");
+        DIVISION_BY_ZERO = (2029, "sql.division_by_zero", "22012",
+            "Guard the divisor, e.g. NULLIF(divisor, 0).");
+        // Direct-write transactions: 2200–2299.
+        UNIQUE_VIOLATION = (2201, "write.unique_violation", "23505",
+            "A row with this primary key already exists: UPDATE it, or DELETE it first.");
+        NOT_NULL_VIOLATION = (2202, "write.not_null_violation", "23502",
+            "Provide a value for the NOT NULL (or PRIMARY KEY) column.");
+        INVALID_INPUT_VALUE = (2203, "write.invalid_input_value", "22P02",
+            "Give the value in the column type's text form, e.g. 2024-01-31 for DATE or 12.50 for NUMERIC.");
+        NUMERIC_OUT_OF_RANGE = (2204, "write.numeric_out_of_range", "22003",
+            "Use a wider column type or a smaller value.");
+        WRITE_BUFFER_FULL = (2205, "write.transaction_too_large", "54000",
+            "Split the transaction into smaller ones.");
+        // Shard / runtime: 3000–3499.
+        ENGINE_STOPPED = (3003, "runtime.engine_stopped", "57P01",
+            "The server's engine stopped after a storage failure; check the server log and restart it.");
+        // Storage format: 5000–5499.
+        FORMAT_VERSION_INCOMPATIBLE = (5001, "storage.format_version_incompatible", "XX002",
+            "Open this storage with a RockStream binary that supports its format version, or point --storage elsewhere.");
+        STORAGE_IO = (5003, "storage.io_failure", "58030",
+            "Check that the --storage location exists, is writable and has free space; then retry.");
+        // Internal: 9000–9999.
+        INTERNAL = (9001, "internal.bug", "XX000",
+            "This is a bug in RockStream; please report it with the statement that triggered it.");
+    }
+}
+
+/// Owner ranges from DESIGN §14.14: every number must fall in one of them.
+pub const OWNER_RANGES: &[(u16, u16, &str)] = &[
+    (1000, 1499, "connector"),
+    (1500, 1999, "schema/ddl"),
+    (2000, 2099, "gateway/sql/session"),
+    (2100, 2199, "index/planner"),
+    (2200, 2299, "direct-write transactions"),
+    (2300, 2399, "history"),
+    (3000, 3499, "shard/runtime"),
+    (3500, 3999, "merge laws/arrangements"),
+    (4000, 4099, "control plane"),
+    (4100, 4499, "cold tier"),
+    (5000, 5499, "storage format"),
+    (5500, 5999, "resource budgets"),
+    (6000, 6499, "schema evolution"),
+    (9000, 9999, "internal"),
+];
+
+/// The error every RockStream layer returns.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RsError {
+    pub code: &'static ErrorCode,
+    pub message: String,
+    pub detail: Option<String>,
+}
+
+pub type RsResult<T> = Result<T, RsError>;
+
+impl RsError {
+    pub fn new(code: &'static ErrorCode, message: impl Into<String>) -> Self {
+        RsError { code, message: message.into(), detail: None }
+    }
+
+    pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
+        self.detail = Some(detail.into());
+        self
+    }
+
+    /// An internal error: something the code believed impossible happened.
+    pub fn internal(message: impl Into<String>) -> Self {
+        RsError::new(&codes::INTERNAL, message)
+    }
+
+    pub fn unsupported(construct: impl Into<String>) -> Self {
+        RsError::new(
+            &codes::UNSUPPORTED_SQL_CONSTRUCT,
+            format!("{} is not supported in a materialized view yet", construct.into()),
+        )
+    }
+
+    pub fn sqlstate(&self) -> &'static str {
+        self.code.sqlstate
+    }
+
+    pub fn next_steps(&self) -> &'static str {
+        self.code.next_steps
+    }
+}
+
+impl fmt::Display for RsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}: {}", self.code.label(), self.code.name, self.message)
+    }
+}
+
+impl std::error::Error for RsError {}
+
+#[cfg(test)]
+mod tests {
+    //! Goal: the registry is internally consistent (DESIGN §14.14 rules).
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn registry_codes_are_unique_in_range_and_actionable() {
+        let mut numbers = HashSet::new();
+        let mut names = HashSet::new();
+        for code in REGISTRY {
+            assert!(numbers.insert(code.number), "duplicate number {}", code.label());
+            assert!(names.insert(code.name), "duplicate name {}", code.name);
+            assert!(
+                OWNER_RANGES.iter().any(|(lo, hi, _)| (*lo..=*hi).contains(&code.number)),
+                "{} is outside every owner range",
+                code.label()
+            );
+            assert!(!code.next_steps.trim().is_empty(), "{} has no next_steps", code.label());
+            assert_eq!(code.sqlstate.len(), 5, "{} has a malformed SQLSTATE", code.label());
+            assert!(code.sqlstate.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit()));
+        }
+    }
+
+    #[test]
+    fn display_names_code_and_message() {
+        let error = RsError::unsupported("window function ROW_NUMBER");
+        assert_eq!(error.sqlstate(), "0A000");
+        assert!(error.to_string().starts_with("RS-2001 view.unsupported_sql_construct: window function"));
+    }
+}
