@@ -18,7 +18,7 @@
 use std::collections::BTreeMap;
 
 use rockstream_plan::{JoinKind, PlanNode};
-use rockstream_types::encoding::{decode_row, encode_row, encode_row_into};
+use rockstream_types::encoding::{decode_prefix, decode_row, encode_row, encode_row_into};
 use rockstream_types::{Datum, ObjectId, Row, RsResult, SqlType, ZSet};
 
 use crate::dataflow::{step_node, unsupported_join, Node, StepContext};
@@ -463,7 +463,9 @@ impl JoinNode {
         let key_columns = if side == Side::Left { &self.left_keys } else { &self.right_keys };
         let mut groups: BTreeMap<Vec<u8>, Rows> = BTreeMap::new();
         for (stored_key, value) in store.scan_prefix(&prefix, ScanOrder::Ascending, usize::MAX).await? {
-            let row = decode_row(&stored_key[prefix.len()..])?;
+            // The stored key is `key ++ row`: skip the key's datums.
+            let (_, key_length) = decode_prefix(&stored_key[prefix.len()..], key_columns.len())?;
+            let row = decode_row(&stored_key[prefix.len() + key_length..])?;
             let key: Row = key_columns.iter().map(|column| row[*column].clone()).collect();
             groups.entry(encode_row(&key)).or_default().push((row, decode_weight(&value)));
         }

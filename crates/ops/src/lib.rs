@@ -19,3 +19,6 @@ pub mod state;
 pub use dataflow::Dataflow;
 pub use layered::LayeredStore;
 pub use state::{MemoryStore, ScanOrder, StateStore};
+
+#[cfg(test)]
+mod proptests;

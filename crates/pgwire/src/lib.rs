@@ -57,6 +57,9 @@ pub enum StatementResult {
         batches: Vec<RecordBatch>,
     },
     /// A command tag such as "INSERT 0 3", "CREATE TABLE", "BEGIN", "SET".
+    /// The tags "BEGIN" and "START TRANSACTION" (enter) and "COMMIT" and
+    /// "ROLLBACK" (leave) also set the transaction status that ReadyForQuery
+    /// reports; an error inside a transaction marks it failed.
     Command { tag: String },
     /// COPY ... FROM STDIN: the front end switches to copy-in mode, collects
     /// and parses the data, then calls [`Backend::copy_in`].
@@ -143,7 +146,10 @@ pub trait Backend: Send + Sync + 'static {
         sql: &str,
     ) -> Vec<Result<StatementResult, RsError>>;
 
-    /// Extended protocol: one statement with $1..$n placeholders.
+    /// Extended protocol: one statement with $1..$n placeholders. `columns`
+    /// must be the schema `execute_with_params` later returns rows in
+    /// (clients decode rows by the description they got here); COPY and
+    /// other commands answer `None`.
     async fn describe(&self, session: &mut Self::Session, sql: &str) -> Result<Described, RsError>;
 
     /// Extended protocol execute; params are the text form of each parameter

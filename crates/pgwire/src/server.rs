@@ -5,8 +5,10 @@
 //! ends cleanly, with an I/O error or with a panic, the supervisor hands the
 //! backend session back through [`Backend::disconnect`]. A failing accept
 //! (for example too many open files) is logged and retried after
-//! [`ACCEPT_RETRY_DELAY`]; it never stops the server.
+//! [`ACCEPT_RETRY_DELAY`]; it never stops the server. All spawning and
+//! sleeping goes through [`spawn_task`] and [`pause`].
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,11 +36,11 @@ pub async fn serve<B: Backend>(backend: Arc<B>, listener: TcpListener) -> std::i
             Ok((socket, peer)) => {
                 let connection =
                     run_connection(backend.clone(), pid_generator.clone(), socket, peer);
-                tokio::spawn(connection);
+                spawn_task(connection);
             }
             Err(error) => {
                 tracing::warn!(%error, "accepting a connection failed; retrying");
-                tokio::time::sleep(ACCEPT_RETRY_DELAY).await;
+                pause(ACCEPT_RETRY_DELAY).await;
             }
         }
     }
@@ -55,13 +57,34 @@ async fn run_connection<B: Backend>(
     let handlers = ConnectionHandlers {
         connection: Arc::new(Connection::new(core.clone(), pid_generator)),
     };
-    let outcome = tokio::spawn(process_socket(socket, None, handlers)).await;
+    let outcome = spawn_task(process_socket(socket, None, handlers)).await;
     match outcome {
         Ok(Ok(())) => tracing::debug!(%peer, "connection closed"),
         Ok(Err(error)) => tracing::debug!(%peer, %error, "connection ended with an I/O error"),
         Err(error) => tracing::error!(%peer, %error, "connection task failed"),
     }
     core.disconnect().await;
+}
+
+/// Spawns a task. The workspace routes spawning and sleeping through
+/// `rockstream_common::Runtime`, but this crate may depend on
+/// `rockstream-types` alone; its tasks only do socket I/O and hold no state
+/// a deterministic simulator must replay. These two functions are the only
+/// places the crate touches tokio's scheduler and clock, so they can be
+/// swapped for the `Runtime` seam in one edit.
+#[allow(clippy::disallowed_methods)]
+fn spawn_task<F>(future: F) -> tokio::task::JoinHandle<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    tokio::spawn(future)
+}
+
+/// Sleeps (see [`spawn_task`] for why this bypasses the `Runtime` seam).
+#[allow(clippy::disallowed_methods)]
+async fn pause(duration: Duration) {
+    tokio::time::sleep(duration).await;
 }
 
 /// `pgwire`'s handler factory for one socket: every role is the same

@@ -182,7 +182,7 @@ mod tests {
     fn registry_codes_are_unique_in_range_and_actionable() {
         let mut numbers = HashSet::new();
         let mut names = HashSet::new();
-        for code in REGISTRY {
+        for code in codes::REGISTRY {
             assert!(numbers.insert(code.number), "duplicate number {}", code.label());
             assert!(names.insert(code.name), "duplicate name {}", code.name);
             assert!(

@@ -227,6 +227,7 @@ impl TestServer {
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log_for_stderr);
+        command.env("NO_COLOR", "1"); // plain text in the log files
         if std::env::var_os("RUST_LOG").is_none() {
             command.env("RUST_LOG", "info");
         }

@@ -1,0 +1,53 @@
+//! A minimal raw PostgreSQL frontend, to drive the simple-protocol COPY that
+//! psql's `\copy` uses (tokio-postgres only copies over the extended protocol).
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A client speaking protocol 3.0 message by message.
+pub struct RawClient {
+    stream: tokio::net::TcpStream,
+}
+
+impl RawClient {
+    pub async fn connect(port: u16) -> RawClient {
+        let stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
+        let mut client = RawClient { stream };
+        let mut body = 196_608i32.to_be_bytes().to_vec();
+        body.extend_from_slice(b"user\0tester\0database\0default\0\0");
+        let mut startup = ((body.len() + 4) as i32).to_be_bytes().to_vec();
+        startup.extend(body);
+        client.stream.write_all(&startup).await.unwrap();
+        client.read_until_ready().await;
+        client
+    }
+
+    pub async fn send(&mut self, kind: u8, body: &[u8]) {
+        let mut message = vec![kind];
+        message.extend(((body.len() + 4) as i32).to_be_bytes());
+        message.extend_from_slice(body);
+        self.stream.write_all(&message).await.unwrap();
+    }
+
+    pub async fn read(&mut self) -> (u8, Vec<u8>) {
+        let kind = self.stream.read_u8().await.unwrap();
+        let length = self.stream.read_i32().await.unwrap() as usize;
+        let mut body = vec![0; length - 4];
+        self.stream.read_exact(&mut body).await.unwrap();
+        (kind, body)
+    }
+
+    /// Message kinds (and CommandComplete tags) up to ReadyForQuery.
+    pub async fn read_until_ready(&mut self) -> Vec<String> {
+        let mut seen = Vec::new();
+        loop {
+            let (kind, body) = self.read().await;
+            match kind {
+                b'C' => seen.push(String::from_utf8_lossy(&body[..body.len() - 1]).into_owned()),
+                b'Z' => return seen,
+                other => seen.push(char::from(other).to_string()),
+            }
+        }
+    }
+}
