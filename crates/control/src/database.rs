@@ -108,7 +108,17 @@ impl Database {
     }
 
     /// `CREATE [MATERIALIZED] VIEW name AS query`.
-    pub async fn create_view(&self, namespace: &str, name: &str, query: &str, materialized: bool, if_not_exists: bool) -> RsResult<bool> {
+    /// `column_names` overrides the planned names (PostgreSQL's naming, or
+    /// an explicit column list), positionally.
+    pub async fn create_view(
+        &self,
+        namespace: &str,
+        name: &str,
+        query: &str,
+        column_names: Option<Vec<String>>,
+        materialized: bool,
+        if_not_exists: bool,
+    ) -> RsResult<bool> {
         let _guard = self.ddl.lock().await;
         if self.lookup(namespace, name).is_some() {
             if if_not_exists {
@@ -126,11 +136,28 @@ impl Database {
             let plan = plan_inline_view(resolver.clone(), query).await?;
             schema_of(plan.schema())?
         };
-        let columns = schema
+        let mut columns: Vec<ColumnDef> = schema
             .columns
             .iter()
             .map(|column| ColumnDef { name: column.name.clone(), type_name: column.sql_type.pg_name(), not_null: false })
             .collect();
+        if let Some(names) = column_names {
+            if names.len() > columns.len() {
+                return Err(RsError::new(&codes::INVALID_TABLE_DEFINITION, "CREATE VIEW specifies more column names than columns"));
+            }
+            for (column, name) in columns.iter_mut().zip(names) {
+                column.name = name;
+            }
+        }
+        let mut seen = std::collections::HashSet::new();
+        for column in &columns {
+            if !seen.insert(column.name.clone()) {
+                return Err(RsError::new(
+                    &codes::INVALID_TABLE_DEFINITION,
+                    format!("column \"{}\" specified more than once in view \"{name}\"", column.name),
+                ));
+            }
+        }
         let entry = CatalogEntry {
             id,
             namespace: namespace.to_string(),

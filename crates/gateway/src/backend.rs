@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::arrow::datatypes::{DataType, Field, Schema as ArrowSchema};
+use datafusion::arrow::datatypes::{DataType, Field, Schema as ArrowSchema, SchemaRef};
 use datafusion::arrow::array::StringArray;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::sql::sqlparser::ast::{
@@ -16,7 +16,7 @@ use datafusion::sql::sqlparser::parser::Parser;
 use rockstream_common::Runtime;
 use rockstream_control::{CatalogEntry, Database, ObjectKind};
 use rockstream_pgwire::{Backend, CopyTarget, Described, StatementResult};
-use rockstream_planner::new_context;
+use rockstream_planner::{new_context, pg_column_names};
 use rockstream_runtime::{RowChange, TableChange};
 use rockstream_types::{codes, RsError, RsResult};
 
@@ -103,7 +103,11 @@ impl Gateway {
     async fn dispatch(&self, session: &mut GatewaySession, statement: &Statement, in_explicit: bool) -> RsResult<StatementResult> {
         let command = |tag: &str| Ok(StatementResult::Command { tag: tag.to_string() });
         match statement {
-            Statement::Query(_) => self.select(session, &statement.to_string()).await,
+            Statement::Query(query) => {
+                let result = self.select(session, &statement.to_string()).await?;
+                rename_columns(result, pg_column_names(query))
+            }
+            Statement::Explain { .. } => self.select(session, &statement.to_string()).await,
             Statement::StartTransaction { .. } => {
                 if !in_explicit {
                     session.transaction = Some(Transaction { explicit: true, ..Default::default() });
@@ -136,7 +140,14 @@ impl Gateway {
                 }
                 let name = object_name(&create.name.to_string());
                 let query = create.query.to_string();
-                self.database.create_view(&session.namespace, &name, &query, create.materialized, create.if_not_exists).await?;
+                let column_names = if create.columns.is_empty() {
+                    pg_column_names(&create.query)
+                } else {
+                    Some(create.columns.iter().map(|column| object_name(&column.name.to_string())).collect())
+                };
+                self.database
+                    .create_view(&session.namespace, &name, &query, column_names, create.materialized, create.if_not_exists)
+                    .await?;
                 command(if create.materialized { "CREATE MATERIALIZED VIEW" } else { "CREATE VIEW" })
             }
             Statement::Drop { object_type, if_exists, names, cascade, .. } => {
@@ -266,7 +277,9 @@ impl Gateway {
         let resolver = Arc::new(SnapshotResolver { context: Arc::new(self.read_context(session, false)) });
         let context = new_context(resolver);
         let frame = context.sql(sql).await.map_err(query_error)?;
-        let schema = Arc::new(frame.schema().as_arrow().clone());
+        // The analyzed plan's schema: analyzer rules may change result types.
+        let plan = frame.clone().into_optimized_plan().map_err(query_error)?;
+        let schema = Arc::new(plan.schema().as_arrow().clone());
         let batches = frame.collect().await.map_err(query_error)?;
         Ok(StatementResult::Query { schema, batches })
     }
@@ -301,6 +314,32 @@ impl Gateway {
             return Ok(());
         }
         self.database.engine().commit(changes).await.map(|_| ())
+    }
+}
+
+/// Gives a query result PostgreSQL's column names.
+fn rename_columns(result: StatementResult, names: Option<Vec<String>>) -> RsResult<StatementResult> {
+    let (StatementResult::Query { schema, batches }, Some(names)) = (&result, names) else { return Ok(result) };
+    if names.len() != schema.fields().len() {
+        return Ok(result);
+    }
+    let renamed = renamed_schema(schema.clone(), Some(names));
+    let batches = batches
+        .iter()
+        .map(|batch| RecordBatch::try_new(renamed.clone(), batch.columns().to_vec()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(rockstream_ops::arrow_rows::arrow_error)?;
+    Ok(StatementResult::Query { schema: renamed, batches })
+}
+
+fn renamed_schema(schema: SchemaRef, names: Option<Vec<String>>) -> SchemaRef {
+    match names {
+        Some(names) if names.len() == schema.fields().len() => {
+            let fields: Vec<Field> =
+                schema.fields().iter().zip(names).map(|(field, name)| field.as_ref().clone().with_name(name)).collect();
+            Arc::new(ArrowSchema::new(fields))
+        }
+        _ => schema,
     }
 }
 
@@ -428,6 +467,10 @@ impl Backend for Gateway {
         let Ok(plan) = context.state().create_logical_plan(&statement.to_string()).await else {
             return Ok(Described { parameter_types: Vec::new(), columns: None });
         };
+        let plan = match statement {
+            Statement::Query(_) => context.state().optimize(&plan).map_err(query_error)?,
+            _ => plan,
+        };
         let types = plan.get_parameter_types().unwrap_or_default();
         let mut parameter_types: Vec<(usize, DataType)> = types
             .into_iter()
@@ -436,7 +479,10 @@ impl Backend for Gateway {
             })
             .collect();
         parameter_types.sort_by_key(|(index, _)| *index);
-        let columns = matches!(statement, Statement::Query(_)).then(|| Arc::new(plan.schema().as_arrow().clone()));
+        let columns = match statement {
+            Statement::Query(query) => Some(renamed_schema(Arc::new(plan.schema().as_arrow().clone()), pg_column_names(query))),
+            _ => None,
+        };
         Ok(Described { parameter_types: parameter_types.into_iter().map(|(_, t)| t).collect(), columns })
     }
 

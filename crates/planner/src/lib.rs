@@ -8,8 +8,11 @@
 //! plan into a [`PlanNode`] tree, rejecting anything without an incremental
 //! form with `RS-2001`.
 
+mod column_names;
+mod pg_aggregates;
 mod resolver;
 mod translate;
 
+pub use column_names::pg_column_names;
 pub use resolver::{new_context, SchemaOnlyTable, TableResolver};
 pub use translate::{plan_view, schema_of};

@@ -34,6 +34,7 @@ pub fn new_context(resolver: Arc<dyn TableResolver>) -> SessionContext {
         options.execution.time_zone = Some("+00:00".to_string());
     }
     let context = SessionContext::new_with_config(config);
+    context.add_analyzer_rule(Arc::new(crate::pg_aggregates::PostgresAggregateTypes));
     let catalog = MemoryCatalogProvider::new();
     let schema: Arc<dyn SchemaProvider> = Arc::new(ResolverSchema { resolver });
     let _ = datafusion::catalog::CatalogProvider::register_schema(&catalog, "public", schema);

@@ -26,15 +26,6 @@ pub async fn plan_view(context: &SessionContext, view_id: ObjectId, query: &str)
     let optimized = state.optimize(&logical).map_err(plan_error)?;
     let mut translator = Translator { view_id, next_op: 0 };
     let node = translator.translate(&optimized)?;
-    let mut seen = std::collections::HashSet::new();
-    for column in &node.schema().columns {
-        if !seen.insert(column.name.clone()) {
-            return Err(RsError::new(
-                &codes::INVALID_TABLE_DEFINITION,
-                format!("column \"{}\" specified more than once in the view", column.name),
-            ));
-        }
-    }
     Ok(node)
 }
 

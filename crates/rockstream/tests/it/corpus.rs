@@ -11,8 +11,26 @@ use crate::harness::oracle::OracleDatabase;
 use crate::harness::server::TestServer;
 use crate::harness::slt::{run_slt_file, Dialect};
 
-/// Corpus files (relative to the corpus folder) RockStream passes today.
-const PASSING: &[&str] = &[];
+/// Corpus files (relative to the corpus folder) RockStream passes today. Grow it with the output
+/// of `corpus_report_every_file_on_rockstream`.
+const PASSING: &[&str] = &[
+    "aggregate/count_star.slt",
+    "aggregate/distinct_agg.slt",
+    "bug_fixes/issue_12299.slt",
+    "bug_fixes/issue_13094.slt",
+    "bug_fixes/issue_7698.slt",
+    "delta_join/delta_join_snapshot_no_index.slt",
+    "delta_join/delta_join_upstream_no_index.slt",
+    "except.slt",
+    "extreme_null.slt",
+    "intersect.slt",
+    "join/join-3way.slt.part",
+    "outer_join.slt",
+    "unaligned-join.slt",
+];
+
+/// Lines of each failure shown by the report.
+const REPORT_LINES_MAX: usize = 12;
 
 /// Files run at once on the oracle (each in its own database).
 const ORACLE_FILES_IN_FLIGHT_MAX: usize = 4;
@@ -105,8 +123,8 @@ async fn corpus_report_every_file_on_rockstream() {
                 passing.push(name);
             }
             Err(report) => {
-                let first_line = report.lines().next().unwrap_or_default().to_owned();
-                println!("FAIL {name}: {first_line}");
+                let head: Vec<&str> = report.lines().take(REPORT_LINES_MAX).collect();
+                println!("FAIL {name}: {}", head.join("\n    "));
             }
         }
     }
