@@ -20,16 +20,16 @@ use datafusion::datasource::ViewTable;
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::datasource::TableType;
 use datafusion::error::{DataFusionError, Result as DataFusionResult};
-use datafusion::logical_expr::Expr;
+use datafusion::logical_expr::{Expr, Operator, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
 use rockstream_control::{plan_inline_view, CatalogEntry, ObjectKind};
-use rockstream_ops::arrow_rows::rows_to_batch;
+use rockstream_ops::arrow_rows::{array_to_datums, rows_to_batch};
 use rockstream_ops::keys::{decode_weight, output_prefix};
 use rockstream_planner::TableResolver;
 use rockstream_runtime::{Engine, ViewStatus};
 use rockstream_storage::Snapshot;
-use rockstream_types::encoding::decode_row;
-use rockstream_types::{ObjectId, Row, RsError, RsResult, SqlType};
+use rockstream_types::encoding::{decode_row, encode_datum};
+use rockstream_types::{Datum, ObjectId, Row, RsError, RsResult, SqlType};
 
 /// Hidden column carrying a table row's storage key (DML only).
 pub const ROW_KEY_COLUMN: &str = "__rs_row_key";
@@ -111,8 +111,37 @@ impl SnapshotTable {
         Ok(SnapshotTable { entry, types, schema: Arc::new(ArrowSchema::new(fields)), context, with_row_key })
     }
 
+    /// The column whose value starts every storage key: the first primary
+    /// key column of a table, the first output column of a view.
+    fn leading_key_column(&self) -> Option<usize> {
+        match self.entry.kind {
+            ObjectKind::Table => self.entry.primary_key.first().copied(),
+            _ => Some(0),
+        }
+    }
+
+    /// `leading_key_column = literal`: the value, if `filter` is that shape.
+    fn key_equality(&self, filter: &Expr) -> Option<Datum> {
+        let column = self.leading_key_column()?;
+        let Expr::BinaryExpr(binary) = filter else { return None };
+        if binary.op != Operator::Eq {
+            return None;
+        }
+        let (name, value) = match (binary.left.as_ref(), binary.right.as_ref()) {
+            (Expr::Column(name), Expr::Literal(value, _)) | (Expr::Literal(value, _), Expr::Column(name)) => (name, value),
+            _ => return None,
+        };
+        if name.name != self.entry.columns[column].name || value.is_null() {
+            return None;
+        }
+        let array = value.to_array().ok()?;
+        let datum = array_to_datums(&array, self.types[column]).ok()?.pop()?;
+        (!datum.is_null()).then_some(datum)
+    }
+
     /// Every visible row with its storage key (tables) and multiplicity.
-    async fn rows(&self) -> RsResult<Vec<(Vec<u8>, Row)>> {
+    /// With `key_value`, only rows whose storage key starts with it.
+    async fn rows(&self, key_value: Option<&Datum>) -> RsResult<Vec<(Vec<u8>, Row)>> {
         if self.entry.kind == ObjectKind::MaterializedView {
             if let ViewStatus::Failed(error) = self.context.engine.view_status(self.entry.id) {
                 return Err(RsError::new(
@@ -122,7 +151,13 @@ impl SnapshotTable {
                 .with_detail(error.to_string()));
             }
         }
-        let prefix = output_prefix(self.entry.id);
+        let base = output_prefix(self.entry.id);
+        let mut key_prefix = Vec::new();
+        if let Some(value) = key_value {
+            encode_datum(value, &mut key_prefix);
+        }
+        let mut prefix = base.clone();
+        prefix.extend_from_slice(&key_prefix);
         let overlay = self.context.overlays.get(&self.entry.id);
         let mut rows = Vec::new();
         let mut after: Option<Vec<u8>> = None;
@@ -131,7 +166,7 @@ impl SnapshotTable {
             let Some((last, _)) = chunk.last() else { break };
             after = Some(last.clone());
             for (key, value) in chunk {
-                let suffix = key[prefix.len()..].to_vec();
+                let suffix = key[base.len()..].to_vec();
                 if self.entry.kind == ObjectKind::Table {
                     if overlay.is_some_and(|overlay| overlay.contains_key(&suffix)) {
                         continue;
@@ -146,7 +181,7 @@ impl SnapshotTable {
             }
         }
         if let Some(overlay) = overlay {
-            for (key, row) in overlay {
+            for (key, row) in overlay.range(key_prefix.clone()..).take_while(|(key, _)| key.starts_with(&key_prefix)) {
                 if let Some(row) = row {
                     rows.push((key.clone(), row.clone()));
                 }
@@ -189,14 +224,29 @@ impl TableProvider for SnapshotTable {
         TableType::Base
     }
 
+    fn supports_filters_pushdown(&self, filters: &[&Expr]) -> DataFusionResult<Vec<TableProviderFilterPushDown>> {
+        // Inexact: the scan narrows to the key range, DataFusion still filters.
+        Ok(filters
+            .iter()
+            .map(|filter| {
+                if self.key_equality(filter).is_some() {
+                    TableProviderFilterPushDown::Inexact
+                } else {
+                    TableProviderFilterPushDown::Unsupported
+                }
+            })
+            .collect())
+    }
+
     async fn scan(
         &self,
         _state: &dyn Session,
         projection: Option<&Vec<usize>>,
-        _filters: &[Expr],
+        filters: &[Expr],
         _limit: Option<usize>,
     ) -> DataFusionResult<Arc<dyn ExecutionPlan>> {
-        let rows = self.rows().await.map_err(external)?;
+        let key_value = filters.iter().find_map(|filter| self.key_equality(filter));
+        let rows = self.rows(key_value.as_ref()).await.map_err(external)?;
         let batches = self.batches(&rows).map_err(external)?;
         let exec = MemorySourceConfig::try_new_exec(&[batches], self.schema.clone(), projection.cloned())?;
         Ok(exec)
