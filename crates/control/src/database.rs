@@ -126,6 +126,9 @@ impl Database {
             }
             return Err(already_exists(name));
         }
+        if !materialized && rockstream_planner::uses_bag_set_operation(query) {
+            return Err(RsError::unsupported("EXCEPT ALL / INTERSECT ALL in a (non-materialized) view"));
+        }
         let catalog = self.entries(namespace);
         let id = self.allocate_id().await?;
         let resolver = CatalogResolver::new(catalog);

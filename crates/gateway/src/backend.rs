@@ -16,7 +16,7 @@ use datafusion::sql::sqlparser::parser::Parser;
 use rockstream_common::Runtime;
 use rockstream_control::{CatalogEntry, Database, ObjectKind};
 use rockstream_pgwire::{Backend, CopyTarget, Described, StatementResult};
-use rockstream_planner::{new_context, pg_column_names};
+use rockstream_planner::{new_context, pg_column_names, uses_bag_set_operation};
 use rockstream_runtime::{RowChange, TableChange};
 use rockstream_types::{codes, RsError, RsResult};
 
@@ -104,6 +104,9 @@ impl Gateway {
         let command = |tag: &str| Ok(StatementResult::Command { tag: tag.to_string() });
         match statement {
             Statement::Query(query) => {
+                if uses_bag_set_operation(&statement.to_string()) {
+                    return Err(RsError::new(&codes::UNSUPPORTED_STATEMENT, "EXCEPT ALL / INTERSECT ALL are supported in materialized views only"));
+                }
                 let result = self.select(session, &statement.to_string()).await?;
                 rename_columns(result, pg_column_names(query))
             }

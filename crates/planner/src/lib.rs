@@ -11,8 +11,10 @@
 mod column_names;
 mod pg_aggregates;
 mod resolver;
+mod set_operations;
 mod translate;
 
 pub use column_names::pg_column_names;
 pub use resolver::{new_context, SchemaOnlyTable, TableResolver};
+pub use set_operations::uses_bag_set_operation;
 pub use translate::{plan_view, schema_of};

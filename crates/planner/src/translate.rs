@@ -14,19 +14,66 @@ use datafusion::execution::context::SessionContext;
 use datafusion::logical_expr::expr::AggregateFunction as DfAggregateFunction;
 use datafusion::logical_expr::{Distinct, Expr, ExprSchemable, LogicalPlan};
 use rockstream_plan::arrow_types::{datafusion_error, sql_type_of};
-use rockstream_plan::{AggregateCall, AggregateFunction, Column, JoinKind, PlanNode, Schema};
+use datafusion::sql::sqlparser::ast::{SetExpr, Statement};
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::parser::Parser;
+use rockstream_plan::{AggregateCall, AggregateFunction, Column, JoinKind, PlanNode, Schema, SetOperator};
 use rockstream_types::{codes, ObjectId, RsError, RsResult};
 
 use crate::resolver::SchemaOnlyTable;
+use crate::set_operations;
 
 /// Plans `query` (a SELECT) as the incremental plan of view `view_id`.
 pub async fn plan_view(context: &SessionContext, view_id: ObjectId, query: &str) -> RsResult<PlanNode> {
+    let mut translator = Translator { view_id, next_op: 0 };
+    let statements = Parser::parse_sql(&PostgreSqlDialect {}, query).map_err(|e| RsError::new(&codes::SYNTAX_ERROR, e.to_string()))?;
+    if let [Statement::Query(parsed)] = statements.as_slice() {
+        if let Some((operator, all, left, right)) = set_operations::top_level_set_operation(parsed) {
+            return Ok(plan_set_tree(context, &mut translator, operator, all, left, right).await?.0);
+        }
+    }
+    if set_operations::uses_bag_set_operation(query) {
+        return Err(RsError::unsupported("EXCEPT ALL / INTERSECT ALL inside a subquery"));
+    }
+    let (node, _) = plan_branch(context, &mut translator, query).await?;
+    Ok(node)
+}
+
+/// Plans one SELECT: its PlanIR and its optimized logical plan.
+async fn plan_branch(context: &SessionContext, translator: &mut Translator, query: &str) -> RsResult<(PlanNode, LogicalPlan)> {
     let state = context.state();
     let logical = state.create_logical_plan(query).await.map_err(plan_error)?;
     let optimized = state.optimize(&logical).map_err(plan_error)?;
-    let mut translator = Translator { view_id, next_op: 0 };
-    let node = translator.translate(&optimized)?;
-    Ok(node)
+    Ok((translator.translate(&optimized)?, optimized))
+}
+
+/// Plans an EXCEPT/INTERSECT tree branch by branch (see `set_operations`).
+fn plan_set_tree<'a>(
+    context: &'a SessionContext,
+    translator: &'a mut Translator,
+    operator: SetOperator,
+    all: bool,
+    left: &'a SetExpr,
+    right: &'a SetExpr,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = RsResult<(PlanNode, LogicalPlan)>> + Send + 'a>> {
+    Box::pin(async move {
+        let op_id = translator.op_id();
+        let (left_node, left_plan) = match set_operations::split(left) {
+            Some((operator, all, l, r)) => plan_set_tree(context, translator, operator, all, l, r).await?,
+            None => plan_branch(context, translator, &left.to_string()).await?,
+        };
+        let (right_node, right_plan) = match set_operations::split(right) {
+            Some((operator, all, l, r)) => plan_set_tree(context, translator, operator, all, l, r).await?,
+            None => plan_branch(context, translator, &right.to_string()).await?,
+        };
+        let types = set_operations::unify(&left_plan, &right_plan)?;
+        let left_node = set_operations::coerce(left_node, &left_plan, &types)?;
+        let right_node = set_operations::coerce(right_node, &right_plan, &types)?;
+        let node = PlanNode::SetOperation { op_id, left: Box::new(left_node), right: Box::new(right_node), operator, all };
+        // The combined plan's schema is the left branch's with unified types.
+        let schema_plan = left_plan;
+        Ok((node, schema_plan))
+    })
 }
 
 /// Our schema of a DataFusion schema (canonical SQL types).
