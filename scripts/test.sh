@@ -160,8 +160,8 @@ for argument in "$@"; do
 done
 
 failures=()
-log "cargo test ${workspace_flag[*]} $*"
-cargo test "${workspace_flag[@]}" "$@" || failures+=("cargo test")
+log "cargo test --no-fail-fast ${workspace_flag[*]} $*"
+cargo test --no-fail-fast "${workspace_flag[@]}" "$@" || failures+=("cargo test")
 
 if [[ -z "${ROCKSTREAM_TEST_SKIP_LINT:-}" ]]; then
     log "cargo fmt --all -- --check"

@@ -27,7 +27,10 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now_micros(&self) -> i64 {
-        SystemTime::now().duration_since(UNIX_EPOCH).map(|elapsed| elapsed.as_micros() as i64).unwrap_or(0)
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|elapsed| elapsed.as_micros() as i64)
+            .unwrap_or(0)
     }
 }
 
@@ -42,12 +45,18 @@ impl Runtime {
     /// The production runtime: system clock, tokio tasks, seeded from time.
     pub fn system() -> Runtime {
         let seed = SystemClock.now_micros() as u64 ^ (std::process::id() as u64).rotate_left(32);
-        Runtime { clock: Arc::new(SystemClock), random_state: Arc::new(AtomicU64::new(seed)) }
+        Runtime {
+            clock: Arc::new(SystemClock),
+            random_state: Arc::new(AtomicU64::new(seed)),
+        }
     }
 
     /// A runtime with a given clock and random seed (tests, simulation).
     pub fn with_clock(clock: Arc<dyn Clock>, seed: u64) -> Runtime {
-        Runtime { clock, random_state: Arc::new(AtomicU64::new(seed)) }
+        Runtime {
+            clock,
+            random_state: Arc::new(AtomicU64::new(seed)),
+        }
     }
 
     pub fn now_micros(&self) -> i64 {
@@ -69,7 +78,10 @@ impl Runtime {
 
     /// A pseudo-random 64-bit value (SplitMix64 over the seed).
     pub fn random_u64(&self) -> u64 {
-        let mut z = self.random_state.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed).wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self
+            .random_state
+            .fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed)
+            .wrapping_add(0x9E37_79B9_7F4A_7C15);
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)

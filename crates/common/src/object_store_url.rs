@@ -25,9 +25,17 @@ pub fn object_store_for(location: &str) -> RsResult<Arc<dyn ObjectStore>> {
         }
         None => location.to_string(),
     };
-    std::fs::create_dir_all(&path)
-        .map_err(|error| RsError::new(&codes::STORAGE_IO, format!("cannot create storage directory '{path}': {error}")))?;
-    let store = LocalFileSystem::new_with_prefix(&path)
-        .map_err(|error| RsError::new(&codes::STORAGE_IO, format!("cannot open storage directory '{path}': {error}")))?;
+    std::fs::create_dir_all(&path).map_err(|error| {
+        RsError::new(
+            &codes::STORAGE_IO,
+            format!("cannot create storage directory '{path}': {error}"),
+        )
+    })?;
+    let store = LocalFileSystem::new_with_prefix(&path).map_err(|error| {
+        RsError::new(
+            &codes::STORAGE_IO,
+            format!("cannot open storage directory '{path}': {error}"),
+        )
+    })?;
     Ok(Arc::new(store))
 }

@@ -114,11 +114,24 @@ pub fn parse_type(name: &str) -> RsResult<SqlType> {
             let inner = other
                 .strip_prefix("numeric(")
                 .and_then(|rest| rest.strip_suffix(')'))
-                .ok_or_else(|| RsError::new(&codes::UNSUPPORTED_TYPE, format!("type {other} is not supported")))?;
-            let (precision, scale) = inner
-                .split_once(',')
-                .ok_or_else(|| RsError::new(&codes::UNSUPPORTED_TYPE, format!("type {other} is not supported")))?;
-            let parse_error = || RsError::new(&codes::UNSUPPORTED_TYPE, format!("type {other} is not supported"));
+                .ok_or_else(|| {
+                    RsError::new(
+                        &codes::UNSUPPORTED_TYPE,
+                        format!("type {other} is not supported"),
+                    )
+                })?;
+            let (precision, scale) = inner.split_once(',').ok_or_else(|| {
+                RsError::new(
+                    &codes::UNSUPPORTED_TYPE,
+                    format!("type {other} is not supported"),
+                )
+            })?;
+            let parse_error = || {
+                RsError::new(
+                    &codes::UNSUPPORTED_TYPE,
+                    format!("type {other} is not supported"),
+                )
+            };
             SqlType::Numeric {
                 precision: precision.trim().parse().map_err(|_| parse_error())?,
                 scale: scale.trim().parse().map_err(|_| parse_error())?,
@@ -141,7 +154,10 @@ mod tests {
             SqlType::Int64,
             SqlType::Float32,
             SqlType::Float64,
-            SqlType::Numeric { precision: 12, scale: 2 },
+            SqlType::Numeric {
+                precision: 12,
+                scale: 2,
+            },
             SqlType::Text,
             SqlType::Date,
             SqlType::Timestamp,

@@ -10,7 +10,9 @@ use rockstream_types::{codes, ObjectId, RsError, RsResult};
 use slatedb::Db;
 use tokio::sync::{oneshot, Mutex};
 
-use crate::catalog::{entry_key, CatalogEntry, ColumnDef, ObjectKind, DEFAULT_NAMESPACE, NEXT_ID_KEY};
+use crate::catalog::{
+    entry_key, CatalogEntry, ColumnDef, ObjectKind, DEFAULT_NAMESPACE, NEXT_ID_KEY,
+};
 use crate::follower::{self, CatalogChange, FollowerSender};
 use crate::resolver::{plan_inline_view, CatalogResolver};
 
@@ -40,11 +42,19 @@ impl Database {
         let engine = Engine::start(&runtime, shard).await?;
         let follower = follower::start(&runtime, engine.clone());
         let entries = load_entries(&control).await?;
-        let database = Arc::new(Database { control, catalog: RwLock::new(Vec::new()), engine, follower, ddl: Mutex::new(()) });
+        let database = Arc::new(Database {
+            control,
+            catalog: RwLock::new(Vec::new()),
+            engine,
+            follower,
+            ddl: Mutex::new(()),
+        });
         for entry in entries {
             let catalog = database.entries(&entry.namespace);
             database.catalog_mut().push(entry.clone());
-            database.follow(CatalogChange::Created { entry, catalog }).await?;
+            database
+                .follow(CatalogChange::Created { entry, catalog })
+                .await?;
         }
         Ok(database)
     }
@@ -61,16 +71,26 @@ impl Database {
     pub fn entries(&self, namespace: &str) -> Vec<CatalogEntry> {
         self.catalog
             .read()
-            .map(|catalog| catalog.iter().filter(|entry| entry.namespace == namespace).cloned().collect())
+            .map(|catalog| {
+                catalog
+                    .iter()
+                    .filter(|entry| entry.namespace == namespace)
+                    .cloned()
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
     pub fn lookup(&self, namespace: &str, name: &str) -> Option<CatalogEntry> {
-        self.entries(namespace).into_iter().find(|entry| entry.name == name)
+        self.entries(namespace)
+            .into_iter()
+            .find(|entry| entry.name == name)
     }
 
     fn catalog_mut(&self) -> std::sync::RwLockWriteGuard<'_, Vec<CatalogEntry>> {
-        self.catalog.write().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.catalog
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// `CREATE TABLE`. Returns false when it existed and `if_not_exists`.
@@ -127,7 +147,9 @@ impl Database {
             return Err(already_exists(name));
         }
         if !materialized && rockstream_planner::uses_bag_set_operation(query) {
-            return Err(RsError::unsupported("EXCEPT ALL / INTERSECT ALL in a (non-materialized) view"));
+            return Err(RsError::unsupported(
+                "EXCEPT ALL / INTERSECT ALL in a (non-materialized) view",
+            ));
         }
         let catalog = self.entries(namespace);
         let id = self.allocate_id().await?;
@@ -142,11 +164,18 @@ impl Database {
         let mut columns: Vec<ColumnDef> = schema
             .columns
             .iter()
-            .map(|column| ColumnDef { name: column.name.clone(), type_name: column.sql_type.pg_name(), not_null: false })
+            .map(|column| ColumnDef {
+                name: column.name.clone(),
+                type_name: column.sql_type.pg_name(),
+                not_null: false,
+            })
             .collect();
         if let Some(names) = column_names {
             if names.len() > columns.len() {
-                return Err(RsError::new(&codes::INVALID_TABLE_DEFINITION, "CREATE VIEW specifies more column names than columns"));
+                return Err(RsError::new(
+                    &codes::INVALID_TABLE_DEFINITION,
+                    "CREATE VIEW specifies more column names than columns",
+                ));
             }
             for (column, name) in columns.iter_mut().zip(names) {
                 column.name = name;
@@ -157,7 +186,10 @@ impl Database {
             if !seen.insert(column.name.clone()) {
                 return Err(RsError::new(
                     &codes::INVALID_TABLE_DEFINITION,
-                    format!("column \"{}\" specified more than once in view \"{name}\"", column.name),
+                    format!(
+                        "column \"{}\" specified more than once in view \"{name}\"",
+                        column.name
+                    ),
                 ));
             }
         }
@@ -165,7 +197,11 @@ impl Database {
             id,
             namespace: namespace.to_string(),
             name: name.to_string(),
-            kind: if materialized { ObjectKind::MaterializedView } else { ObjectKind::View },
+            kind: if materialized {
+                ObjectKind::MaterializedView
+            } else {
+                ObjectKind::View
+            },
             columns,
             primary_key: Vec::new(),
             definition: Some(query.to_string()),
@@ -176,26 +212,47 @@ impl Database {
     }
 
     /// `DROP TABLE/VIEW/MATERIALIZED VIEW`; returns false if absent and `if_exists`.
-    pub async fn drop_object(&self, namespace: &str, name: &str, kind: ObjectKind, cascade: bool, if_exists: bool) -> RsResult<bool> {
+    pub async fn drop_object(
+        &self,
+        namespace: &str,
+        name: &str,
+        kind: ObjectKind,
+        cascade: bool,
+        if_exists: bool,
+    ) -> RsResult<bool> {
         let _guard = self.ddl.lock().await;
         let Some(entry) = self.lookup(namespace, name) else {
             if if_exists {
                 return Ok(false);
             }
-            return Err(RsError::new(&codes::UNDEFINED_OBJECT, format!("{} \"{name}\" does not exist", kind.describe())));
+            return Err(RsError::new(
+                &codes::UNDEFINED_OBJECT,
+                format!("{} \"{name}\" does not exist", kind.describe()),
+            ));
         };
         if entry.kind != kind {
             return Err(RsError::new(
                 &codes::WRONG_OBJECT_KIND,
-                format!("\"{name}\" is a {}, not a {}", entry.kind.describe(), kind.describe()),
+                format!(
+                    "\"{name}\" is a {}, not a {}",
+                    entry.kind.describe(),
+                    kind.describe()
+                ),
             ));
         }
         let doomed = self.dependents_closure(namespace, entry.id);
         if doomed.len() > 1 && !cascade {
-            let names: Vec<String> = doomed.iter().skip(1).map(|e| format!("{} {}", e.kind.describe(), e.name)).collect();
+            let names: Vec<String> = doomed
+                .iter()
+                .skip(1)
+                .map(|e| format!("{} {}", e.kind.describe(), e.name))
+                .collect();
             return Err(RsError::new(
                 &codes::DEPENDENT_OBJECTS_EXIST,
-                format!("cannot drop {} {name} because other objects depend on it", entry.kind.describe()),
+                format!(
+                    "cannot drop {} {name} because other objects depend on it",
+                    entry.kind.describe()
+                ),
             )
             .with_detail(names.join(", ")));
         }
@@ -210,23 +267,39 @@ impl Database {
         let entries = self.entries(namespace);
         let mut doomed: Vec<ObjectId> = vec![id];
         for entry in &entries {
-            if entry.dependencies.iter().any(|dependency| doomed.contains(dependency)) && !doomed.contains(&entry.id) {
+            if entry
+                .dependencies
+                .iter()
+                .any(|dependency| doomed.contains(dependency))
+                && !doomed.contains(&entry.id)
+            {
                 doomed.push(entry.id);
             }
         }
-        let mut ordered: Vec<CatalogEntry> = entries.into_iter().filter(|entry| doomed.contains(&entry.id)).collect();
+        let mut ordered: Vec<CatalogEntry> = entries
+            .into_iter()
+            .filter(|entry| doomed.contains(&entry.id))
+            .collect();
         ordered.sort_by_key(|entry| if entry.id == id { 0 } else { 1 });
         ordered
     }
 
     async fn commit_created(&self, entry: CatalogEntry) -> RsResult<()> {
         let catalog = self.entries(&entry.namespace);
-        let json = serde_json::to_vec(&entry).map_err(|error| RsError::internal(error.to_string()))?;
+        let json =
+            serde_json::to_vec(&entry).map_err(|error| RsError::internal(error.to_string()))?;
         self.durable_put(&entry.key(), &json).await?;
         self.catalog_mut().push(entry.clone());
-        if let Err(error) = self.follow(CatalogChange::Created { entry: entry.clone(), catalog }).await {
+        if let Err(error) = self
+            .follow(CatalogChange::Created {
+                entry: entry.clone(),
+                catalog,
+            })
+            .await
+        {
             // Compensate: the statement failed, so it must change nothing.
-            self.catalog_mut().retain(|existing| existing.id != entry.id);
+            self.catalog_mut()
+                .retain(|existing| existing.id != entry.id);
             self.durable_delete(&entry.key()).await?;
             let _ = self.follow(CatalogChange::Dropped { entry }).await;
             return Err(error);
@@ -235,8 +308,10 @@ impl Database {
     }
 
     async fn commit_dropped(&self, entry: CatalogEntry) -> RsResult<()> {
-        self.durable_delete(&entry_key(entry.kind, &entry.namespace, entry.id)).await?;
-        self.catalog_mut().retain(|existing| existing.id != entry.id);
+        self.durable_delete(&entry_key(entry.kind, &entry.namespace, entry.id))
+            .await?;
+        self.catalog_mut()
+            .retain(|existing| existing.id != entry.id);
         self.follow(CatalogChange::Dropped { entry }).await
     }
 
@@ -246,27 +321,53 @@ impl Database {
             .send((change, reply))
             .await
             .map_err(|_| RsError::new(&codes::ENGINE_STOPPED, "the catalog follower stopped"))?;
-        receiver.await.map_err(|_| RsError::new(&codes::ENGINE_STOPPED, "the catalog follower stopped"))?
+        receiver
+            .await
+            .map_err(|_| RsError::new(&codes::ENGINE_STOPPED, "the catalog follower stopped"))?
     }
 
     async fn allocate_id(&self) -> RsResult<ObjectId> {
-        let current = self.control.get(NEXT_ID_KEY).await.map_err(|error| storage_error(CONTROL_PATH, error))?;
+        let current = self
+            .control
+            .get(NEXT_ID_KEY)
+            .await
+            .map_err(|error| storage_error(CONTROL_PATH, error))?;
         let next = match current {
-            Some(bytes) => u64::from_be_bytes(bytes.as_ref().try_into().map_err(|_| RsError::internal("corrupt id counter"))?),
+            Some(bytes) => u64::from_be_bytes(
+                bytes
+                    .as_ref()
+                    .try_into()
+                    .map_err(|_| RsError::internal("corrupt id counter"))?,
+            ),
             None => 1,
         };
-        self.durable_put(&NEXT_ID_KEY, &(next + 1).to_be_bytes()).await?;
+        self.durable_put(&NEXT_ID_KEY, &(next + 1).to_be_bytes())
+            .await?;
         Ok(next as ObjectId)
     }
 
     async fn durable_put(&self, key: &[u8], value: &[u8]) -> RsResult<()> {
-        let handle = self.control.put(key, value).await.map_err(|error| storage_error(CONTROL_PATH, error))?;
-        handle.await_durable().await.map_err(|error| storage_error(CONTROL_PATH, error))
+        let handle = self
+            .control
+            .put(key, value)
+            .await
+            .map_err(|error| storage_error(CONTROL_PATH, error))?;
+        handle
+            .await_durable()
+            .await
+            .map_err(|error| storage_error(CONTROL_PATH, error))
     }
 
     async fn durable_delete(&self, key: &[u8]) -> RsResult<()> {
-        let handle = self.control.delete(key).await.map_err(|error| storage_error(CONTROL_PATH, error))?;
-        handle.await_durable().await.map_err(|error| storage_error(CONTROL_PATH, error))
+        let handle = self
+            .control
+            .delete(key)
+            .await
+            .map_err(|error| storage_error(CONTROL_PATH, error))?;
+        handle
+            .await_durable()
+            .await
+            .map_err(|error| storage_error(CONTROL_PATH, error))
     }
 
     pub async fn close(&self) {
@@ -275,13 +376,23 @@ impl Database {
 }
 
 fn already_exists(name: &str) -> RsError {
-    RsError::new(&codes::OBJECT_ALREADY_EXISTS, format!("relation \"{name}\" already exists"))
+    RsError::new(
+        &codes::OBJECT_ALREADY_EXISTS,
+        format!("relation \"{name}\" already exists"),
+    )
 }
 
 async fn load_entries(control: &Db) -> RsResult<Vec<CatalogEntry>> {
-    let mut iterator = control.scan_prefix([0x01u8], ..).await.map_err(|error| storage_error(CONTROL_PATH, error))?;
+    let mut iterator = control
+        .scan_prefix([0x01u8], ..)
+        .await
+        .map_err(|error| storage_error(CONTROL_PATH, error))?;
     let mut entries = Vec::new();
-    while let Some(entry) = iterator.next().await.map_err(|error| storage_error(CONTROL_PATH, error))? {
+    while let Some(entry) = iterator
+        .next()
+        .await
+        .map_err(|error| storage_error(CONTROL_PATH, error))?
+    {
         if entry.key.as_ref() == NEXT_ID_KEY {
             continue;
         }

@@ -19,8 +19,13 @@ use crate::resolver::CatalogResolver;
 
 pub(crate) enum CatalogChange {
     /// An object was created; `catalog` is the catalog it was planned against.
-    Created { entry: CatalogEntry, catalog: Vec<CatalogEntry> },
-    Dropped { entry: CatalogEntry },
+    Created {
+        entry: CatalogEntry,
+        catalog: Vec<CatalogEntry>,
+    },
+    Dropped {
+        entry: CatalogEntry,
+    },
 }
 
 pub(crate) type FollowerSender = mpsc::Sender<(CatalogChange, oneshot::Sender<RsResult<()>>)>;
@@ -29,9 +34,13 @@ pub(crate) type FollowerSender = mpsc::Sender<(CatalogChange, oneshot::Sender<Rs
 const FOLLOWER_QUEUE_MAX: usize = 64;
 
 pub(crate) fn start(runtime: &Runtime, engine: Engine) -> FollowerSender {
-    let (sender, mut receiver) = mpsc::channel::<(CatalogChange, oneshot::Sender<RsResult<()>>)>(FOLLOWER_QUEUE_MAX);
+    let (sender, mut receiver) =
+        mpsc::channel::<(CatalogChange, oneshot::Sender<RsResult<()>>)>(FOLLOWER_QUEUE_MAX);
     runtime.spawn(async move {
-        let mut follower = Follower { engine, op_ids: HashMap::new() };
+        let mut follower = Follower {
+            engine,
+            op_ids: HashMap::new(),
+        };
         while let Some((change, reply)) = receiver.recv().await {
             let _ = reply.send(follower.apply(change).await);
         }
@@ -59,7 +68,9 @@ impl Follower {
                 let source_is_view = sources
                     .iter()
                     .map(|source| {
-                        catalog.iter().any(|other| other.id == *source && other.kind == ObjectKind::MaterializedView)
+                        catalog.iter().any(|other| {
+                            other.id == *source && other.kind == ObjectKind::MaterializedView
+                        })
                     })
                     .collect();
                 let op_ids = plan.op_ids();

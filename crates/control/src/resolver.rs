@@ -27,12 +27,19 @@ pub struct CatalogResolver {
 
 impl CatalogResolver {
     pub fn new(entries: Vec<CatalogEntry>) -> Arc<CatalogResolver> {
-        Arc::new(CatalogResolver { entries, resolved: Mutex::new(Vec::new()), depth: 0 })
+        Arc::new(CatalogResolver {
+            entries,
+            resolved: Mutex::new(Vec::new()),
+            depth: 0,
+        })
     }
 
     /// Every object resolved so far (the dependencies of what was planned).
     pub fn resolved(&self) -> Vec<ObjectId> {
-        self.resolved.lock().map(|resolved| resolved.clone()).unwrap_or_default()
+        self.resolved
+            .lock()
+            .map(|resolved| resolved.clone())
+            .unwrap_or_default()
     }
 
     fn record(&self, id: ObjectId) {
@@ -48,31 +55,50 @@ pub fn arrow_schema(entry: &CatalogEntry) -> RsResult<Arc<ArrowSchema>> {
     let fields = entry
         .columns
         .iter()
-        .map(|column| Ok(Field::new(&column.name, arrow_type(column.sql_type()?), true)))
+        .map(|column| {
+            Ok(Field::new(
+                &column.name,
+                arrow_type(column.sql_type()?),
+                true,
+            ))
+        })
         .collect::<RsResult<Vec<_>>>()?;
     Ok(Arc::new(ArrowSchema::new(fields)))
 }
 
 /// Plans an inline view's SELECT with names resolved by `resolver`.
-pub async fn plan_inline_view(resolver: Arc<dyn TableResolver>, sql: &str) -> RsResult<LogicalPlan> {
+pub async fn plan_inline_view(
+    resolver: Arc<dyn TableResolver>,
+    sql: &str,
+) -> RsResult<LogicalPlan> {
     let context = new_context(resolver);
-    context.state().create_logical_plan(sql).await.map_err(datafusion_error)
+    context
+        .state()
+        .create_logical_plan(sql)
+        .await
+        .map_err(datafusion_error)
 }
 
 #[async_trait]
 impl TableResolver for CatalogResolver {
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>, RsError> {
-        let Some(entry) = self.entries.iter().find(|entry| entry.name == name) else { return Ok(None) };
+        let Some(entry) = self.entries.iter().find(|entry| entry.name == name) else {
+            return Ok(None);
+        };
         self.record(entry.id);
         match entry.kind {
-            ObjectKind::Table | ObjectKind::MaterializedView => Ok(Some(Arc::new(SchemaOnlyTable {
-                object_id: entry.id,
-                name: entry.name.clone(),
-                schema: arrow_schema(entry)?,
-            }))),
+            ObjectKind::Table | ObjectKind::MaterializedView => {
+                Ok(Some(Arc::new(SchemaOnlyTable {
+                    object_id: entry.id,
+                    name: entry.name.clone(),
+                    schema: arrow_schema(entry)?,
+                })))
+            }
             ObjectKind::View => {
                 if self.depth >= INLINE_VIEW_DEPTH_MAX {
-                    return Err(RsError::unsupported("inline views nested deeper than 32 levels"));
+                    return Err(RsError::unsupported(
+                        "inline views nested deeper than 32 levels",
+                    ));
                 }
                 let nested = Arc::new(CatalogResolver {
                     entries: self.entries.clone(),
@@ -90,6 +116,9 @@ impl TableResolver for CatalogResolver {
     }
 
     fn table_names(&self) -> Vec<String> {
-        self.entries.iter().map(|entry| entry.name.clone()).collect()
+        self.entries
+            .iter()
+            .map(|entry| entry.name.clone())
+            .collect()
     }
 }

@@ -4,12 +4,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::arrow::datatypes::{DataType, Field, Schema as ArrowSchema, SchemaRef};
 use datafusion::arrow::array::StringArray;
+use datafusion::arrow::datatypes::{DataType, Field, Schema as ArrowSchema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::sql::sqlparser::ast::{
-    visit_expressions_mut, CopyOption, CopySource, CopyTarget as SqlCopyTarget, Expr as SqlExpr, FromTable,
-    ObjectType, Statement, TableFactor, TableObject, Value,
+    visit_expressions_mut, CopyOption, CopySource, CopyTarget as SqlCopyTarget, Expr as SqlExpr,
+    FromTable, ObjectType, Statement, TableFactor, TableObject, Value,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
@@ -45,11 +45,19 @@ impl Gateway {
 
     /// What a statement of `session` reads: the newest snapshot plus the
     /// session's uncommitted table writes.
-    pub(crate) fn read_context(&self, session: &GatewaySession, with_row_keys: bool) -> ReadContext {
+    pub(crate) fn read_context(
+        &self,
+        session: &GatewaySession,
+        with_row_keys: bool,
+    ) -> ReadContext {
         let mut overlays = BTreeMap::new();
         if let Some(transaction) = &session.transaction {
             for (table_id, pending) in &transaction.tables {
-                let overlay = pending.rows.iter().map(|(key, (_, current))| (key.clone(), current.clone())).collect();
+                let overlay = pending
+                    .rows
+                    .iter()
+                    .map(|(key, (_, current))| (key.clone(), current.clone()))
+                    .collect();
                 overlays.insert(*table_id, overlay);
             }
         }
@@ -62,30 +70,62 @@ impl Gateway {
         }
     }
 
-    fn entry(&self, session: &GatewaySession, name: &str, kind: Option<ObjectKind>) -> RsResult<CatalogEntry> {
+    fn entry(
+        &self,
+        session: &GatewaySession,
+        name: &str,
+        kind: Option<ObjectKind>,
+    ) -> RsResult<CatalogEntry> {
         let entry = self
             .database
             .lookup(&session.namespace, name)
-            .ok_or_else(|| RsError::new(&codes::UNDEFINED_OBJECT, format!("relation \"{name}\" does not exist")))?;
+            .ok_or_else(|| {
+                RsError::new(
+                    &codes::UNDEFINED_OBJECT,
+                    format!("relation \"{name}\" does not exist"),
+                )
+            })?;
         if let Some(kind) = kind {
             if entry.kind != kind {
                 return Err(RsError::new(
                     &codes::WRONG_OBJECT_KIND,
-                    format!("cannot change \"{name}\": it is a {}, only tables accept writes", entry.kind.describe()),
+                    format!(
+                        "cannot change \"{name}\": it is a {}, only tables accept writes",
+                        entry.kind.describe()
+                    ),
                 ));
             }
         }
         Ok(entry)
     }
 
-    async fn execute_statement(&self, session: &mut GatewaySession, statement: &Statement) -> RsResult<StatementResult> {
-        let aborted = session.transaction.as_ref().is_some_and(|transaction| transaction.aborted);
-        let ends_transaction = matches!(statement, Statement::Commit { .. } | Statement::Rollback { .. });
+    async fn execute_statement(
+        &self,
+        session: &mut GatewaySession,
+        statement: &Statement,
+    ) -> RsResult<StatementResult> {
+        let aborted = session
+            .transaction
+            .as_ref()
+            .is_some_and(|transaction| transaction.aborted);
+        let ends_transaction = matches!(
+            statement,
+            Statement::Commit { .. } | Statement::Rollback { .. }
+        );
         if aborted && !ends_transaction {
-            return Err(RsError::new(&codes::TRANSACTION_ABORTED, "current transaction is aborted, commands ignored until end of transaction block"));
+            return Err(RsError::new(
+                &codes::TRANSACTION_ABORTED,
+                "current transaction is aborted, commands ignored until end of transaction block",
+            ));
         }
-        let in_explicit = session.transaction.as_ref().is_some_and(|transaction| transaction.explicit);
-        let saved = session.transaction.as_ref().map(|transaction| transaction.tables.clone());
+        let in_explicit = session
+            .transaction
+            .as_ref()
+            .is_some_and(|transaction| transaction.explicit);
+        let saved = session
+            .transaction
+            .as_ref()
+            .map(|transaction| transaction.tables.clone());
         let result = self.dispatch(session, statement, in_explicit).await;
         match (&result, in_explicit) {
             (Err(_), true) if !ends_transaction => {
@@ -100,12 +140,24 @@ impl Gateway {
         result
     }
 
-    async fn dispatch(&self, session: &mut GatewaySession, statement: &Statement, in_explicit: bool) -> RsResult<StatementResult> {
-        let command = |tag: &str| Ok(StatementResult::Command { tag: tag.to_string() });
+    async fn dispatch(
+        &self,
+        session: &mut GatewaySession,
+        statement: &Statement,
+        in_explicit: bool,
+    ) -> RsResult<StatementResult> {
+        let command = |tag: &str| {
+            Ok(StatementResult::Command {
+                tag: tag.to_string(),
+            })
+        };
         match statement {
             Statement::Query(query) => {
                 if uses_bag_set_operation(&statement.to_string()) {
-                    return Err(RsError::new(&codes::UNSUPPORTED_STATEMENT, "EXCEPT ALL / INTERSECT ALL are supported in materialized views only"));
+                    return Err(RsError::new(
+                        &codes::UNSUPPORTED_STATEMENT,
+                        "EXCEPT ALL / INTERSECT ALL are supported in materialized views only",
+                    ));
                 }
                 let result = self.select(session, &statement.to_string()).await?;
                 rename_columns(result, pg_column_names(query))
@@ -113,12 +165,17 @@ impl Gateway {
             Statement::Explain { .. } => self.select(session, &statement.to_string()).await,
             Statement::StartTransaction { .. } => {
                 if !in_explicit {
-                    session.transaction = Some(Transaction { explicit: true, ..Default::default() });
+                    session.transaction = Some(Transaction {
+                        explicit: true,
+                        ..Default::default()
+                    });
                 }
                 command("BEGIN")
             }
             Statement::Commit { .. } => {
-                let Some(transaction) = session.transaction.take() else { return command("COMMIT") };
+                let Some(transaction) = session.transaction.take() else {
+                    return command("COMMIT");
+                };
                 if transaction.aborted {
                     return command("ROLLBACK");
                 }
@@ -133,7 +190,15 @@ impl Gateway {
                 self.refuse_in_transaction(in_explicit)?;
                 let (columns, primary_key) = table_columns(create)?;
                 let name = object_name(&create.name.to_string());
-                self.database.create_table(&session.namespace, &name, columns, primary_key, create.if_not_exists).await?;
+                self.database
+                    .create_table(
+                        &session.namespace,
+                        &name,
+                        columns,
+                        primary_key,
+                        create.if_not_exists,
+                    )
+                    .await?;
                 command("CREATE TABLE")
             }
             Statement::CreateView(create) => {
@@ -146,41 +211,95 @@ impl Gateway {
                 let column_names = if create.columns.is_empty() {
                     pg_column_names(&create.query)
                 } else {
-                    Some(create.columns.iter().map(|column| object_name(&column.name.to_string())).collect())
+                    Some(
+                        create
+                            .columns
+                            .iter()
+                            .map(|column| object_name(&column.name.to_string()))
+                            .collect(),
+                    )
                 };
                 self.database
-                    .create_view(&session.namespace, &name, &query, column_names, create.materialized, create.if_not_exists)
+                    .create_view(
+                        &session.namespace,
+                        &name,
+                        &query,
+                        column_names,
+                        create.materialized,
+                        create.if_not_exists,
+                    )
                     .await?;
-                command(if create.materialized { "CREATE MATERIALIZED VIEW" } else { "CREATE VIEW" })
+                command(if create.materialized {
+                    "CREATE MATERIALIZED VIEW"
+                } else {
+                    "CREATE VIEW"
+                })
             }
-            Statement::Drop { object_type, if_exists, names, cascade, .. } => {
+            Statement::Drop {
+                object_type,
+                if_exists,
+                names,
+                cascade,
+                ..
+            } => {
                 self.refuse_in_transaction(in_explicit)?;
                 let (kind, tag) = match object_type {
                     ObjectType::Table => (ObjectKind::Table, "DROP TABLE"),
                     ObjectType::View => (ObjectKind::View, "DROP VIEW"),
-                    ObjectType::MaterializedView => (ObjectKind::MaterializedView, "DROP MATERIALIZED VIEW"),
-                    other => return Err(RsError::new(&codes::UNSUPPORTED_STATEMENT, format!("DROP {other} is not supported"))),
+                    ObjectType::MaterializedView => {
+                        (ObjectKind::MaterializedView, "DROP MATERIALIZED VIEW")
+                    }
+                    other => {
+                        return Err(RsError::new(
+                            &codes::UNSUPPORTED_STATEMENT,
+                            format!("DROP {other} is not supported"),
+                        ))
+                    }
                 };
                 for name in names {
-                    self.database.drop_object(&session.namespace, &object_name(&name.to_string()), kind, *cascade, *if_exists).await?;
+                    self.database
+                        .drop_object(
+                            &session.namespace,
+                            &object_name(&name.to_string()),
+                            kind,
+                            *cascade,
+                            *if_exists,
+                        )
+                        .await?;
                 }
                 command(tag)
             }
             Statement::Insert(insert) => {
                 let TableObject::TableName(name) = &insert.table else {
-                    return Err(RsError::new(&codes::UNSUPPORTED_STATEMENT, "INSERT INTO a table function is not supported"));
+                    return Err(RsError::new(
+                        &codes::UNSUPPORTED_STATEMENT,
+                        "INSERT INTO a table function is not supported",
+                    ));
                 };
                 if insert.returning.is_some() {
-                    return Err(RsError::new(&codes::UNSUPPORTED_STATEMENT, "INSERT ... RETURNING is not supported yet"));
+                    return Err(RsError::new(
+                        &codes::UNSUPPORTED_STATEMENT,
+                        "INSERT ... RETURNING is not supported yet",
+                    ));
                 }
-                let entry = self.entry(session, &object_name(&name.to_string()), Some(ObjectKind::Table))?;
+                let entry = self.entry(
+                    session,
+                    &object_name(&name.to_string()),
+                    Some(ObjectKind::Table),
+                )?;
                 let count = dml::insert(self, session, &entry, &statement.to_string()).await?;
                 self.autocommit(session, in_explicit).await?;
                 command(&format!("INSERT 0 {count}"))
             }
             Statement::Update(update) => {
-                if update.from.is_some() || update.returning.is_some() || !update.table.joins.is_empty() {
-                    return Err(RsError::new(&codes::UNSUPPORTED_STATEMENT, "UPDATE ... FROM / RETURNING is not supported yet"));
+                if update.from.is_some()
+                    || update.returning.is_some()
+                    || !update.table.joins.is_empty()
+                {
+                    return Err(RsError::new(
+                        &codes::UNSUPPORTED_STATEMENT,
+                        "UPDATE ... FROM / RETURNING is not supported yet",
+                    ));
                 }
                 let (table_sql, table_name) = table_reference(&update.table.relation)?;
                 let entry = self.entry(session, &table_name, Some(ObjectKind::Table))?;
@@ -189,73 +308,141 @@ impl Gateway {
                 for assignment in &update.assignments {
                     let target = object_name(&assignment.target.to_string());
                     let column = target.rsplit('.').next().unwrap_or(&target).to_string();
-                    let position = entry.columns.iter().position(|c| c.name == column).ok_or_else(|| {
-                        RsError::new(&codes::UNDEFINED_COLUMN, format!("column \"{column}\" of relation \"{}\" does not exist", entry.name))
-                    })?;
+                    let position = entry
+                        .columns
+                        .iter()
+                        .position(|c| c.name == column)
+                        .ok_or_else(|| {
+                            RsError::new(
+                                &codes::UNDEFINED_COLUMN,
+                                format!(
+                                    "column \"{column}\" of relation \"{}\" does not exist",
+                                    entry.name
+                                ),
+                            )
+                        })?;
                     assigned.push(position);
                     values.push(format!("({})", assignment.value));
                 }
-                let selection_sql = selection_query(&entry, &table_sql, &values, update.selection.as_ref());
-                let count = dml::modify(self, session, &entry, &selection_sql, &assigned, false).await?;
+                let selection_sql =
+                    selection_query(&entry, &table_sql, &values, update.selection.as_ref());
+                let count =
+                    dml::modify(self, session, &entry, &selection_sql, &assigned, false).await?;
                 self.autocommit(session, in_explicit).await?;
                 command(&format!("UPDATE {count}"))
             }
             Statement::Delete(delete) => {
                 let tables = match &delete.from {
-                    FromTable::WithFromKeyword(tables) | FromTable::WithoutKeyword(tables) => tables,
+                    FromTable::WithFromKeyword(tables) | FromTable::WithoutKeyword(tables) => {
+                        tables
+                    }
                 };
                 let [table] = tables.as_slice() else {
-                    return Err(RsError::new(&codes::UNSUPPORTED_STATEMENT, "DELETE from several tables is not supported"));
+                    return Err(RsError::new(
+                        &codes::UNSUPPORTED_STATEMENT,
+                        "DELETE from several tables is not supported",
+                    ));
                 };
                 if delete.using.is_some() || delete.returning.is_some() || !table.joins.is_empty() {
-                    return Err(RsError::new(&codes::UNSUPPORTED_STATEMENT, "DELETE ... USING / RETURNING is not supported yet"));
+                    return Err(RsError::new(
+                        &codes::UNSUPPORTED_STATEMENT,
+                        "DELETE ... USING / RETURNING is not supported yet",
+                    ));
                 }
                 let (table_sql, table_name) = table_reference(&table.relation)?;
                 let entry = self.entry(session, &table_name, Some(ObjectKind::Table))?;
-                let selection_sql = selection_query(&entry, &table_sql, &[], delete.selection.as_ref());
+                let selection_sql =
+                    selection_query(&entry, &table_sql, &[], delete.selection.as_ref());
                 let count = dml::modify(self, session, &entry, &selection_sql, &[], true).await?;
                 self.autocommit(session, in_explicit).await?;
                 command(&format!("DELETE {count}"))
             }
-            Statement::Copy { source, to, target, options, legacy_options, .. } => {
-                let CopySource::Table { table_name, columns } = source else {
-                    return Err(RsError::new(&codes::UNSUPPORTED_STATEMENT, "COPY (query) is not supported"));
+            Statement::Copy {
+                source,
+                to,
+                target,
+                options,
+                legacy_options,
+                ..
+            } => {
+                let CopySource::Table {
+                    table_name,
+                    columns,
+                } = source
+                else {
+                    return Err(RsError::new(
+                        &codes::UNSUPPORTED_STATEMENT,
+                        "COPY (query) is not supported",
+                    ));
                 };
                 if *to || !matches!(target, SqlCopyTarget::Stdin) {
-                    return Err(RsError::new(&codes::UNSUPPORTED_STATEMENT, "only COPY ... FROM STDIN is supported"));
+                    return Err(RsError::new(
+                        &codes::UNSUPPORTED_STATEMENT,
+                        "only COPY ... FROM STDIN is supported",
+                    ));
                 }
-                let entry = self.entry(session, &object_name(&table_name.to_string()), Some(ObjectKind::Table))?;
-                let columns: Vec<String> = columns.iter().map(|column| column.value.to_lowercase()).collect();
+                let entry = self.entry(
+                    session,
+                    &object_name(&table_name.to_string()),
+                    Some(ObjectKind::Table),
+                )?;
+                let columns: Vec<String> = columns
+                    .iter()
+                    .map(|column| column.value.to_lowercase())
+                    .collect();
                 let mut copy = CopyTarget::text(entry.name.clone(), columns.clone());
-                let legacy_csv = legacy_options.iter().any(|option| option.to_string().eq_ignore_ascii_case("CSV"));
+                let legacy_csv = legacy_options
+                    .iter()
+                    .any(|option| option.to_string().eq_ignore_ascii_case("CSV"));
                 if legacy_csv {
                     copy = CopyTarget::csv(entry.name.clone(), columns.clone());
                 }
                 for option in options {
                     match option {
                         CopyOption::Format(format) if format.value.eq_ignore_ascii_case("csv") => {
-                            copy = CopyTarget { delimiter: copy.delimiter, ..CopyTarget::csv(entry.name.clone(), columns.clone()) }
+                            copy = CopyTarget {
+                                delimiter: copy.delimiter,
+                                ..CopyTarget::csv(entry.name.clone(), columns.clone())
+                            }
                         }
-                        CopyOption::Format(format) if format.value.eq_ignore_ascii_case("text") => {}
+                        CopyOption::Format(format) if format.value.eq_ignore_ascii_case("text") => {
+                        }
                         CopyOption::Delimiter(delimiter) => copy.delimiter = *delimiter as u8,
                         CopyOption::Null(null) => copy.null_string = null.clone(),
                         CopyOption::Header(header) => copy.header = *header,
                         CopyOption::Quote(quote) => copy.quote = *quote as u8,
                         CopyOption::Escape(escape) => copy.escape = *escape as u8,
-                        other => return Err(RsError::new(&codes::UNSUPPORTED_STATEMENT, format!("COPY option {other} is not supported"))),
+                        other => {
+                            return Err(RsError::new(
+                                &codes::UNSUPPORTED_STATEMENT,
+                                format!("COPY option {other} is not supported"),
+                            ))
+                        }
                     }
                 }
                 Ok(StatementResult::CopyIn(copy))
             }
             Statement::Set(_) => command("SET"),
-            Statement::ShowVariable { variable } => self.show(&variable.iter().map(|i| i.value.clone()).collect::<Vec<_>>().join(" ")),
-            other => Err(RsError::new(&codes::UNSUPPORTED_STATEMENT, format!("statement not supported: {}", truncate(&other.to_string())))),
+            Statement::ShowVariable { variable } => self.show(
+                &variable
+                    .iter()
+                    .map(|i| i.value.clone())
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            ),
+            other => Err(RsError::new(
+                &codes::UNSUPPORTED_STATEMENT,
+                format!("statement not supported: {}", truncate(&other.to_string())),
+            )),
         }
     }
 
     fn refuse_in_transaction(&self, in_explicit: bool) -> RsResult<()> {
         if in_explicit {
-            return Err(RsError::new(&codes::DDL_IN_TRANSACTION, "CREATE and DROP cannot run inside a transaction block"));
+            return Err(RsError::new(
+                &codes::DDL_IN_TRANSACTION,
+                "CREATE and DROP cannot run inside a transaction block",
+            ));
         }
         Ok(())
     }
@@ -268,16 +455,33 @@ impl Gateway {
             "timezone" | "time zone" => "UTC",
             "client_encoding" => "UTF8",
             "datestyle" => "ISO, MDY",
-            other => return Err(RsError::new(&codes::UNSUPPORTED_STATEMENT, format!("unrecognized configuration parameter \"{other}\""))),
+            other => {
+                return Err(RsError::new(
+                    &codes::UNSUPPORTED_STATEMENT,
+                    format!("unrecognized configuration parameter \"{other}\""),
+                ))
+            }
         };
-        let schema = Arc::new(ArrowSchema::new(vec![Field::new(variable.to_lowercase(), DataType::Utf8, true)]));
-        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(StringArray::from(vec![value]))])
-            .map_err(rockstream_ops::arrow_rows::arrow_error)?;
-        Ok(StatementResult::Query { schema, batches: vec![batch] })
+        let schema = Arc::new(ArrowSchema::new(vec![Field::new(
+            variable.to_lowercase(),
+            DataType::Utf8,
+            true,
+        )]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![Arc::new(StringArray::from(vec![value]))],
+        )
+        .map_err(rockstream_ops::arrow_rows::arrow_error)?;
+        Ok(StatementResult::Query {
+            schema,
+            batches: vec![batch],
+        })
     }
 
     async fn select(&self, session: &GatewaySession, sql: &str) -> RsResult<StatementResult> {
-        let resolver = Arc::new(SnapshotResolver { context: Arc::new(self.read_context(session, false)) });
+        let resolver = Arc::new(SnapshotResolver {
+            context: Arc::new(self.read_context(session, false)),
+        });
         let context = new_context(resolver);
         let frame = context.sql(sql).await.map_err(query_error)?;
         // The analyzed plan's schema: analyzer rules may change result types.
@@ -321,8 +525,13 @@ impl Gateway {
 }
 
 /// Gives a query result PostgreSQL's column names.
-fn rename_columns(result: StatementResult, names: Option<Vec<String>>) -> RsResult<StatementResult> {
-    let (StatementResult::Query { schema, batches }, Some(names)) = (&result, names) else { return Ok(result) };
+fn rename_columns(
+    result: StatementResult,
+    names: Option<Vec<String>>,
+) -> RsResult<StatementResult> {
+    let (StatementResult::Query { schema, batches }, Some(names)) = (&result, names) else {
+        return Ok(result);
+    };
     if names.len() != schema.fields().len() {
         return Ok(result);
     }
@@ -332,14 +541,21 @@ fn rename_columns(result: StatementResult, names: Option<Vec<String>>) -> RsResu
         .map(|batch| RecordBatch::try_new(renamed.clone(), batch.columns().to_vec()))
         .collect::<Result<Vec<_>, _>>()
         .map_err(rockstream_ops::arrow_rows::arrow_error)?;
-    Ok(StatementResult::Query { schema: renamed, batches })
+    Ok(StatementResult::Query {
+        schema: renamed,
+        batches,
+    })
 }
 
 fn renamed_schema(schema: SchemaRef, names: Option<Vec<String>>) -> SchemaRef {
     match names {
         Some(names) if names.len() == schema.fields().len() => {
-            let fields: Vec<Field> =
-                schema.fields().iter().zip(names).map(|(field, name)| field.as_ref().clone().with_name(name)).collect();
+            let fields: Vec<Field> = schema
+                .fields()
+                .iter()
+                .zip(names)
+                .map(|(field, name)| field.as_ref().clone().with_name(name))
+                .collect();
             Arc::new(ArrowSchema::new(fields))
         }
         _ => schema,
@@ -347,9 +563,19 @@ fn renamed_schema(schema: SchemaRef, names: Option<Vec<String>>) -> SchemaRef {
 }
 
 /// `SELECT key, c1..cn, new values FROM table WHERE selection`.
-fn selection_query(entry: &CatalogEntry, table_sql: &str, values: &[String], selection: Option<&SqlExpr>) -> String {
+fn selection_query(
+    entry: &CatalogEntry,
+    table_sql: &str,
+    values: &[String],
+    selection: Option<&SqlExpr>,
+) -> String {
     let mut columns = vec![format!("\"{ROW_KEY_COLUMN}\"")];
-    columns.extend(entry.columns.iter().map(|column| format!("\"{}\"", column.name)));
+    columns.extend(
+        entry
+            .columns
+            .iter()
+            .map(|column| format!("\"{}\"", column.name)),
+    );
     columns.extend(values.iter().cloned());
     let mut sql = format!("SELECT {} FROM {table_sql}", columns.join(", "));
     if let Some(selection) = selection {
@@ -361,8 +587,13 @@ fn selection_query(entry: &CatalogEntry, table_sql: &str, values: &[String], sel
 /// The SQL text and object name of a DML target.
 fn table_reference(relation: &TableFactor) -> RsResult<(String, String)> {
     match relation {
-        TableFactor::Table { name, .. } => Ok((relation.to_string(), object_name(&name.to_string()))),
-        other => Err(RsError::new(&codes::UNSUPPORTED_STATEMENT, format!("cannot modify {other}"))),
+        TableFactor::Table { name, .. } => {
+            Ok((relation.to_string(), object_name(&name.to_string())))
+        }
+        other => Err(RsError::new(
+            &codes::UNSUPPORTED_STATEMENT,
+            format!("cannot modify {other}"),
+        )),
     }
 }
 
@@ -381,11 +612,16 @@ fn truncate(text: &str) -> String {
 }
 
 fn parse(sql: &str) -> RsResult<Vec<Statement>> {
-    Parser::parse_sql(&PostgreSqlDialect {}, sql).map_err(|error| RsError::new(&codes::SYNTAX_ERROR, error.to_string()))
+    Parser::parse_sql(&PostgreSqlDialect {}, sql)
+        .map_err(|error| RsError::new(&codes::SYNTAX_ERROR, error.to_string()))
 }
 
 /// Replaces `$n` placeholders with typed literals.
-fn bind_parameters(statement: &mut Statement, params: &[Option<String>], types: &[DataType]) -> RsResult<()> {
+fn bind_parameters(
+    statement: &mut Statement,
+    params: &[Option<String>],
+    types: &[DataType],
+) -> RsResult<()> {
     let mut failure = None;
     let _ = visit_expressions_mut(statement, |expr: &mut SqlExpr| {
         if let SqlExpr::Value(value) = expr {
@@ -398,15 +634,28 @@ fn bind_parameters(statement: &mut Statement, params: &[Option<String>], types: 
                             Some(text) => format!("'{}'", text.replace('\'', "''")),
                         };
                         let cast = match types.get(index - 1) {
-                            Some(data_type) if param.is_some() => format!("CAST({literal} AS {})", sql_type_name(data_type)),
+                            Some(data_type) if param.is_some() => {
+                                format!("CAST({literal} AS {})", sql_type_name(data_type))
+                            }
                             _ => literal,
                         };
-                        match Parser::new(&PostgreSqlDialect {}).try_with_sql(&cast).and_then(|mut parser| parser.parse_expr()) {
+                        match Parser::new(&PostgreSqlDialect {})
+                            .try_with_sql(&cast)
+                            .and_then(|mut parser| parser.parse_expr())
+                        {
                             Ok(parsed) => *expr = parsed,
-                            Err(error) => failure = Some(RsError::new(&codes::SYNTAX_ERROR, error.to_string())),
+                            Err(error) => {
+                                failure =
+                                    Some(RsError::new(&codes::SYNTAX_ERROR, error.to_string()))
+                            }
                         }
                     }
-                    None => failure = Some(RsError::new(&codes::SYNTAX_ERROR, format!("there is no parameter {name}"))),
+                    None => {
+                        failure = Some(RsError::new(
+                            &codes::SYNTAX_ERROR,
+                            format!("there is no parameter {name}"),
+                        ))
+                    }
                 }
             }
         }
@@ -438,12 +687,22 @@ impl Backend for Gateway {
 
     async fn connect(&self, _user: &str, database: &str) -> Result<GatewaySession, RsError> {
         if !self.database.namespace_exists(database) {
-            return Err(RsError::new(&codes::UNKNOWN_DATABASE, format!("database \"{database}\" does not exist")));
+            return Err(RsError::new(
+                &codes::UNKNOWN_DATABASE,
+                format!("database \"{database}\" does not exist"),
+            ));
         }
-        Ok(GatewaySession { namespace: database.to_string(), transaction: None })
+        Ok(GatewaySession {
+            namespace: database.to_string(),
+            transaction: None,
+        })
     }
 
-    async fn execute(&self, session: &mut GatewaySession, sql: &str) -> Vec<Result<StatementResult, RsError>> {
+    async fn execute(
+        &self,
+        session: &mut GatewaySession,
+        sql: &str,
+    ) -> Vec<Result<StatementResult, RsError>> {
         let statements = match parse(sql) {
             Ok(statements) => statements,
             Err(error) => return vec![Err(error)],
@@ -460,15 +719,31 @@ impl Backend for Gateway {
         results
     }
 
-    async fn describe(&self, session: &mut GatewaySession, sql: &str) -> Result<Described, RsError> {
+    async fn describe(
+        &self,
+        session: &mut GatewaySession,
+        sql: &str,
+    ) -> Result<Described, RsError> {
         let statements = parse(sql)?;
         let Some(statement) = statements.first() else {
-            return Ok(Described { parameter_types: Vec::new(), columns: None });
+            return Ok(Described {
+                parameter_types: Vec::new(),
+                columns: None,
+            });
         };
-        let resolver = Arc::new(SnapshotResolver { context: Arc::new(self.read_context(session, false)) });
+        let resolver = Arc::new(SnapshotResolver {
+            context: Arc::new(self.read_context(session, false)),
+        });
         let context = new_context(resolver);
-        let Ok(plan) = context.state().create_logical_plan(&statement.to_string()).await else {
-            return Ok(Described { parameter_types: Vec::new(), columns: None });
+        let Ok(plan) = context
+            .state()
+            .create_logical_plan(&statement.to_string())
+            .await
+        else {
+            return Ok(Described {
+                parameter_types: Vec::new(),
+                columns: None,
+            });
         };
         let plan = match statement {
             Statement::Query(_) => context.state().optimize(&plan).map_err(query_error)?,
@@ -478,19 +753,37 @@ impl Backend for Gateway {
         let mut parameter_types: Vec<(usize, DataType)> = types
             .into_iter()
             .map(|(name, data_type)| {
-                (name.trim_start_matches('$').parse().unwrap_or(0), data_type.unwrap_or(DataType::Utf8))
+                (
+                    name.trim_start_matches('$').parse().unwrap_or(0),
+                    data_type.unwrap_or(DataType::Utf8),
+                )
             })
             .collect();
         parameter_types.sort_by_key(|(index, _)| *index);
         let columns = match statement {
-            Statement::Query(query) => Some(renamed_schema(Arc::new(plan.schema().as_arrow().clone()), pg_column_names(query))),
+            Statement::Query(query) => Some(renamed_schema(
+                Arc::new(plan.schema().as_arrow().clone()),
+                pg_column_names(query),
+            )),
             _ => None,
         };
-        Ok(Described { parameter_types: parameter_types.into_iter().map(|(_, t)| t).collect(), columns })
+        Ok(Described {
+            parameter_types: parameter_types.into_iter().map(|(_, t)| t).collect(),
+            columns,
+        })
     }
 
-    async fn execute_with_params(&self, session: &mut GatewaySession, sql: &str, params: &[Option<String>]) -> Result<StatementResult, RsError> {
-        let described = if params.is_empty() { None } else { Some(self.describe(session, sql).await?) };
+    async fn execute_with_params(
+        &self,
+        session: &mut GatewaySession,
+        sql: &str,
+        params: &[Option<String>],
+    ) -> Result<StatementResult, RsError> {
+        let described = if params.is_empty() {
+            None
+        } else {
+            Some(self.describe(session, sql).await?)
+        };
         let mut statements = parse(sql)?;
         let Some(statement) = statements.first_mut() else {
             return Ok(StatementResult::Command { tag: String::new() });
@@ -501,10 +794,21 @@ impl Backend for Gateway {
         self.execute_statement(session, statement).await
     }
 
-    async fn copy_in(&self, session: &mut GatewaySession, target: &CopyTarget, rows: Vec<Vec<Option<String>>>) -> Result<u64, RsError> {
+    async fn copy_in(
+        &self,
+        session: &mut GatewaySession,
+        target: &CopyTarget,
+        rows: Vec<Vec<Option<String>>>,
+    ) -> Result<u64, RsError> {
         let entry = self.entry(session, &target.table, Some(ObjectKind::Table))?;
-        let in_explicit = session.transaction.as_ref().is_some_and(|transaction| transaction.explicit);
-        let saved = session.transaction.as_ref().map(|transaction| transaction.tables.clone());
+        let in_explicit = session
+            .transaction
+            .as_ref()
+            .is_some_and(|transaction| transaction.explicit);
+        let saved = session
+            .transaction
+            .as_ref()
+            .map(|transaction| transaction.tables.clone());
         let result = async {
             let typed = dml::copy_rows(&entry, &target.columns, rows)?;
             let count = dml::insert_rows(self, session, &entry, typed).await?;
@@ -526,4 +830,3 @@ impl Backend for Gateway {
 
     async fn disconnect(&self, _session: GatewaySession) {}
 }
-

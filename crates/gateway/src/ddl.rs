@@ -11,7 +11,12 @@ pub fn sql_type(data_type: &DataType) -> RsResult<SqlType> {
     let arguments: Vec<i64> = text
         .split_once('(')
         .and_then(|(_, rest)| rest.split_once(')'))
-        .map(|(inside, _)| inside.split(',').filter_map(|part| part.trim().parse().ok()).collect())
+        .map(|(inside, _)| {
+            inside
+                .split(',')
+                .filter_map(|part| part.trim().parse().ok())
+                .collect()
+        })
         .unwrap_or_default();
     Ok(match base.as_str() {
         "boolean" | "bool" => SqlType::Bool,
@@ -22,23 +27,41 @@ pub fn sql_type(data_type: &DataType) -> RsResult<SqlType> {
         "double precision" | "double" | "float8" | "float" => SqlType::Float64,
         "numeric" | "decimal" => {
             let precision = arguments.first().copied().unwrap_or(38);
-            let scale = arguments.get(1).copied().unwrap_or(if arguments.is_empty() { 6 } else { 0 });
+            let scale = arguments
+                .get(1)
+                .copied()
+                .unwrap_or(if arguments.is_empty() { 6 } else { 0 });
             if !(1..=38).contains(&precision) || scale < 0 || scale > precision {
                 return Err(RsError::new(
                     &codes::UNSUPPORTED_TYPE,
                     format!("NUMERIC({precision},{scale}) is outside the supported range (precision 1..38, 0 <= scale <= precision)"),
                 ));
             }
-            SqlType::Numeric { precision: precision as u8, scale: scale as i8 }
+            SqlType::Numeric {
+                precision: precision as u8,
+                scale: scale as i8,
+            }
         }
-        "text" | "varchar" | "character varying" | "char" | "character" | "string" | "bpchar" => SqlType::Text,
+        "text" | "varchar" | "character varying" | "char" | "character" | "string" | "bpchar" => {
+            SqlType::Text
+        }
         "date" => SqlType::Date,
         "timestamp" | "timestamp without time zone" => SqlType::Timestamp,
         "timestamptz" | "timestamp with time zone" => SqlType::TimestampTz,
         "interval" => SqlType::Interval,
-        _ if text.starts_with("timestamp") && text.contains("with time zone") && !text.contains("without") => SqlType::TimestampTz,
+        _ if text.starts_with("timestamp")
+            && text.contains("with time zone")
+            && !text.contains("without") =>
+        {
+            SqlType::TimestampTz
+        }
         _ if text.starts_with("timestamp") => SqlType::Timestamp,
-        _ => return Err(RsError::new(&codes::UNSUPPORTED_TYPE, format!("type {text} is not supported"))),
+        _ => {
+            return Err(RsError::new(
+                &codes::UNSUPPORTED_TYPE,
+                format!("type {text} is not supported"),
+            ))
+        }
     })
 }
 
@@ -48,8 +71,14 @@ pub fn table_columns(create: &CreateTable) -> RsResult<(Vec<ColumnDef>, Vec<usiz
     let mut primary_key = Vec::new();
     for (index, column) in create.columns.iter().enumerate() {
         let name = column.name.value.to_lowercase();
-        if columns.iter().any(|existing: &ColumnDef| existing.name == name) {
-            return Err(RsError::new(&codes::INVALID_TABLE_DEFINITION, format!("column \"{name}\" specified more than once")));
+        if columns
+            .iter()
+            .any(|existing: &ColumnDef| existing.name == name)
+        {
+            return Err(RsError::new(
+                &codes::INVALID_TABLE_DEFINITION,
+                format!("column \"{name}\" specified more than once"),
+            ));
         }
         let mut not_null = false;
         for option in &column.options {
@@ -61,41 +90,74 @@ pub fn table_columns(create: &CreateTable) -> RsResult<(Vec<ColumnDef>, Vec<usiz
                     primary_key.push(index);
                 }
                 ColumnOption::Unique(_) => {
-                    return Err(RsError::new(&codes::UNSUPPORTED_STATEMENT, "UNIQUE constraints other than the primary key are not supported"))
+                    return Err(RsError::new(
+                        &codes::UNSUPPORTED_STATEMENT,
+                        "UNIQUE constraints other than the primary key are not supported",
+                    ))
                 }
                 ColumnOption::Default(_) => {
-                    return Err(RsError::new(&codes::UNSUPPORTED_STATEMENT, "column DEFAULT values are not supported yet"))
+                    return Err(RsError::new(
+                        &codes::UNSUPPORTED_STATEMENT,
+                        "column DEFAULT values are not supported yet",
+                    ))
                 }
                 other => {
-                    return Err(RsError::new(&codes::UNSUPPORTED_STATEMENT, format!("column option {other} is not supported")))
+                    return Err(RsError::new(
+                        &codes::UNSUPPORTED_STATEMENT,
+                        format!("column option {other} is not supported"),
+                    ))
                 }
             }
         }
-        columns.push(ColumnDef { name, type_name: sql_type(&column.data_type)?.pg_name(), not_null });
+        columns.push(ColumnDef {
+            name,
+            type_name: sql_type(&column.data_type)?.pg_name(),
+            not_null,
+        });
     }
     for constraint in &create.constraints {
         match constraint {
             TableConstraint::PrimaryKey(key) => {
                 if !primary_key.is_empty() {
-                    return Err(RsError::new(&codes::INVALID_TABLE_DEFINITION, "multiple primary keys are not allowed"));
+                    return Err(RsError::new(
+                        &codes::INVALID_TABLE_DEFINITION,
+                        "multiple primary keys are not allowed",
+                    ));
                 }
                 for column in &key.columns {
-                    let name = column.column.expr.to_string().to_lowercase().trim_matches('"').to_string();
+                    let name = column
+                        .column
+                        .expr
+                        .to_string()
+                        .to_lowercase()
+                        .trim_matches('"')
+                        .to_string();
                     let position = columns
                         .iter()
                         .position(|existing| existing.name == name)
-                        .ok_or_else(|| RsError::new(&codes::UNDEFINED_COLUMN, format!("column \"{name}\" named in key does not exist")))?;
+                        .ok_or_else(|| {
+                            RsError::new(
+                                &codes::UNDEFINED_COLUMN,
+                                format!("column \"{name}\" named in key does not exist"),
+                            )
+                        })?;
                     columns[position].not_null = true;
                     primary_key.push(position);
                 }
             }
             other => {
-                return Err(RsError::new(&codes::UNSUPPORTED_STATEMENT, format!("table constraint {other} is not supported")))
+                return Err(RsError::new(
+                    &codes::UNSUPPORTED_STATEMENT,
+                    format!("table constraint {other} is not supported"),
+                ))
             }
         }
     }
     if columns.is_empty() {
-        return Err(RsError::new(&codes::INVALID_TABLE_DEFINITION, "a table needs at least one column"));
+        return Err(RsError::new(
+            &codes::INVALID_TABLE_DEFINITION,
+            "a table needs at least one column",
+        ));
     }
     Ok((columns, primary_key))
 }

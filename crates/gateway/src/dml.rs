@@ -29,8 +29,15 @@ use crate::session::{GatewaySession, PendingTable};
 pub const TRANSACTION_ROWS_MAX: usize = 5_000_000;
 
 /// Runs a query (SQL text) over the session's view of the data.
-pub async fn query_batches(gateway: &Gateway, session: &GatewaySession, sql: &str, with_row_keys: bool) -> RsResult<Vec<RecordBatch>> {
-    let resolver = Arc::new(SnapshotResolver { context: Arc::new(gateway.read_context(session, with_row_keys)) });
+pub async fn query_batches(
+    gateway: &Gateway,
+    session: &GatewaySession,
+    sql: &str,
+    with_row_keys: bool,
+) -> RsResult<Vec<RecordBatch>> {
+    let resolver = Arc::new(SnapshotResolver {
+        context: Arc::new(gateway.read_context(session, with_row_keys)),
+    });
     let context = new_context(resolver);
     let frame = context.sql(sql).await.map_err(query_error)?;
     frame.collect().await.map_err(query_error)
@@ -58,14 +65,28 @@ fn find_ours(error: &datafusion::error::DataFusionError) -> Option<RsError> {
 }
 
 /// `INSERT`: DataFusion plans the insert (column list, casts); we run its input.
-pub async fn insert(gateway: &Gateway, session: &mut GatewaySession, entry: &CatalogEntry, sql: &str) -> RsResult<u64> {
-    let resolver = Arc::new(SnapshotResolver { context: Arc::new(gateway.read_context(session, false)) });
+pub async fn insert(
+    gateway: &Gateway,
+    session: &mut GatewaySession,
+    entry: &CatalogEntry,
+    sql: &str,
+) -> RsResult<u64> {
+    let resolver = Arc::new(SnapshotResolver {
+        context: Arc::new(gateway.read_context(session, false)),
+    });
     let context = new_context(resolver);
-    let plan = context.state().create_logical_plan(sql).await.map_err(query_error)?;
+    let plan = context
+        .state()
+        .create_logical_plan(sql)
+        .await
+        .map_err(query_error)?;
     let LogicalPlan::Dml(dml) = plan else {
         return Err(RsError::internal("INSERT did not plan as DML"));
     };
-    let frame = context.execute_logical_plan((*dml.input).clone()).await.map_err(query_error)?;
+    let frame = context
+        .execute_logical_plan((*dml.input).clone())
+        .await
+        .map_err(query_error)?;
     let batches = frame.collect().await.map_err(query_error)?;
     let types = entry.sql_types()?;
     let mut rows = Vec::new();
@@ -78,7 +99,9 @@ pub async fn insert(gateway: &Gateway, session: &mut GatewaySession, entry: &Cat
 /// Reads `types.len()` columns starting at `first` as typed rows; string
 /// input that does not parse is an invalid-input error, as in PostgreSQL.
 fn batch_rows(batch: &RecordBatch, types: &[SqlType], first: usize) -> RsResult<Vec<Row>> {
-    let mut rows: Vec<Row> = (0..batch.num_rows()).map(|_| Vec::with_capacity(types.len())).collect();
+    let mut rows: Vec<Row> = (0..batch.num_rows())
+        .map(|_| Vec::with_capacity(types.len()))
+        .collect();
     for (offset, sql_type) in types.iter().enumerate() {
         let array = strict_cast(batch.column(first + offset), *sql_type)?;
         for (row, datum) in rows.iter_mut().zip(array_to_datums(&array, *sql_type)?) {
@@ -93,13 +116,28 @@ fn strict_cast(array: &ArrayRef, sql_type: SqlType) -> RsResult<ArrayRef> {
     if array.data_type() == &target {
         return Ok(array.clone());
     }
-    let options = CastOptions { safe: false, ..CastOptions::default() };
+    let options = CastOptions {
+        safe: false,
+        ..CastOptions::default()
+    };
     cast_with_options(array, &target, &options).map_err(|error| {
         let message = error.to_string();
-        if message.contains("overflow") || message.contains("too large") || message.contains("precision") {
-            RsError::new(&codes::NUMERIC_OUT_OF_RANGE, format!("value out of range for type {}: {message}", sql_type.pg_name()))
+        if message.contains("overflow")
+            || message.contains("too large")
+            || message.contains("precision")
+        {
+            RsError::new(
+                &codes::NUMERIC_OUT_OF_RANGE,
+                format!(
+                    "value out of range for type {}: {message}",
+                    sql_type.pg_name()
+                ),
+            )
         } else {
-            RsError::new(&codes::INVALID_INPUT_VALUE, format!("invalid input for type {}: {message}", sql_type.pg_name()))
+            RsError::new(
+                &codes::INVALID_INPUT_VALUE,
+                format!("invalid input for type {}: {message}", sql_type.pg_name()),
+            )
         }
     })
 }
@@ -109,7 +147,10 @@ fn check_not_null(entry: &CatalogEntry, row: &Row) -> RsResult<()> {
         if column.not_null && datum.is_null() {
             return Err(RsError::new(
                 &codes::NOT_NULL_VIOLATION,
-                format!("null value in column \"{}\" of relation \"{}\" violates not-null constraint", column.name, entry.name),
+                format!(
+                    "null value in column \"{}\" of relation \"{}\" violates not-null constraint",
+                    column.name, entry.name
+                ),
             ));
         }
     }
@@ -117,13 +158,27 @@ fn check_not_null(entry: &CatalogEntry, row: &Row) -> RsResult<()> {
 }
 
 /// Adds new rows to the transaction, refusing duplicate primary keys.
-pub async fn insert_rows(gateway: &Gateway, session: &mut GatewaySession, entry: &CatalogEntry, rows: Vec<Row>) -> RsResult<u64> {
+pub async fn insert_rows(
+    gateway: &Gateway,
+    session: &mut GatewaySession,
+    entry: &CatalogEntry,
+    rows: Vec<Row>,
+) -> RsResult<u64> {
     let snapshot = gateway.database().engine().published().snapshot;
     let count = rows.len() as u64;
     let transaction = session.transaction.get_or_insert_with(Default::default);
-    let table = transaction.tables.entry(entry.id).or_insert_with(|| PendingTable { name: entry.name.clone(), rows: Default::default() });
+    let table = transaction
+        .tables
+        .entry(entry.id)
+        .or_insert_with(|| PendingTable {
+            name: entry.name.clone(),
+            rows: Default::default(),
+        });
     if table.rows.len() + rows.len() > TRANSACTION_ROWS_MAX {
-        return Err(RsError::new(&codes::WRITE_BUFFER_FULL, format!("a transaction may change at most {TRANSACTION_ROWS_MAX} rows")));
+        return Err(RsError::new(
+            &codes::WRITE_BUFFER_FULL,
+            format!("a transaction may change at most {TRANSACTION_ROWS_MAX} rows"),
+        ));
     }
     let prefix = output_prefix(entry.id);
     for row in rows {
@@ -131,13 +186,31 @@ pub async fn insert_rows(gateway: &Gateway, session: &mut GatewaySession, entry:
         let key = if entry.primary_key.is_empty() {
             gateway.runtime().random_u128().to_be_bytes().to_vec()
         } else {
-            let key_values: Row = entry.primary_key.iter().map(|index| row[*index].clone()).collect();
+            let key_values: Row = entry
+                .primary_key
+                .iter()
+                .map(|index| row[*index].clone())
+                .collect();
             encode_row(&key_values)
         };
         let duplicate = || {
-            let key_text: Vec<String> = entry.primary_key.iter().map(|index| row[*index].to_string()).collect();
-            RsError::new(&codes::UNIQUE_VIOLATION, format!("duplicate key value violates the primary key of \"{}\"", entry.name))
-                .with_detail(format!("Key ({})=({}) already exists.", primary_key_names(entry), key_text.join(", ")))
+            let key_text: Vec<String> = entry
+                .primary_key
+                .iter()
+                .map(|index| row[*index].to_string())
+                .collect();
+            RsError::new(
+                &codes::UNIQUE_VIOLATION,
+                format!(
+                    "duplicate key value violates the primary key of \"{}\"",
+                    entry.name
+                ),
+            )
+            .with_detail(format!(
+                "Key ({})=({}) already exists.",
+                primary_key_names(entry),
+                key_text.join(", ")
+            ))
         };
         match table.rows.get_mut(&key) {
             Some((_, current)) if current.is_some() => return Err(duplicate()),
@@ -157,7 +230,12 @@ pub async fn insert_rows(gateway: &Gateway, session: &mut GatewaySession, entry:
 }
 
 fn primary_key_names(entry: &CatalogEntry) -> String {
-    entry.primary_key.iter().map(|index| entry.columns[*index].name.clone()).collect::<Vec<_>>().join(", ")
+    entry
+        .primary_key
+        .iter()
+        .map(|index| entry.columns[*index].name.clone())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// `UPDATE`/`DELETE`: `selection_sql` yields the row key, the current row
@@ -198,14 +276,39 @@ pub async fn modify(
     }
     let count = changes.len() as u64;
     let transaction = session.transaction.get_or_insert_with(Default::default);
-    let table = transaction.tables.entry(entry.id).or_insert_with(|| PendingTable { name: entry.name.clone(), rows: Default::default() });
-    let primary_key_changes = !delete && assigned.iter().any(|index| entry.primary_key.contains(index));
+    let table = transaction
+        .tables
+        .entry(entry.id)
+        .or_insert_with(|| PendingTable {
+            name: entry.name.clone(),
+            rows: Default::default(),
+        });
+    let primary_key_changes = !delete
+        && assigned
+            .iter()
+            .any(|index| entry.primary_key.contains(index));
     let mut inserted = Vec::new();
     for (key, old, new) in changes {
         match table.rows.get_mut(&key) {
-            Some((_, current)) => *current = if primary_key_changes { None } else { new.clone() },
+            Some((_, current)) => {
+                *current = if primary_key_changes {
+                    None
+                } else {
+                    new.clone()
+                }
+            }
             None => {
-                table.rows.insert(key, (Some(old), if primary_key_changes { None } else { new.clone() }));
+                table.rows.insert(
+                    key,
+                    (
+                        Some(old),
+                        if primary_key_changes {
+                            None
+                        } else {
+                            new.clone()
+                        },
+                    ),
+                );
             }
         }
         if primary_key_changes {
@@ -219,7 +322,11 @@ pub async fn modify(
 }
 
 /// `COPY ... FROM STDIN` rows (text fields) → typed rows of the table.
-pub fn copy_rows(entry: &CatalogEntry, columns: &[String], rows: Vec<Vec<Option<String>>>) -> RsResult<Vec<Row>> {
+pub fn copy_rows(
+    entry: &CatalogEntry,
+    columns: &[String],
+    rows: Vec<Vec<Option<String>>>,
+) -> RsResult<Vec<Row>> {
     let types = entry.sql_types()?;
     let positions: Vec<usize> = if columns.is_empty() {
         (0..entry.columns.len()).collect()
@@ -227,9 +334,19 @@ pub fn copy_rows(entry: &CatalogEntry, columns: &[String], rows: Vec<Vec<Option<
         columns
             .iter()
             .map(|name| {
-                entry.columns.iter().position(|column| &column.name == name).ok_or_else(|| {
-                    RsError::new(&codes::UNDEFINED_COLUMN, format!("column \"{name}\" of relation \"{}\" does not exist", entry.name))
-                })
+                entry
+                    .columns
+                    .iter()
+                    .position(|column| &column.name == name)
+                    .ok_or_else(|| {
+                        RsError::new(
+                            &codes::UNDEFINED_COLUMN,
+                            format!(
+                                "column \"{name}\" of relation \"{}\" does not exist",
+                                entry.name
+                            ),
+                        )
+                    })
             })
             .collect::<RsResult<_>>()?
     };
@@ -237,16 +354,29 @@ pub fn copy_rows(entry: &CatalogEntry, columns: &[String], rows: Vec<Vec<Option<
         if row.len() != positions.len() {
             return Err(RsError::new(
                 &codes::COPY_MALFORMED,
-                format!("COPY {}, line {}: expected {} fields, found {}", entry.name, line + 1, positions.len(), row.len()),
+                format!(
+                    "COPY {}, line {}: expected {} fields, found {}",
+                    entry.name,
+                    line + 1,
+                    positions.len(),
+                    row.len()
+                ),
             ));
         }
     }
-    let mut typed: Vec<Row> = (0..rows.len()).map(|_| vec![Datum::Null; types.len()]).collect();
+    let mut typed: Vec<Row> = (0..rows.len())
+        .map(|_| vec![Datum::Null; types.len()])
+        .collect();
     for (field, position) in positions.iter().enumerate() {
         let texts: StringArray = rows.iter().map(|row| row[field].as_deref()).collect();
         let array: ArrayRef = Arc::new(texts);
-        let parsed = strict_cast(&array, types[*position]).map_err(|error| error.with_detail(format!("column {}", entry.columns[*position].name)))?;
-        for (row, datum) in typed.iter_mut().zip(array_to_datums(&parsed, types[*position])?) {
+        let parsed = strict_cast(&array, types[*position]).map_err(|error| {
+            error.with_detail(format!("column {}", entry.columns[*position].name))
+        })?;
+        for (row, datum) in typed
+            .iter_mut()
+            .zip(array_to_datums(&parsed, types[*position])?)
+        {
             row[*position] = datum;
         }
     }

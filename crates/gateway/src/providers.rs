@@ -16,9 +16,9 @@ use datafusion::arrow::array::{ArrayRef, BinaryBuilder};
 use datafusion::arrow::datatypes::{DataType, Field, Schema as ArrowSchema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::catalog::{Session, TableProvider};
-use datafusion::datasource::ViewTable;
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::datasource::TableType;
+use datafusion::datasource::ViewTable;
 use datafusion::error::{DataFusionError, Result as DataFusionResult};
 use datafusion::logical_expr::{Expr, Operator, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
@@ -69,20 +69,32 @@ pub struct SnapshotResolver {
 #[async_trait]
 impl TableResolver for SnapshotResolver {
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>, RsError> {
-        let Some(entry) = self.context.entries.iter().find(|entry| entry.name == name) else { return Ok(None) };
+        let Some(entry) = self.context.entries.iter().find(|entry| entry.name == name) else {
+            return Ok(None);
+        };
         if entry.kind == ObjectKind::View {
             let nested = Arc::new(SnapshotResolver {
-                context: Arc::new(ReadContext { with_row_keys: false, ..(*self.context).clone() }),
+                context: Arc::new(ReadContext {
+                    with_row_keys: false,
+                    ..(*self.context).clone()
+                }),
             });
             let sql = entry.definition.clone().unwrap_or_default();
             let plan = plan_inline_view(nested, &sql).await?;
             return Ok(Some(Arc::new(ViewTable::new(plan, Some(sql)))));
         }
-        Ok(Some(Arc::new(SnapshotTable::new(entry.clone(), self.context.clone())?)))
+        Ok(Some(Arc::new(SnapshotTable::new(
+            entry.clone(),
+            self.context.clone(),
+        )?)))
     }
 
     fn table_names(&self) -> Vec<String> {
-        self.context.entries.iter().map(|entry| entry.name.clone()).collect()
+        self.context
+            .entries
+            .iter()
+            .map(|entry| entry.name.clone())
+            .collect()
     }
 }
 
@@ -103,12 +115,24 @@ impl SnapshotTable {
             .columns
             .iter()
             .zip(&types)
-            .map(|(column, sql_type)| Field::new(&column.name, rockstream_ops::arrow_rows::arrow_type(*sql_type), true))
+            .map(|(column, sql_type)| {
+                Field::new(
+                    &column.name,
+                    rockstream_ops::arrow_rows::arrow_type(*sql_type),
+                    true,
+                )
+            })
             .collect();
         if with_row_key {
             fields.push(Field::new(ROW_KEY_COLUMN, DataType::Binary, false));
         }
-        Ok(SnapshotTable { entry, types, schema: Arc::new(ArrowSchema::new(fields)), context, with_row_key })
+        Ok(SnapshotTable {
+            entry,
+            types,
+            schema: Arc::new(ArrowSchema::new(fields)),
+            context,
+            with_row_key,
+        })
     }
 
     /// The column whose value starts every storage key: the first primary
@@ -123,12 +147,15 @@ impl SnapshotTable {
     /// `leading_key_column = literal`: the value, if `filter` is that shape.
     fn key_equality(&self, filter: &Expr) -> Option<Datum> {
         let column = self.leading_key_column()?;
-        let Expr::BinaryExpr(binary) = filter else { return None };
+        let Expr::BinaryExpr(binary) = filter else {
+            return None;
+        };
         if binary.op != Operator::Eq {
             return None;
         }
         let (name, value) = match (binary.left.as_ref(), binary.right.as_ref()) {
-            (Expr::Column(name), Expr::Literal(value, _)) | (Expr::Literal(value, _), Expr::Column(name)) => (name, value),
+            (Expr::Column(name), Expr::Literal(value, _))
+            | (Expr::Literal(value, _), Expr::Column(name)) => (name, value),
             _ => return None,
         };
         if name.name != self.entry.columns[column].name || value.is_null() {
@@ -146,7 +173,10 @@ impl SnapshotTable {
             if let ViewStatus::Failed(error) = self.context.engine.view_status(self.entry.id) {
                 return Err(RsError::new(
                     &rockstream_types::codes::VIEW_EVALUATION_ERROR,
-                    format!("materialized view \"{}\" cannot be maintained: {}", self.entry.name, error.message),
+                    format!(
+                        "materialized view \"{}\" cannot be maintained: {}",
+                        self.entry.name, error.message
+                    ),
                 )
                 .with_detail(error.to_string()));
             }
@@ -162,7 +192,11 @@ impl SnapshotTable {
         let mut rows = Vec::new();
         let mut after: Option<Vec<u8>> = None;
         loop {
-            let chunk = self.context.snapshot.scan_chunk(&prefix, after.as_deref()).await?;
+            let chunk = self
+                .context
+                .snapshot
+                .scan_chunk(&prefix, after.as_deref())
+                .await?;
             let Some((last, _)) = chunk.last() else { break };
             after = Some(last.clone());
             for (key, value) in chunk {
@@ -181,7 +215,10 @@ impl SnapshotTable {
             }
         }
         if let Some(overlay) = overlay {
-            for (key, row) in overlay.range(key_prefix.clone()..).take_while(|(key, _)| key.starts_with(&key_prefix)) {
+            for (key, row) in overlay
+                .range(key_prefix.clone()..)
+                .take_while(|(key, _)| key.starts_with(&key_prefix))
+            {
                 if let Some(row) = row {
                     rows.push((key.clone(), row.clone()));
                 }
@@ -192,7 +229,9 @@ impl SnapshotTable {
 
     fn batches(&self, rows: &[(Vec<u8>, Row)]) -> RsResult<Vec<RecordBatch>> {
         let mut batches = Vec::new();
-        let data_schema = Arc::new(ArrowSchema::new(self.schema.fields()[..self.types.len()].to_vec()));
+        let data_schema = Arc::new(ArrowSchema::new(
+            self.schema.fields()[..self.types.len()].to_vec(),
+        ));
         for chunk in rows.chunks(BATCH_ROWS_MAX) {
             let row_refs: Vec<&Row> = chunk.iter().map(|(_, row)| row).collect();
             let batch = rows_to_batch(&row_refs, &self.types, &data_schema)?;
@@ -204,7 +243,10 @@ impl SnapshotTable {
                 }
                 columns.push(Arc::new(keys.finish()));
             }
-            batches.push(RecordBatch::try_new(self.schema.clone(), columns).map_err(rockstream_ops::arrow_rows::arrow_error)?);
+            batches.push(
+                RecordBatch::try_new(self.schema.clone(), columns)
+                    .map_err(rockstream_ops::arrow_rows::arrow_error)?,
+            );
         }
         Ok(batches)
     }
@@ -224,7 +266,10 @@ impl TableProvider for SnapshotTable {
         TableType::Base
     }
 
-    fn supports_filters_pushdown(&self, filters: &[&Expr]) -> DataFusionResult<Vec<TableProviderFilterPushDown>> {
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> DataFusionResult<Vec<TableProviderFilterPushDown>> {
         // Inexact: the scan narrows to the key range, DataFusion still filters.
         Ok(filters
             .iter()
@@ -248,7 +293,8 @@ impl TableProvider for SnapshotTable {
         let key_value = filters.iter().find_map(|filter| self.key_equality(filter));
         let rows = self.rows(key_value.as_ref()).await.map_err(external)?;
         let batches = self.batches(&rows).map_err(external)?;
-        let exec = MemorySourceConfig::try_new_exec(&[batches], self.schema.clone(), projection.cloned())?;
+        let exec =
+            MemorySourceConfig::try_new_exec(&[batches], self.schema.clone(), projection.cloned())?;
         Ok(exec)
     }
 }

@@ -20,11 +20,15 @@
 use std::collections::BTreeMap;
 
 use rockstream_plan::{AggregateCall, AggregateFunction};
-use rockstream_types::encoding::{decode_prefix, decode_row, encode_datum, encode_row, encode_row_into};
+use rockstream_types::encoding::{
+    decode_prefix, decode_row, encode_datum, encode_row, encode_row_into,
+};
 use rockstream_types::{codes, Datum, ObjectId, Row, RsError, RsResult, SqlType, ZSet};
 
 use crate::dataflow::{aggregate_calls_valid, step_node, Node, StepContext};
-use crate::keys::{decode_weight, encode_weight, op_prefix, AGGREGATE, AGGREGATE_DISTINCT, MIN_MAX};
+use crate::keys::{
+    decode_weight, encode_weight, op_prefix, AGGREGATE, AGGREGATE_DISTINCT, MIN_MAX,
+};
 use crate::state::{ScanOrder, StateStore};
 
 #[derive(Debug)]
@@ -61,13 +65,25 @@ impl AggregateNode {
         input_types: Vec<SqlType>,
         output_types: Vec<SqlType>,
     ) -> RsResult<Self> {
-        if !aggregate_calls_valid(&calls, input_types.len()) || output_types.len() != group_count + calls.len() {
+        if !aggregate_calls_valid(&calls, input_types.len())
+            || output_types.len() != group_count + calls.len()
+        {
             return Err(RsError::internal("aggregate plan does not match its input"));
         }
-        Ok(AggregateNode { op_id, input, group_count, calls, output_types })
+        Ok(AggregateNode {
+            op_id,
+            input,
+            group_count,
+            calls,
+            output_types,
+        })
     }
 
-    pub async fn step<S: StateStore>(&self, store: &mut S, context: &StepContext<'_>) -> RsResult<ZSet> {
+    pub async fn step<S: StateStore>(
+        &self,
+        store: &mut S,
+        context: &StepContext<'_>,
+    ) -> RsResult<ZSet> {
         let delta = step_node(&self.input, store, context).await?;
         let mut groups: BTreeMap<Vec<u8>, Vec<(Row, i64)>> = BTreeMap::new();
         for (row, weight) in delta.updates {
@@ -84,7 +100,13 @@ impl AggregateNode {
         Ok(out.consolidate())
     }
 
-    async fn step_group<S: StateStore>(&self, store: &mut S, key: &[u8], rows: Vec<(Row, i64)>, out: &mut ZSet) -> RsResult<()> {
+    async fn step_group<S: StateStore>(
+        &self,
+        store: &mut S,
+        key: &[u8],
+        rows: Vec<(Row, i64)>,
+        out: &mut ZSet,
+    ) -> RsResult<()> {
         let mut state_key = op_prefix(AGGREGATE, self.op_id);
         state_key.extend_from_slice(key);
         let stored = match store.get(&state_key).await? {
@@ -97,7 +119,9 @@ impl AggregateNode {
             None => decode_prefix(key, self.group_count)?.0,
         };
         let old_output = match &stored {
-            Some(state) if state.count_star > 0 || global => Some(self.finalize(&group_key, state)?),
+            Some(state) if state.count_star > 0 || global => {
+                Some(self.finalize(&group_key, state)?)
+            }
             _ => None,
         };
         let mut state = stored.unwrap_or_else(|| self.empty_state());
@@ -113,15 +137,20 @@ impl AggregateNode {
                     continue;
                 }
                 let weight = if call.distinct {
-                    self.distinct_crossing(store, index, key, value, *weight).await?
+                    self.distinct_crossing(store, index, key, value, *weight)
+                        .await?
                 } else {
                     *weight
                 };
                 if weight == 0 {
                     continue;
                 }
-                if matches!(call.function, AggregateFunction::Min | AggregateFunction::Max) {
-                    self.update_multiset(store, index, key, value, weight).await?;
+                if matches!(
+                    call.function,
+                    AggregateFunction::Min | AggregateFunction::Max
+                ) {
+                    self.update_multiset(store, index, key, value, weight)
+                        .await?;
                     extremum_changed[index] = true;
                 } else {
                     accumulate(&mut state.partials[index], call, value, weight)?;
@@ -131,11 +160,20 @@ impl AggregateNode {
         assert!(state.count_star >= 0, "aggregate group count went negative");
         for (index, call) in self.calls.iter().enumerate() {
             if extremum_changed[index] {
-                let order = if call.function == AggregateFunction::Min { ScanOrder::Ascending } else { ScanOrder::Descending };
-                state.partials[index] = Partial::Extremum(self.extremum(store, index, key, order).await?);
+                let order = if call.function == AggregateFunction::Min {
+                    ScanOrder::Ascending
+                } else {
+                    ScanOrder::Descending
+                };
+                state.partials[index] =
+                    Partial::Extremum(self.extremum(store, index, key, order).await?);
             }
         }
-        let new_output = if state.count_star > 0 || global { Some(self.finalize(&group_key, &state)?) } else { None };
+        let new_output = if state.count_star > 0 || global {
+            Some(self.finalize(&group_key, &state)?)
+        } else {
+            None
+        };
         if state.count_star == 0 && !global {
             store.delete(state_key);
         } else {
@@ -161,10 +199,21 @@ impl AggregateNode {
 
     /// Updates the DISTINCT multiset; returns +1/-1 when the value's count
     /// crosses zero (the change the accumulator sees), else 0.
-    async fn distinct_crossing<S: StateStore>(&self, store: &mut S, index: usize, key: &[u8], value: &Datum, weight: i64) -> RsResult<i64> {
+    async fn distinct_crossing<S: StateStore>(
+        &self,
+        store: &mut S,
+        index: usize,
+        key: &[u8],
+        value: &Datum,
+        weight: i64,
+    ) -> RsResult<i64> {
         let mut value_key = self.value_key(AGGREGATE_DISTINCT, index, key);
         encode_datum(value, &mut value_key);
-        let old = store.get(&value_key).await?.map(|bytes| decode_weight(&bytes)).unwrap_or(0);
+        let old = store
+            .get(&value_key)
+            .await?
+            .map(|bytes| decode_weight(&bytes))
+            .unwrap_or(0);
         let new = old + weight;
         assert!(new >= 0, "distinct-aggregate multiset count went negative");
         if new == 0 {
@@ -179,10 +228,21 @@ impl AggregateNode {
         })
     }
 
-    async fn update_multiset<S: StateStore>(&self, store: &mut S, index: usize, key: &[u8], value: &Datum, weight: i64) -> RsResult<()> {
+    async fn update_multiset<S: StateStore>(
+        &self,
+        store: &mut S,
+        index: usize,
+        key: &[u8],
+        value: &Datum,
+        weight: i64,
+    ) -> RsResult<()> {
         let mut value_key = self.value_key(MIN_MAX, index, key);
         encode_datum(value, &mut value_key);
-        let old = store.get(&value_key).await?.map(|bytes| decode_weight(&bytes)).unwrap_or(0);
+        let old = store
+            .get(&value_key)
+            .await?
+            .map(|bytes| decode_weight(&bytes))
+            .unwrap_or(0);
         let new = old + weight;
         assert!(new >= 0, "MIN/MAX multiset count went negative");
         if new == 0 {
@@ -193,7 +253,13 @@ impl AggregateNode {
         Ok(())
     }
 
-    async fn extremum<S: StateStore>(&self, store: &mut S, index: usize, key: &[u8], order: ScanOrder) -> RsResult<Datum> {
+    async fn extremum<S: StateStore>(
+        &self,
+        store: &mut S,
+        index: usize,
+        key: &[u8],
+        order: ScanOrder,
+    ) -> RsResult<Datum> {
         let prefix = self.value_key(MIN_MAX, index, key);
         let first = store.scan_prefix(&prefix, order, 1).await?;
         match first.first() {
@@ -208,12 +274,17 @@ impl AggregateNode {
             .iter()
             .map(|call| match call.function {
                 AggregateFunction::CountStar | AggregateFunction::Count => Partial::Count(0),
-                AggregateFunction::Sum | AggregateFunction::Avg if is_float(call.input_type) => Partial::FloatSum(0, 0.0),
+                AggregateFunction::Sum | AggregateFunction::Avg if is_float(call.input_type) => {
+                    Partial::FloatSum(0, 0.0)
+                }
                 AggregateFunction::Sum | AggregateFunction::Avg => Partial::ExactSum(0, 0),
                 AggregateFunction::Min | AggregateFunction::Max => Partial::Extremum(Datum::Null),
             })
             .collect();
-        GroupState { count_star: 0, partials }
+        GroupState {
+            count_star: 0,
+            partials,
+        }
     }
 
     fn encode_state(&self, state: &GroupState) -> Vec<u8> {
@@ -221,8 +292,12 @@ impl AggregateNode {
         for partial in &state.partials {
             match partial {
                 Partial::Count(count) => row.push(Datum::Int64(*count)),
-                Partial::ExactSum(count, sum) => row.extend([Datum::Int64(*count), Datum::Numeric(*sum)]),
-                Partial::FloatSum(count, sum) => row.extend([Datum::Int64(*count), Datum::Float64(*sum)]),
+                Partial::ExactSum(count, sum) => {
+                    row.extend([Datum::Int64(*count), Datum::Numeric(*sum)])
+                }
+                Partial::FloatSum(count, sum) => {
+                    row.extend([Datum::Int64(*count), Datum::Float64(*sum)])
+                }
                 Partial::Extremum(value) => row.push(value.clone()),
             }
         }
@@ -240,7 +315,9 @@ impl AggregateNode {
         state.count_star = count_star;
         for partial in state.partials.iter_mut() {
             *partial = match partial {
-                Partial::Count(_) => Partial::Count(as_i64(&values.next().ok_or_else(corrupt)?).ok_or_else(corrupt)?),
+                Partial::Count(_) => {
+                    Partial::Count(as_i64(&values.next().ok_or_else(corrupt)?).ok_or_else(corrupt)?)
+                }
                 Partial::ExactSum(..) => {
                     let count = as_i64(&values.next().ok_or_else(corrupt)?).ok_or_else(corrupt)?;
                     match values.next() {
@@ -269,12 +346,24 @@ impl AggregateNode {
                 (AggregateFunction::CountStar, _) => Datum::Int64(state.count_star),
                 (_, Partial::Count(count)) => Datum::Int64(*count),
                 (_, Partial::ExactSum(0, _)) | (_, Partial::FloatSum(0, _)) => Datum::Null,
-                (AggregateFunction::Sum, Partial::ExactSum(_, sum)) => exact_to_output(*sum, input_scale(call.input_type), output_type)?,
-                (AggregateFunction::Avg, Partial::ExactSum(count, sum)) => exact_average(*sum, *count, input_scale(call.input_type), output_type)?,
-                (AggregateFunction::Sum, Partial::FloatSum(_, sum)) => float_to_output(*sum, output_type),
-                (AggregateFunction::Avg, Partial::FloatSum(count, sum)) => float_to_output(*sum / *count as f64, output_type),
+                (AggregateFunction::Sum, Partial::ExactSum(_, sum)) => {
+                    exact_to_output(*sum, input_scale(call.input_type), output_type)?
+                }
+                (AggregateFunction::Avg, Partial::ExactSum(count, sum)) => {
+                    exact_average(*sum, *count, input_scale(call.input_type), output_type)?
+                }
+                (AggregateFunction::Sum, Partial::FloatSum(_, sum)) => {
+                    float_to_output(*sum, output_type)
+                }
+                (AggregateFunction::Avg, Partial::FloatSum(count, sum)) => {
+                    float_to_output(*sum / *count as f64, output_type)
+                }
                 (_, Partial::Extremum(value)) => value.clone(),
-                _ => return Err(RsError::internal("aggregate partial does not match its function")),
+                _ => {
+                    return Err(RsError::internal(
+                        "aggregate partial does not match its function",
+                    ))
+                }
             };
             row.push(value);
         }
@@ -300,7 +389,12 @@ fn as_i64(datum: &Datum) -> Option<i64> {
     }
 }
 
-fn accumulate(partial: &mut Partial, call: &AggregateCall, value: &Datum, weight: i64) -> RsResult<()> {
+fn accumulate(
+    partial: &mut Partial,
+    call: &AggregateCall,
+    value: &Datum,
+    weight: i64,
+) -> RsResult<()> {
     match partial {
         Partial::Count(count) => *count += weight,
         Partial::ExactSum(count, sum) => {
@@ -309,7 +403,12 @@ fn accumulate(partial: &mut Partial, call: &AggregateCall, value: &Datum, weight
                 Datum::Int32(v) => *v as i128,
                 Datum::Int64(v) => *v as i128,
                 Datum::Numeric(v) => *v,
-                other => return Err(RsError::internal(format!("{:?} over {other:?}", call.function))),
+                other => {
+                    return Err(RsError::internal(format!(
+                        "{:?} over {other:?}",
+                        call.function
+                    )))
+                }
             };
             *count += weight;
             *sum = exact
@@ -321,7 +420,12 @@ fn accumulate(partial: &mut Partial, call: &AggregateCall, value: &Datum, weight
             let float = match value {
                 Datum::Float32(v) => *v as f64,
                 Datum::Float64(v) => *v,
-                other => return Err(RsError::internal(format!("{:?} over {other:?}", call.function))),
+                other => {
+                    return Err(RsError::internal(format!(
+                        "{:?} over {other:?}",
+                        call.function
+                    )))
+                }
             };
             *count += weight;
             *sum += float * weight as f64;
@@ -337,27 +441,53 @@ fn pow10(exponent: u32) -> i128 {
 
 /// Rescales an exact value to the output type.
 fn exact_to_output(value: i128, scale: i8, output: SqlType) -> RsResult<Datum> {
-    let out_of_range = || RsError::new(&codes::NUMERIC_OUT_OF_RANGE, "aggregate result out of range");
+    let out_of_range = || {
+        RsError::new(
+            &codes::NUMERIC_OUT_OF_RANGE,
+            "aggregate result out of range",
+        )
+    };
     Ok(match output {
-        SqlType::Int64 => Datum::Int64(i64::try_from(value / pow10(scale.max(0) as u32)).map_err(|_| out_of_range())?),
+        SqlType::Int64 => Datum::Int64(
+            i64::try_from(value / pow10(scale.max(0) as u32)).map_err(|_| out_of_range())?,
+        ),
         SqlType::Int32 => Datum::Int32(i32::try_from(value).map_err(|_| out_of_range())?),
-        SqlType::Numeric { scale: output_scale, .. } => Datum::Numeric(rescale(value, scale, output_scale).ok_or_else(out_of_range)?),
+        SqlType::Numeric {
+            scale: output_scale,
+            ..
+        } => Datum::Numeric(rescale(value, scale, output_scale).ok_or_else(out_of_range)?),
         SqlType::Float64 => Datum::Float64(value as f64 / pow10(scale.max(0) as u32) as f64),
-        SqlType::Float32 => Datum::Float32((value as f64 / pow10(scale.max(0) as u32) as f64) as f32),
-        other => return Err(RsError::internal(format!("exact aggregate into {}", other.pg_name()))),
+        SqlType::Float32 => {
+            Datum::Float32((value as f64 / pow10(scale.max(0) as u32) as f64) as f32)
+        }
+        other => {
+            return Err(RsError::internal(format!(
+                "exact aggregate into {}",
+                other.pg_name()
+            )))
+        }
     })
 }
 
 /// `value / count` at the output type, rounding half away from zero.
 fn exact_average(sum: i128, count: i64, scale: i8, output: SqlType) -> RsResult<Datum> {
     match output {
-        SqlType::Numeric { scale: output_scale, .. } => {
-            let out_of_range = || RsError::new(&codes::NUMERIC_OUT_OF_RANGE, "average out of range");
+        SqlType::Numeric {
+            scale: output_scale,
+            ..
+        } => {
+            let out_of_range =
+                || RsError::new(&codes::NUMERIC_OUT_OF_RANGE, "average out of range");
             let numerator = rescale(sum, scale, output_scale).ok_or_else(out_of_range)?;
             Ok(Datum::Numeric(divide_rounding(numerator, count as i128)))
         }
-        SqlType::Float64 => Ok(Datum::Float64(sum as f64 / pow10(scale.max(0) as u32) as f64 / count as f64)),
-        other => Err(RsError::internal(format!("average into {}", other.pg_name()))),
+        SqlType::Float64 => Ok(Datum::Float64(
+            sum as f64 / pow10(scale.max(0) as u32) as f64 / count as f64,
+        )),
+        other => Err(RsError::internal(format!(
+            "average into {}",
+            other.pg_name()
+        ))),
     }
 }
 

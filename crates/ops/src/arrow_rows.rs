@@ -17,8 +17,8 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, IntervalMonthDayNano};
-pub use rockstream_plan::arrow_types::{arrow_error, arrow_type, default_numeric, sql_type_of};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
+pub use rockstream_plan::arrow_types::{arrow_error, arrow_type, default_numeric, sql_type_of};
 use rockstream_types::{Datum, Interval, Row, RsError, RsResult, SqlType};
 
 /// Builds one Arrow array of canonical type from column `column` of `rows`.
@@ -44,7 +44,8 @@ pub fn column_to_array(rows: &[&Row], column: usize, sql_type: SqlType) -> RsRes
         SqlType::Float32 => build!(Float32Builder::with_capacity(rows.len()), Float32),
         SqlType::Float64 => build!(Float64Builder::with_capacity(rows.len()), Float64),
         SqlType::Numeric { precision, scale } => build!(
-            Decimal128Builder::with_capacity(rows.len()).with_data_type(DataType::Decimal128(precision, scale)),
+            Decimal128Builder::with_capacity(rows.len())
+                .with_data_type(DataType::Decimal128(precision, scale)),
             Numeric
         ),
         SqlType::Text => {
@@ -59,7 +60,10 @@ pub fn column_to_array(rows: &[&Row], column: usize, sql_type: SqlType) -> RsRes
             Arc::new(builder.finish())
         }
         SqlType::Date => build!(Date32Builder::with_capacity(rows.len()), Date),
-        SqlType::Timestamp => build!(TimestampMicrosecondBuilder::with_capacity(rows.len()), Timestamp),
+        SqlType::Timestamp => build!(
+            TimestampMicrosecondBuilder::with_capacity(rows.len()),
+            Timestamp
+        ),
         SqlType::TimestampTz => build!(
             TimestampMicrosecondBuilder::with_capacity(rows.len()).with_timezone("+00:00"),
             TimestampTz
@@ -84,22 +88,37 @@ pub fn column_to_array(rows: &[&Row], column: usize, sql_type: SqlType) -> RsRes
 }
 
 fn type_mismatch(datum: &Datum, sql_type: SqlType) -> RsError {
-    RsError::internal(format!("value {datum:?} in a column of type {}", sql_type.pg_name()))
+    RsError::internal(format!(
+        "value {datum:?} in a column of type {}",
+        sql_type.pg_name()
+    ))
 }
 
 /// Builds a record batch whose columns have exactly the Arrow types of
 /// `target` (casting from canonical types where they differ).
-pub fn rows_to_batch(rows: &[&Row], types: &[SqlType], target: &datafusion::arrow::datatypes::SchemaRef) -> RsResult<RecordBatch> {
+pub fn rows_to_batch(
+    rows: &[&Row],
+    types: &[SqlType],
+    target: &datafusion::arrow::datatypes::SchemaRef,
+) -> RsResult<RecordBatch> {
     let mut columns = Vec::with_capacity(types.len());
     for (index, sql_type) in types.iter().enumerate() {
         let array = column_to_array(rows, index, *sql_type)?;
         let wanted = target.field(index).data_type();
-        let array = if array.data_type() == wanted { array } else { cast(&array, wanted).map_err(arrow_error)? };
+        let array = if array.data_type() == wanted {
+            array
+        } else {
+            cast(&array, wanted).map_err(arrow_error)?
+        };
         columns.push(array);
     }
     let options = RecordBatchOptions::new().with_row_count(Some(rows.len()));
     let schema = Arc::new(datafusion::arrow::datatypes::Schema::new(
-        target.fields().iter().map(|f| Field::new(f.name(), f.data_type().clone(), true)).collect::<Vec<_>>(),
+        target
+            .fields()
+            .iter()
+            .map(|f| Field::new(f.name(), f.data_type().clone(), true))
+            .collect::<Vec<_>>(),
     ));
     RecordBatch::try_new_with_options(schema, columns, &options).map_err(arrow_error)
 }
@@ -107,14 +126,25 @@ pub fn rows_to_batch(rows: &[&Row], types: &[SqlType], target: &datafusion::arro
 /// Reads every value of `array` (cast to the canonical type of `sql_type`).
 pub fn array_to_datums(array: &ArrayRef, sql_type: SqlType) -> RsResult<Vec<Datum>> {
     let canonical = arrow_type(sql_type);
-    let array = if array.data_type() == &canonical { array.clone() } else { cast(array, &canonical).map_err(arrow_error)? };
+    let array = if array.data_type() == &canonical {
+        array.clone()
+    } else {
+        cast(array, &canonical).map_err(arrow_error)?
+    };
     let length = array.len();
     let mut out = Vec::with_capacity(length);
     macro_rules! read {
         ($array_type:ty, $variant:ident) => {{
-            let typed = array.as_any().downcast_ref::<$array_type>().ok_or_else(|| downcast_error(&canonical))?;
+            let typed = array
+                .as_any()
+                .downcast_ref::<$array_type>()
+                .ok_or_else(|| downcast_error(&canonical))?;
             for index in 0..length {
-                out.push(if typed.is_null(index) { Datum::Null } else { Datum::$variant(typed.value(index).into()) });
+                out.push(if typed.is_null(index) {
+                    Datum::Null
+                } else {
+                    Datum::$variant(typed.value(index).into())
+                });
             }
         }};
     }
@@ -140,7 +170,11 @@ pub fn array_to_datums(array: &ArrayRef, sql_type: SqlType) -> RsResult<Vec<Datu
                     Datum::Null
                 } else {
                     let value = typed.value(index);
-                    Datum::Interval(Interval { months: value.months, days: value.days, nanoseconds: value.nanoseconds })
+                    Datum::Interval(Interval {
+                        months: value.months,
+                        days: value.days,
+                        nanoseconds: value.nanoseconds,
+                    })
                 });
             }
         }
@@ -150,7 +184,9 @@ pub fn array_to_datums(array: &ArrayRef, sql_type: SqlType) -> RsResult<Vec<Datu
 
 /// Converts a whole batch to rows with the given canonical types.
 pub fn batch_to_rows(batch: &RecordBatch, types: &[SqlType]) -> RsResult<Vec<Row>> {
-    let mut rows: Vec<Row> = (0..batch.num_rows()).map(|_| Vec::with_capacity(types.len())).collect();
+    let mut rows: Vec<Row> = (0..batch.num_rows())
+        .map(|_| Vec::with_capacity(types.len()))
+        .collect();
     for (index, sql_type) in types.iter().enumerate() {
         let datums = array_to_datums(batch.column(index), *sql_type)?;
         for (row, datum) in rows.iter_mut().zip(datums) {
@@ -178,7 +214,10 @@ mod tests {
             SqlType::Int64,
             SqlType::Float32,
             SqlType::Float64,
-            SqlType::Numeric { precision: 12, scale: 2 },
+            SqlType::Numeric {
+                precision: 12,
+                scale: 2,
+            },
             SqlType::Text,
             SqlType::Date,
             SqlType::Timestamp,
@@ -197,13 +236,24 @@ mod tests {
             Datum::Date(19000),
             Datum::Timestamp(1_700_000_000_000_000),
             Datum::TimestampTz(5),
-            Datum::Interval(Interval { months: 1, days: 2, nanoseconds: 3 }),
+            Datum::Interval(Interval {
+                months: 1,
+                days: 2,
+                nanoseconds: 3,
+            }),
         ];
         let nulls: Row = vec![Datum::Null; types.len()];
         let schema = Arc::new(datafusion::arrow::datatypes::Schema::new(
-            types.iter().enumerate().map(|(i, t)| Field::new(format!("c{i}"), arrow_type(*t), true)).collect::<Vec<_>>(),
+            types
+                .iter()
+                .enumerate()
+                .map(|(i, t)| Field::new(format!("c{i}"), arrow_type(*t), true))
+                .collect::<Vec<_>>(),
         ));
         let batch = rows_to_batch(&[&row, &nulls], &types, &schema).expect("builds");
-        assert_eq!(batch_to_rows(&batch, &types).expect("reads"), vec![row, nulls]);
+        assert_eq!(
+            batch_to_rows(&batch, &types).expect("reads"),
+            vec![row, nulls]
+        );
     }
 }

@@ -27,14 +27,34 @@ pub struct Dataflow {
 
 #[derive(Debug)]
 pub(crate) enum Node {
-    Source { object_id: ObjectId },
-    Map { input: Box<Node>, exprs: CompiledExprs, output_types: Vec<SqlType> },
-    Filter { input: Box<Node>, predicate: CompiledExprs },
+    Source {
+        object_id: ObjectId,
+    },
+    Map {
+        input: Box<Node>,
+        exprs: CompiledExprs,
+        output_types: Vec<SqlType>,
+    },
+    Filter {
+        input: Box<Node>,
+        predicate: CompiledExprs,
+    },
     Join(Box<join::JoinNode>),
     Aggregate(Box<aggregate::AggregateNode>),
-    Distinct { op_id: ObjectId, input: Box<Node> },
-    UnionAll { inputs: Vec<Node> },
-    SetOperation { op_id: ObjectId, left: Box<Node>, right: Box<Node>, operator: SetOperator, all: bool },
+    Distinct {
+        op_id: ObjectId,
+        input: Box<Node>,
+    },
+    UnionAll {
+        inputs: Vec<Node>,
+    },
+    SetOperation {
+        op_id: ObjectId,
+        left: Box<Node>,
+        right: Box<Node>,
+        operator: SetOperator,
+        all: bool,
+    },
 }
 
 /// Output of one step: the delta, plus whether global aggregates must emit
@@ -46,7 +66,9 @@ pub(crate) struct StepContext<'a> {
 
 impl Dataflow {
     pub fn compile(plan: &PlanNode) -> RsResult<Dataflow> {
-        Ok(Dataflow { root: compile_node(plan)? })
+        Ok(Dataflow {
+            root: compile_node(plan)?,
+        })
     }
 
     /// Processes one epoch. `initial` is true for the first step of a new
@@ -59,39 +81,70 @@ impl Dataflow {
     ) -> RsResult<ZSet> {
         let context = StepContext { inputs, initial };
         let output = step_node(&self.root, store, &context).await?;
-        debug_assert!(output.is_consolidated(), "operator output must be consolidated");
+        debug_assert!(
+            output.is_consolidated(),
+            "operator output must be consolidated"
+        );
         Ok(output)
     }
 }
 
 fn compile_node(plan: &PlanNode) -> RsResult<Node> {
     Ok(match plan {
-        PlanNode::Source { object_id, .. } => Node::Source { object_id: *object_id },
-        PlanNode::Map { input, exprs, input_schema, schema } => Node::Map {
+        PlanNode::Source { object_id, .. } => Node::Source {
+            object_id: *object_id,
+        },
+        PlanNode::Map {
+            input,
+            exprs,
+            input_schema,
+            schema,
+        } => Node::Map {
             exprs: CompiledExprs::compile(exprs, input_schema, input.schema().types())?,
             output_types: schema.types(),
             input: Box::new(compile_node(input)?),
         },
-        PlanNode::Filter { input, predicate, input_schema } => Node::Filter {
-            predicate: CompiledExprs::compile(std::slice::from_ref(predicate), input_schema, input.schema().types())?,
+        PlanNode::Filter {
+            input,
+            predicate,
+            input_schema,
+        } => Node::Filter {
+            predicate: CompiledExprs::compile(
+                std::slice::from_ref(predicate),
+                input_schema,
+                input.schema().types(),
+            )?,
             input: Box::new(compile_node(input)?),
         },
         PlanNode::Join { .. } => Node::Join(Box::new(join::JoinNode::compile(plan, compile_node)?)),
-        PlanNode::Aggregate { op_id, input, group_count, aggregates, schema } => {
-            Node::Aggregate(Box::new(aggregate::AggregateNode::new(
-                *op_id,
-                compile_node(input)?,
-                *group_count,
-                aggregates.clone(),
-                input.schema().types(),
-                schema.types(),
-            )?))
-        }
-        PlanNode::Distinct { op_id, input } => Node::Distinct { op_id: *op_id, input: Box::new(compile_node(input)?) },
-        PlanNode::UnionAll { inputs, .. } => {
-            Node::UnionAll { inputs: inputs.iter().map(compile_node).collect::<RsResult<_>>()? }
-        }
-        PlanNode::SetOperation { op_id, left, right, operator, all } => Node::SetOperation {
+        PlanNode::Aggregate {
+            op_id,
+            input,
+            group_count,
+            aggregates,
+            schema,
+        } => Node::Aggregate(Box::new(aggregate::AggregateNode::new(
+            *op_id,
+            compile_node(input)?,
+            *group_count,
+            aggregates.clone(),
+            input.schema().types(),
+            schema.types(),
+        )?)),
+        PlanNode::Distinct { op_id, input } => Node::Distinct {
+            op_id: *op_id,
+            input: Box::new(compile_node(input)?),
+        },
+        PlanNode::UnionAll { inputs, .. } => Node::UnionAll {
+            inputs: inputs.iter().map(compile_node).collect::<RsResult<_>>()?,
+        },
+        PlanNode::SetOperation {
+            op_id,
+            left,
+            right,
+            operator,
+            all,
+        } => Node::SetOperation {
             op_id: *op_id,
             left: Box::new(compile_node(left)?),
             right: Box::new(compile_node(right)?),
@@ -103,11 +156,21 @@ fn compile_node(plan: &PlanNode) -> RsResult<Node> {
 
 type StepFuture<'a> = Pin<Box<dyn Future<Output = RsResult<ZSet>> + Send + 'a>>;
 
-pub(crate) fn step_node<'a, S: StateStore>(node: &'a Node, store: &'a mut S, context: &'a StepContext<'a>) -> StepFuture<'a> {
+pub(crate) fn step_node<'a, S: StateStore>(
+    node: &'a Node,
+    store: &'a mut S,
+    context: &'a StepContext<'a>,
+) -> StepFuture<'a> {
     Box::pin(async move {
         match node {
-            Node::Source { object_id } => Ok(context.inputs.get(object_id).cloned().unwrap_or_default()),
-            Node::Map { input, exprs, output_types } => {
+            Node::Source { object_id } => {
+                Ok(context.inputs.get(object_id).cloned().unwrap_or_default())
+            }
+            Node::Map {
+                input,
+                exprs,
+                output_types,
+            } => {
                 let delta = step_node(input, store, context).await?;
                 map(exprs, output_types, delta)
             }
@@ -128,10 +191,17 @@ pub(crate) fn step_node<'a, S: StateStore>(node: &'a Node, store: &'a mut S, con
                 }
                 Ok(out.consolidate())
             }
-            Node::SetOperation { op_id, left, right, operator, all } => {
+            Node::SetOperation {
+                op_id,
+                left,
+                right,
+                operator,
+                all,
+            } => {
                 let left_delta = step_node(left, store, context).await?;
                 let right_delta = step_node(right, store, context).await?;
-                distinct::set_operation(store, *op_id, left_delta, right_delta, *operator, *all).await
+                distinct::set_operation(store, *op_id, left_delta, right_delta, *operator, *all)
+                    .await
             }
         }
     })
@@ -143,7 +213,10 @@ fn map(exprs: &CompiledExprs, output_types: &[SqlType], delta: ZSet) -> RsResult
     }
     let rows: Vec<&Row> = delta.updates.iter().map(|(row, _)| row).collect();
     let mapped = exprs.evaluate_rows(&rows, output_types)?;
-    let updates = mapped.into_iter().zip(delta.updates.iter().map(|(_, weight)| *weight)).collect();
+    let updates = mapped
+        .into_iter()
+        .zip(delta.updates.iter().map(|(_, weight)| *weight))
+        .collect();
     Ok(ZSet::from_updates(updates).consolidate())
 }
 
@@ -153,7 +226,13 @@ fn filter(predicate: &CompiledExprs, delta: ZSet) -> RsResult<ZSet> {
     }
     let rows: Vec<&Row> = delta.updates.iter().map(|(row, _)| row).collect();
     let keep = predicate.evaluate_predicate(&rows)?;
-    let updates = delta.updates.into_iter().zip(keep).filter(|(_, keep)| *keep).map(|(update, _)| update).collect();
+    let updates = delta
+        .updates
+        .into_iter()
+        .zip(keep)
+        .filter(|(_, keep)| *keep)
+        .map(|(update, _)| update)
+        .collect();
     Ok(ZSet::from_updates(updates))
 }
 
@@ -163,5 +242,7 @@ pub(crate) fn unsupported_join(kind: JoinKind) -> RsError {
 }
 
 pub(crate) fn aggregate_calls_valid(calls: &[AggregateCall], input_width: usize) -> bool {
-    calls.iter().all(|call| call.argument.is_none_or(|argument| argument < input_width))
+    calls
+        .iter()
+        .all(|call| call.argument.is_none_or(|argument| argument < input_width))
 }

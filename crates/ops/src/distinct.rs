@@ -16,12 +16,20 @@ use rockstream_types::{Datum, ObjectId, Row, RsError, RsResult, ZSet};
 use crate::keys::{decode_weight, encode_weight, op_prefix, DISTINCT, SET_OPERATION};
 use crate::state::StateStore;
 
-pub(crate) async fn distinct<S: StateStore>(store: &mut S, op_id: ObjectId, delta: ZSet) -> RsResult<ZSet> {
+pub(crate) async fn distinct<S: StateStore>(
+    store: &mut S,
+    op_id: ObjectId,
+    delta: ZSet,
+) -> RsResult<ZSet> {
     let mut out = ZSet::new();
     for (row, weight) in delta.consolidate().updates {
         let mut key = op_prefix(DISTINCT, op_id);
         encode_row_into(&row, &mut key);
-        let old = store.get(&key).await?.map(|bytes| decode_weight(&bytes)).unwrap_or(0);
+        let old = store
+            .get(&key)
+            .await?
+            .map(|bytes| decode_weight(&bytes))
+            .unwrap_or(0);
         let new = old + weight;
         assert!(new >= 0, "DISTINCT weight went negative");
         if new == 0 {
@@ -48,10 +56,16 @@ pub(crate) async fn set_operation<S: StateStore>(
 ) -> RsResult<ZSet> {
     let mut changes: BTreeMap<Vec<u8>, (Row, i64, i64)> = BTreeMap::new();
     for (row, weight) in left.updates {
-        changes.entry(encode_row(&row)).or_insert_with(|| (row, 0, 0)).1 += weight;
+        changes
+            .entry(encode_row(&row))
+            .or_insert_with(|| (row, 0, 0))
+            .1 += weight;
     }
     for (row, weight) in right.updates {
-        changes.entry(encode_row(&row)).or_insert_with(|| (row, 0, 0)).2 += weight;
+        changes
+            .entry(encode_row(&row))
+            .or_insert_with(|| (row, 0, 0))
+            .2 += weight;
     }
     let mut out = ZSet::new();
     for (encoded, (row, left_change, right_change)) in changes {
@@ -62,13 +76,20 @@ pub(crate) async fn set_operation<S: StateStore>(
             None => (0, 0),
         };
         let (left_new, right_new) = (left_old + left_change, right_old + right_change);
-        assert!(left_new >= 0 && right_new >= 0, "set-operation count went negative");
+        assert!(
+            left_new >= 0 && right_new >= 0,
+            "set-operation count went negative"
+        );
         if left_new == 0 && right_new == 0 {
             store.delete(key);
         } else {
-            store.put(key, encode_row(&[Datum::Int64(left_new), Datum::Int64(right_new)]));
+            store.put(
+                key,
+                encode_row(&[Datum::Int64(left_new), Datum::Int64(right_new)]),
+            );
         }
-        let change = multiplicity(operator, all, left_new, right_new) - multiplicity(operator, all, left_old, right_old);
+        let change = multiplicity(operator, all, left_new, right_new)
+            - multiplicity(operator, all, left_old, right_old);
         out.push(row, change);
     }
     Ok(out)

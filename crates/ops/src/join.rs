@@ -53,20 +53,43 @@ enum Side {
 }
 
 impl JoinNode {
-    pub fn compile(plan: &PlanNode, compile: impl Fn(&PlanNode) -> RsResult<Node>) -> RsResult<JoinNode> {
+    pub fn compile(
+        plan: &PlanNode,
+        compile: impl Fn(&PlanNode) -> RsResult<Node>,
+    ) -> RsResult<JoinNode> {
         let PlanNode::Join {
-            op_id, left, right, kind, left_keys, right_keys, nulls_equal, residual, joined_schema, null_aware, left_width, right_width, ..
+            op_id,
+            left,
+            right,
+            kind,
+            left_keys,
+            right_keys,
+            nulls_equal,
+            residual,
+            joined_schema,
+            null_aware,
+            left_width,
+            right_width,
+            ..
         } = plan
         else {
-            return Err(rockstream_types::RsError::internal("JoinNode::compile on a non-join"));
+            return Err(rockstream_types::RsError::internal(
+                "JoinNode::compile on a non-join",
+            ));
         };
         let mut joined_types: Vec<SqlType> = left.schema().types()[..*left_width].to_vec();
         joined_types.extend(right.schema().types()[..*right_width].iter().copied());
         let residual = match residual {
-            Some(expr) => Some(CompiledExprs::compile(std::slice::from_ref(expr), joined_schema, joined_types)?),
+            Some(expr) => Some(CompiledExprs::compile(
+                std::slice::from_ref(expr),
+                joined_schema,
+                joined_types,
+            )?),
             None => None,
         };
-        if *null_aware && (residual.is_some() || left_keys.len() != 1 || *kind != JoinKind::LeftAnti) {
+        if *null_aware
+            && (residual.is_some() || left_keys.len() != 1 || *kind != JoinKind::LeftAnti)
+        {
             return Err(unsupported_join(*kind));
         }
         Ok(JoinNode {
@@ -84,7 +107,11 @@ impl JoinNode {
         })
     }
 
-    pub async fn step<S: StateStore>(&self, store: &mut S, context: &StepContext<'_>) -> RsResult<ZSet> {
+    pub async fn step<S: StateStore>(
+        &self,
+        store: &mut S,
+        context: &StepContext<'_>,
+    ) -> RsResult<ZSet> {
         let left_delta = step_node(&self.left, store, context).await?;
         let right_delta = step_node(&self.right, store, context).await?;
         if left_delta.is_empty() && right_delta.is_empty() {
@@ -116,9 +143,11 @@ impl JoinNode {
             let left_rows = left_groups.get(key).unwrap_or(&empty);
             let right_rows = right_groups.get(key).unwrap_or(&empty);
             if self.residual.is_some() {
-                self.step_key_with_residual(store, key, left_rows, right_rows, &mut out).await?;
+                self.step_key_with_residual(store, key, left_rows, right_rows, &mut out)
+                    .await?;
             } else {
-                self.step_key(store, key, left_rows, right_rows, &mut out).await?;
+                self.step_key(store, key, left_rows, right_rows, &mut out)
+                    .await?;
             }
         }
         Ok(out.consolidate())
@@ -134,39 +163,75 @@ impl JoinNode {
                 continue;
             }
             let key: Row = keys.iter().map(|column| row[*column].clone()).collect();
-            groups.entry(encode_row(&key)).or_default().push((row, weight));
+            groups
+                .entry(encode_row(&key))
+                .or_default()
+                .push((row, weight));
         }
         (groups, nulls)
     }
 
     fn prefix(&self, side: Side, key: &[u8]) -> Vec<u8> {
-        let kind = if side == Side::Left { JOIN_LEFT } else { JOIN_RIGHT };
+        let kind = if side == Side::Left {
+            JOIN_LEFT
+        } else {
+            JOIN_RIGHT
+        };
         let mut prefix = op_prefix(kind, self.op_id);
         prefix.extend_from_slice(key);
         prefix
     }
 
-    async fn scan<S: StateStore>(&self, store: &mut S, side: Side, key: &[u8], limit: usize) -> RsResult<Rows> {
+    async fn scan<S: StateStore>(
+        &self,
+        store: &mut S,
+        side: Side,
+        key: &[u8],
+        limit: usize,
+    ) -> RsResult<Rows> {
         let prefix = self.prefix(side, key);
-        let entries = store.scan_prefix(&prefix, ScanOrder::Ascending, limit).await?;
+        let entries = store
+            .scan_prefix(&prefix, ScanOrder::Ascending, limit)
+            .await?;
         entries
             .into_iter()
-            .map(|(stored_key, value)| Ok((decode_row(&stored_key[prefix.len()..])?, decode_weight(&value))))
+            .map(|(stored_key, value)| {
+                Ok((
+                    decode_row(&stored_key[prefix.len()..])?,
+                    decode_weight(&value),
+                ))
+            })
             .collect()
     }
 
     async fn any<S: StateStore>(&self, store: &mut S, side: Side, key: &[u8]) -> RsResult<bool> {
         let prefix = self.prefix(side, key);
-        Ok(!store.scan_prefix(&prefix, ScanOrder::Ascending, 1).await?.is_empty())
+        Ok(!store
+            .scan_prefix(&prefix, ScanOrder::Ascending, 1)
+            .await?
+            .is_empty())
     }
 
-    async fn apply<S: StateStore>(&self, store: &mut S, side: Side, key: &[u8], rows: &Rows) -> RsResult<()> {
+    async fn apply<S: StateStore>(
+        &self,
+        store: &mut S,
+        side: Side,
+        key: &[u8],
+        rows: &Rows,
+    ) -> RsResult<()> {
         for (row, weight) in rows {
             let mut stored_key = self.prefix(side, key);
             encode_row_into(row, &mut stored_key);
-            let old = store.get(&stored_key).await?.map(|bytes| decode_weight(&bytes)).unwrap_or(0);
+            let old = store
+                .get(&stored_key)
+                .await?
+                .map(|bytes| decode_weight(&bytes))
+                .unwrap_or(0);
             let new = old + weight;
-            assert!(new >= 0, "join arrangement weight went negative: input retracted a row it never inserted");
+            assert!(
+                new >= 0,
+                "join arrangement weight went negative: input retracted a row it never inserted"
+            );
             if new == 0 {
                 store.delete(stored_key);
             } else {
@@ -177,11 +242,17 @@ impl JoinNode {
     }
 
     fn emits_pairs(&self) -> bool {
-        matches!(self.kind, JoinKind::Inner | JoinKind::Left | JoinKind::Right | JoinKind::Full)
+        matches!(
+            self.kind,
+            JoinKind::Inner | JoinKind::Left | JoinKind::Right | JoinKind::Full
+        )
     }
 
     fn tracks_left_unmatched(&self) -> bool {
-        matches!(self.kind, JoinKind::Left | JoinKind::Full | JoinKind::LeftSemi | JoinKind::LeftAnti)
+        matches!(
+            self.kind,
+            JoinKind::Left | JoinKind::Full | JoinKind::LeftSemi | JoinKind::LeftAnti
+        )
     }
 
     fn tracks_right_unmatched(&self) -> bool {
@@ -196,8 +267,16 @@ impl JoinNode {
         right_delta: &Rows,
         out: &mut ZSet,
     ) -> RsResult<()> {
-        let right_before = if self.tracks_left_unmatched() { self.any(store, Side::Right, key).await? } else { false };
-        let left_before = if self.tracks_right_unmatched() { self.any(store, Side::Left, key).await? } else { false };
+        let right_before = if self.tracks_left_unmatched() {
+            self.any(store, Side::Right, key).await?
+        } else {
+            false
+        };
+        let left_before = if self.tracks_right_unmatched() {
+            self.any(store, Side::Left, key).await?
+        } else {
+            false
+        };
         if self.emits_pairs() && !left_delta.is_empty() {
             let right_old = self.scan(store, Side::Right, key, KEY_ROWS_MAX).await?;
             self.emit_pairs(left_delta, &right_old, out);
@@ -220,7 +299,10 @@ impl JoinNode {
                         Some(rows) => rows,
                         None => self.scan(store, Side::Left, key, KEY_ROWS_MAX).await?,
                     };
-                    subtract(&rows, left_delta).into_iter().map(|(row, weight)| (row, -weight)).collect()
+                    subtract(&rows, left_delta)
+                        .into_iter()
+                        .map(|(row, weight)| (row, -weight))
+                        .collect()
                 }
                 (true, false) => match left_new.take() {
                     Some(rows) => rows,
@@ -236,7 +318,10 @@ impl JoinNode {
                 (true, true) => Vec::new(),
                 (false, true) => {
                     let rows = self.scan(store, Side::Right, key, KEY_ROWS_MAX).await?;
-                    subtract(&rows, right_delta).into_iter().map(|(row, weight)| (row, -weight)).collect()
+                    subtract(&rows, right_delta)
+                        .into_iter()
+                        .map(|(row, weight)| (row, -weight))
+                        .collect()
                 }
                 (true, false) => self.scan(store, Side::Right, key, KEY_ROWS_MAX).await?,
             };
@@ -324,13 +409,20 @@ impl JoinNode {
     }
 
     fn keep_matching(&self, candidates: Rows) -> RsResult<Rows> {
-        let Some(residual) = &self.residual else { return Ok(candidates) };
+        let Some(residual) = &self.residual else {
+            return Ok(candidates);
+        };
         if candidates.is_empty() {
             return Ok(candidates);
         }
         let rows: Vec<&Row> = candidates.iter().map(|(row, _)| row).collect();
         let keep = residual.evaluate_predicate(&rows)?;
-        Ok(candidates.into_iter().zip(keep).filter(|(_, keep)| *keep).map(|(pair, _)| pair).collect())
+        Ok(candidates
+            .into_iter()
+            .zip(keep)
+            .filter(|(_, keep)| *keep)
+            .map(|(pair, _)| pair)
+            .collect())
     }
 
     /// Rows of `rows` (on `side`) with no partner in `others` passing the residual.
@@ -340,7 +432,11 @@ impl JoinNode {
             let candidates: Rows = others
                 .iter()
                 .map(|(other, other_weight)| {
-                    let joined = if side == Side::Left { self.joined(row, other) } else { self.joined(other, row) };
+                    let joined = if side == Side::Left {
+                        self.joined(row, other)
+                    } else {
+                        self.joined(other, row)
+                    };
                     (joined, *other_weight)
                 })
                 .collect();
@@ -384,7 +480,12 @@ impl JoinNode {
     /// empty, or when its key is not NULL, not on the right, and the right
     /// side holds no NULL. When emptiness or NULL-presence of the right side
     /// flips, every stored left row is re-decided.
-    async fn step_not_in<S: StateStore>(&self, store: &mut S, left_delta: ZSet, right_delta: ZSet) -> RsResult<ZSet> {
+    async fn step_not_in<S: StateStore>(
+        &self,
+        store: &mut S,
+        left_delta: ZSet,
+        right_delta: ZSet,
+    ) -> RsResult<ZSet> {
         let counters_key = op_prefix(SET_OPERATION, self.op_id);
         let counters = match store.get(&counters_key).await? {
             Some(bytes) => decode_row(&bytes)?,
@@ -399,7 +500,10 @@ impl JoinNode {
                 nulls_new += weight;
             }
         }
-        store.put(counters_key, encode_row(&[Datum::Int64(total_new), Datum::Int64(nulls_new)]));
+        store.put(
+            counters_key,
+            encode_row(&[Datum::Int64(total_new), Datum::Int64(nulls_new)]),
+        );
         let mut out = ZSet::new();
         let global_old = (total_old == 0, nulls_old > 0);
         let global_new = (total_new == 0, nulls_new > 0);
@@ -441,14 +545,22 @@ impl JoinNode {
             let present_old = self.any(store, Side::Right, key).await?;
             self.apply(store, Side::Right, key, right_rows).await?;
             let present_new = self.any(store, Side::Right, key).await?;
-            let left_old = if present_old != present_new { self.scan(store, Side::Left, key, KEY_ROWS_MAX).await? } else { Vec::new() };
+            let left_old = if present_old != present_new {
+                self.scan(store, Side::Left, key, KEY_ROWS_MAX).await?
+            } else {
+                Vec::new()
+            };
             for (row, weight) in &left_old {
                 if not_in_qualifies(row, &self.left_keys, global_new, present_old) {
                     out.push(self.trim_left(row.clone()), -weight);
                 }
             }
             self.apply(store, Side::Left, key, left_rows).await?;
-            let stable: Rows = if present_old != present_new { add(&left_old, left_rows) } else { left_rows.clone() };
+            let stable: Rows = if present_old != present_new {
+                add(&left_old, left_rows)
+            } else {
+                left_rows.clone()
+            };
             for (row, weight) in stable {
                 if not_in_qualifies(&row, &self.left_keys, global_new, present_new) {
                     out.push(self.trim_left(row), weight);
@@ -458,16 +570,33 @@ impl JoinNode {
         Ok(out.consolidate())
     }
 
-    async fn scan_all<S: StateStore>(&self, store: &mut S, side: Side) -> RsResult<BTreeMap<Vec<u8>, Rows>> {
+    async fn scan_all<S: StateStore>(
+        &self,
+        store: &mut S,
+        side: Side,
+    ) -> RsResult<BTreeMap<Vec<u8>, Rows>> {
         let prefix = self.prefix(side, &[]);
-        let key_columns = if side == Side::Left { &self.left_keys } else { &self.right_keys };
+        let key_columns = if side == Side::Left {
+            &self.left_keys
+        } else {
+            &self.right_keys
+        };
         let mut groups: BTreeMap<Vec<u8>, Rows> = BTreeMap::new();
-        for (stored_key, value) in store.scan_prefix(&prefix, ScanOrder::Ascending, usize::MAX).await? {
+        for (stored_key, value) in store
+            .scan_prefix(&prefix, ScanOrder::Ascending, usize::MAX)
+            .await?
+        {
             // The stored key is `key ++ row`: skip the key's datums.
             let (_, key_length) = decode_prefix(&stored_key[prefix.len()..], key_columns.len())?;
             let row = decode_row(&stored_key[prefix.len() + key_length..])?;
-            let key: Row = key_columns.iter().map(|column| row[*column].clone()).collect();
-            groups.entry(encode_row(&key)).or_default().push((row, decode_weight(&value)));
+            let key: Row = key_columns
+                .iter()
+                .map(|column| row[*column].clone())
+                .collect();
+            groups
+                .entry(encode_row(&key))
+                .or_default()
+                .push((row, decode_weight(&value)));
         }
         Ok(groups)
     }
@@ -477,7 +606,10 @@ fn group_all(delta: &ZSet, keys: &[usize]) -> BTreeMap<Vec<u8>, Rows> {
     let mut groups: BTreeMap<Vec<u8>, Rows> = BTreeMap::new();
     for (row, weight) in &delta.updates {
         let key: Row = keys.iter().map(|column| row[*column].clone()).collect();
-        groups.entry(encode_row(&key)).or_default().push((row.clone(), *weight));
+        groups
+            .entry(encode_row(&key))
+            .or_default()
+            .push((row.clone(), *weight));
     }
     groups
 }
@@ -504,5 +636,10 @@ fn add(a: &Rows, b: &Rows) -> Rows {
 
 /// Multiset difference `a - b`, consolidated.
 fn subtract(a: &Rows, b: &Rows) -> Rows {
-    add(a, &b.iter().map(|(row, weight)| (row.clone(), -weight)).collect())
+    add(
+        a,
+        &b.iter()
+            .map(|(row, weight)| (row.clone(), -weight))
+            .collect(),
+    )
 }

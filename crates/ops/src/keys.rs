@@ -50,10 +50,18 @@ pub fn output_prefix(object_id: ObjectId) -> Vec<u8> {
 
 /// Every prefix under which an operator may hold state (for DROP).
 pub fn all_op_prefixes(op_id: ObjectId) -> Vec<Vec<u8>> {
-    [JOIN_LEFT, JOIN_RIGHT, AGGREGATE, MIN_MAX, AGGREGATE_DISTINCT, DISTINCT, SET_OPERATION]
-        .into_iter()
-        .map(|kind| op_prefix(kind, op_id))
-        .collect()
+    [
+        JOIN_LEFT,
+        JOIN_RIGHT,
+        AGGREGATE,
+        MIN_MAX,
+        AGGREGATE_DISTINCT,
+        DISTINCT,
+        SET_OPERATION,
+    ]
+    .into_iter()
+    .map(|kind| op_prefix(kind, op_id))
+    .collect()
 }
 
 pub fn format_version_key() -> Vec<u8> {

@@ -17,7 +17,10 @@ pub struct LayeredStore<'a, S: StateStore> {
 
 impl<'a, S: StateStore> LayeredStore<'a, S> {
     pub fn new(base: &'a mut S) -> Self {
-        LayeredStore { base, overlay: BTreeMap::new() }
+        LayeredStore {
+            base,
+            overlay: BTreeMap::new(),
+        }
     }
 
     /// Moves the buffered writes into the base store.
@@ -39,11 +42,22 @@ impl<S: StateStore> StateStore for LayeredStore<'_, S> {
         }
     }
 
-    async fn scan_prefix(&mut self, prefix: &[u8], order: ScanOrder, limit: usize) -> RsResult<Vec<(Vec<u8>, Vec<u8>)>> {
-        let pending: Vec<(&Vec<u8>, &Option<Vec<u8>>)> =
-            self.overlay.range(prefix.to_vec()..).take_while(|(key, _)| key.starts_with(prefix)).collect();
+    async fn scan_prefix(
+        &mut self,
+        prefix: &[u8],
+        order: ScanOrder,
+        limit: usize,
+    ) -> RsResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        let pending: Vec<(&Vec<u8>, &Option<Vec<u8>>)> = self
+            .overlay
+            .range(prefix.to_vec()..)
+            .take_while(|(key, _)| key.starts_with(prefix))
+            .collect();
         let deleted = pending.iter().filter(|(_, value)| value.is_none()).count();
-        let stored = self.base.scan_prefix(prefix, order, limit.saturating_add(deleted)).await?;
+        let stored = self
+            .base
+            .scan_prefix(prefix, order, limit.saturating_add(deleted))
+            .await?;
         Ok(match order {
             ScanOrder::Ascending => merge_overlay(stored, pending.into_iter(), order, limit),
             ScanOrder::Descending => merge_overlay(stored, pending.into_iter().rev(), order, limit),

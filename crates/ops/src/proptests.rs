@@ -10,7 +10,9 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::{DataType, Field, Schema as ArrowSchema};
 use datafusion::common::DFSchema;
 use proptest::prelude::*;
-use rockstream_plan::{AggregateCall, AggregateFunction, Column, JoinKind, PlanNode, Schema, SetOperator};
+use rockstream_plan::{
+    AggregateCall, AggregateFunction, Column, JoinKind, PlanNode, Schema, SetOperator,
+};
 use rockstream_types::{Datum, ObjectId, Row, SqlType, ZSet};
 
 use crate::{Dataflow, MemoryStore};
@@ -19,21 +21,39 @@ const LEFT: ObjectId = 1;
 const RIGHT: ObjectId = 2;
 
 fn int_schema(names: &[&str]) -> Schema {
-    Schema { columns: names.iter().map(|name| Column { name: name.to_string(), sql_type: SqlType::Int64 }).collect() }
+    Schema {
+        columns: names
+            .iter()
+            .map(|name| Column {
+                name: name.to_string(),
+                sql_type: SqlType::Int64,
+            })
+            .collect(),
+    }
 }
 
 fn source(object_id: ObjectId) -> PlanNode {
-    PlanNode::Source { object_id, name: format!("t{object_id}"), schema: int_schema(&["k", "v"]) }
+    PlanNode::Source {
+        object_id,
+        name: format!("t{object_id}"),
+        schema: int_schema(&["k", "v"]),
+    }
 }
 
 fn joined_schema() -> Arc<DFSchema> {
-    let fields: Vec<Field> =
-        ["lk", "lv", "rk", "rv"].iter().map(|name| Field::new(*name, DataType::Int64, true)).collect();
+    let fields: Vec<Field> = ["lk", "lv", "rk", "rv"]
+        .iter()
+        .map(|name| Field::new(*name, DataType::Int64, true))
+        .collect();
     Arc::new(DFSchema::try_from(ArrowSchema::new(fields)).expect("schema"))
 }
 
 fn join(kind: JoinKind) -> PlanNode {
-    let width = if matches!(kind, JoinKind::LeftSemi | JoinKind::LeftAnti) { 2 } else { 4 };
+    let width = if matches!(kind, JoinKind::LeftSemi | JoinKind::LeftAnti) {
+        2
+    } else {
+        4
+    };
     PlanNode::Join {
         op_id: 10,
         left: Box::new(source(LEFT)),
@@ -75,7 +95,11 @@ fn aggregate(group_count: usize) -> PlanNode {
         argument,
         distinct,
         input_type: argument.map(|_| SqlType::Int64),
-        output_type: if function == AggregateFunction::Avg { SqlType::Float64 } else { SqlType::Int64 },
+        output_type: if function == AggregateFunction::Avg {
+            SqlType::Float64
+        } else {
+            SqlType::Int64
+        },
     };
     let calls = vec![
         call(AggregateFunction::CountStar, None, false),
@@ -87,20 +111,39 @@ fn aggregate(group_count: usize) -> PlanNode {
         call(AggregateFunction::Sum, Some(1), true),
     ];
     let mut columns = if group_count == 1 { vec!["k"] } else { vec![] };
-    columns.extend(["count_star", "count", "sum", "min", "max", "count_distinct", "sum_distinct"]);
+    columns.extend([
+        "count_star",
+        "count",
+        "sum",
+        "min",
+        "max",
+        "count_distinct",
+        "sum_distinct",
+    ]);
     let input = if group_count == 1 {
         source(LEFT)
     } else {
         // Global aggregate over column v: move v to position 1 as expected.
         source(LEFT)
     };
-    PlanNode::Aggregate { op_id: 20, input: Box::new(input), group_count, aggregates: calls, schema: int_schema(&columns) }
+    PlanNode::Aggregate {
+        op_id: 20,
+        input: Box::new(input),
+        group_count,
+        aggregates: calls,
+        schema: int_schema(&columns),
+    }
 }
 
 /// A history: per epoch, changes `(source, row, weight)` that never delete
 /// a row that is not present.
 fn history() -> impl Strategy<Value = Vec<Vec<(ObjectId, Row, i64)>>> {
-    let change = (prop_oneof![Just(LEFT), Just(RIGHT)], 0i64..4, prop_oneof![Just(None), (0i64..3).prop_map(Some)], any::<bool>());
+    let change = (
+        prop_oneof![Just(LEFT), Just(RIGHT)],
+        0i64..4,
+        prop_oneof![Just(None), (0i64..3).prop_map(Some)],
+        any::<bool>(),
+    );
     proptest::collection::vec(proptest::collection::vec(change, 0..6), 1..8).prop_map(|epochs| {
         let mut present: HashMap<(ObjectId, Vec<u8>), (Row, i64)> = HashMap::new();
         epochs
@@ -108,16 +151,20 @@ fn history() -> impl Strategy<Value = Vec<Vec<(ObjectId, Row, i64)>>> {
             .map(|changes| {
                 changes
                     .into_iter()
-                    .filter_map(|(source, key, value, insert)| {
+                    .map(|(source, key, value, insert)| {
                         let row = vec![
-                            if key == 3 { Datum::Null } else { Datum::Int64(key) },
+                            if key == 3 {
+                                Datum::Null
+                            } else {
+                                Datum::Int64(key)
+                            },
                             value.map(Datum::Int64).unwrap_or(Datum::Null),
                         ];
                         let id = (source, rockstream_types::encoding::encode_row(&row));
                         let count = present.get(&id).map(|(_, count)| *count).unwrap_or(0);
                         let weight = if insert || count == 0 { 1 } else { -1 };
                         present.insert(id, (row.clone(), count + weight));
-                        Some((source, row, weight))
+                        (source, row, weight)
                     })
                     .collect()
             })
@@ -128,22 +175,38 @@ fn history() -> impl Strategy<Value = Vec<Vec<(ObjectId, Row, i64)>>> {
 fn run(plan: &PlanNode, history: &[Vec<(ObjectId, Row, i64)>]) -> (ZSet, ZSet) {
     let dataflow = Dataflow::compile(plan).expect("compiles");
     let mut store = MemoryStore::default();
-    let mut accumulated = futures::executor::block_on(dataflow.step(&mut store, &HashMap::new(), true)).expect("initial step");
+    let mut accumulated =
+        futures::executor::block_on(dataflow.step(&mut store, &HashMap::new(), true))
+            .expect("initial step");
     let mut totals: HashMap<ObjectId, ZSet> = HashMap::new();
     for epoch in history {
         let mut inputs: HashMap<ObjectId, ZSet> = HashMap::new();
         for (source, row, weight) in epoch {
-            inputs.entry(*source).or_default().push(row.clone(), *weight);
-            totals.entry(*source).or_default().push(row.clone(), *weight);
+            inputs
+                .entry(*source)
+                .or_default()
+                .push(row.clone(), *weight);
+            totals
+                .entry(*source)
+                .or_default()
+                .push(row.clone(), *weight);
         }
-        let inputs = inputs.into_iter().map(|(id, delta)| (id, delta.consolidate())).collect();
-        let output = futures::executor::block_on(dataflow.step(&mut store, &inputs, false)).expect("step");
+        let inputs = inputs
+            .into_iter()
+            .map(|(id, delta)| (id, delta.consolidate()))
+            .collect();
+        let output =
+            futures::executor::block_on(dataflow.step(&mut store, &inputs, false)).expect("step");
         assert!(output.is_consolidated());
         accumulated.extend(output);
     }
-    let totals = totals.into_iter().map(|(id, delta)| (id, delta.consolidate())).collect();
+    let totals = totals
+        .into_iter()
+        .map(|(id, delta)| (id, delta.consolidate()))
+        .collect();
     let mut fresh = MemoryStore::default();
-    let recomputed = futures::executor::block_on(dataflow.step(&mut fresh, &totals, true)).expect("recompute");
+    let recomputed =
+        futures::executor::block_on(dataflow.step(&mut fresh, &totals, true)).expect("recompute");
     (accumulated.consolidate(), recomputed.consolidate())
 }
 
@@ -207,12 +270,33 @@ fn global_aggregate_emits_one_row_on_empty_input() {
         input: Box::new(source(LEFT)),
         group_count: 0,
         aggregates: vec![
-            AggregateCall { function: AggregateFunction::CountStar, argument: None, distinct: false, input_type: None, output_type: SqlType::Int64 },
-            AggregateCall { function: AggregateFunction::Sum, argument: Some(1), distinct: false, input_type: Some(SqlType::Int64), output_type: SqlType::Int64 },
+            AggregateCall {
+                function: AggregateFunction::CountStar,
+                argument: None,
+                distinct: false,
+                input_type: None,
+                output_type: SqlType::Int64,
+            },
+            AggregateCall {
+                function: AggregateFunction::Sum,
+                argument: Some(1),
+                distinct: false,
+                input_type: Some(SqlType::Int64),
+                output_type: SqlType::Int64,
+            },
         ],
         schema: int_schema(&["count", "sum"]),
     };
-    let (incremental, recomputed) = run(&plan, &[vec![(LEFT, vec![Datum::Int64(1), Datum::Int64(5)], 1)], vec![(LEFT, vec![Datum::Int64(1), Datum::Int64(5)], -1)]]);
+    let (incremental, recomputed) = run(
+        &plan,
+        &[
+            vec![(LEFT, vec![Datum::Int64(1), Datum::Int64(5)], 1)],
+            vec![(LEFT, vec![Datum::Int64(1), Datum::Int64(5)], -1)],
+        ],
+    );
     assert_eq!(incremental, recomputed);
-    assert_eq!(incremental.updates, vec![(vec![Datum::Int64(0), Datum::Null], 1)]);
+    assert_eq!(
+        incremental.updates,
+        vec![(vec![Datum::Int64(0), Datum::Null], 1)]
+    );
 }

@@ -48,13 +48,28 @@ impl StateStore for MemoryStore {
         Ok(self.entries.get(key).cloned())
     }
 
-    async fn scan_prefix(&mut self, prefix: &[u8], order: ScanOrder, limit: usize) -> RsResult<Vec<(Vec<u8>, Vec<u8>)>> {
-        let range = self.entries.range(prefix.to_vec()..).take_while(|(key, _)| key.starts_with(prefix));
+    async fn scan_prefix(
+        &mut self,
+        prefix: &[u8],
+        order: ScanOrder,
+        limit: usize,
+    ) -> RsResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        let range = self
+            .entries
+            .range(prefix.to_vec()..)
+            .take_while(|(key, _)| key.starts_with(prefix));
         let entries: Vec<(Vec<u8>, Vec<u8>)> = match order {
-            ScanOrder::Ascending => range.take(limit).map(|(k, v)| (k.clone(), v.clone())).collect(),
+            ScanOrder::Ascending => range
+                .take(limit)
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
             ScanOrder::Descending => {
                 let all: Vec<_> = range.collect();
-                all.into_iter().rev().take(limit).map(|(k, v)| (k.clone(), v.clone())).collect()
+                all.into_iter()
+                    .rev()
+                    .take(limit)
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect()
             }
         };
         Ok(entries)

@@ -30,13 +30,22 @@ pub fn sql_type_of(data_type: &DataType) -> RsResult<SqlType> {
         DataType::Int8 | DataType::Int16 | DataType::UInt8 => SqlType::Int16,
         DataType::Int32 | DataType::UInt16 => SqlType::Int32,
         DataType::Int64 | DataType::UInt32 => SqlType::Int64,
-        DataType::UInt64 => SqlType::Numeric { precision: 20, scale: 0 },
+        DataType::UInt64 => SqlType::Numeric {
+            precision: 20,
+            scale: 0,
+        },
         DataType::Float16 | DataType::Float32 => SqlType::Float32,
         DataType::Float64 => SqlType::Float64,
         DataType::Decimal32(p, s) | DataType::Decimal64(p, s) | DataType::Decimal128(p, s) => {
-            SqlType::Numeric { precision: (*p).min(NUMERIC_PRECISION_MAX), scale: *s }
+            SqlType::Numeric {
+                precision: (*p).min(NUMERIC_PRECISION_MAX),
+                scale: *s,
+            }
         }
-        DataType::Decimal256(_, s) => SqlType::Numeric { precision: NUMERIC_PRECISION_MAX, scale: *s },
+        DataType::Decimal256(_, s) => SqlType::Numeric {
+            precision: NUMERIC_PRECISION_MAX,
+            scale: *s,
+        },
         DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View | DataType::Null => SqlType::Text,
         DataType::Date32 | DataType::Date64 => SqlType::Date,
         DataType::Timestamp(_, None) => SqlType::Timestamp,
@@ -54,16 +63,21 @@ pub fn sql_type_of(data_type: &DataType) -> RsResult<SqlType> {
 
 /// Default NUMERIC type for `NUMERIC` declared without precision.
 pub fn default_numeric() -> SqlType {
-    SqlType::Numeric { precision: NUMERIC_PRECISION_MAX, scale: NUMERIC_DEFAULT_SCALE }
+    SqlType::Numeric {
+        precision: NUMERIC_PRECISION_MAX,
+        scale: NUMERIC_DEFAULT_SCALE,
+    }
 }
 
 pub fn arrow_error(error: datafusion::arrow::error::ArrowError) -> RsError {
     use datafusion::arrow::error::ArrowError;
     match &error {
         ArrowError::DivideByZero => RsError::new(&codes::DIVISION_BY_ZERO, "division by zero"),
-        ArrowError::CastError(_) | ArrowError::ComputeError(_) | ArrowError::ArithmeticOverflow(_) | ArrowError::InvalidArgumentError(_) | ArrowError::ParseError(_) => {
-            RsError::new(&codes::EXECUTION_ERROR, error.to_string())
-        }
+        ArrowError::CastError(_)
+        | ArrowError::ComputeError(_)
+        | ArrowError::ArithmeticOverflow(_)
+        | ArrowError::InvalidArgumentError(_)
+        | ArrowError::ParseError(_) => RsError::new(&codes::EXECUTION_ERROR, error.to_string()),
         _ => RsError::internal(error.to_string()),
     }
 }
@@ -73,15 +87,23 @@ pub fn datafusion_error(error: DataFusionError) -> RsError {
     match error {
         DataFusionError::ArrowError(arrow, _) => arrow_error(*arrow),
         DataFusionError::Context(_, inner) => datafusion_error(*inner),
-        DataFusionError::Shared(shared) => RsError::new(&codes::EXECUTION_ERROR, shared.to_string()),
-        DataFusionError::Execution(message) if message.to_lowercase().contains("divide by zero") => {
+        DataFusionError::Shared(shared) => {
+            RsError::new(&codes::EXECUTION_ERROR, shared.to_string())
+        }
+        DataFusionError::Execution(message)
+            if message.to_lowercase().contains("divide by zero") =>
+        {
             RsError::new(&codes::DIVISION_BY_ZERO, "division by zero")
         }
         DataFusionError::Execution(message) => RsError::new(&codes::EXECUTION_ERROR, message),
         DataFusionError::Plan(message) => RsError::new(&codes::PLAN_ERROR, message),
-        DataFusionError::SchemaError(error, _) => RsError::new(&codes::PLAN_ERROR, error.to_string()),
+        DataFusionError::SchemaError(error, _) => {
+            RsError::new(&codes::PLAN_ERROR, error.to_string())
+        }
         DataFusionError::SQL(error, _) => RsError::new(&codes::SYNTAX_ERROR, error.to_string()),
-        DataFusionError::NotImplemented(message) => RsError::new(&codes::UNSUPPORTED_STATEMENT, message),
+        DataFusionError::NotImplemented(message) => {
+            RsError::new(&codes::UNSUPPORTED_STATEMENT, message)
+        }
         other => {
             let text = other.to_string();
             if text.to_lowercase().contains("divide by zero") {
@@ -92,4 +114,3 @@ pub fn datafusion_error(error: DataFusionError) -> RsError {
         }
     }
 }
-

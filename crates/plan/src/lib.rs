@@ -92,11 +92,24 @@ pub struct AggregateCall {
 #[derive(Debug, Clone)]
 pub enum PlanNode {
     /// Changes of a table or of another materialized view.
-    Source { object_id: ObjectId, name: String, schema: Schema },
+    Source {
+        object_id: ObjectId,
+        name: String,
+        schema: Schema,
+    },
     /// Projection: one expression per output column.
-    Map { input: Box<PlanNode>, exprs: Vec<Expr>, input_schema: DFSchemaRef, schema: Schema },
+    Map {
+        input: Box<PlanNode>,
+        exprs: Vec<Expr>,
+        input_schema: DFSchemaRef,
+        schema: Schema,
+    },
     /// Keeps rows where the predicate is true.
-    Filter { input: Box<PlanNode>, predicate: Expr, input_schema: DFSchemaRef },
+    Filter {
+        input: Box<PlanNode>,
+        predicate: Expr,
+        input_schema: DFSchemaRef,
+    },
     /// Equi-join with an optional residual predicate over the joined row.
     /// Output: left columns then right columns (only left for semi/anti).
     Join {
@@ -121,13 +134,31 @@ pub enum PlanNode {
         schema: Schema,
     },
     /// Grouped aggregation: input columns `0..group_count` are the group key.
-    Aggregate { op_id: ObjectId, input: Box<PlanNode>, group_count: usize, aggregates: Vec<AggregateCall>, schema: Schema },
+    Aggregate {
+        op_id: ObjectId,
+        input: Box<PlanNode>,
+        group_count: usize,
+        aggregates: Vec<AggregateCall>,
+        schema: Schema,
+    },
     /// Set semantics: every row with positive multiplicity once.
-    Distinct { op_id: ObjectId, input: Box<PlanNode> },
+    Distinct {
+        op_id: ObjectId,
+        input: Box<PlanNode>,
+    },
     /// Bag union.
-    UnionAll { inputs: Vec<PlanNode>, schema: Schema },
+    UnionAll {
+        inputs: Vec<PlanNode>,
+        schema: Schema,
+    },
     /// `EXCEPT [ALL]` / `INTERSECT [ALL]` over rows compared with NULL = NULL.
-    SetOperation { op_id: ObjectId, left: Box<PlanNode>, right: Box<PlanNode>, operator: SetOperator, all: bool },
+    SetOperation {
+        op_id: ObjectId,
+        left: Box<PlanNode>,
+        right: Box<PlanNode>,
+        operator: SetOperator,
+        all: bool,
+    },
 }
 
 impl PlanNode {
@@ -152,7 +183,9 @@ impl PlanNode {
             | PlanNode::Filter { input, .. }
             | PlanNode::Aggregate { input, .. }
             | PlanNode::Distinct { input, .. } => vec![input],
-            PlanNode::Join { left, right, .. } | PlanNode::SetOperation { left, right, .. } => vec![left, right],
+            PlanNode::Join { left, right, .. } | PlanNode::SetOperation { left, right, .. } => {
+                vec![left, right]
+            }
             PlanNode::UnionAll { inputs, .. } => inputs.iter().collect(),
         }
     }
@@ -203,16 +236,40 @@ impl PlanNode {
         let line = match self {
             PlanNode::Source { name, .. } => format!("Source {name}"),
             PlanNode::Map { exprs, .. } => {
-                format!("Map [{}]", exprs.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(", "))
+                format!(
+                    "Map [{}]",
+                    exprs
+                        .iter()
+                        .map(|e| e.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
             }
             PlanNode::Filter { predicate, .. } => format!("Filter {predicate}"),
-            PlanNode::Join { kind, left_keys, right_keys, residual, .. } => format!(
+            PlanNode::Join {
+                kind,
+                left_keys,
+                right_keys,
+                residual,
+                ..
+            } => format!(
                 "Join {kind:?} on left{left_keys:?} = right{right_keys:?}{}",
-                residual.as_ref().map(|r| format!(" residual {r}")).unwrap_or_default()
+                residual
+                    .as_ref()
+                    .map(|r| format!(" residual {r}"))
+                    .unwrap_or_default()
             ),
-            PlanNode::Aggregate { group_count, aggregates, .. } => format!(
+            PlanNode::Aggregate {
+                group_count,
+                aggregates,
+                ..
+            } => format!(
                 "Aggregate group by {group_count} column(s): {}",
-                aggregates.iter().map(|a| format!("{:?}", a.function)).collect::<Vec<_>>().join(", ")
+                aggregates
+                    .iter()
+                    .map(|a| format!("{:?}", a.function))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
             PlanNode::Distinct { .. } => "Distinct".to_string(),
             PlanNode::UnionAll { .. } => "UnionAll".to_string(),

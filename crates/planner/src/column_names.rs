@@ -20,7 +20,9 @@ fn set_expr_names(body: &SetExpr) -> Option<Vec<String>> {
             .iter()
             .map(|item| match item {
                 SelectItem::UnnamedExpr(expr) => Some(expr_name(expr)),
-                SelectItem::ExprWithAlias { alias, .. } => Some(identifier(&alias.value, alias.quote_style.is_some())),
+                SelectItem::ExprWithAlias { alias, .. } => {
+                    Some(identifier(&alias.value, alias.quote_style.is_some()))
+                }
                 _ => None,
             })
             .collect(),
@@ -41,9 +43,10 @@ fn identifier(value: &str, quoted: bool) -> String {
 fn expr_name(expr: &Expr) -> String {
     match expr {
         Expr::Identifier(ident) => identifier(&ident.value, ident.quote_style.is_some()),
-        Expr::CompoundIdentifier(parts) => {
-            parts.last().map(|ident| identifier(&ident.value, ident.quote_style.is_some())).unwrap_or_default()
-        }
+        Expr::CompoundIdentifier(parts) => parts
+            .last()
+            .map(|ident| identifier(&ident.value, ident.quote_style.is_some()))
+            .unwrap_or_default(),
         Expr::Function(function) => function
             .name
             .0
@@ -51,8 +54,12 @@ fn expr_name(expr: &Expr) -> String {
             .and_then(|part| part.as_ident())
             .map(|ident| identifier(&ident.value, ident.quote_style.is_some()))
             .unwrap_or_else(|| "?column?".to_string()),
-        Expr::Cast { expr, data_type, .. } => match expr.as_ref() {
-            Expr::Identifier(_) | Expr::CompoundIdentifier(_) | Expr::Function(_) => expr_name(expr),
+        Expr::Cast {
+            expr, data_type, ..
+        } => match expr.as_ref() {
+            Expr::Identifier(_) | Expr::CompoundIdentifier(_) | Expr::Function(_) => {
+                expr_name(expr)
+            }
             _ => pg_type_name(&data_type.to_string()),
         },
         Expr::Nested(inner) => expr_name(inner),
@@ -98,8 +105,12 @@ mod tests {
     use datafusion::sql::sqlparser::parser::Parser;
 
     fn names(sql: &str) -> Option<Vec<String>> {
-        let statement = Parser::parse_sql(&PostgreSqlDialect {}, sql).expect("parses").remove(0);
-        let datafusion::sql::sqlparser::ast::Statement::Query(query) = statement else { panic!("not a query") };
+        let statement = Parser::parse_sql(&PostgreSqlDialect {}, sql)
+            .expect("parses")
+            .remove(0);
+        let datafusion::sql::sqlparser::ast::Statement::Query(query) = statement else {
+            panic!("not a query")
+        };
         pg_column_names(&query)
     }
 
@@ -110,6 +121,9 @@ mod tests {
             Some(vec!["region", "count", "revenue", "?column?", "int4", "x", "Mixed"].into_iter().map(String::from).collect())
         );
         assert_eq!(names("SELECT * FROM t"), None);
-        assert_eq!(names("SELECT a FROM t UNION SELECT b FROM u"), Some(vec!["a".to_string()]));
+        assert_eq!(
+            names("SELECT a FROM t UNION SELECT b FROM u"),
+            Some(vec!["a".to_string()])
+        );
     }
 }

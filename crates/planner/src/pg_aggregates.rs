@@ -68,8 +68,12 @@ fn rewrite_expr(expr: &Expr, schema: &Arc<DFSchema>) -> Result<Option<Expr>> {
         Expr::Alias(alias) => (alias.expr.as_ref(), alias.name.clone()),
         other => (other, other.schema_name().to_string()),
     };
-    let Expr::AggregateFunction(AggregateFunction { func, params }) = inner else { return Ok(None) };
-    let [argument] = params.args.as_slice() else { return Ok(None) };
+    let Expr::AggregateFunction(AggregateFunction { func, params }) = inner else {
+        return Ok(None);
+    };
+    let [argument] = params.args.as_slice() else {
+        return Ok(None);
+    };
     // Type coercion casts AVG's integer argument to double; look through it.
     let argument = match argument {
         Expr::Cast(cast) if cast.expr.get_type(schema)?.is_integer() => cast.expr.as_ref(),
@@ -77,8 +81,12 @@ fn rewrite_expr(expr: &Expr, schema: &Arc<DFSchema>) -> Result<Option<Expr>> {
     };
     let argument_type = argument.get_type(schema)?;
     let target = match (func.name().to_lowercase().as_str(), &argument_type) {
-        ("sum", DataType::Int64 | DataType::UInt32 | DataType::UInt64) => DataType::Decimal128(38, 0),
-        ("avg", data_type) if data_type.is_integer() => DataType::Decimal128(38, AVERAGE_ARGUMENT_SCALE_MIN),
+        ("sum", DataType::Int64 | DataType::UInt32 | DataType::UInt64) => {
+            DataType::Decimal128(38, 0)
+        }
+        ("avg", data_type) if data_type.is_integer() => {
+            DataType::Decimal128(38, AVERAGE_ARGUMENT_SCALE_MIN)
+        }
         ("avg", DataType::Decimal128(_, scale)) if *scale < AVERAGE_ARGUMENT_SCALE_MIN => {
             DataType::Decimal128(38, AVERAGE_ARGUMENT_SCALE_MIN)
         }
@@ -86,6 +94,9 @@ fn rewrite_expr(expr: &Expr, schema: &Arc<DFSchema>) -> Result<Option<Expr>> {
     };
     let mut params = params.clone();
     params.args = vec![cast(argument.clone(), target)];
-    let rewritten = Expr::AggregateFunction(AggregateFunction { func: func.clone(), params });
+    let rewritten = Expr::AggregateFunction(AggregateFunction {
+        func: func.clone(),
+        params,
+    });
     Ok(Some(rewritten.alias(name)))
 }

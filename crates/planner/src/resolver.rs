@@ -54,11 +54,17 @@ impl SchemaProvider for ResolverSchema {
     }
 
     async fn table(&self, name: &str) -> DataFusionResult<Option<Arc<dyn TableProvider>>> {
-        self.resolver.table(name).await.map_err(|error| DataFusionError::External(Box::new(error)))
+        self.resolver
+            .table(name)
+            .await
+            .map_err(|error| DataFusionError::External(Box::new(error)))
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        self.resolver.table_names().iter().any(|known| known == name)
+        self.resolver
+            .table_names()
+            .iter()
+            .any(|known| known == name)
     }
 }
 
@@ -88,6 +94,9 @@ impl TableProvider for SchemaOnlyTable {
         _filters: &[Expr],
         _limit: Option<usize>,
     ) -> DataFusionResult<Arc<dyn ExecutionPlan>> {
-        Err(DataFusionError::Internal(format!("{} is planned as a change stream and is never scanned here", self.name)))
+        Err(DataFusionError::Internal(format!(
+            "{} is planned as a change stream and is never scanned here",
+            self.name
+        )))
     }
 }

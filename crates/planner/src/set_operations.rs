@@ -11,7 +11,9 @@
 use datafusion::arrow::datatypes::DataType;
 use datafusion::logical_expr::type_coercion::binary::comparison_coercion;
 use datafusion::logical_expr::{cast, Expr, LogicalPlan};
-use datafusion::sql::sqlparser::ast::{Query, SetExpr, SetOperator as SqlSetOperator, SetQuantifier};
+use datafusion::sql::sqlparser::ast::{
+    Query, SetExpr, SetOperator as SqlSetOperator, SetQuantifier,
+};
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
@@ -21,7 +23,9 @@ use rockstream_types::{RsError, RsResult};
 
 /// True when the SQL text uses `EXCEPT ALL` or `INTERSECT ALL` anywhere.
 pub fn uses_bag_set_operation(sql: &str) -> bool {
-    let Ok(tokens) = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize() else { return false };
+    let Ok(tokens) = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize() else {
+        return false;
+    };
     let words: Vec<Keyword> = tokens
         .iter()
         .filter_map(|token| match token {
@@ -30,7 +34,9 @@ pub fn uses_bag_set_operation(sql: &str) -> bool {
             _ => Some(Keyword::NoKeyword),
         })
         .collect();
-    words.windows(2).any(|pair| matches!(pair, [Keyword::EXCEPT | Keyword::INTERSECT, Keyword::ALL]))
+    words
+        .windows(2)
+        .any(|pair| matches!(pair, [Keyword::EXCEPT | Keyword::INTERSECT, Keyword::ALL]))
 }
 
 /// The top-level set-operation tree of `query`, if it has one we plan
@@ -44,15 +50,27 @@ pub fn top_level_set_operation(query: &Query) -> Option<(SetOperator, bool, &Set
 
 pub fn split(body: &SetExpr) -> Option<(SetOperator, bool, &SetExpr, &SetExpr)> {
     match body {
-        SetExpr::SetOperation { op, set_quantifier, left, right } => {
+        SetExpr::SetOperation {
+            op,
+            set_quantifier,
+            left,
+            right,
+        } => {
             let operator = match op {
                 SqlSetOperator::Except => SetOperator::Except,
                 SqlSetOperator::Intersect => SetOperator::Intersect,
                 _ => return None,
             };
-            Some((operator, matches!(set_quantifier, SetQuantifier::All), left, right))
+            Some((
+                operator,
+                matches!(set_quantifier, SetQuantifier::All),
+                left,
+                right,
+            ))
         }
-        SetExpr::Query(inner) if inner.with.is_none() && inner.order_by.is_none() && inner.limit_clause.is_none() => {
+        SetExpr::Query(inner)
+            if inner.with.is_none() && inner.order_by.is_none() && inner.limit_clause.is_none() =>
+        {
             split(&inner.body)
         }
         _ => None,
@@ -62,7 +80,11 @@ pub fn split(body: &SetExpr) -> Option<(SetOperator, bool, &SetExpr, &SetExpr)> 
 /// Casts `node` (planned from `plan`) to `target` column types where needed.
 pub fn coerce(node: PlanNode, plan: &LogicalPlan, target: &[DataType]) -> RsResult<PlanNode> {
     let schema = plan.schema();
-    let current: Vec<DataType> = schema.fields().iter().map(|field| field.data_type().clone()).collect();
+    let current: Vec<DataType> = schema
+        .fields()
+        .iter()
+        .map(|field| field.data_type().clone())
+        .collect();
     if current == target {
         return Ok(node);
     }
@@ -77,9 +99,19 @@ pub fn coerce(node: PlanNode, plan: &LogicalPlan, target: &[DataType]) -> RsResu
         .columns
         .iter()
         .zip(target)
-        .map(|(column, data_type)| Ok(Column { name: column.name.clone(), sql_type: sql_type_of(data_type)? }))
+        .map(|(column, data_type)| {
+            Ok(Column {
+                name: column.name.clone(),
+                sql_type: sql_type_of(data_type)?,
+            })
+        })
         .collect::<RsResult<Vec<_>>>()?;
-    Ok(PlanNode::Map { input: Box::new(node), exprs, input_schema: schema.clone(), schema: Schema { columns } })
+    Ok(PlanNode::Map {
+        input: Box::new(node),
+        exprs,
+        input_schema: schema.clone(),
+        schema: Schema { columns },
+    })
 }
 
 /// The common column types of two branches, as PostgreSQL would unify them.
@@ -99,7 +131,11 @@ pub fn unify(left: &LogicalPlan, right: &LogicalPlan) -> RsResult<Vec<DataType>>
             let unified = comparison_coercion(l.data_type(), r.data_type()).ok_or_else(|| {
                 RsError::new(
                     &rockstream_types::codes::PLAN_ERROR,
-                    format!("EXCEPT/INTERSECT types {} and {} cannot be matched", l.data_type(), r.data_type()),
+                    format!(
+                        "EXCEPT/INTERSECT types {} and {} cannot be matched",
+                        l.data_type(),
+                        r.data_type()
+                    ),
                 )
             })?;
             Ok(arrow_type(sql_type_of(&unified)?))

@@ -13,39 +13,64 @@ use datafusion::datasource::source_as_provider;
 use datafusion::execution::context::SessionContext;
 use datafusion::logical_expr::expr::AggregateFunction as DfAggregateFunction;
 use datafusion::logical_expr::{Distinct, Expr, ExprSchemable, LogicalPlan};
-use rockstream_plan::arrow_types::{datafusion_error, sql_type_of};
 use datafusion::sql::sqlparser::ast::{SetExpr, Statement};
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
-use rockstream_plan::{AggregateCall, AggregateFunction, Column, JoinKind, PlanNode, Schema, SetOperator};
+use rockstream_plan::arrow_types::{datafusion_error, sql_type_of};
+use rockstream_plan::{
+    AggregateCall, AggregateFunction, Column, JoinKind, PlanNode, Schema, SetOperator,
+};
 use rockstream_types::{codes, ObjectId, RsError, RsResult};
 
 use crate::resolver::SchemaOnlyTable;
 use crate::set_operations;
 
 /// Plans `query` (a SELECT) as the incremental plan of view `view_id`.
-pub async fn plan_view(context: &SessionContext, view_id: ObjectId, query: &str) -> RsResult<PlanNode> {
-    let mut translator = Translator { view_id, next_op: 0 };
-    let statements = Parser::parse_sql(&PostgreSqlDialect {}, query).map_err(|e| RsError::new(&codes::SYNTAX_ERROR, e.to_string()))?;
+pub async fn plan_view(
+    context: &SessionContext,
+    view_id: ObjectId,
+    query: &str,
+) -> RsResult<PlanNode> {
+    let mut translator = Translator {
+        view_id,
+        next_op: 0,
+    };
+    let statements = Parser::parse_sql(&PostgreSqlDialect {}, query)
+        .map_err(|e| RsError::new(&codes::SYNTAX_ERROR, e.to_string()))?;
     if let [Statement::Query(parsed)] = statements.as_slice() {
-        if let Some((operator, all, left, right)) = set_operations::top_level_set_operation(parsed) {
-            return Ok(plan_set_tree(context, &mut translator, operator, all, left, right).await?.0);
+        if let Some((operator, all, left, right)) = set_operations::top_level_set_operation(parsed)
+        {
+            return Ok(
+                plan_set_tree(context, &mut translator, operator, all, left, right)
+                    .await?
+                    .0,
+            );
         }
     }
     if set_operations::uses_bag_set_operation(query) {
-        return Err(RsError::unsupported("EXCEPT ALL / INTERSECT ALL inside a subquery"));
+        return Err(RsError::unsupported(
+            "EXCEPT ALL / INTERSECT ALL inside a subquery",
+        ));
     }
     let (node, _) = plan_branch(context, &mut translator, query).await?;
     Ok(node)
 }
 
 /// Plans one SELECT: its PlanIR and its optimized logical plan.
-async fn plan_branch(context: &SessionContext, translator: &mut Translator, query: &str) -> RsResult<(PlanNode, LogicalPlan)> {
+async fn plan_branch(
+    context: &SessionContext,
+    translator: &mut Translator,
+    query: &str,
+) -> RsResult<(PlanNode, LogicalPlan)> {
     let state = context.state();
     let logical = state.create_logical_plan(query).await.map_err(plan_error)?;
     let optimized = state.optimize(&logical).map_err(plan_error)?;
     Ok((translator.translate(&optimized)?, optimized))
 }
+
+type BranchFuture<'a> = std::pin::Pin<
+    Box<dyn std::future::Future<Output = RsResult<(PlanNode, LogicalPlan)>> + Send + 'a>,
+>;
 
 /// Plans an EXCEPT/INTERSECT tree branch by branch (see `set_operations`).
 fn plan_set_tree<'a>(
@@ -55,21 +80,31 @@ fn plan_set_tree<'a>(
     all: bool,
     left: &'a SetExpr,
     right: &'a SetExpr,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = RsResult<(PlanNode, LogicalPlan)>> + Send + 'a>> {
+) -> BranchFuture<'a> {
     Box::pin(async move {
         let op_id = translator.op_id();
         let (left_node, left_plan) = match set_operations::split(left) {
-            Some((operator, all, l, r)) => plan_set_tree(context, translator, operator, all, l, r).await?,
+            Some((operator, all, l, r)) => {
+                plan_set_tree(context, translator, operator, all, l, r).await?
+            }
             None => plan_branch(context, translator, &left.to_string()).await?,
         };
         let (right_node, right_plan) = match set_operations::split(right) {
-            Some((operator, all, l, r)) => plan_set_tree(context, translator, operator, all, l, r).await?,
+            Some((operator, all, l, r)) => {
+                plan_set_tree(context, translator, operator, all, l, r).await?
+            }
             None => plan_branch(context, translator, &right.to_string()).await?,
         };
         let types = set_operations::unify(&left_plan, &right_plan)?;
         let left_node = set_operations::coerce(left_node, &left_plan, &types)?;
         let right_node = set_operations::coerce(right_node, &right_plan, &types)?;
-        let node = PlanNode::SetOperation { op_id, left: Box::new(left_node), right: Box::new(right_node), operator, all };
+        let node = PlanNode::SetOperation {
+            op_id,
+            left: Box::new(left_node),
+            right: Box::new(right_node),
+            operator,
+            all,
+        };
         // The combined plan's schema is the left branch's with unified types.
         let schema_plan = left_plan;
         Ok((node, schema_plan))
@@ -81,7 +116,12 @@ pub fn schema_of(schema: &DFSchema) -> RsResult<Schema> {
     let columns = schema
         .fields()
         .iter()
-        .map(|field| Ok(Column { name: field.name().clone(), sql_type: sql_type_of(field.data_type())? }))
+        .map(|field| {
+            Ok(Column {
+                name: field.name().clone(),
+                sql_type: sql_type_of(field.data_type())?,
+            })
+        })
         .collect::<RsResult<Vec<_>>>()?;
     Ok(Schema { columns })
 }
@@ -127,37 +167,51 @@ impl Translator {
             LogicalPlan::TableScan(scan) => self.table_scan(scan),
             LogicalPlan::SubqueryAlias(alias) => self.translate(&alias.input),
             LogicalPlan::Sort(sort) if sort.fetch.is_none() => self.translate(&sort.input),
-            LogicalPlan::Sort(_) | LogicalPlan::Limit(_) => Err(RsError::unsupported("ORDER BY ... LIMIT (top-N)")),
+            LogicalPlan::Sort(_) | LogicalPlan::Limit(_) => {
+                Err(RsError::unsupported("ORDER BY ... LIMIT (top-N)"))
+            }
             LogicalPlan::Join(join) => self.join(join),
             LogicalPlan::Aggregate(aggregate) => self.aggregate(aggregate),
-            LogicalPlan::Distinct(Distinct::All(input)) => {
-                Ok(PlanNode::Distinct { op_id: self.op_id(), input: Box::new(self.translate(input)?) })
-            }
+            LogicalPlan::Distinct(Distinct::All(input)) => Ok(PlanNode::Distinct {
+                op_id: self.op_id(),
+                input: Box::new(self.translate(input)?),
+            }),
             LogicalPlan::Distinct(Distinct::On(_)) => Err(RsError::unsupported("DISTINCT ON")),
             LogicalPlan::Union(union) => Ok(PlanNode::UnionAll {
-                inputs: union.inputs.iter().map(|input| self.translate(input)).collect::<RsResult<_>>()?,
+                inputs: union
+                    .inputs
+                    .iter()
+                    .map(|input| self.translate(input))
+                    .collect::<RsResult<_>>()?,
                 schema: schema_of(&union.schema)?,
             }),
             LogicalPlan::Window(_) => Err(RsError::unsupported("a window function")),
             LogicalPlan::RecursiveQuery(_) => Err(RsError::unsupported("WITH RECURSIVE")),
-            LogicalPlan::Values(_) | LogicalPlan::EmptyRelation(_) => {
-                Err(RsError::unsupported("a query without a FROM table (VALUES or constant SELECT)"))
-            }
+            LogicalPlan::Values(_) | LogicalPlan::EmptyRelation(_) => Err(RsError::unsupported(
+                "a query without a FROM table (VALUES or constant SELECT)",
+            )),
             LogicalPlan::Unnest(_) => Err(RsError::unsupported("UNNEST")),
-            other => Err(RsError::unsupported(format!("the plan node {}", other.display()))),
+            other => Err(RsError::unsupported(format!(
+                "the plan node {}",
+                other.display()
+            ))),
         }
     }
 
     fn table_scan(&mut self, scan: &datafusion::logical_expr::TableScan) -> RsResult<PlanNode> {
         let provider = source_as_provider(&scan.source).map_err(datafusion_error)?;
-        let table = provider
-            .downcast_ref::<SchemaOnlyTable>()
-            .ok_or_else(|| RsError::unsupported(format!("reading {} in a materialized view", scan.table_name)))?;
+        let table = provider.downcast_ref::<SchemaOnlyTable>().ok_or_else(|| {
+            RsError::unsupported(format!(
+                "reading {} in a materialized view",
+                scan.table_name
+            ))
+        })?;
         if scan.fetch.is_some() {
             return Err(RsError::unsupported("LIMIT"));
         }
         let full_schema = Arc::new(
-            DFSchema::try_from_qualified_schema(scan.table_name.clone(), &table.schema).map_err(datafusion_error)?,
+            DFSchema::try_from_qualified_schema(scan.table_name.clone(), &table.schema)
+                .map_err(datafusion_error)?,
         );
         let mut node = PlanNode::Source {
             object_id: table.object_id,
@@ -167,16 +221,30 @@ impl Translator {
         if let Some(projection) = &scan.projection {
             let exprs = projection
                 .iter()
-                .map(|index| Expr::Column(datafusion::common::Column::from(full_schema.qualified_field(*index))))
+                .map(|index| {
+                    Expr::Column(datafusion::common::Column::from(
+                        full_schema.qualified_field(*index),
+                    ))
+                })
                 .collect();
             let projected = Arc::new(
                 DFSchema::try_from_qualified_schema(
                     scan.table_name.clone(),
-                    &Arc::new(table.schema.project(projection).map_err(|e| datafusion_error(e.into()))?),
+                    &Arc::new(
+                        table
+                            .schema
+                            .project(projection)
+                            .map_err(|e| datafusion_error(e.into()))?,
+                    ),
                 )
                 .map_err(datafusion_error)?,
             );
-            node = PlanNode::Map { input: Box::new(node), exprs, input_schema: full_schema.clone(), schema: schema_of(&projected)? };
+            node = PlanNode::Map {
+                input: Box::new(node),
+                exprs,
+                input_schema: full_schema.clone(),
+                schema: schema_of(&projected)?,
+            };
         }
         if !scan.filters.is_empty() {
             let predicate = scan
@@ -185,7 +253,11 @@ impl Translator {
                 .cloned()
                 .reduce(|a, b| a.and(b))
                 .expect("non-empty filters");
-            node = PlanNode::Filter { input: Box::new(node), predicate, input_schema: scan.projected_schema.clone() };
+            node = PlanNode::Filter {
+                input: Box::new(node),
+                predicate,
+                input_schema: scan.projected_schema.clone(),
+            };
         }
         Ok(node)
     }
@@ -205,7 +277,12 @@ impl Translator {
         let right_exprs: Vec<Expr> = join.on.iter().map(|(_, right)| right.clone()).collect();
         let (left, left_keys) = self.join_side(&join.left, &left_exprs)?;
         let (right, right_keys) = self.join_side(&join.right, &right_exprs)?;
-        let joined_schema = Arc::new(join.left.schema().join(join.right.schema()).map_err(datafusion_error)?);
+        let joined_schema = Arc::new(
+            join.left
+                .schema()
+                .join(join.right.schema())
+                .map_err(datafusion_error)?,
+        );
         let schema = schema_of(&join.schema)?;
         Ok(PlanNode::Join {
             op_id,
@@ -226,7 +303,11 @@ impl Translator {
 
     /// Translates one join input; key expressions that are not plain
     /// columns are appended as extra columns by a `Map`.
-    fn join_side(&mut self, input: &Arc<LogicalPlan>, keys: &[Expr]) -> RsResult<(PlanNode, Vec<usize>)> {
+    fn join_side(
+        &mut self,
+        input: &Arc<LogicalPlan>,
+        keys: &[Expr],
+    ) -> RsResult<(PlanNode, Vec<usize>)> {
         let node = self.translate(input)?;
         let schema = input.schema();
         let mut indices = Vec::with_capacity(keys.len());
@@ -249,11 +330,18 @@ impl Translator {
         let mut columns = node.schema().columns.clone();
         for (index, expr) in extra.into_iter().enumerate() {
             let data_type = expr.get_type(schema).map_err(datafusion_error)?;
-            columns.push(Column { name: format!("__join_key_{index}"), sql_type: sql_type_of(&data_type)? });
+            columns.push(Column {
+                name: format!("__join_key_{index}"),
+                sql_type: sql_type_of(&data_type)?,
+            });
             exprs.push(expr);
         }
-        let mapped =
-            PlanNode::Map { input: Box::new(node), exprs, input_schema: schema.clone(), schema: Schema { columns } };
+        let mapped = PlanNode::Map {
+            input: Box::new(node),
+            exprs,
+            input_schema: schema.clone(),
+            schema: Schema { columns },
+        };
         Ok((mapped, indices))
     }
 
@@ -268,7 +356,10 @@ impl Translator {
                 return Err(RsError::unsupported("GROUPING SETS / ROLLUP / CUBE"));
             }
             let data_type = expr.get_type(&input_schema).map_err(datafusion_error)?;
-            columns.push(Column { name: format!("__group_{index}"), sql_type: sql_type_of(&data_type)? });
+            columns.push(Column {
+                name: format!("__group_{index}"),
+                sql_type: sql_type_of(&data_type)?,
+            });
             exprs.push(expr.clone());
         }
         let group_count = exprs.len();
@@ -277,13 +368,19 @@ impl Translator {
         for (index, expr) in aggregate.aggr_expr.iter().enumerate() {
             let function = unalias(expr);
             let Expr::AggregateFunction(DfAggregateFunction { func, params }) = function else {
-                return Err(RsError::unsupported(format!("the aggregate expression {expr}")));
+                return Err(RsError::unsupported(format!(
+                    "the aggregate expression {expr}"
+                )));
             };
             if params.filter.is_some() {
                 return Err(RsError::unsupported("aggregate FILTER (WHERE ...)"));
             }
             let name = func.name().to_lowercase();
-            let count_star = name == "count" && params.args.iter().all(|arg| matches!(arg, Expr::Literal(value, _) if !value.is_null()));
+            let count_star = name == "count"
+                && params
+                    .args
+                    .iter()
+                    .all(|arg| matches!(arg, Expr::Literal(value, _) if !value.is_null()));
             let function = match name.as_str() {
                 "count" if count_star && !params.distinct => AggregateFunction::CountStar,
                 "count" => AggregateFunction::Count,
@@ -291,17 +388,27 @@ impl Translator {
                 "avg" | "mean" => AggregateFunction::Avg,
                 "min" => AggregateFunction::Min,
                 "max" => AggregateFunction::Max,
-                other => return Err(RsError::unsupported(format!("the aggregate function {other}"))),
+                other => {
+                    return Err(RsError::unsupported(format!(
+                        "the aggregate function {other}"
+                    )))
+                }
             };
             let (argument, input_type) = if function == AggregateFunction::CountStar {
                 (None, None)
             } else {
                 let [arg] = params.args.as_slice() else {
-                    return Err(RsError::unsupported(format!("{name} with {} arguments", params.args.len())));
+                    return Err(RsError::unsupported(format!(
+                        "{name} with {} arguments",
+                        params.args.len()
+                    )));
                 };
                 let data_type = arg.get_type(&input_schema).map_err(datafusion_error)?;
                 let sql_type = sql_type_of(&data_type)?;
-                columns.push(Column { name: format!("__argument_{index}"), sql_type });
+                columns.push(Column {
+                    name: format!("__argument_{index}"),
+                    sql_type,
+                });
                 exprs.push(arg.clone());
                 (Some(columns.len() - 1), Some(sql_type))
             };
@@ -314,8 +421,19 @@ impl Translator {
             });
         }
         let _ = ScalarValue::Null;
-        let mapped = PlanNode::Map { input: Box::new(input), exprs, input_schema, schema: Schema { columns } };
-        Ok(PlanNode::Aggregate { op_id, input: Box::new(mapped), group_count, aggregates: calls, schema: output_schema })
+        let mapped = PlanNode::Map {
+            input: Box::new(input),
+            exprs,
+            input_schema,
+            schema: Schema { columns },
+        };
+        Ok(PlanNode::Aggregate {
+            op_id,
+            input: Box::new(mapped),
+            group_count,
+            aggregates: calls,
+            schema: output_schema,
+        })
     }
 }
 

@@ -10,6 +10,8 @@
 //! Environment: `ROCKSTREAM_BENCH_ORDERS` (default 1000000),
 //! `ROCKSTREAM_BENCH_GROUPS` (default 5000000), `ROCKSTREAM_BENCH_PG_URL`
 //! (a tokio-postgres connection string; enables the PostgreSQL comparison).
+// A client of the server, not engine code: it may use tokio's clock and tasks.
+#![allow(clippy::disallowed_methods)]
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -44,7 +46,11 @@ struct Server {
 impl Server {
     fn start() -> Server {
         let storage = tempfile::tempdir().expect("temporary storage");
-        let port = std::net::TcpListener::bind("127.0.0.1:0").expect("free port").local_addr().expect("address").port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .expect("free port")
+            .local_addr()
+            .expect("address")
+            .port();
         let child = Command::new(env!("CARGO_BIN_EXE_rockstream"))
             .args(["start", "--storage"])
             .arg(storage.path())
@@ -53,11 +59,18 @@ impl Server {
             .stderr(Stdio::null())
             .spawn()
             .expect("rockstream starts");
-        Server { child, _storage: storage, port }
+        Server {
+            child,
+            _storage: storage,
+            port,
+        }
     }
 
     async fn client(&self) -> Client {
-        let url = format!("host=127.0.0.1 port={} user=bench dbname=default", self.port);
+        let url = format!(
+            "host=127.0.0.1 port={} user=bench dbname=default",
+            self.port
+        );
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             match tokio_postgres::connect(&url, NoTls).await {
@@ -65,7 +78,9 @@ impl Server {
                     tokio::spawn(connection);
                     return client;
                 }
-                Err(_) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(100)).await,
+                Err(_) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(100)).await
+                }
                 Err(error) => panic!("server did not start: {error}"),
             }
         }
@@ -73,7 +88,8 @@ impl Server {
 
     /// Peak resident set size of the server, from /proc.
     fn peak_rss_bytes(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default();
         status
             .lines()
             .find(|line| line.starts_with("VmHWM:"))
@@ -93,7 +109,13 @@ impl Drop for Server {
 
 fn order_line(id: u64) -> String {
     let amount = (id * 7919) % 50_000;
-    format!("{id}\t{}\t{}.{:02}\t{}\t2024-01-01 00:00:00\n", id % CUSTOMERS + 1, amount / 100, amount % 100, REGIONS[(id % 8) as usize])
+    format!(
+        "{id}\t{}\t{}.{:02}\t{}\t2024-01-01 00:00:00\n",
+        id % CUSTOMERS + 1,
+        amount / 100,
+        amount % 100,
+        REGIONS[(id % 8) as usize]
+    )
 }
 
 async fn copy(client: &Client, statement: &str, lines: impl Iterator<Item = String>) -> u64 {
@@ -103,7 +125,9 @@ async fn copy(client: &Client, statement: &str, lines: impl Iterator<Item = Stri
     for line in lines {
         buffer.push_str(&line);
         if buffer.len() > 1 << 20 {
-            sink.send(Bytes::from(std::mem::take(&mut buffer))).await.expect("COPY data");
+            sink.send(Bytes::from(std::mem::take(&mut buffer)))
+                .await
+                .expect("COPY data");
         }
     }
     if !buffer.is_empty() {
@@ -113,39 +137,80 @@ async fn copy(client: &Client, statement: &str, lines: impl Iterator<Item = Stri
 }
 
 async fn load(client: &Client, orders: u64, materialized_views: bool) -> Duration {
-    let schema = if materialized_views { SCHEMA.to_string() } else { SCHEMA.replace("CREATE MATERIALIZED VIEW", "CREATE VIEW") };
+    let schema = if materialized_views {
+        SCHEMA.to_string()
+    } else {
+        SCHEMA.replace("CREATE MATERIALIZED VIEW", "CREATE VIEW")
+    };
     client.batch_execute(&schema).await.expect("schema");
-    copy(client, "COPY customers FROM STDIN", (1..=CUSTOMERS).map(|id| format!("{id}\tcustomer {id}\t{}\n", ["gold", "silver", "\\N"][(id % 3) as usize]))).await;
+    copy(
+        client,
+        "COPY customers FROM STDIN",
+        (1..=CUSTOMERS).map(|id| {
+            format!(
+                "{id}\tcustomer {id}\t{}\n",
+                ["gold", "silver", "\\N"][(id % 3) as usize]
+            )
+        }),
+    )
+    .await;
     let started = Instant::now();
     let mut loaded = 0;
     while loaded < orders {
         let end = (loaded + COPY_CHUNK_ROWS).min(orders);
-        copy(client, "COPY orders FROM STDIN", (loaded + 1..=end).map(order_line)).await;
+        copy(
+            client,
+            "COPY orders FROM STDIN",
+            (loaded + 1..=end).map(order_line),
+        )
+        .await;
         loaded = end;
     }
     started.elapsed()
 }
 
 fn rows(messages: &[SimpleQueryMessage]) -> usize {
-    messages.iter().filter(|message| matches!(message, SimpleQueryMessage::Row(_))).count()
+    messages
+        .iter()
+        .filter(|message| matches!(message, SimpleQueryMessage::Row(_)))
+        .count()
 }
 
 /// Single-row UPDATE, then read it back through both views; `refresh`
 /// runs PostgreSQL's REFRESH MATERIALIZED VIEW in between.
-async fn update_latencies(client: &Client, orders: u64, iterations: usize, refresh: bool) -> Vec<Duration> {
+async fn update_latencies(
+    client: &Client,
+    orders: u64,
+    iterations: usize,
+    refresh: bool,
+) -> Vec<Duration> {
     let mut latencies = Vec::with_capacity(iterations);
     for iteration in 0..iterations as u64 {
         let id = (iteration * 104_729) % orders + 1;
         let amount = 100 + (iteration * 37) % 900;
         let started = Instant::now();
-        client.simple_query(&format!("UPDATE orders SET amount = {amount}.25 WHERE id = {id}")).await.expect("update");
+        client
+            .simple_query(&format!(
+                "UPDATE orders SET amount = {amount}.25 WHERE id = {id}"
+            ))
+            .await
+            .expect("update");
         if refresh {
             client.batch_execute("REFRESH MATERIALIZED VIEW revenue_by_region; REFRESH MATERIALIZED VIEW big_orders").await.expect("refresh");
         }
-        let regions = client.simple_query("SELECT * FROM revenue_by_region").await.expect("read view");
-        let row = client.simple_query(&format!("SELECT amount FROM big_orders WHERE id = {id}")).await.expect("read view");
+        let regions = client
+            .simple_query("SELECT * FROM revenue_by_region")
+            .await
+            .expect("read view");
+        let row = client
+            .simple_query(&format!("SELECT amount FROM big_orders WHERE id = {id}"))
+            .await
+            .expect("read view");
         latencies.push(started.elapsed());
-        assert!(rows(&regions) > 0 && rows(&row) == 1, "update of order {id} not visible");
+        assert!(
+            rows(&regions) > 0 && rows(&row) == 1,
+            "update of order {id} not visible"
+        );
     }
     latencies
 }
@@ -164,10 +229,22 @@ async fn insert_latencies(client: &Client) -> Vec<Duration> {
     for index in 0..INSERT_ITERATIONS as u64 {
         let id = 50_000_000 + index;
         let started = Instant::now();
-        client.simple_query(&format!("INSERT INTO orders VALUES ({id}, 1, 150.00, 'eu', '2024-01-02')")).await.expect("insert");
-        let row = client.simple_query(&format!("SELECT * FROM big_orders WHERE id = {id}")).await.expect("read back");
+        client
+            .simple_query(&format!(
+                "INSERT INTO orders VALUES ({id}, 1, 150.00, 'eu', '2024-01-02')"
+            ))
+            .await
+            .expect("insert");
+        let row = client
+            .simple_query(&format!("SELECT * FROM big_orders WHERE id = {id}"))
+            .await
+            .expect("read back");
         latencies.push(started.elapsed());
-        assert_eq!(rows(&row), 1, "inserted order {id} not visible in big_orders");
+        assert_eq!(
+            rows(&row),
+            1,
+            "inserted order {id} not visible in big_orders"
+        );
     }
     latencies
 }
@@ -183,13 +260,25 @@ async fn memory_groups(groups: u64) -> (u64, Duration) {
     let mut loaded = 0;
     while loaded < groups {
         let end = (loaded + COPY_CHUNK_ROWS).min(groups);
-        copy(&client, "COPY events FROM STDIN", (loaded + 1..=end).map(|id| format!("{id}\t{id}\t{}\n", id % 97))).await;
+        copy(
+            &client,
+            "COPY events FROM STDIN",
+            (loaded + 1..=end).map(|id| format!("{id}\t{id}\t{}\n", id % 97)),
+        )
+        .await;
         loaded = end;
     }
     let elapsed = started.elapsed();
-    let count = client.simple_query("SELECT count(*) FROM per_group").await.expect("count");
+    let count = client
+        .simple_query("SELECT count(*) FROM per_group")
+        .await
+        .expect("count");
     if let Some(SimpleQueryMessage::Row(row)) = count.first() {
-        assert_eq!(row.get(0), Some(groups.to_string().as_str()), "every group present");
+        assert_eq!(
+            row.get(0),
+            Some(groups.to_string().as_str()),
+            "every group present"
+        );
     }
     (server.peak_rss_bytes(), elapsed)
 }
@@ -197,19 +286,30 @@ async fn memory_groups(groups: u64) -> (u64, Duration) {
 async fn postgres_comparison(url: &str, orders: u64) -> Option<(f64, f64)> {
     let (client, connection) = tokio_postgres::connect(url, NoTls).await.ok()?;
     tokio::spawn(connection);
-    client.batch_execute("DROP TABLE IF EXISTS orders, customers CASCADE").await.ok()?;
+    client
+        .batch_execute("DROP TABLE IF EXISTS orders, customers CASCADE")
+        .await
+        .ok()?;
     load(&client, orders, true).await;
     client.batch_execute("ANALYZE").await.ok()?;
     let iterations = if orders > 100_000 { 10 } else { 50 };
     let mut latencies = update_latencies(&client, orders, iterations, true).await;
     let median = milliseconds(percentile(&mut latencies, 0.5));
-    client.batch_execute("DROP TABLE IF EXISTS orders, customers CASCADE").await.ok()?;
+    client
+        .batch_execute("DROP TABLE IF EXISTS orders, customers CASCADE")
+        .await
+        .ok()?;
     Some((orders as f64, median))
 }
 
 #[tokio::main]
 async fn main() {
-    let environment = |name: &str, default: u64| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
+    let environment = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
     let large = environment("ROCKSTREAM_BENCH_ORDERS", 1_000_000);
     let groups = environment("ROCKSTREAM_BENCH_GROUPS", 5_000_000);
 
@@ -224,7 +324,8 @@ async fn main() {
     let large_server = Server::start();
     let large_client = large_server.client().await;
     let load_time = load(&large_client, large, true).await;
-    let mut large_latencies = update_latencies(&large_client, large, UPDATE_ITERATIONS, false).await;
+    let mut large_latencies =
+        update_latencies(&large_client, large, UPDATE_ITERATIONS, false).await;
     let large_rss = large_server.peak_rss_bytes();
     drop(large_client);
     drop(large_server);
@@ -236,15 +337,44 @@ async fn main() {
     println!("## RockStream end-to-end (release build)\n");
     println!("| figure | value | target |");
     println!("|---|---|---|");
-    println!("| UPDATE→visible median, {SMALL_ORDERS} orders | {:.2} ms | |", milliseconds(small_median));
-    println!("| UPDATE→visible median, {large} orders | {:.2} ms | |", milliseconds(large_median));
-    println!("| ratio large / small | {:.2} | ≤ 1.5 |", large_median.as_secs_f64() / small_median.as_secs_f64());
-    println!("| UPDATE→visible p99, {large} orders | {:.2} ms | |", milliseconds(percentile(&mut large_latencies, 0.99)));
-    println!("| INSERT + read-back p50 | {:.2} ms | ≤ 5 ms |", milliseconds(percentile(&mut inserts, 0.5)));
-    println!("| INSERT + read-back p99 | {:.2} ms | ≤ 25 ms |", milliseconds(percentile(&mut inserts, 0.99)));
-    println!("| COPY {large} orders, both views maintained | {:.0} rows/s ({:.1} s) | ≥ 200000 rows/s |", large as f64 / load_time.as_secs_f64(), load_time.as_secs_f64());
-    println!("| peak RSS during the {large}-order run | {:.0} MiB | |", large_rss as f64 / 1048576.0);
-    println!("| peak RSS, GROUP BY with {groups} groups | {:.0} MiB (load {:.1} s) | < 2048 MiB |", group_rss as f64 / 1048576.0, group_time.as_secs_f64());
+    println!(
+        "| UPDATE→visible median, {SMALL_ORDERS} orders | {:.2} ms | |",
+        milliseconds(small_median)
+    );
+    println!(
+        "| UPDATE→visible median, {large} orders | {:.2} ms | |",
+        milliseconds(large_median)
+    );
+    println!(
+        "| ratio large / small | {:.2} | ≤ 1.5 |",
+        large_median.as_secs_f64() / small_median.as_secs_f64()
+    );
+    println!(
+        "| UPDATE→visible p99, {large} orders | {:.2} ms | |",
+        milliseconds(percentile(&mut large_latencies, 0.99))
+    );
+    println!(
+        "| INSERT + read-back p50 | {:.2} ms | ≤ 5 ms |",
+        milliseconds(percentile(&mut inserts, 0.5))
+    );
+    println!(
+        "| INSERT + read-back p99 | {:.2} ms | ≤ 25 ms |",
+        milliseconds(percentile(&mut inserts, 0.99))
+    );
+    println!(
+        "| COPY {large} orders, both views maintained | {:.0} rows/s ({:.1} s) | ≥ 200000 rows/s |",
+        large as f64 / load_time.as_secs_f64(),
+        load_time.as_secs_f64()
+    );
+    println!(
+        "| peak RSS during the {large}-order run | {:.0} MiB | |",
+        large_rss as f64 / 1048576.0
+    );
+    println!(
+        "| peak RSS, GROUP BY with {groups} groups | {:.0} MiB (load {:.1} s) | < 2048 MiB |",
+        group_rss as f64 / 1048576.0,
+        group_time.as_secs_f64()
+    );
 
     if let Ok(url) = std::env::var("ROCKSTREAM_BENCH_PG_URL") {
         println!("\n## PostgreSQL, UPDATE + REFRESH MATERIALIZED VIEW + read (median)\n");
@@ -252,7 +382,11 @@ async fn main() {
         println!("|---|---|---|---|");
         for (orders, ours) in [(SMALL_ORDERS, small_median), (large, large_median)] {
             match postgres_comparison(&url, orders).await {
-                Some((_, theirs)) => println!("| {orders} | {theirs:.2} ms | {:.2} ms | {:.1}× |", milliseconds(ours), theirs / milliseconds(ours)),
+                Some((_, theirs)) => println!(
+                    "| {orders} | {theirs:.2} ms | {:.2} ms | {:.1}× |",
+                    milliseconds(ours),
+                    theirs / milliseconds(ours)
+                ),
                 None => println!("| {orders} | failed to run | | |"),
             }
         }

@@ -13,7 +13,11 @@ use rockstream_control::Database;
 use rockstream_gateway::Gateway;
 
 #[derive(Parser)]
-#[command(name = "rockstream", version, about = "Incrementally maintained SQL views over SlateDB, served over the PostgreSQL protocol")]
+#[command(
+    name = "rockstream",
+    version,
+    about = "Incrementally maintained SQL views over SlateDB, served over the PostgreSQL protocol"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -36,11 +40,15 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,slatedb=warn")),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,slatedb=warn")),
         )
         .with_writer(std::io::stderr)
         .init();
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
     match cli.command {
         Command::Start { storage, listen } => runtime.block_on(start(storage, listen)),
     }
@@ -55,9 +63,13 @@ async fn start(storage: String, listen: String) -> anyhow::Result<()> {
             std::process::exit(1);
         }
     };
-    let listener = tokio::net::TcpListener::bind(&listen).await.with_context(|| format!("binding {listen}"))?;
+    let listener = tokio::net::TcpListener::bind(&listen)
+        .await
+        .with_context(|| format!("binding {listen}"))?;
     tracing::info!(%storage, %listen, "RockStream is ready: psql \"host=HOST port=PORT user=rockstream dbname=default\"");
     let gateway = Arc::new(Gateway::new(database, runtime));
-    rockstream_pgwire::serve(gateway, listener).await.context("serving connections")?;
+    rockstream_pgwire::serve(gateway, listener)
+        .await
+        .context("serving connections")?;
     Ok(())
 }

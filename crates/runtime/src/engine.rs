@@ -53,9 +53,19 @@ pub enum ViewStatus {
 }
 
 pub(crate) enum Command {
-    Commit { changes: Vec<TableChange>, reply: oneshot::Sender<RsResult<Epoch>> },
-    Install { view: Box<InstallView>, reply: oneshot::Sender<RsResult<()>> },
-    Drop { object_id: ObjectId, op_ids: Vec<ObjectId>, reply: oneshot::Sender<RsResult<()>> },
+    Commit {
+        changes: Vec<TableChange>,
+        reply: oneshot::Sender<RsResult<Epoch>>,
+    },
+    Install {
+        view: Box<InstallView>,
+        reply: oneshot::Sender<RsResult<()>>,
+    },
+    Drop {
+        object_id: ObjectId,
+        op_ids: Vec<ObjectId>,
+        reply: oneshot::Sender<RsResult<()>>,
+    },
 }
 
 /// The state readers see: the last durable epoch.
@@ -83,7 +93,11 @@ impl Engine {
         let statuses = Arc::new(RwLock::new(HashMap::new()));
         let epoch_loop = EpochLoop::new(shard, epoch, published_sender, statuses.clone());
         runtime.spawn(epoch_loop.run(receiver));
-        Ok(Engine { commands, published, statuses })
+        Ok(Engine {
+            commands,
+            published,
+            statuses,
+        })
     }
 
     /// The newest published (durable) state.
@@ -102,21 +116,35 @@ impl Engine {
     /// Installs a view's dataflow, backfilling it if it has no state yet.
     pub async fn install(&self, view: InstallView) -> RsResult<()> {
         let (reply, receiver) = oneshot::channel();
-        self.send(Command::Install { view: Box::new(view), reply }).await?;
+        self.send(Command::Install {
+            view: Box::new(view),
+            reply,
+        })
+        .await?;
         receiver.await.map_err(|_| stopped())?
     }
 
     /// Removes a table's rows or a view's dataflow, output and state.
     pub async fn drop_object(&self, object_id: ObjectId, op_ids: Vec<ObjectId>) -> RsResult<()> {
         let (reply, receiver) = oneshot::channel();
-        self.send(Command::Drop { object_id, op_ids, reply }).await?;
+        self.send(Command::Drop {
+            object_id,
+            op_ids,
+            reply,
+        })
+        .await?;
         receiver.await.map_err(|_| stopped())?
     }
 
     pub fn view_status(&self, view_id: ObjectId) -> ViewStatus {
         self.statuses
             .read()
-            .map(|statuses| statuses.get(&view_id).cloned().unwrap_or(ViewStatus::Healthy))
+            .map(|statuses| {
+                statuses
+                    .get(&view_id)
+                    .cloned()
+                    .unwrap_or(ViewStatus::Healthy)
+            })
             .unwrap_or(ViewStatus::Healthy)
     }
 

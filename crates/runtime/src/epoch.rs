@@ -42,7 +42,13 @@ impl EpochLoop {
         published: watch::Sender<Published>,
         statuses: Arc<RwLock<HashMap<ObjectId, ViewStatus>>>,
     ) -> Self {
-        EpochLoop { shard, epoch, published, statuses, views: Vec::new() }
+        EpochLoop {
+            shard,
+            epoch,
+            published,
+            statuses,
+            views: Vec::new(),
+        }
     }
 
     pub async fn run(mut self, mut receiver: mpsc::Receiver<Command>) {
@@ -60,7 +66,9 @@ impl EpochLoop {
                     let mut commits = vec![(changes, reply)];
                     while commits.len() < EPOCH_COMMITS_MAX {
                         match receiver.try_recv() {
-                            Ok(Command::Commit { changes, reply }) => commits.push((changes, reply)),
+                            Ok(Command::Commit { changes, reply }) => {
+                                commits.push((changes, reply))
+                            }
                             Ok(other) => {
                                 deferred = Some(other);
                                 break;
@@ -74,13 +82,25 @@ impl EpochLoop {
                     let result = self.install(*view).await;
                     let fatal = matches!(&result, Err(error) if error.code == &codes::STORAGE_IO);
                     let _ = reply.send(result);
-                    if fatal { Err(RsError::new(&codes::STORAGE_IO, "install failed")) } else { Ok(()) }
+                    if fatal {
+                        Err(RsError::new(&codes::STORAGE_IO, "install failed"))
+                    } else {
+                        Ok(())
+                    }
                 }
-                Command::Drop { object_id, op_ids, reply } => {
+                Command::Drop {
+                    object_id,
+                    op_ids,
+                    reply,
+                } => {
                     let result = self.drop_object(object_id, op_ids).await;
                     let fatal = result.is_err();
                     let _ = reply.send(result);
-                    if fatal { Err(RsError::new(&codes::STORAGE_IO, "drop failed")) } else { Ok(()) }
+                    if fatal {
+                        Err(RsError::new(&codes::STORAGE_IO, "drop failed"))
+                    } else {
+                        Ok(())
+                    }
                 }
             };
             if let Err(error) = result {
@@ -113,7 +133,10 @@ impl EpochLoop {
         if accepted.is_empty() {
             return Ok(());
         }
-        let deltas = deltas.into_iter().map(|(id, delta)| (id, delta.consolidate())).collect();
+        let deltas = deltas
+            .into_iter()
+            .map(|(id, delta)| (id, delta.consolidate()))
+            .collect();
         if let Err(error) = self.propagate(&mut store, deltas).await {
             for reply in accepted {
                 let _ = reply.send(Err(error.clone()));
@@ -147,10 +170,18 @@ impl EpochLoop {
 
     /// Runs every view with input in dependency order; each view's output
     /// becomes input of the views reading it.
-    async fn propagate(&mut self, store: &mut EpochStore, mut deltas: HashMap<ObjectId, ZSet>) -> RsResult<()> {
+    async fn propagate(
+        &mut self,
+        store: &mut EpochStore,
+        mut deltas: HashMap<ObjectId, ZSet>,
+    ) -> RsResult<()> {
         for index in 0..self.views.len() {
             let installed = &self.views[index];
-            let has_input = installed.view.sources.iter().any(|source| deltas.get(source).is_some_and(|d| !d.is_empty()));
+            let has_input = installed
+                .view
+                .sources
+                .iter()
+                .any(|source| deltas.get(source).is_some_and(|d| !d.is_empty()));
             if !has_input {
                 continue;
             }
@@ -186,7 +217,11 @@ impl EpochLoop {
             }
         }
         let mut layer = LayeredStore::new(store);
-        let result = self.views[index].view.dataflow.step(&mut layer, &inputs, initial).await;
+        let result = self.views[index]
+            .view
+            .dataflow
+            .step(&mut layer, &inputs, initial)
+            .await;
         match result {
             Ok(output) => {
                 apply_view_output(&mut layer, view_id, &output).await?;
@@ -226,16 +261,21 @@ impl EpochLoop {
         let marker = installed_marker(view.view_id);
         let already_installed = snapshot.get(&marker).await?.is_some();
         let view_id = view.view_id;
-        self.views.retain(|installed| installed.view.view_id != view_id);
+        self.views
+            .retain(|installed| installed.view.view_id != view_id);
         self.views.push(Installed { view, failed: None });
         let index = self.views.len() - 1;
         let mut store = EpochStore::new(snapshot.clone());
         if already_installed {
-            let has_pending = !store.scan_prefix(&keys::pending_prefix(view_id), ScanOrder::Ascending, 1).await?.is_empty();
+            let has_pending = !store
+                .scan_prefix(&keys::pending_prefix(view_id), ScanOrder::Ascending, 1)
+                .await?
+                .is_empty();
             if has_pending {
                 // Re-derive the failure (or heal) by retrying the pending input.
                 self.views[index].failed = Some(RsError::internal("pending"));
-                self.step_view(&mut store, index, HashMap::new(), false).await?;
+                self.step_view(&mut store, index, HashMap::new(), false)
+                    .await?;
                 self.commit_epoch(store).await?;
             }
             return Ok(());
@@ -243,13 +283,21 @@ impl EpochLoop {
         let mut inputs = HashMap::new();
         let sources: Vec<(ObjectId, bool)> = {
             let view = &self.views[index].view;
-            view.sources.iter().copied().zip(view.source_is_view.iter().copied()).collect()
+            view.sources
+                .iter()
+                .copied()
+                .zip(view.source_is_view.iter().copied())
+                .collect()
         };
         for (source, is_view) in sources {
             inputs.insert(source, read_collection(&snapshot, source, is_view).await?);
         }
         let mut layer = LayeredStore::new(&mut store);
-        let result = self.views[index].view.dataflow.step(&mut layer, &inputs, true).await;
+        let result = self.views[index]
+            .view
+            .dataflow
+            .step(&mut layer, &inputs, true)
+            .await;
         match result {
             Ok(output) => {
                 apply_view_output(&mut layer, view_id, &output).await?;
@@ -266,11 +314,16 @@ impl EpochLoop {
     }
 
     async fn drop_object(&mut self, object_id: ObjectId, op_ids: Vec<ObjectId>) -> RsResult<()> {
-        self.views.retain(|installed| installed.view.view_id != object_id);
+        self.views
+            .retain(|installed| installed.view.view_id != object_id);
         if let Ok(mut statuses) = self.statuses.write() {
             statuses.remove(&object_id);
         }
-        let mut prefixes = vec![output_prefix(object_id), keys::pending_prefix(object_id), installed_marker(object_id)];
+        let mut prefixes = vec![
+            output_prefix(object_id),
+            keys::pending_prefix(object_id),
+            installed_marker(object_id),
+        ];
         for op_id in op_ids {
             prefixes.extend(keys::all_op_prefixes(op_id));
         }
@@ -293,7 +346,10 @@ impl EpochLoop {
 }
 
 /// Validates and applies a transaction's row changes; returns table deltas.
-async fn apply_table_changes<S: StateStore>(store: &mut S, changes: &[TableChange]) -> RsResult<Vec<(ObjectId, ZSet)>> {
+async fn apply_table_changes<S: StateStore>(
+    store: &mut S,
+    changes: &[TableChange],
+) -> RsResult<Vec<(ObjectId, ZSet)>> {
     let mut deltas = Vec::with_capacity(changes.len());
     for change in changes {
         let mut delta = ZSet::new();
@@ -307,12 +363,18 @@ async fn apply_table_changes<S: StateStore>(store: &mut S, changes: &[TableChang
                 return Err(if row.old.is_none() {
                     RsError::new(
                         &codes::UNIQUE_VIOLATION,
-                        format!("duplicate key value violates the primary key of table \"{}\"", change.table_name),
+                        format!(
+                            "duplicate key value violates the primary key of table \"{}\"",
+                            change.table_name
+                        ),
                     )
                 } else {
                     RsError::new(
                         &codes::OPTIMISTIC_CONFLICT,
-                        format!("a row of table \"{}\" was changed by a concurrent transaction", change.table_name),
+                        format!(
+                            "a row of table \"{}\" was changed by a concurrent transaction",
+                            change.table_name
+                        ),
                     )
                 });
             }
@@ -332,12 +394,20 @@ async fn apply_table_changes<S: StateStore>(store: &mut S, changes: &[TableChang
     Ok(deltas)
 }
 
-async fn apply_view_output<S: StateStore>(store: &mut S, view_id: ObjectId, output: &ZSet) -> RsResult<()> {
+async fn apply_view_output<S: StateStore>(
+    store: &mut S,
+    view_id: ObjectId,
+    output: &ZSet,
+) -> RsResult<()> {
     let prefix = output_prefix(view_id);
     for (row, weight) in &output.updates {
         let mut key = prefix.clone();
         encode_row_into(row, &mut key);
-        let old = store.get(&key).await?.map(|bytes| decode_weight(&bytes)).unwrap_or(0);
+        let old = store
+            .get(&key)
+            .await?
+            .map(|bytes| decode_weight(&bytes))
+            .unwrap_or(0);
         let new = old + weight;
         assert!(new >= 0, "view output multiplicity went negative");
         if new == 0 {
@@ -350,7 +420,11 @@ async fn apply_view_output<S: StateStore>(store: &mut S, view_id: ObjectId, outp
 }
 
 /// Every row of a table (weight 1) or view (stored weight) as a Z-set.
-pub(crate) async fn read_collection(snapshot: &Snapshot, object_id: ObjectId, is_view: bool) -> RsResult<ZSet> {
+pub(crate) async fn read_collection(
+    snapshot: &Snapshot,
+    object_id: ObjectId,
+    is_view: bool,
+) -> RsResult<ZSet> {
     let prefix = output_prefix(object_id);
     let mut rows = ZSet::new();
     let mut after: Option<Vec<u8>> = None;
@@ -369,27 +443,46 @@ pub(crate) async fn read_collection(snapshot: &Snapshot, object_id: ObjectId, is
     Ok(rows)
 }
 
-async fn load_pending<S: StateStore>(store: &mut S, view_id: ObjectId) -> RsResult<HashMap<ObjectId, ZSet>> {
+async fn load_pending<S: StateStore>(
+    store: &mut S,
+    view_id: ObjectId,
+) -> RsResult<HashMap<ObjectId, ZSet>> {
     let prefix = keys::pending_prefix(view_id);
     let mut pending: HashMap<ObjectId, ZSet> = HashMap::new();
-    for (key, value) in store.scan_prefix(&prefix, ScanOrder::Ascending, usize::MAX).await? {
+    for (key, value) in store
+        .scan_prefix(&prefix, ScanOrder::Ascending, usize::MAX)
+        .await?
+    {
         let rest = &key[prefix.len()..];
-        let source_bytes: [u8; 16] = rest.get(..16).and_then(|b| b.try_into().ok()).ok_or_else(|| RsError::internal("corrupt pending key"))?;
+        let source_bytes: [u8; 16] = rest
+            .get(..16)
+            .and_then(|b| b.try_into().ok())
+            .ok_or_else(|| RsError::internal("corrupt pending key"))?;
         let source = ObjectId::from_be_bytes(source_bytes);
-        pending.entry(source).or_default().push(decode_row(&rest[16..])?, decode_weight(&value));
+        pending
+            .entry(source)
+            .or_default()
+            .push(decode_row(&rest[16..])?, decode_weight(&value));
     }
     Ok(pending)
 }
 
 async fn clear_pending<S: StateStore>(store: &mut S, view_id: ObjectId) -> RsResult<()> {
     let prefix = keys::pending_prefix(view_id);
-    for (key, _) in store.scan_prefix(&prefix, ScanOrder::Ascending, usize::MAX).await? {
+    for (key, _) in store
+        .scan_prefix(&prefix, ScanOrder::Ascending, usize::MAX)
+        .await?
+    {
         store.delete(key);
     }
     Ok(())
 }
 
-fn write_pending<S: StateStore>(store: &mut S, view_id: ObjectId, inputs: &HashMap<ObjectId, ZSet>) {
+fn write_pending<S: StateStore>(
+    store: &mut S,
+    view_id: ObjectId,
+    inputs: &HashMap<ObjectId, ZSet>,
+) {
     for (source, delta) in inputs {
         for (row, weight) in &delta.clone().consolidate().updates {
             let mut key = keys::pending_prefix(view_id);

@@ -16,7 +16,10 @@ pub struct EpochStore {
 
 impl EpochStore {
     pub fn new(snapshot: Snapshot) -> Self {
-        EpochStore { snapshot, writes: BTreeMap::new() }
+        EpochStore {
+            snapshot,
+            writes: BTreeMap::new(),
+        }
     }
 
     /// Number of buffered writes.
@@ -38,11 +41,22 @@ impl StateStore for EpochStore {
         }
     }
 
-    async fn scan_prefix(&mut self, prefix: &[u8], order: ScanOrder, limit: usize) -> RsResult<Vec<(Vec<u8>, Vec<u8>)>> {
-        let pending: Vec<(&Vec<u8>, &Option<Vec<u8>>)> =
-            self.writes.range(prefix.to_vec()..).take_while(|(key, _)| key.starts_with(prefix)).collect();
+    async fn scan_prefix(
+        &mut self,
+        prefix: &[u8],
+        order: ScanOrder,
+        limit: usize,
+    ) -> RsResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        let pending: Vec<(&Vec<u8>, &Option<Vec<u8>>)> = self
+            .writes
+            .range(prefix.to_vec()..)
+            .take_while(|(key, _)| key.starts_with(prefix))
+            .collect();
         let deleted = pending.iter().filter(|(_, value)| value.is_none()).count();
-        let stored = self.snapshot.scan_prefix(prefix, order, limit.saturating_add(deleted)).await?;
+        let stored = self
+            .snapshot
+            .scan_prefix(prefix, order, limit.saturating_add(deleted))
+            .await?;
         Ok(match order {
             ScanOrder::Ascending => merge_overlay(stored, pending.into_iter(), order, limit),
             ScanOrder::Descending => merge_overlay(stored, pending.into_iter().rev(), order, limit),

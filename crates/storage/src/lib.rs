@@ -12,7 +12,6 @@
 
 mod epoch_store;
 
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -44,20 +43,31 @@ pub struct ShardDb {
 impl ShardDb {
     /// Opens (creating if new) the database at `path` inside `store`.
     pub async fn open(store: Arc<dyn ObjectStore>, path: &str) -> RsResult<ShardDb> {
-        let settings = Settings { flush_interval: Some(WAL_FLUSH_INTERVAL), ..Settings::default() };
+        let settings = Settings {
+            flush_interval: Some(WAL_FLUSH_INTERVAL),
+            ..Settings::default()
+        };
         let db = Db::builder(path.to_string(), store)
             .with_settings(settings)
             .build()
             .await
             .map_err(|error| storage_error(path, error))?;
-        let shard = ShardDb { db, name: path.to_string() };
+        let shard = ShardDb {
+            db,
+            name: path.to_string(),
+        };
         shard.check_format_version().await?;
         Ok(shard)
     }
 
     async fn check_format_version(&self) -> RsResult<()> {
         let key = keys::format_version_key();
-        match self.db.get(&key).await.map_err(|error| storage_error(&self.name, error))? {
+        match self
+            .db
+            .get(&key)
+            .await
+            .map_err(|error| storage_error(&self.name, error))?
+        {
             Some(bytes) => {
                 let version = bytes.first().copied().unwrap_or(0);
                 if !(FORMAT_VERSION_MIN..=FORMAT_VERSION).contains(&version) {
@@ -71,8 +81,15 @@ impl ShardDb {
                 }
             }
             None => {
-                let handle = self.db.put(&key, [FORMAT_VERSION]).await.map_err(|error| storage_error(&self.name, error))?;
-                handle.await_durable().await.map_err(|error| storage_error(&self.name, error))?;
+                let handle = self
+                    .db
+                    .put(&key, [FORMAT_VERSION])
+                    .await
+                    .map_err(|error| storage_error(&self.name, error))?;
+                handle
+                    .await_durable()
+                    .await
+                    .map_err(|error| storage_error(&self.name, error))?;
             }
         }
         Ok(())
@@ -80,34 +97,63 @@ impl ShardDb {
 
     /// A consistent read-only view of the committed state.
     pub fn snapshot(&self) -> RsResult<Snapshot> {
-        let inner = self.db.snapshot().map_err(|error| storage_error(&self.name, error))?;
-        Ok(Snapshot { inner, name: self.name.clone() })
+        let inner = self
+            .db
+            .snapshot()
+            .map_err(|error| storage_error(&self.name, error))?;
+        Ok(Snapshot {
+            inner,
+            name: self.name.clone(),
+        })
     }
 
     /// The last committed epoch (0 for a new shard).
     pub async fn committed_epoch(&self) -> RsResult<Epoch> {
-        let bytes = self.db.get(keys::epoch_key()).await.map_err(|error| storage_error(&self.name, error))?;
-        Ok(bytes.map(|bytes| keys::decode_weight(&bytes) as Epoch).unwrap_or(0))
+        let bytes = self
+            .db
+            .get(keys::epoch_key())
+            .await
+            .map_err(|error| storage_error(&self.name, error))?;
+        Ok(bytes
+            .map(|bytes| keys::decode_weight(&bytes) as Epoch)
+            .unwrap_or(0))
     }
 
     /// Writes an epoch's buffered changes and the new epoch number as one
     /// atomic batch, and waits until it is durable.
-    pub async fn commit(&self, epoch: Epoch, writes: impl IntoIterator<Item = (Vec<u8>, Option<Vec<u8>>)>) -> RsResult<()> {
+    pub async fn commit(
+        &self,
+        epoch: Epoch,
+        writes: impl IntoIterator<Item = (Vec<u8>, Option<Vec<u8>>)>,
+    ) -> RsResult<()> {
         let mut batch = WriteBatch::new();
         for (key, value) in writes {
-            debug_assert!(key.first() != Some(&keys::SHARD_META) || key != keys::epoch_key(), "epoch key written by an operator");
+            debug_assert!(
+                key.first() != Some(&keys::SHARD_META) || key != keys::epoch_key(),
+                "epoch key written by an operator"
+            );
             match value {
                 Some(value) => batch.put(&key, &value),
                 None => batch.delete(&key),
             }
         }
         batch.put(keys::epoch_key(), keys::encode_weight(epoch as i64));
-        let handle = self.db.write(batch).await.map_err(|error| storage_error(&self.name, error))?;
-        handle.await_durable().await.map_err(|error| storage_error(&self.name, error))
+        let handle = self
+            .db
+            .write(batch)
+            .await
+            .map_err(|error| storage_error(&self.name, error))?;
+        handle
+            .await_durable()
+            .await
+            .map_err(|error| storage_error(&self.name, error))
     }
 
     pub async fn close(&self) -> RsResult<()> {
-        self.db.close().await.map_err(|error| storage_error(&self.name, error))
+        self.db
+            .close()
+            .await
+            .map_err(|error| storage_error(&self.name, error))
     }
 }
 
@@ -123,12 +169,21 @@ pub const SCAN_CHUNK_ROWS_MAX: usize = 8192;
 
 impl Snapshot {
     pub async fn get(&self, key: &[u8]) -> RsResult<Option<Vec<u8>>> {
-        let value = self.inner.get(key).await.map_err(|error| storage_error(&self.name, error))?;
+        let value = self
+            .inner
+            .get(key)
+            .await
+            .map_err(|error| storage_error(&self.name, error))?;
         Ok(value.map(|bytes| bytes.to_vec()))
     }
 
     /// Up to `limit` entries with `prefix`, in `order`.
-    pub async fn scan_prefix(&self, prefix: &[u8], order: ScanOrder, limit: usize) -> RsResult<Vec<(Vec<u8>, Vec<u8>)>> {
+    pub async fn scan_prefix(
+        &self,
+        prefix: &[u8],
+        order: ScanOrder,
+        limit: usize,
+    ) -> RsResult<Vec<(Vec<u8>, Vec<u8>)>> {
         let options = ScanOptions {
             order: match order {
                 ScanOrder::Ascending => IterationOrder::Ascending,
@@ -143,7 +198,11 @@ impl Snapshot {
             .map_err(|error| storage_error(&self.name, error))?;
         let mut out = Vec::new();
         while out.len() < limit {
-            match iterator.next().await.map_err(|error| storage_error(&self.name, error))? {
+            match iterator
+                .next()
+                .await
+                .map_err(|error| storage_error(&self.name, error))?
+            {
                 Some(entry) => out.push((entry.key.to_vec(), entry.value.to_vec())),
                 None => break,
             }
@@ -153,18 +212,34 @@ impl Snapshot {
 
     /// Entries with `prefix` strictly after `after` (or from the start), at
     /// most [`SCAN_CHUNK_ROWS_MAX`]: for streaming large scans.
-    pub async fn scan_chunk(&self, prefix: &[u8], after: Option<&[u8]>) -> RsResult<Vec<(Vec<u8>, Vec<u8>)>> {
+    pub async fn scan_chunk(
+        &self,
+        prefix: &[u8],
+        after: Option<&[u8]>,
+    ) -> RsResult<Vec<(Vec<u8>, Vec<u8>)>> {
         let mut iterator = match after {
             Some(after) => {
                 let suffix = after[prefix.len()..].to_vec();
-                self.inner.scan_prefix(prefix, (std::ops::Bound::Excluded(suffix), std::ops::Bound::Unbounded)).await
+                self.inner
+                    .scan_prefix(
+                        prefix,
+                        (
+                            std::ops::Bound::Excluded(suffix),
+                            std::ops::Bound::Unbounded,
+                        ),
+                    )
+                    .await
             }
             None => self.inner.scan_prefix(prefix, ..).await,
         }
         .map_err(|error| storage_error(&self.name, error))?;
         let mut out = Vec::new();
         while out.len() < SCAN_CHUNK_ROWS_MAX {
-            match iterator.next().await.map_err(|error| storage_error(&self.name, error))? {
+            match iterator
+                .next()
+                .await
+                .map_err(|error| storage_error(&self.name, error))?
+            {
                 Some(entry) => out.push((entry.key.to_vec(), entry.value.to_vec())),
                 None => break,
             }

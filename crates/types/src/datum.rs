@@ -23,7 +23,10 @@ pub enum SqlType {
     Float32,
     Float64,
     /// Exact decimal with `precision` total digits and `scale` fraction digits.
-    Numeric { precision: u8, scale: i8 },
+    Numeric {
+        precision: u8,
+        scale: i8,
+    },
     Text,
     Date,
     Timestamp,

@@ -94,7 +94,13 @@ fn push_i64(out: &mut Vec<u8>, tag: u8, value: i64) {
 }
 
 fn ordered_f64_bits(value: f64) -> u64 {
-    let value = if value == 0.0 { 0.0 } else if value.is_nan() { f64::NAN } else { value };
+    let value = if value == 0.0 {
+        0.0
+    } else if value.is_nan() {
+        f64::NAN
+    } else {
+        value
+    };
     let bits = value.to_bits();
     if bits >> 63 == 0 {
         bits ^ (1 << 63)
@@ -104,7 +110,13 @@ fn ordered_f64_bits(value: f64) -> u64 {
 }
 
 fn ordered_f32_bits(value: f32) -> u32 {
-    let value = if value == 0.0 { 0.0 } else if value.is_nan() { f32::NAN } else { value };
+    let value = if value == 0.0 {
+        0.0
+    } else if value.is_nan() {
+        f32::NAN
+    } else {
+        value
+    };
     let bits = value.to_bits();
     if bits >> 31 == 0 {
         bits ^ (1 << 31)
@@ -185,12 +197,20 @@ impl Reader<'_> {
             TAG_INT64 => Datum::Int64(self.i64()?),
             TAG_FLOAT32 => {
                 let bits = u32::from_be_bytes(self.take()?);
-                let bits = if bits >> 31 == 1 { bits ^ (1 << 31) } else { !bits };
+                let bits = if bits >> 31 == 1 {
+                    bits ^ (1 << 31)
+                } else {
+                    !bits
+                };
                 Datum::Float32(f32::from_bits(bits))
             }
             TAG_FLOAT64 => {
                 let bits = u64::from_be_bytes(self.take()?);
-                let bits = if bits >> 63 == 1 { bits ^ (1 << 63) } else { !bits };
+                let bits = if bits >> 63 == 1 {
+                    bits ^ (1 << 63)
+                } else {
+                    !bits
+                };
                 Datum::Float64(f64::from_bits(bits))
             }
             TAG_NUMERIC => Datum::Numeric(self.i128()?),
@@ -203,7 +223,11 @@ impl Reader<'_> {
                 let months = self.i32()?;
                 let days = self.i32()?;
                 let nanoseconds = self.i64()?;
-                Datum::Interval(Interval { months, days, nanoseconds })
+                Datum::Interval(Interval {
+                    months,
+                    days,
+                    nanoseconds,
+                })
             }
             _ => return Err(corrupt()),
         })
@@ -317,7 +341,13 @@ mod tests {
             any::<i32>().prop_map(Datum::Date),
             any::<i64>().prop_map(Datum::Timestamp),
             any::<i64>().prop_map(Datum::TimestampTz),
-            any::<(i32, i32, i64)>().prop_map(|(months, days, nanoseconds)| Datum::Interval(Interval { months, days, nanoseconds })),
+            any::<(i32, i32, i64)>().prop_map(|(months, days, nanoseconds)| Datum::Interval(
+                Interval {
+                    months,
+                    days,
+                    nanoseconds
+                }
+            )),
         ]
     }
 

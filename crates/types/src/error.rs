@@ -135,7 +135,11 @@ pub type RsResult<T> = Result<T, RsError>;
 
 impl RsError {
     pub fn new(code: &'static ErrorCode, message: impl Into<String>) -> Self {
-        RsError { code, message: message.into(), detail: None }
+        RsError {
+            code,
+            message: message.into(),
+            detail: None,
+        }
     }
 
     pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
@@ -151,7 +155,10 @@ impl RsError {
     pub fn unsupported(construct: impl Into<String>) -> Self {
         RsError::new(
             &codes::UNSUPPORTED_SQL_CONSTRUCT,
-            format!("{} is not supported in a materialized view yet", construct.into()),
+            format!(
+                "{} is not supported in a materialized view yet",
+                construct.into()
+            ),
         )
     }
 
@@ -166,7 +173,13 @@ impl RsError {
 
 impl fmt::Display for RsError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}: {}", self.code.label(), self.code.name, self.message)
+        write!(
+            f,
+            "{} {}: {}",
+            self.code.label(),
+            self.code.name,
+            self.message
+        )
     }
 }
 
@@ -183,16 +196,34 @@ mod tests {
         let mut numbers = HashSet::new();
         let mut names = HashSet::new();
         for code in codes::REGISTRY {
-            assert!(numbers.insert(code.number), "duplicate number {}", code.label());
+            assert!(
+                numbers.insert(code.number),
+                "duplicate number {}",
+                code.label()
+            );
             assert!(names.insert(code.name), "duplicate name {}", code.name);
             assert!(
-                OWNER_RANGES.iter().any(|(lo, hi, _)| (*lo..=*hi).contains(&code.number)),
+                OWNER_RANGES
+                    .iter()
+                    .any(|(lo, hi, _)| (*lo..=*hi).contains(&code.number)),
                 "{} is outside every owner range",
                 code.label()
             );
-            assert!(!code.next_steps.trim().is_empty(), "{} has no next_steps", code.label());
-            assert_eq!(code.sqlstate.len(), 5, "{} has a malformed SQLSTATE", code.label());
-            assert!(code.sqlstate.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit()));
+            assert!(
+                !code.next_steps.trim().is_empty(),
+                "{} has no next_steps",
+                code.label()
+            );
+            assert_eq!(
+                code.sqlstate.len(),
+                5,
+                "{} has a malformed SQLSTATE",
+                code.label()
+            );
+            assert!(code
+                .sqlstate
+                .chars()
+                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit()));
         }
     }
 
@@ -200,6 +231,8 @@ mod tests {
     fn display_names_code_and_message() {
         let error = RsError::unsupported("window function ROW_NUMBER");
         assert_eq!(error.sqlstate(), "0A000");
-        assert!(error.to_string().starts_with("RS-2001 view.unsupported_sql_construct: window function"));
+        assert!(error
+            .to_string()
+            .starts_with("RS-2001 view.unsupported_sql_construct: window function"));
     }
 }

@@ -17,7 +17,9 @@ pub struct ZSet {
 
 impl ZSet {
     pub fn new() -> Self {
-        ZSet { updates: Vec::new() }
+        ZSet {
+            updates: Vec::new(),
+        }
     }
 
     pub fn from_updates(updates: Vec<(Row, i64)>) -> Self {
@@ -48,18 +50,27 @@ impl ZSet {
         let mut by_key: HashMap<Vec<u8>, (Row, i64)> = HashMap::with_capacity(self.updates.len());
         for (row, weight) in self.updates {
             let key = encode_row(&row);
-            by_key.entry(key).and_modify(|entry| entry.1 += weight).or_insert((row, weight));
+            by_key
+                .entry(key)
+                .and_modify(|entry| entry.1 += weight)
+                .or_insert((row, weight));
         }
-        let mut entries: Vec<(Vec<u8>, (Row, i64))> =
-            by_key.into_iter().filter(|(_, (_, weight))| *weight != 0).collect();
+        let mut entries: Vec<(Vec<u8>, (Row, i64))> = by_key
+            .into_iter()
+            .filter(|(_, (_, weight))| *weight != 0)
+            .collect();
         entries.sort_by(|a, b| a.0.cmp(&b.0));
-        ZSet { updates: entries.into_iter().map(|(_, entry)| entry).collect() }
+        ZSet {
+            updates: entries.into_iter().map(|(_, entry)| entry).collect(),
+        }
     }
 
     /// True when consolidated: no zero weights and no repeated rows.
     pub fn is_consolidated(&self) -> bool {
         let mut seen = std::collections::HashSet::new();
-        self.updates.iter().all(|(row, weight)| *weight != 0 && seen.insert(encode_row(row)))
+        self.updates
+            .iter()
+            .all(|(row, weight)| *weight != 0 && seen.insert(encode_row(row)))
     }
 }
 
@@ -72,7 +83,12 @@ mod tests {
 
     fn zset_strategy() -> impl Strategy<Value = ZSet> {
         proptest::collection::vec((0i64..5, -3i64..4), 0..20).prop_map(|pairs| {
-            ZSet::from_updates(pairs.into_iter().map(|(v, w)| (vec![Datum::Int64(v)], w)).collect())
+            ZSet::from_updates(
+                pairs
+                    .into_iter()
+                    .map(|(v, w)| (vec![Datum::Int64(v)], w))
+                    .collect(),
+            )
         })
     }
 

@@ -93,7 +93,7 @@ async fn crash_recovery_keeps_acknowledged_transactions_whole() {
                 let config = server.config();
                 let next_transaction = Arc::clone(&next_transaction);
                 let journal = Arc::clone(&journal);
-                tokio::spawn(async move {
+                crate::harness::spawn(async move {
                     let Ok(client) = connect(&config).await else {
                         return;
                     };
@@ -102,7 +102,7 @@ async fn crash_recovery_keeps_acknowledged_transactions_whole() {
             })
             .collect();
         let delay = random.random_range(KILL_DELAY_MILLISECONDS);
-        tokio::time::sleep(Duration::from_millis(delay)).await;
+        crate::harness::sleep(Duration::from_millis(delay)).await;
         server.kill9();
         for writer in writers {
             tokio::time::timeout(WRITER_JOIN_TIMEOUT, writer)

@@ -29,3 +29,28 @@ pub fn environment_count(variable: &str, default: usize) -> usize {
         Err(_) => default,
     }
 }
+
+/// The harness's seam for tasks and real time. The workspace bans `tokio::spawn` and
+/// `tokio::time::sleep` (clippy.toml) so that server code reaches them only through
+/// `rockstream_common::Runtime`; the harness, which drives real processes and sockets on the wall
+/// clock, uses them here and nowhere else.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "tests drive real processes in real time"
+)]
+pub fn spawn<F>(future: F) -> tokio::task::JoinHandle<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    tokio::spawn(future)
+}
+
+/// See [`spawn`].
+#[allow(
+    clippy::disallowed_methods,
+    reason = "tests drive real processes in real time"
+)]
+pub async fn sleep(duration: std::time::Duration) {
+    tokio::time::sleep(duration).await
+}

@@ -48,7 +48,7 @@ pub fn oracle_config() -> Config {
 /// Connects and drives the connection on the current tokio runtime.
 pub async fn connect(config: &Config) -> Result<Client, tokio_postgres::Error> {
     let (client, connection) = config.connect(NoTls).await?;
-    tokio::spawn(async move {
+    crate::harness::spawn(async move {
         // The connection ends when the client is dropped or the server goes away; the client's
         // next call reports the latter, so the error here adds nothing.
         let _ = connection.await;

@@ -252,7 +252,7 @@ impl TestServer {
                 Ok(Err(error)) => last_error = describe_error(&error),
                 Err(_) => last_error = format!("handshake took over {PROBE_TIMEOUT:?}"),
             }
-            tokio::time::sleep(PROBE_INTERVAL).await;
+            crate::harness::sleep(PROBE_INTERVAL).await;
         }
         Err(format!(
             "no pgwire connection within {STARTUP_TIMEOUT:?} on port {}; last error: {last_error}",

@@ -142,7 +142,7 @@ impl AsyncDB for PgwireTextDatabase {
     }
 
     async fn sleep(duration: Duration) {
-        tokio::time::sleep(duration).await
+        crate::harness::sleep(duration).await
     }
 
     fn error_sql_state(error: &SqlError) -> Option<String> {
