@@ -3,19 +3,16 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use datafusion::arrow::array::StringArray;
 use datafusion::arrow::datatypes::{DataType, Field, Schema as ArrowSchema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::sql::sqlparser::ast::{
-    visit_expressions_mut, CopyOption, CopySource, CopyTarget as SqlCopyTarget, Expr as SqlExpr,
-    FromTable, ObjectType, Statement, TableFactor, TableObject, Value,
+    CopyOption, CopySource, CopyTarget as SqlCopyTarget, Expr as SqlExpr, FromTable, ObjectType,
+    Statement, TableFactor, TableObject,
 };
-use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
-use datafusion::sql::sqlparser::parser::Parser;
 use rockstream_common::Runtime;
 use rockstream_control::{CatalogEntry, Database, ObjectKind};
-use rockstream_pgwire::{Backend, CopyTarget, Described, StatementResult};
+use rockstream_pgwire::{CopyTarget, StatementResult};
 use rockstream_planner::{new_context, pg_column_names, uses_bag_set_operation};
 use rockstream_runtime::{RowChange, TableChange};
 use rockstream_types::{codes, RsError, RsResult};
@@ -70,7 +67,7 @@ impl Gateway {
         }
     }
 
-    fn entry(
+    pub(crate) fn entry(
         &self,
         session: &GatewaySession,
         name: &str,
@@ -99,7 +96,7 @@ impl Gateway {
         Ok(entry)
     }
 
-    async fn execute_statement(
+    pub(crate) async fn execute_statement(
         &self,
         session: &mut GatewaySession,
         statement: &Statement,
@@ -491,7 +488,11 @@ impl Gateway {
         Ok(StatementResult::Query { schema, batches })
     }
 
-    async fn autocommit(&self, session: &mut GatewaySession, in_explicit: bool) -> RsResult<()> {
+    pub(crate) async fn autocommit(
+        &self,
+        session: &mut GatewaySession,
+        in_explicit: bool,
+    ) -> RsResult<()> {
         if in_explicit {
             return Ok(());
         }
@@ -547,7 +548,7 @@ fn rename_columns(
     })
 }
 
-fn renamed_schema(schema: SchemaRef, names: Option<Vec<String>>) -> SchemaRef {
+pub(crate) fn renamed_schema(schema: SchemaRef, names: Option<Vec<String>>) -> SchemaRef {
     match names {
         Some(names) if names.len() == schema.fields().len() => {
             let fields: Vec<Field> = schema
@@ -609,224 +610,4 @@ fn object_name(text: &str) -> String {
 
 fn truncate(text: &str) -> String {
     text.chars().take(80).collect()
-}
-
-fn parse(sql: &str) -> RsResult<Vec<Statement>> {
-    Parser::parse_sql(&PostgreSqlDialect {}, sql)
-        .map_err(|error| RsError::new(&codes::SYNTAX_ERROR, error.to_string()))
-}
-
-/// Replaces `$n` placeholders with typed literals.
-fn bind_parameters(
-    statement: &mut Statement,
-    params: &[Option<String>],
-    types: &[DataType],
-) -> RsResult<()> {
-    let mut failure = None;
-    let _ = visit_expressions_mut(statement, |expr: &mut SqlExpr| {
-        if let SqlExpr::Value(value) = expr {
-            if let Value::Placeholder(name) = &value.value {
-                let index = name.trim_start_matches('$').parse::<usize>().unwrap_or(0);
-                match params.get(index.wrapping_sub(1)) {
-                    Some(param) => {
-                        let literal = match param {
-                            None => "NULL".to_string(),
-                            Some(text) => format!("'{}'", text.replace('\'', "''")),
-                        };
-                        let cast = match types.get(index - 1) {
-                            Some(data_type) if param.is_some() => {
-                                format!("CAST({literal} AS {})", sql_type_name(data_type))
-                            }
-                            _ => literal,
-                        };
-                        match Parser::new(&PostgreSqlDialect {})
-                            .try_with_sql(&cast)
-                            .and_then(|mut parser| parser.parse_expr())
-                        {
-                            Ok(parsed) => *expr = parsed,
-                            Err(error) => {
-                                failure =
-                                    Some(RsError::new(&codes::SYNTAX_ERROR, error.to_string()))
-                            }
-                        }
-                    }
-                    None => {
-                        failure = Some(RsError::new(
-                            &codes::SYNTAX_ERROR,
-                            format!("there is no parameter {name}"),
-                        ))
-                    }
-                }
-            }
-        }
-        std::ops::ControlFlow::<()>::Continue(())
-    });
-    failure.map_or(Ok(()), Err)
-}
-
-fn sql_type_name(data_type: &DataType) -> String {
-    match data_type {
-        DataType::Boolean => "BOOLEAN".into(),
-        DataType::Int16 => "SMALLINT".into(),
-        DataType::Int32 => "INT".into(),
-        DataType::Int64 => "BIGINT".into(),
-        DataType::Float32 => "REAL".into(),
-        DataType::Float64 => "DOUBLE PRECISION".into(),
-        DataType::Decimal128(p, s) => format!("NUMERIC({p},{s})"),
-        DataType::Date32 => "DATE".into(),
-        DataType::Timestamp(_, None) => "TIMESTAMP".into(),
-        DataType::Timestamp(_, Some(_)) => "TIMESTAMPTZ".into(),
-        DataType::Interval(_) => "INTERVAL".into(),
-        _ => "TEXT".into(),
-    }
-}
-
-#[async_trait]
-impl Backend for Gateway {
-    type Session = GatewaySession;
-
-    async fn connect(&self, _user: &str, database: &str) -> Result<GatewaySession, RsError> {
-        if !self.database.namespace_exists(database) {
-            return Err(RsError::new(
-                &codes::UNKNOWN_DATABASE,
-                format!("database \"{database}\" does not exist"),
-            ));
-        }
-        Ok(GatewaySession {
-            namespace: database.to_string(),
-            transaction: None,
-        })
-    }
-
-    async fn execute(
-        &self,
-        session: &mut GatewaySession,
-        sql: &str,
-    ) -> Vec<Result<StatementResult, RsError>> {
-        let statements = match parse(sql) {
-            Ok(statements) => statements,
-            Err(error) => return vec![Err(error)],
-        };
-        let mut results = Vec::with_capacity(statements.len());
-        for statement in &statements {
-            let result = self.execute_statement(session, statement).await;
-            let failed = result.is_err();
-            results.push(result);
-            if failed {
-                break;
-            }
-        }
-        results
-    }
-
-    async fn describe(
-        &self,
-        session: &mut GatewaySession,
-        sql: &str,
-    ) -> Result<Described, RsError> {
-        let statements = parse(sql)?;
-        let Some(statement) = statements.first() else {
-            return Ok(Described {
-                parameter_types: Vec::new(),
-                columns: None,
-            });
-        };
-        let resolver = Arc::new(SnapshotResolver {
-            context: Arc::new(self.read_context(session, false)),
-        });
-        let context = new_context(resolver);
-        let Ok(plan) = context
-            .state()
-            .create_logical_plan(&statement.to_string())
-            .await
-        else {
-            return Ok(Described {
-                parameter_types: Vec::new(),
-                columns: None,
-            });
-        };
-        let plan = match statement {
-            Statement::Query(_) => context.state().optimize(&plan).map_err(query_error)?,
-            _ => plan,
-        };
-        let types = plan.get_parameter_types().unwrap_or_default();
-        let mut parameter_types: Vec<(usize, DataType)> = types
-            .into_iter()
-            .map(|(name, data_type)| {
-                (
-                    name.trim_start_matches('$').parse().unwrap_or(0),
-                    data_type.unwrap_or(DataType::Utf8),
-                )
-            })
-            .collect();
-        parameter_types.sort_by_key(|(index, _)| *index);
-        let columns = match statement {
-            Statement::Query(query) => Some(renamed_schema(
-                Arc::new(plan.schema().as_arrow().clone()),
-                pg_column_names(query),
-            )),
-            _ => None,
-        };
-        Ok(Described {
-            parameter_types: parameter_types.into_iter().map(|(_, t)| t).collect(),
-            columns,
-        })
-    }
-
-    async fn execute_with_params(
-        &self,
-        session: &mut GatewaySession,
-        sql: &str,
-        params: &[Option<String>],
-    ) -> Result<StatementResult, RsError> {
-        let described = if params.is_empty() {
-            None
-        } else {
-            Some(self.describe(session, sql).await?)
-        };
-        let mut statements = parse(sql)?;
-        let Some(statement) = statements.first_mut() else {
-            return Ok(StatementResult::Command { tag: String::new() });
-        };
-        if let Some(described) = described {
-            bind_parameters(statement, params, &described.parameter_types)?;
-        }
-        self.execute_statement(session, statement).await
-    }
-
-    async fn copy_in(
-        &self,
-        session: &mut GatewaySession,
-        target: &CopyTarget,
-        rows: Vec<Vec<Option<String>>>,
-    ) -> Result<u64, RsError> {
-        let entry = self.entry(session, &target.table, Some(ObjectKind::Table))?;
-        let in_explicit = session
-            .transaction
-            .as_ref()
-            .is_some_and(|transaction| transaction.explicit);
-        let saved = session
-            .transaction
-            .as_ref()
-            .map(|transaction| transaction.tables.clone());
-        let result = async {
-            let typed = dml::copy_rows(&entry, &target.columns, rows)?;
-            let count = dml::insert_rows(self, session, &entry, typed).await?;
-            self.autocommit(session, in_explicit).await?;
-            Ok(count)
-        }
-        .await;
-        if result.is_err() {
-            match session.transaction.as_mut() {
-                Some(transaction) if in_explicit => {
-                    transaction.tables = saved.unwrap_or_default();
-                    transaction.aborted = true;
-                }
-                _ => session.transaction = None,
-            }
-        }
-        result
-    }
-
-    async fn disconnect(&self, _session: GatewaySession) {}
 }

@@ -93,7 +93,7 @@ pub async fn insert(
     for batch in &batches {
         rows.extend(batch_rows(batch, &types, 0)?);
     }
-    insert_rows(gateway, session, entry, rows).await
+    insert_rows(gateway, session, entry, rows, true).await
 }
 
 /// Reads `types.len()` columns starting at `first` as typed rows; string
@@ -158,11 +158,15 @@ fn check_not_null(entry: &CatalogEntry, row: &Row) -> RsResult<()> {
 }
 
 /// Adds new rows to the transaction, refusing duplicate primary keys.
+/// With `check_storage` false (bulk COPY) a key that already exists in
+/// storage is caught by the engine at commit instead of here, saving a read
+/// per row; the statement fails the same way.
 pub async fn insert_rows(
     gateway: &Gateway,
     session: &mut GatewaySession,
     entry: &CatalogEntry,
     rows: Vec<Row>,
+    check_storage: bool,
 ) -> RsResult<u64> {
     let snapshot = gateway.database().engine().published().snapshot;
     let count = rows.len() as u64;
@@ -218,7 +222,11 @@ pub async fn insert_rows(
             None => {
                 let mut stored_key = prefix.clone();
                 stored_key.extend_from_slice(&key);
-                let stored = snapshot.get(&stored_key).await?;
+                let stored = if check_storage {
+                    snapshot.get(&stored_key).await?
+                } else {
+                    None
+                };
                 if stored.is_some() && !entry.primary_key.is_empty() {
                     return Err(duplicate());
                 }
@@ -316,7 +324,7 @@ pub async fn modify(
         }
     }
     if !inserted.is_empty() {
-        insert_rows(gateway, session, entry, inserted).await?;
+        insert_rows(gateway, session, entry, inserted, true).await?;
     }
     Ok(count)
 }

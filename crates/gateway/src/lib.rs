@@ -12,5 +12,6 @@ mod ddl;
 mod dml;
 mod providers;
 mod session;
+mod wire;
 
 pub use backend::Gateway;
