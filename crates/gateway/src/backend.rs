@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::StringArray;
-use datafusion::arrow::datatypes::{DataType, Field, Schema as ArrowSchema, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Field, IntervalUnit, Schema as ArrowSchema, SchemaRef};
+use rockstream_ops::arrow_rows::duration_to_interval;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::sql::sqlparser::ast::{
     CopyOption, CopySource, CopyTarget as SqlCopyTarget, Expr as SqlExpr, FromTable, ObjectType,
@@ -319,7 +320,7 @@ impl Gateway {
                             )
                         })?;
                     assigned.push(position);
-                    values.push(format!("({})", assignment.value));
+                    values.push(format!("({}) AS \"__rs_new_{}\"", assignment.value, values.len()));
                 }
                 let selection_sql =
                     selection_query(&entry, &table_sql, &values, update.selection.as_ref());
@@ -485,7 +486,7 @@ impl Gateway {
         let plan = frame.clone().into_optimized_plan().map_err(query_error)?;
         let schema = Arc::new(plan.schema().as_arrow().clone());
         let batches = frame.collect().await.map_err(query_error)?;
-        Ok(StatementResult::Query { schema, batches })
+        durations_as_intervals(schema, batches)
     }
 
     pub(crate) async fn autocommit(
@@ -546,6 +547,37 @@ fn rename_columns(
         schema: renamed,
         batches,
     })
+}
+
+/// PostgreSQL has no duration type: `timestamp - timestamp` is an interval.
+fn durations_as_intervals(schema: SchemaRef, batches: Vec<RecordBatch>) -> RsResult<StatementResult> {
+    if !schema.fields().iter().any(|field| matches!(field.data_type(), DataType::Duration(_))) {
+        return Ok(StatementResult::Query { schema, batches });
+    }
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(|field| match field.data_type() {
+            DataType::Duration(_) => field.as_ref().clone().with_data_type(DataType::Interval(IntervalUnit::MonthDayNano)),
+            _ => field.as_ref().clone(),
+        })
+        .collect();
+    let converted = Arc::new(ArrowSchema::new(fields));
+    let batches = batches
+        .into_iter()
+        .map(|batch| {
+            let columns = batch
+                .columns()
+                .iter()
+                .map(|column| match column.data_type() {
+                    DataType::Duration(_) => duration_to_interval(column),
+                    _ => Ok(column.clone()),
+                })
+                .collect::<RsResult<Vec<_>>>()?;
+            RecordBatch::try_new(converted.clone(), columns).map_err(rockstream_ops::arrow_rows::arrow_error)
+        })
+        .collect::<RsResult<Vec<_>>>()?;
+    Ok(StatementResult::Query { schema: converted, batches })
 }
 
 pub(crate) fn renamed_schema(schema: SchemaRef, names: Option<Vec<String>>) -> SchemaRef {
