@@ -4,8 +4,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::StringArray;
-use datafusion::arrow::datatypes::{DataType, Field, IntervalUnit, Schema as ArrowSchema, SchemaRef};
-use rockstream_ops::arrow_rows::duration_to_interval;
+use datafusion::arrow::datatypes::{
+    DataType, Field, IntervalUnit, Schema as ArrowSchema, SchemaRef,
+};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::sql::sqlparser::ast::{
     CopyOption, CopySource, CopyTarget as SqlCopyTarget, Expr as SqlExpr, FromTable, ObjectType,
@@ -13,6 +14,7 @@ use datafusion::sql::sqlparser::ast::{
 };
 use rockstream_common::Runtime;
 use rockstream_control::{CatalogEntry, Database, ObjectKind};
+use rockstream_ops::arrow_rows::duration_to_interval;
 use rockstream_pgwire::{CopyTarget, StatementResult};
 use rockstream_planner::{new_context, pg_column_names, uses_bag_set_operation};
 use rockstream_runtime::{RowChange, TableChange};
@@ -320,7 +322,11 @@ impl Gateway {
                             )
                         })?;
                     assigned.push(position);
-                    values.push(format!("({}) AS \"__rs_new_{}\"", assignment.value, values.len()));
+                    values.push(format!(
+                        "({}) AS \"__rs_new_{}\"",
+                        assignment.value,
+                        values.len()
+                    ));
                 }
                 let selection_sql =
                     selection_query(&entry, &table_sql, &values, update.selection.as_ref());
@@ -550,15 +556,25 @@ fn rename_columns(
 }
 
 /// PostgreSQL has no duration type: `timestamp - timestamp` is an interval.
-fn durations_as_intervals(schema: SchemaRef, batches: Vec<RecordBatch>) -> RsResult<StatementResult> {
-    if !schema.fields().iter().any(|field| matches!(field.data_type(), DataType::Duration(_))) {
+fn durations_as_intervals(
+    schema: SchemaRef,
+    batches: Vec<RecordBatch>,
+) -> RsResult<StatementResult> {
+    if !schema
+        .fields()
+        .iter()
+        .any(|field| matches!(field.data_type(), DataType::Duration(_)))
+    {
         return Ok(StatementResult::Query { schema, batches });
     }
     let fields: Vec<Field> = schema
         .fields()
         .iter()
         .map(|field| match field.data_type() {
-            DataType::Duration(_) => field.as_ref().clone().with_data_type(DataType::Interval(IntervalUnit::MonthDayNano)),
+            DataType::Duration(_) => field
+                .as_ref()
+                .clone()
+                .with_data_type(DataType::Interval(IntervalUnit::MonthDayNano)),
             _ => field.as_ref().clone(),
         })
         .collect();
@@ -574,10 +590,14 @@ fn durations_as_intervals(schema: SchemaRef, batches: Vec<RecordBatch>) -> RsRes
                     _ => Ok(column.clone()),
                 })
                 .collect::<RsResult<Vec<_>>>()?;
-            RecordBatch::try_new(converted.clone(), columns).map_err(rockstream_ops::arrow_rows::arrow_error)
+            RecordBatch::try_new(converted.clone(), columns)
+                .map_err(rockstream_ops::arrow_rows::arrow_error)
         })
         .collect::<RsResult<Vec<_>>>()?;
-    Ok(StatementResult::Query { schema: converted, batches })
+    Ok(StatementResult::Query {
+        schema: converted,
+        batches,
+    })
 }
 
 pub(crate) fn renamed_schema(schema: SchemaRef, names: Option<Vec<String>>) -> SchemaRef {

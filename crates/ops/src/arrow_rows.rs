@@ -126,7 +126,11 @@ pub fn rows_to_batch(
 /// A duration (e.g. `timestamp - timestamp`) as PostgreSQL shows it: whole
 /// days and the remaining time, as an interval.
 pub fn duration_to_interval(array: &ArrayRef) -> RsResult<ArrayRef> {
-    let nanoseconds = cast(array, &DataType::Duration(datafusion::arrow::datatypes::TimeUnit::Nanosecond)).map_err(arrow_error)?;
+    let nanoseconds = cast(
+        array,
+        &DataType::Duration(datafusion::arrow::datatypes::TimeUnit::Nanosecond),
+    )
+    .map_err(arrow_error)?;
     let nanoseconds = cast(&nanoseconds, &DataType::Int64).map_err(arrow_error)?;
     let values = nanoseconds
         .as_any()
@@ -139,7 +143,11 @@ pub fn duration_to_interval(array: &ArrayRef) -> RsResult<ArrayRef> {
             builder.append_null();
         } else {
             let total = values.value(index);
-            builder.append_value(IntervalMonthDayNano::new(0, (total / DAY) as i32, total % DAY));
+            builder.append_value(IntervalMonthDayNano::new(
+                0,
+                (total / DAY) as i32,
+                total % DAY,
+            ));
         }
     }
     Ok(Arc::new(builder.finish()))
@@ -148,7 +156,11 @@ pub fn duration_to_interval(array: &ArrayRef) -> RsResult<ArrayRef> {
 /// Reads every value of `array` (cast to the canonical type of `sql_type`).
 pub fn array_to_datums(array: &ArrayRef, sql_type: SqlType) -> RsResult<Vec<Datum>> {
     let canonical = arrow_type(sql_type);
-    let array = if matches!(array.data_type(), DataType::Duration(_)) { duration_to_interval(array)? } else { array.clone() };
+    let array = if matches!(array.data_type(), DataType::Duration(_)) {
+        duration_to_interval(array)?
+    } else {
+        array.clone()
+    };
     let array = &array;
     let array = if array.data_type() == &canonical {
         array.clone()

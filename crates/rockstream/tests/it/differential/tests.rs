@@ -142,3 +142,112 @@ async fn oracle_differential_framework_detects_a_wrong_view() {
     assert!(report.contains("only in right"), "{report}");
     assert!(report.contains("seed 1"), "{report}");
 }
+
+/// Every construct of a materialized view the engine maintains, over the
+/// orders/customers tables plus a keyless table with exact duplicate rows.
+fn constructs_scenario() -> Scenario {
+    const KINDS: &[&str] = &["click", "view", "buy"];
+    let mut tables = orders_and_customers_tables();
+    tables.push(TableSpec {
+        name: "events",
+        columns: vec![
+            ColumnSpec::new("kind", "TEXT", Values::Text(KINDS)),
+            ColumnSpec::new("weight", "INT", Values::Integer { min: -2, max: 3 }),
+            ColumnSpec::new("flagged", "BOOLEAN", Values::Boolean),
+        ],
+        primary_key: None,
+    });
+    let views = [
+        (
+            "scalar_expressions",
+            "SELECT id, CASE WHEN amount > 1000 THEN 'big' WHEN amount IS NULL THEN 'unknown' ELSE 'small' END AS size, \
+             COALESCE(region, 'none') AS region, NULLIF(customer_id, 3) AS customer, upper(COALESCE(region, '')) AS up, \
+             length(COALESCE(region, '')) AS len, abs(amount) AS magnitude, amount * 2 - 1 AS arithmetic, \
+             date_trunc('day', created_at) AS day, created_at + INTERVAL '1 day' AS next_day, \
+             CAST(customer_id AS TEXT) || '-' || substr(COALESCE(region, 'x'), 1, 2) AS label \
+             FROM orders WHERE (region IN ('eu', 'us') OR region LIKE 'la%') AND amount BETWEEN 0 AND 40000 \
+             AND NOT (customer_id = 5)",
+        ),
+        ("left_join", "SELECT o.id, c.name FROM orders o LEFT JOIN customers c ON o.customer_id = c.id"),
+        (
+            "right_join_residual",
+            "SELECT c.id, o.id AS order_id FROM orders o RIGHT JOIN customers c ON o.customer_id = c.id AND o.amount > 1000",
+        ),
+        ("full_join", "SELECT c.id AS customer, o.id AS order_id FROM customers c FULL JOIN orders o ON c.id = o.customer_id"),
+        (
+            "exists_semi",
+            "SELECT c.id, c.name FROM customers c WHERE EXISTS (SELECT 1 FROM orders o WHERE o.customer_id = c.id AND o.amount > 100)",
+        ),
+        ("not_exists_anti", "SELECT c.id FROM customers c WHERE NOT EXISTS (SELECT 1 FROM orders o WHERE o.customer_id = c.id)"),
+        ("in_subquery", "SELECT id FROM orders WHERE customer_id IN (SELECT id FROM customers WHERE tier = 'gold')"),
+        (
+            "not_in_subquery",
+            "SELECT id FROM customers WHERE id NOT IN (SELECT customer_id FROM orders WHERE region = 'eu')",
+        ),
+        (
+            "cross_join_small",
+            "SELECT t.tier, r.region FROM (SELECT DISTINCT tier FROM customers) t CROSS JOIN (SELECT DISTINCT region FROM orders) r",
+        ),
+        (
+            "three_way_join",
+            "SELECT o.id, c.name, o2.id AS earlier FROM orders o JOIN customers c ON o.customer_id = c.id \
+             JOIN orders o2 ON o2.customer_id = c.id AND o2.id < o.id",
+        ),
+        (
+            "distinct_count_having",
+            "SELECT customer_id, COUNT(DISTINCT region) AS regions, SUM(amount) AS total FROM orders \
+             GROUP BY customer_id HAVING COUNT(*) > 1",
+        ),
+        ("distinct_rows", "SELECT DISTINCT region, customer_id FROM orders"),
+        ("union_all", "SELECT id, 'order' AS kind FROM orders UNION ALL SELECT id, 'customer' FROM customers"),
+        ("union_set", "SELECT customer_id AS id FROM orders UNION SELECT id FROM customers"),
+        ("except_set", "SELECT customer_id FROM orders EXCEPT SELECT id FROM customers WHERE tier = 'gold'"),
+        ("except_all", "SELECT customer_id FROM orders EXCEPT ALL SELECT id FROM customers"),
+        ("intersect_set", "SELECT customer_id FROM orders INTERSECT SELECT id FROM customers"),
+        ("intersect_all", "SELECT region FROM orders INTERSECT ALL SELECT region FROM orders WHERE amount > 100"),
+        (
+            "empty_global_aggregate",
+            "SELECT COUNT(*) AS n, MAX(amount) AS top, AVG(amount) AS mean, SUM(customer_id) AS customers FROM orders \
+             WHERE region = 'latam' AND amount > 45000",
+        ),
+        ("events_by_kind", "SELECT kind, COUNT(*) AS events, SUM(weight) AS weight, MIN(weight) AS low FROM events GROUP BY kind"),
+        ("distinct_events", "SELECT DISTINCT kind, weight FROM events"),
+        ("revenue_by_region", "SELECT region, COUNT(*) AS orders, SUM(amount) AS revenue FROM orders GROUP BY region"),
+        ("view_over_view", "SELECT region, revenue FROM revenue_by_region WHERE orders > 2"),
+    ];
+    Scenario {
+        name: "constructs",
+        tables,
+        views: views
+            .iter()
+            .map(|(name, query)| ViewSpec::new(name, query))
+            .collect(),
+    }
+}
+
+#[tokio::test]
+async fn differential_every_construct() {
+    let settings = Settings::from_environment();
+    let server = TestServer::start().await;
+    let ours = server.client().await;
+    let oracle_database = OracleDatabase::create("differential_constructs").await;
+    let oracle = oracle_database.client().await;
+    let outcome = run(
+        &constructs_scenario(),
+        &Side {
+            label: "rockstream",
+            client: &ours,
+            view_kind: ViewKind::Materialized,
+        },
+        &Side {
+            label: "postgres",
+            client: &oracle,
+            view_kind: ViewKind::Plain,
+        },
+        &settings,
+    )
+    .await;
+    if let Err(report) = outcome {
+        panic!("{report}\n{}", server.log_tail());
+    }
+}
