@@ -18,7 +18,9 @@ use datafusion::arrow::array::{
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, IntervalMonthDayNano};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
-pub use rockstream_plan::arrow_types::{arrow_error, arrow_type, default_numeric, sql_type_of};
+pub use rockstream_plan::arrow_types::{
+    arrow_error, arrow_type, default_numeric, duration_to_interval, sql_type_of,
+};
 use rockstream_types::{Datum, Interval, Row, RsError, RsResult, SqlType};
 
 /// Builds one Arrow array of canonical type from column `column` of `rows`.
@@ -121,36 +123,6 @@ pub fn rows_to_batch(
             .collect::<Vec<_>>(),
     ));
     RecordBatch::try_new_with_options(schema, columns, &options).map_err(arrow_error)
-}
-
-/// A duration (e.g. `timestamp - timestamp`) as PostgreSQL shows it: whole
-/// days and the remaining time, as an interval.
-pub fn duration_to_interval(array: &ArrayRef) -> RsResult<ArrayRef> {
-    let nanoseconds = cast(
-        array,
-        &DataType::Duration(datafusion::arrow::datatypes::TimeUnit::Nanosecond),
-    )
-    .map_err(arrow_error)?;
-    let nanoseconds = cast(&nanoseconds, &DataType::Int64).map_err(arrow_error)?;
-    let values = nanoseconds
-        .as_any()
-        .downcast_ref::<Int64Array>()
-        .ok_or_else(|| downcast_error(&DataType::Int64))?;
-    const DAY: i64 = 86_400_000_000_000;
-    let mut builder = IntervalMonthDayNanoBuilder::with_capacity(values.len());
-    for index in 0..values.len() {
-        if values.is_null(index) {
-            builder.append_null();
-        } else {
-            let total = values.value(index);
-            builder.append_value(IntervalMonthDayNano::new(
-                0,
-                (total / DAY) as i32,
-                total % DAY,
-            ));
-        }
-    }
-    Ok(Arc::new(builder.finish()))
 }
 
 /// Reads every value of `array` (cast to the canonical type of `sql_type`).

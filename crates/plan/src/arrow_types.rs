@@ -1,6 +1,10 @@
 //! SQL types ↔ Arrow types, and DataFusion/Arrow errors → coded errors.
 
-use datafusion::arrow::datatypes::{DataType, IntervalUnit, TimeUnit};
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, Int64Array, IntervalMonthDayNanoBuilder};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{DataType, IntervalMonthDayNano, IntervalUnit, TimeUnit};
 use datafusion::common::DataFusionError;
 use rockstream_types::datum::{NUMERIC_DEFAULT_SCALE, NUMERIC_PRECISION_MAX};
 use rockstream_types::{codes, RsError, RsResult, SqlType};
@@ -113,4 +117,31 @@ pub fn datafusion_error(error: DataFusionError) -> RsError {
             }
         }
     }
+}
+
+/// A duration (e.g. `timestamp - timestamp`) as PostgreSQL shows it: whole
+/// days and the remaining time, as an interval.
+pub fn duration_to_interval(array: &ArrayRef) -> RsResult<ArrayRef> {
+    let nanoseconds =
+        cast(array, &DataType::Duration(TimeUnit::Nanosecond)).map_err(arrow_error)?;
+    let nanoseconds = cast(&nanoseconds, &DataType::Int64).map_err(arrow_error)?;
+    let values = nanoseconds
+        .as_any()
+        .downcast_ref::<Int64Array>()
+        .ok_or_else(|| RsError::internal("duration did not cast to integers"))?;
+    const DAY: i64 = 86_400_000_000_000;
+    let mut builder = IntervalMonthDayNanoBuilder::with_capacity(values.len());
+    for index in 0..values.len() {
+        if values.is_null(index) {
+            builder.append_null();
+        } else {
+            let total = values.value(index);
+            builder.append_value(IntervalMonthDayNano::new(
+                0,
+                (total / DAY) as i32,
+                total % DAY,
+            ));
+        }
+    }
+    Ok(Arc::new(builder.finish()))
 }

@@ -10,6 +10,7 @@
 
 mod column_names;
 mod pg_aggregates;
+mod pg_intervals;
 mod resolver;
 mod set_operations;
 mod translate;

@@ -35,6 +35,7 @@ pub fn new_context(resolver: Arc<dyn TableResolver>) -> SessionContext {
     }
     let context = SessionContext::new_with_config(config);
     context.add_analyzer_rule(Arc::new(crate::pg_aggregates::PostgresAggregateTypes));
+    context.add_analyzer_rule(Arc::new(crate::pg_intervals::PostgresIntervals));
     let catalog = MemoryCatalogProvider::new();
     let schema: Arc<dyn SchemaProvider> = Arc::new(ResolverSchema { resolver });
     let _ = datafusion::catalog::CatalogProvider::register_schema(&catalog, "public", schema);
