@@ -26,10 +26,8 @@ use rockstream_types::encoding::{
 use rockstream_types::{codes, Datum, ObjectId, Row, RsError, RsResult, SqlType, ZSet};
 
 use crate::dataflow::{aggregate_calls_valid, step_node, Node, StepContext};
-use crate::keys::{
-    decode_weight, encode_weight, op_prefix, AGGREGATE, AGGREGATE_DISTINCT, MIN_MAX,
-};
-use crate::state::{ScanOrder, StateStore};
+use crate::keys::{op_prefix, AGGREGATE, AGGREGATE_DISTINCT, MIN_MAX};
+use crate::state::{add_to_count, ScanOrder, StateStore};
 
 #[derive(Debug)]
 pub(crate) struct AggregateNode {
@@ -209,18 +207,8 @@ impl AggregateNode {
     ) -> RsResult<i64> {
         let mut value_key = self.value_key(AGGREGATE_DISTINCT, index, key);
         encode_datum(value, &mut value_key);
-        let old = store
-            .get(&value_key)
-            .await?
-            .map(|bytes| decode_weight(&bytes))
-            .unwrap_or(0);
-        let new = old + weight;
-        assert!(new >= 0, "distinct-aggregate multiset count went negative");
-        if new == 0 {
-            store.delete(value_key);
-        } else {
-            store.put(value_key, encode_weight(new));
-        }
+        let (old, new) =
+            add_to_count(store, value_key, weight, "DISTINCT-aggregate multiset").await?;
         Ok(match (old > 0, new > 0) {
             (false, true) => 1,
             (true, false) => -1,
@@ -238,18 +226,7 @@ impl AggregateNode {
     ) -> RsResult<()> {
         let mut value_key = self.value_key(MIN_MAX, index, key);
         encode_datum(value, &mut value_key);
-        let old = store
-            .get(&value_key)
-            .await?
-            .map(|bytes| decode_weight(&bytes))
-            .unwrap_or(0);
-        let new = old + weight;
-        assert!(new >= 0, "MIN/MAX multiset count went negative");
-        if new == 0 {
-            store.delete(value_key);
-        } else {
-            store.put(value_key, encode_weight(new));
-        }
+        add_to_count(store, value_key, weight, "MIN/MAX multiset").await?;
         Ok(())
     }
 

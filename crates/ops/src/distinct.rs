@@ -13,8 +13,8 @@ use rockstream_plan::SetOperator;
 use rockstream_types::encoding::{decode_row, encode_row, encode_row_into};
 use rockstream_types::{Datum, ObjectId, Row, RsError, RsResult, ZSet};
 
-use crate::keys::{decode_weight, encode_weight, op_prefix, DISTINCT, SET_OPERATION};
-use crate::state::StateStore;
+use crate::keys::{op_prefix, DISTINCT, SET_OPERATION};
+use crate::state::{add_to_count, StateStore};
 
 pub(crate) async fn distinct<S: StateStore>(
     store: &mut S,
@@ -25,18 +25,7 @@ pub(crate) async fn distinct<S: StateStore>(
     for (row, weight) in delta.consolidate().updates {
         let mut key = op_prefix(DISTINCT, op_id);
         encode_row_into(&row, &mut key);
-        let old = store
-            .get(&key)
-            .await?
-            .map(|bytes| decode_weight(&bytes))
-            .unwrap_or(0);
-        let new = old + weight;
-        assert!(new >= 0, "DISTINCT weight went negative");
-        if new == 0 {
-            store.delete(key);
-        } else {
-            store.put(key, encode_weight(new));
-        }
+        let (old, new) = add_to_count(store, key, weight, "DISTINCT").await?;
         match (old > 0, new > 0) {
             (false, true) => out.push(row, 1),
             (true, false) => out.push(row, -1),

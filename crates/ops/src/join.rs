@@ -23,8 +23,8 @@ use rockstream_types::{Datum, ObjectId, Row, RsResult, SqlType, ZSet};
 
 use crate::dataflow::{step_node, unsupported_join, Node, StepContext};
 use crate::expr::{any_null, CompiledExprs};
-use crate::keys::{decode_weight, encode_weight, op_prefix, JOIN_LEFT, JOIN_RIGHT, SET_OPERATION};
-use crate::state::{ScanOrder, StateStore};
+use crate::keys::{decode_weight, op_prefix, JOIN_LEFT, JOIN_RIGHT, SET_OPERATION};
+use crate::state::{add_to_count, ScanOrder, StateStore};
 
 /// Largest number of rows one key of an arrangement may return in one scan.
 pub const KEY_ROWS_MAX: usize = 10_000_000;
@@ -222,21 +222,7 @@ impl JoinNode {
         for (row, weight) in rows {
             let mut stored_key = self.prefix(side, key);
             encode_row_into(row, &mut stored_key);
-            let old = store
-                .get(&stored_key)
-                .await?
-                .map(|bytes| decode_weight(&bytes))
-                .unwrap_or(0);
-            let new = old + weight;
-            assert!(
-                new >= 0,
-                "join arrangement weight went negative: input retracted a row it never inserted"
-            );
-            if new == 0 {
-                store.delete(stored_key);
-            } else {
-                store.put(stored_key, encode_weight(new));
-            }
+            add_to_count(store, stored_key, *weight, "join arrangement").await?;
         }
         Ok(())
     }

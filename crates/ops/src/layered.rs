@@ -1,31 +1,49 @@
-//! A write overlay on top of another [`StateStore`].
+//! A write overlay on top of a readable store.
 //!
-//! Used to run one view's step tentatively: its writes land in the overlay,
-//! and only if the step succeeds are they moved into the epoch's store. A
-//! failing view (e.g. division by zero on some row) thus leaves no trace.
+//! [`OverlayStore`] buffers writes in a sorted map and answers reads from
+//! the buffer first, then from its base. Two uses: an epoch's store is an
+//! overlay over the shard's pinned snapshot (its writes become the epoch's
+//! atomic batch), and one view's step runs in an overlay over the epoch
+//! ([`LayeredStore`]) so a failing view (e.g. division by zero on some row)
+//! leaves no trace: its writes are kept only if the step succeeds.
 
 use std::collections::BTreeMap;
 
 use rockstream_types::RsResult;
 
-use crate::state::{merge_overlay, ScanOrder, StateStore};
+use crate::state::{merge_overlay, ScanOrder, StateRead, StateStore};
 
-pub struct LayeredStore<'a, S: StateStore> {
-    base: &'a mut S,
-    overlay: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+pub struct OverlayStore<B> {
+    base: B,
+    writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
 }
 
-impl<'a, S: StateStore> LayeredStore<'a, S> {
-    pub fn new(base: &'a mut S) -> Self {
-        LayeredStore {
+/// An overlay over a borrowed store, committed into it on success.
+pub type LayeredStore<'a, S> = OverlayStore<&'a mut S>;
+
+impl<B: StateRead> OverlayStore<B> {
+    pub fn new(base: B) -> Self {
+        OverlayStore {
             base,
-            overlay: BTreeMap::new(),
+            writes: BTreeMap::new(),
         }
     }
 
+    /// Number of buffered writes.
+    pub fn pending_writes(&self) -> usize {
+        self.writes.len()
+    }
+
+    /// The buffered writes (`None` = delete), in key order.
+    pub fn into_writes(self) -> BTreeMap<Vec<u8>, Option<Vec<u8>>> {
+        self.writes
+    }
+}
+
+impl<B: StateStore> OverlayStore<B> {
     /// Moves the buffered writes into the base store.
-    pub fn commit(self) {
-        for (key, value) in self.overlay {
+    pub fn commit(mut self) {
+        for (key, value) in std::mem::take(&mut self.writes) {
             match value {
                 Some(value) => self.base.put(key, value),
                 None => self.base.delete(key),
@@ -34,9 +52,9 @@ impl<'a, S: StateStore> LayeredStore<'a, S> {
     }
 }
 
-impl<S: StateStore> StateStore for LayeredStore<'_, S> {
+impl<B: StateRead> StateRead for OverlayStore<B> {
     async fn get(&mut self, key: &[u8]) -> RsResult<Option<Vec<u8>>> {
-        match self.overlay.get(key) {
+        match self.writes.get(key) {
             Some(value) => Ok(value.clone()),
             None => self.base.get(key).await,
         }
@@ -49,10 +67,11 @@ impl<S: StateStore> StateStore for LayeredStore<'_, S> {
         limit: usize,
     ) -> RsResult<Vec<(Vec<u8>, Vec<u8>)>> {
         let pending: Vec<(&Vec<u8>, &Option<Vec<u8>>)> = self
-            .overlay
+            .writes
             .range(prefix.to_vec()..)
             .take_while(|(key, _)| key.starts_with(prefix))
             .collect();
+        // Deleted keys may hide stored ones: read that many more.
         let deleted = pending.iter().filter(|(_, value)| value.is_none()).count();
         let stored = self
             .base
@@ -63,12 +82,14 @@ impl<S: StateStore> StateStore for LayeredStore<'_, S> {
             ScanOrder::Descending => merge_overlay(stored, pending.into_iter().rev(), order, limit),
         })
     }
+}
 
+impl<B: StateRead> StateStore for OverlayStore<B> {
     fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
-        self.overlay.insert(key, Some(value));
+        self.writes.insert(key, Some(value));
     }
 
     fn delete(&mut self, key: Vec<u8>) {
-        self.overlay.insert(key, None);
+        self.writes.insert(key, None);
     }
 }

@@ -17,8 +17,8 @@ pub mod layered;
 pub mod state;
 
 pub use dataflow::Dataflow;
-pub use layered::LayeredStore;
-pub use state::{MemoryStore, ScanOrder, StateStore};
+pub use layered::{LayeredStore, OverlayStore};
+pub use state::{add_to_count, MemoryStore, ScanOrder, StateRead, StateStore};
 
 #[cfg(test)]
 mod proptests;

@@ -19,8 +19,8 @@ pub enum ScanOrder {
     Descending,
 }
 
-/// Read-your-writes key-value state for one epoch.
-pub trait StateStore: Send {
+/// Reads of state: point lookups and bounded prefix scans.
+pub trait StateRead: Send {
     fn get(&mut self, key: &[u8]) -> impl Future<Output = RsResult<Option<Vec<u8>>>> + Send;
 
     /// Up to `limit` entries whose key starts with `prefix`, in `order`.
@@ -30,10 +30,62 @@ pub trait StateStore: Send {
         order: ScanOrder,
         limit: usize,
     ) -> impl Future<Output = RsResult<Vec<(Vec<u8>, Vec<u8>)>>> + Send;
+}
 
+/// Read-your-writes key-value state for one epoch.
+pub trait StateStore: StateRead {
     fn put(&mut self, key: Vec<u8>, value: Vec<u8>);
 
     fn delete(&mut self, key: Vec<u8>);
+}
+
+impl<S: StateRead> StateRead for &mut S {
+    fn get(&mut self, key: &[u8]) -> impl Future<Output = RsResult<Option<Vec<u8>>>> + Send {
+        (**self).get(key)
+    }
+
+    fn scan_prefix(
+        &mut self,
+        prefix: &[u8],
+        order: ScanOrder,
+        limit: usize,
+    ) -> impl Future<Output = RsResult<Vec<(Vec<u8>, Vec<u8>)>>> + Send {
+        (**self).scan_prefix(prefix, order, limit)
+    }
+}
+
+impl<S: StateStore> StateStore for &mut S {
+    fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        (**self).put(key, value)
+    }
+
+    fn delete(&mut self, key: Vec<u8>) {
+        (**self).delete(key)
+    }
+}
+
+/// Adds `change` to the count stored at `key` (absent = 0), deleting the
+/// key when the sum is zero; returns `(old, new)`. A negative sum means an
+/// input retracted what it never inserted: a bug upstream, so it panics.
+pub async fn add_to_count<S: StateStore>(
+    store: &mut S,
+    key: Vec<u8>,
+    change: i64,
+    what: &str,
+) -> RsResult<(i64, i64)> {
+    let old = store
+        .get(&key)
+        .await?
+        .map(|bytes| crate::keys::decode_weight(&bytes))
+        .unwrap_or(0);
+    let new = old + change;
+    assert!(new >= 0, "{what} count went negative");
+    if new == 0 {
+        store.delete(key);
+    } else {
+        store.put(key, crate::keys::encode_weight(new));
+    }
+    Ok((old, new))
 }
 
 /// A `BTreeMap` store: what a committed SlateDB shard looks like, minus
@@ -43,7 +95,7 @@ pub struct MemoryStore {
     pub entries: BTreeMap<Vec<u8>, Vec<u8>>,
 }
 
-impl StateStore for MemoryStore {
+impl StateRead for MemoryStore {
     async fn get(&mut self, key: &[u8]) -> RsResult<Option<Vec<u8>>> {
         Ok(self.entries.get(key).cloned())
     }
@@ -74,7 +126,9 @@ impl StateStore for MemoryStore {
         };
         Ok(entries)
     }
+}
 
+impl StateStore for MemoryStore {
     fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
         self.entries.insert(key, value);
     }
