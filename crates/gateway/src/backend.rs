@@ -10,7 +10,7 @@ use datafusion::arrow::datatypes::{
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::sql::sqlparser::ast::{
     CopyOption, CopySource, CopyTarget as SqlCopyTarget, Expr as SqlExpr, FromTable, ObjectType,
-    Statement, TableFactor, TableObject,
+    Statement, TableFactor, TableObject, TransactionIsolationLevel, TransactionMode,
 };
 use rockstream_common::Runtime;
 use rockstream_control::{CatalogEntry, Database, ObjectKind};
@@ -163,7 +163,34 @@ impl Gateway {
                 rename_columns(result, pg_column_names(query))
             }
             Statement::Explain { .. } => self.select(session, &statement.to_string()).await,
-            Statement::StartTransaction { .. } => {
+            Statement::StartTransaction { modes, .. } => {
+                let serializable = modes.iter().any(|mode| {
+                    matches!(
+                        mode,
+                        TransactionMode::IsolationLevel(TransactionIsolationLevel::Serializable)
+                    )
+                });
+                if serializable {
+                    return Err(RsError::new(
+                        &codes::ISOLATION_SERIALIZABLE_NOT_SUPPORTED,
+                        "SERIALIZABLE isolation is not supported",
+                    ));
+                }
+                let snapshot_isolation = modes.iter().any(|mode| {
+                    matches!(
+                        mode,
+                        TransactionMode::IsolationLevel(
+                            TransactionIsolationLevel::RepeatableRead
+                                | TransactionIsolationLevel::Snapshot
+                        )
+                    )
+                });
+                if snapshot_isolation {
+                    return Err(RsError::new(
+                        &codes::ISOLATION_LEVEL_NOT_SUPPORTED,
+                        "REPEATABLE READ isolation is not supported yet",
+                    ));
+                }
                 if !in_explicit {
                     session.transaction = Some(Transaction {
                         explicit: true,

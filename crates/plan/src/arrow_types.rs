@@ -77,11 +77,20 @@ pub fn arrow_error(error: datafusion::arrow::error::ArrowError) -> RsError {
     use datafusion::arrow::error::ArrowError;
     match &error {
         ArrowError::DivideByZero => RsError::new(&codes::DIVISION_BY_ZERO, "division by zero"),
-        ArrowError::CastError(_)
-        | ArrowError::ComputeError(_)
-        | ArrowError::ArithmeticOverflow(_)
-        | ArrowError::InvalidArgumentError(_)
-        | ArrowError::ParseError(_) => RsError::new(&codes::EXECUTION_ERROR, error.to_string()),
+        ArrowError::CastError(_) | ArrowError::ParseError(_) => {
+            RsError::new(&codes::INVALID_INPUT_VALUE, error.to_string())
+        }
+        ArrowError::ArithmeticOverflow(_) => {
+            RsError::new(&codes::NUMERIC_OUT_OF_RANGE, error.to_string())
+        }
+        ArrowError::InvalidArgumentError(message)
+            if message.contains("too large") || message.contains("overflow") =>
+        {
+            RsError::new(&codes::NUMERIC_OUT_OF_RANGE, error.to_string())
+        }
+        ArrowError::ComputeError(_) | ArrowError::InvalidArgumentError(_) => {
+            RsError::new(&codes::EXECUTION_ERROR, error.to_string())
+        }
         _ => RsError::internal(error.to_string()),
     }
 }

@@ -57,7 +57,7 @@ pub mod codes {
         UNSUPPORTED_SQL_CONSTRUCT = (2001, "view.unsupported_sql_construct", "0A000",
             "Rewrite the view without the named construct; plain SELECT/JOIN/GROUP BY/UNION forms are maintained incrementally.");
         ISOLATION_SERIALIZABLE_NOT_SUPPORTED = (2003, "isolation.serializable_not_supported", "0A000",
-            "Use READ COMMITTED or REPEATABLE READ.");
+            "Use READ COMMITTED (the default): BEGIN without an isolation level.");
         OPTIMISTIC_CONFLICT = (2008, "transaction.optimistic_conflict", "40001",
             "Another transaction changed the same rows first; retry the transaction.");
         SYNTAX_ERROR = (2020, "sql.syntax_error", "42601",
@@ -78,6 +78,8 @@ pub mod codes {
             "A row in the view's inputs makes its definition fail (the message names the cause); fix or delete that row and the view heals on the next commit.");
         DDL_IN_TRANSACTION = (2028, "transaction.ddl_in_transaction_block", "25001",
             "Run CREATE/DROP outside BEGIN ... COMMIT.");
+        ISOLATION_LEVEL_NOT_SUPPORTED = (2030, "isolation.level_not_supported", "0A000",
+            "Use READ COMMITTED (the default): each statement sees every commit acknowledged before it started.");
         DIVISION_BY_ZERO = (2029, "sql.division_by_zero", "22012",
             "Guard the divisor, e.g. NULLIF(divisor, 0).");
         // Direct-write transactions: 2200–2299.
