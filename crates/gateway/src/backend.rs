@@ -118,24 +118,11 @@ impl Gateway {
                 "current transaction is aborted, commands ignored until end of transaction block",
             ));
         }
-        let in_explicit = session
-            .transaction
-            .as_ref()
-            .is_some_and(|transaction| transaction.explicit);
-        let saved = session
-            .transaction
-            .as_ref()
-            .map(|transaction| transaction.tables.clone());
+        let in_explicit = session.in_explicit_transaction();
+        let savepoint = session.savepoint();
         let result = self.dispatch(session, statement, in_explicit).await;
-        match (&result, in_explicit) {
-            (Err(_), true) if !ends_transaction => {
-                if let Some(transaction) = session.transaction.as_mut() {
-                    transaction.tables = saved.unwrap_or_default();
-                    transaction.aborted = true;
-                }
-            }
-            (Err(_), false) => session.transaction = None,
-            _ => {}
+        if result.is_err() && !(in_explicit && ends_transaction) {
+            session.statement_failed(savepoint);
         }
         result
     }

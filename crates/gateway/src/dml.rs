@@ -157,6 +157,22 @@ fn check_not_null(entry: &CatalogEntry, row: &Row) -> RsResult<()> {
     Ok(())
 }
 
+/// The transaction's pending changes to `entry` (opening the implicit
+/// transaction of a statement if none is open).
+fn pending_table<'a>(
+    session: &'a mut GatewaySession,
+    entry: &CatalogEntry,
+) -> &'a mut PendingTable {
+    let transaction = session.transaction.get_or_insert_with(Default::default);
+    transaction
+        .tables
+        .entry(entry.id)
+        .or_insert_with(|| PendingTable {
+            name: entry.name.clone(),
+            rows: Default::default(),
+        })
+}
+
 /// Adds new rows to the transaction, refusing duplicate primary keys.
 /// With `check_storage` false (bulk COPY) a key that already exists in
 /// storage is caught by the engine at commit instead of here, saving a read
@@ -170,14 +186,7 @@ pub async fn insert_rows(
 ) -> RsResult<u64> {
     let snapshot = gateway.database().engine().published().snapshot;
     let count = rows.len() as u64;
-    let transaction = session.transaction.get_or_insert_with(Default::default);
-    let table = transaction
-        .tables
-        .entry(entry.id)
-        .or_insert_with(|| PendingTable {
-            name: entry.name.clone(),
-            rows: Default::default(),
-        });
+    let table = pending_table(session, entry);
     if table.rows.len() + rows.len() > TRANSACTION_ROWS_MAX {
         return Err(RsError::new(
             &codes::WRITE_BUFFER_FULL,
@@ -283,14 +292,7 @@ pub async fn modify(
         }
     }
     let count = changes.len() as u64;
-    let transaction = session.transaction.get_or_insert_with(Default::default);
-    let table = transaction
-        .tables
-        .entry(entry.id)
-        .or_insert_with(|| PendingTable {
-            name: entry.name.clone(),
-            rows: Default::default(),
-        });
+    let table = pending_table(session, entry);
     let primary_key_changes = !delete
         && assigned
             .iter()

@@ -25,3 +25,35 @@ pub struct GatewaySession {
     pub namespace: String,
     pub transaction: Option<Transaction>,
 }
+
+/// What a failed statement restores: the transaction's tables before it.
+pub type Savepoint = Option<BTreeMap<ObjectId, PendingTable>>;
+
+impl GatewaySession {
+    /// Inside `BEGIN ... COMMIT`.
+    pub fn in_explicit_transaction(&self) -> bool {
+        self.transaction
+            .as_ref()
+            .is_some_and(|transaction| transaction.explicit)
+    }
+
+    /// Taken before a statement runs, for statement-level atomicity.
+    pub fn savepoint(&self) -> Savepoint {
+        self.transaction
+            .as_ref()
+            .map(|transaction| transaction.tables.clone())
+    }
+
+    /// A statement failed: it changes nothing. Inside `BEGIN` the
+    /// transaction becomes aborted (PostgreSQL's behaviour); outside, the
+    /// statement's implicit transaction is dropped.
+    pub fn statement_failed(&mut self, savepoint: Savepoint) {
+        match self.transaction.as_mut() {
+            Some(transaction) if transaction.explicit => {
+                transaction.tables = savepoint.unwrap_or_default();
+                transaction.aborted = true;
+            }
+            _ => self.transaction = None,
+        }
+    }
+}

@@ -208,14 +208,8 @@ impl Backend for Gateway {
         rows: Vec<Vec<Option<String>>>,
     ) -> Result<u64, RsError> {
         let entry = self.entry(session, &target.table, Some(ObjectKind::Table))?;
-        let in_explicit = session
-            .transaction
-            .as_ref()
-            .is_some_and(|transaction| transaction.explicit);
-        let saved = session
-            .transaction
-            .as_ref()
-            .map(|transaction| transaction.tables.clone());
+        let in_explicit = session.in_explicit_transaction();
+        let savepoint = session.savepoint();
         let result = async {
             let typed = dml::copy_rows(&entry, &target.columns, rows)?;
             let count = dml::insert_rows(self, session, &entry, typed, false).await?;
@@ -224,13 +218,7 @@ impl Backend for Gateway {
         }
         .await;
         if result.is_err() {
-            match session.transaction.as_mut() {
-                Some(transaction) if in_explicit => {
-                    transaction.tables = saved.unwrap_or_default();
-                    transaction.aborted = true;
-                }
-                _ => session.transaction = None,
-            }
+            session.statement_failed(savepoint);
         }
         result
     }

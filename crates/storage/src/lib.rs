@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use slatedb::config::{ScanOptions, Settings};
 use slatedb::object_store::ObjectStore;
-use slatedb::{Db, DbSnapshot, IterationOrder, WriteBatch};
+use slatedb::{Db, DbIterator, DbSnapshot, IterationOrder, WriteBatch};
 
 use rockstream_ops::keys;
 use rockstream_ops::ScanOrder;
@@ -191,23 +191,12 @@ impl Snapshot {
             },
             ..ScanOptions::default()
         };
-        let mut iterator = self
+        let iterator = self
             .inner
             .scan_prefix_with_options(prefix, .., &options)
             .await
             .map_err(|error| storage_error(&self.name, error))?;
-        let mut out = Vec::new();
-        while out.len() < limit {
-            match iterator
-                .next()
-                .await
-                .map_err(|error| storage_error(&self.name, error))?
-            {
-                Some(entry) => out.push((entry.key.to_vec(), entry.value.to_vec())),
-                None => break,
-            }
-        }
-        Ok(out)
+        self.collect(iterator, limit).await
     }
 
     /// Entries with `prefix` strictly after `after` (or from the start), at
@@ -217,7 +206,7 @@ impl Snapshot {
         prefix: &[u8],
         after: Option<&[u8]>,
     ) -> RsResult<Vec<(Vec<u8>, Vec<u8>)>> {
-        let mut iterator = match after {
+        let iterator = match after {
             Some(after) => {
                 let suffix = after[prefix.len()..].to_vec();
                 self.inner
@@ -233,8 +222,17 @@ impl Snapshot {
             None => self.inner.scan_prefix(prefix, ..).await,
         }
         .map_err(|error| storage_error(&self.name, error))?;
+        self.collect(iterator, SCAN_CHUNK_ROWS_MAX).await
+    }
+
+    /// Reads up to `limit` entries from `iterator`.
+    async fn collect(
+        &self,
+        mut iterator: DbIterator,
+        limit: usize,
+    ) -> RsResult<Vec<(Vec<u8>, Vec<u8>)>> {
         let mut out = Vec::new();
-        while out.len() < SCAN_CHUNK_ROWS_MAX {
+        while out.len() < limit {
             match iterator
                 .next()
                 .await
