@@ -34,6 +34,10 @@ pub const FORMAT_VERSION_MIN: u8 = 1;
 /// How often SlateDB flushes its WAL: the latency floor of a commit.
 pub const WAL_FLUSH_INTERVAL: Duration = Duration::from_millis(1);
 
+/// Bound on memtable data not yet flushed to storage; writers wait beyond
+/// it (SlateDB's default, 1 GiB, is too much for a laptop-sized process).
+pub const UNFLUSHED_BYTES_MAX: usize = 256 * 1024 * 1024;
+
 /// A shard's SlateDB.
 pub struct ShardDb {
     db: Db,
@@ -45,6 +49,7 @@ impl ShardDb {
     pub async fn open(store: Arc<dyn ObjectStore>, path: &str) -> RsResult<ShardDb> {
         let settings = Settings {
             flush_interval: Some(WAL_FLUSH_INTERVAL),
+            max_unflushed_bytes: UNFLUSHED_BYTES_MAX,
             ..Settings::default()
         };
         let db = Db::builder(path.to_string(), store)
