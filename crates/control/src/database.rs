@@ -347,32 +347,25 @@ impl Database {
     }
 
     async fn durable_put(&self, key: &[u8], value: &[u8]) -> RsResult<()> {
-        let handle = self
-            .control
-            .put(key, value)
-            .await
-            .map_err(|error| storage_error(CONTROL_PATH, error))?;
-        handle
-            .await_durable()
-            .await
-            .map_err(|error| storage_error(CONTROL_PATH, error))
+        durable(self.control.put(key, value).await).await
     }
 
     async fn durable_delete(&self, key: &[u8]) -> RsResult<()> {
-        let handle = self
-            .control
-            .delete(key)
-            .await
-            .map_err(|error| storage_error(CONTROL_PATH, error))?;
-        handle
-            .await_durable()
-            .await
-            .map_err(|error| storage_error(CONTROL_PATH, error))
+        durable(self.control.delete(key).await).await
     }
 
     pub async fn close(&self) {
         let _ = self.control.close().await;
     }
+}
+
+/// Waits until a control-database write is durable.
+async fn durable(written: Result<slatedb::WriteHandle, slatedb::Error>) -> RsResult<()> {
+    let handle = written.map_err(|error| storage_error(CONTROL_PATH, error))?;
+    handle
+        .await_durable()
+        .await
+        .map_err(|error| storage_error(CONTROL_PATH, error))
 }
 
 fn already_exists(name: &str) -> RsError {

@@ -119,7 +119,12 @@ impl Gateway {
             ));
         }
         let in_explicit = session.in_explicit_transaction();
-        let savepoint = session.savepoint();
+        // Copying the buffered changes is only needed when the statement writes.
+        let writes = matches!(
+            statement,
+            Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_)
+        );
+        let savepoint = writes.then(|| session.savepoint());
         let result = self.dispatch(session, statement, in_explicit).await;
         if result.is_err() && !(in_explicit && ends_transaction) {
             session.statement_failed(savepoint);

@@ -47,10 +47,14 @@ impl GatewaySession {
     /// A statement failed: it changes nothing. Inside `BEGIN` the
     /// transaction becomes aborted (PostgreSQL's behaviour); outside, the
     /// statement's implicit transaction is dropped.
-    pub fn statement_failed(&mut self, savepoint: Savepoint) {
+    /// `savepoint` is `None` for statements that never write, whose failure
+    /// leaves the buffered changes as they were.
+    pub fn statement_failed(&mut self, savepoint: Option<Savepoint>) {
         match self.transaction.as_mut() {
             Some(transaction) if transaction.explicit => {
-                transaction.tables = savepoint.unwrap_or_default();
+                if let Some(savepoint) = savepoint {
+                    transaction.tables = savepoint.unwrap_or_default();
+                }
                 transaction.aborted = true;
             }
             _ => self.transaction = None,

@@ -209,7 +209,7 @@ impl Backend for Gateway {
     ) -> Result<u64, RsError> {
         let entry = self.entry(session, &target.table, Some(ObjectKind::Table))?;
         let in_explicit = session.in_explicit_transaction();
-        let savepoint = session.savepoint();
+        let savepoint = Some(session.savepoint());
         let result = async {
             let typed = dml::copy_rows(&entry, &target.columns, rows)?;
             let count = dml::insert_rows(self, session, &entry, typed, false).await?;

@@ -147,8 +147,13 @@ impl AggregateNode {
                     call.function,
                     AggregateFunction::Min | AggregateFunction::Max
                 ) {
-                    self.update_multiset(store, index, key, value, weight)
-                        .await?;
+                    add_to_count(
+                        store,
+                        self.multiset_key(MIN_MAX, index, key, value),
+                        weight,
+                        "MIN/MAX multiset",
+                    )
+                    .await?;
                     extremum_changed[index] = true;
                 } else {
                     accumulate(&mut state.partials[index], call, value, weight)?;
@@ -205,8 +210,7 @@ impl AggregateNode {
         value: &Datum,
         weight: i64,
     ) -> RsResult<i64> {
-        let mut value_key = self.value_key(AGGREGATE_DISTINCT, index, key);
-        encode_datum(value, &mut value_key);
+        let value_key = self.multiset_key(AGGREGATE_DISTINCT, index, key, value);
         let (old, new) =
             add_to_count(store, value_key, weight, "DISTINCT-aggregate multiset").await?;
         Ok(match (old > 0, new > 0) {
@@ -216,18 +220,11 @@ impl AggregateNode {
         })
     }
 
-    async fn update_multiset<S: StateStore>(
-        &self,
-        store: &mut S,
-        index: usize,
-        key: &[u8],
-        value: &Datum,
-        weight: i64,
-    ) -> RsResult<()> {
-        let mut value_key = self.value_key(MIN_MAX, index, key);
+    /// `kind op_id agg key value`: one value's entry in a group's multiset.
+    fn multiset_key(&self, kind: [u8; 2], index: usize, key: &[u8], value: &Datum) -> Vec<u8> {
+        let mut value_key = self.value_key(kind, index, key);
         encode_datum(value, &mut value_key);
-        add_to_count(store, value_key, weight, "MIN/MAX multiset").await?;
-        Ok(())
+        value_key
     }
 
     async fn extremum<S: StateStore>(

@@ -67,6 +67,9 @@ async fn oracle_passes_slt_files() {
     );
 }
 
+/// Not a gate but a tool: rewrites the expected results of our .slt files from PostgreSQL's
+/// output, so a human reviews the diff. `cargo test -p rockstream --test it -- --ignored
+/// oracle_complete_slt_files`
 #[tokio::test]
 #[ignore = "rewrites tests/slt/*.slt in place; run by hand and review the diff"]
 async fn oracle_complete_slt_files() {
