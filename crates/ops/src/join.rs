@@ -24,7 +24,7 @@ use rockstream_types::{Datum, ObjectId, Row, RsResult, SqlType, ZSet};
 use crate::dataflow::{step_node, unsupported_join, Node, StepContext};
 use crate::expr::{any_null, CompiledExprs};
 use crate::keys::{decode_weight, op_prefix, JOIN_LEFT, JOIN_RIGHT, SET_OPERATION};
-use crate::state::{add_to_count, ScanOrder, StateStore};
+use crate::state::{update_count, ScanOrder, StateStore};
 
 /// Largest number of rows one key of an arrangement may return in one scan.
 pub const KEY_ROWS_MAX: usize = 10_000_000;
@@ -222,7 +222,7 @@ impl JoinNode {
         for (row, weight) in rows {
             let mut stored_key = self.prefix(side, key);
             encode_row_into(row, &mut stored_key);
-            add_to_count(store, stored_key, *weight, "join arrangement").await?;
+            update_count(store, stored_key, *weight, "join arrangement").await?;
         }
         Ok(())
     }

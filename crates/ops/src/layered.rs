@@ -11,11 +11,11 @@ use std::collections::BTreeMap;
 
 use rockstream_types::RsResult;
 
-use crate::state::{merge_overlay, ScanOrder, StateRead, StateStore};
+use crate::state::{merge_overlay, ScanOrder, StateRead, StateStore, Write};
 
 pub struct OverlayStore<B> {
     base: B,
-    writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    writes: BTreeMap<Vec<u8>, Write>,
 }
 
 /// An overlay over a borrowed store, committed into it on success.
@@ -34,8 +34,8 @@ impl<B: StateRead> OverlayStore<B> {
         self.writes.len()
     }
 
-    /// The buffered writes (`None` = delete), in key order.
-    pub fn into_writes(self) -> BTreeMap<Vec<u8>, Option<Vec<u8>>> {
+    /// The buffered writes, in key order.
+    pub fn into_writes(self) -> BTreeMap<Vec<u8>, Write> {
         self.writes
     }
 }
@@ -43,10 +43,11 @@ impl<B: StateRead> OverlayStore<B> {
 impl<B: StateStore> OverlayStore<B> {
     /// Moves the buffered writes into the base store.
     pub fn commit(mut self) {
-        for (key, value) in std::mem::take(&mut self.writes) {
-            match value {
-                Some(value) => self.base.put(key, value),
-                None => self.base.delete(key),
+        for (key, write) in std::mem::take(&mut self.writes) {
+            match write {
+                Write::Put(value) => self.base.put(key, value),
+                Write::Delete => self.base.delete(key),
+                Write::AddCount(change) => self.base.add_count(key, change),
             }
         }
     }
@@ -55,7 +56,12 @@ impl<B: StateStore> OverlayStore<B> {
 impl<B: StateRead> StateRead for OverlayStore<B> {
     async fn get(&mut self, key: &[u8]) -> RsResult<Option<Vec<u8>>> {
         match self.writes.get(key) {
-            Some(value) => Ok(value.clone()),
+            Some(Write::AddCount(change)) => {
+                let change = *change;
+                let below = self.base.get(key).await?;
+                Ok(Write::AddCount(change).apply(below))
+            }
+            Some(write) => Ok(write.apply(None)),
             None => self.base.get(key).await,
         }
     }
@@ -66,16 +72,16 @@ impl<B: StateRead> StateRead for OverlayStore<B> {
         order: ScanOrder,
         limit: usize,
     ) -> RsResult<Vec<(Vec<u8>, Vec<u8>)>> {
-        let pending: Vec<(&Vec<u8>, &Option<Vec<u8>>)> = self
+        let pending: Vec<(&Vec<u8>, &Write)> = self
             .writes
             .range(prefix.to_vec()..)
             .take_while(|(key, _)| key.starts_with(prefix))
             .collect();
-        // Deleted keys may hide stored ones: read that many more.
-        let deleted = pending.iter().filter(|(_, value)| value.is_none()).count();
+        // Deletes and retractions may hide stored keys: read that many more.
+        let hiding = pending.iter().filter(|(_, write)| write.may_hide()).count();
         let stored = self
             .base
-            .scan_prefix(prefix, order, limit.saturating_add(deleted))
+            .scan_prefix(prefix, order, limit.saturating_add(hiding))
             .await?;
         Ok(match order {
             ScanOrder::Ascending => merge_overlay(stored, pending.into_iter(), order, limit),
@@ -86,10 +92,137 @@ impl<B: StateRead> StateRead for OverlayStore<B> {
 
 impl<B: StateRead> StateStore for OverlayStore<B> {
     fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
-        self.writes.insert(key, Some(value));
+        self.writes.insert(key, Write::Put(value));
     }
 
     fn delete(&mut self, key: Vec<u8>) {
-        self.writes.insert(key, None);
+        self.writes.insert(key, Write::Delete);
+    }
+
+    fn add_count(&mut self, key: Vec<u8>, change: i64) {
+        use std::collections::btree_map::Entry;
+        match self.writes.entry(key) {
+            Entry::Vacant(entry) => {
+                entry.insert(Write::AddCount(change));
+            }
+            Entry::Occupied(mut entry) => match entry.get() {
+                Write::AddCount(earlier) if earlier + change == 0 => {
+                    entry.remove();
+                }
+                Write::AddCount(earlier) => {
+                    let combined = earlier + change;
+                    entry.insert(Write::AddCount(combined));
+                }
+                // The key's value is known here: keep it known.
+                known => {
+                    let value = Write::AddCount(change).apply(known.apply(None));
+                    entry.insert(value.map_or(Write::Delete, Write::Put));
+                }
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Goal: an overlay (and an overlay of an overlay, committed into it)
+    //! reads exactly like applying its writes to the base directly,
+    //! including blind count additions.
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::keys::{decode_weight, encode_weight};
+    use crate::state::{add_to_count, MemoryStore};
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Put(u8, i64),
+        Delete(u8),
+        AddCount(u8, i64),
+        /// A read-modify-write, as `update_count` does for decrements.
+        Decrement(u8),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0u8..12, 1i64..4).prop_map(|(k, v)| Op::Put(k, v)),
+            (0u8..12).prop_map(Op::Delete),
+            (0u8..12, 1i64..4).prop_map(|(k, v)| Op::AddCount(k, v)),
+            (0u8..12).prop_map(Op::Decrement),
+        ]
+    }
+
+    fn key(k: u8) -> Vec<u8> {
+        vec![b'p', k]
+    }
+
+    async fn apply<S: StateStore>(store: &mut S, op: &Op) {
+        match op {
+            Op::Put(k, v) => store.put(key(*k), encode_weight(*v)),
+            Op::Delete(k) => store.delete(key(*k)),
+            Op::AddCount(k, v) => store.add_count(key(*k), *v),
+            Op::Decrement(k) => {
+                let present = store.get(&key(*k)).await.unwrap().is_some();
+                if present {
+                    add_to_count(store, key(*k), -1, "test").await.unwrap();
+                }
+            }
+        }
+    }
+
+    async fn contents<S: StateStore>(
+        store: &mut S,
+        order: ScanOrder,
+        limit: usize,
+    ) -> Vec<(u8, i64)> {
+        let mut out = Vec::new();
+        for (k, v) in store.scan_prefix(b"p", order, limit).await.unwrap() {
+            out.push((k[1], decode_weight(&v)));
+        }
+        for k in 0..12u8 {
+            let point = store.get(&key(k)).await.unwrap().map(|v| decode_weight(&v));
+            let scanned = store
+                .scan_prefix(b"p", ScanOrder::Ascending, usize::MAX)
+                .await
+                .unwrap()
+                .into_iter()
+                .find(|(stored, _)| stored[1] == k)
+                .map(|(_, v)| decode_weight(&v));
+            assert_eq!(point, scanned, "get and scan disagree on key {k}");
+        }
+        out
+    }
+
+    proptest! {
+        #[test]
+        fn overlays_read_like_their_base(
+            base_ops in proptest::collection::vec(op(), 0..20),
+            outer_ops in proptest::collection::vec(op(), 0..20),
+            inner_ops in proptest::collection::vec(op(), 0..20),
+            limit in 1usize..14,
+            descending: bool,
+        ) {
+            let order = if descending { ScanOrder::Descending } else { ScanOrder::Ascending };
+            futures::executor::block_on(async {
+                let mut model = MemoryStore::default();
+                for op in &base_ops {
+                    apply(&mut model, op).await;
+                }
+                let mut outer = OverlayStore::new(model.clone());
+                for op in &outer_ops {
+                    apply(&mut model, op).await;
+                    apply(&mut outer, op).await;
+                }
+                assert_eq!(contents(&mut outer, order, limit).await, contents(&mut model, order, limit).await);
+                let mut inner = LayeredStore::new(&mut outer);
+                for op in &inner_ops {
+                    apply(&mut model, op).await;
+                    apply(&mut inner, op).await;
+                }
+                assert_eq!(contents(&mut inner, order, limit).await, contents(&mut model, order, limit).await);
+                inner.commit();
+                assert_eq!(contents(&mut outer, order, limit).await, contents(&mut model, order, limit).await);
+            });
+        }
     }
 }

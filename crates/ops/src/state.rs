@@ -33,10 +33,52 @@ pub trait StateRead: Send {
 }
 
 /// Read-your-writes key-value state for one epoch.
+///
+/// Besides plain puts and deletes a store takes *blind count additions*:
+/// [`StateStore::add_count`] adds to the count stored at a key (an 8-byte
+/// weight, absent = 0) without reading it, and a count that sums to zero
+/// reads as absent. Storage turns these into merge operands summed by
+/// SlateDB (DESIGN §6.2), so maintaining arrangements and view output costs
+/// no reads.
 pub trait StateStore: StateRead {
     fn put(&mut self, key: Vec<u8>, value: Vec<u8>);
 
     fn delete(&mut self, key: Vec<u8>);
+
+    /// Adds `change` to the count at `key` without reading it.
+    fn add_count(&mut self, key: Vec<u8>, change: i64);
+}
+
+/// One buffered write of an overlay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Write {
+    Put(Vec<u8>),
+    Delete,
+    /// A blind addition to the count at the key.
+    AddCount(i64),
+}
+
+impl Write {
+    /// The value this write leaves at its key, given the value beneath it.
+    pub fn apply(&self, below: Option<Vec<u8>>) -> Option<Vec<u8>> {
+        match self {
+            Write::Put(value) => Some(value.clone()),
+            Write::Delete => None,
+            Write::AddCount(change) => {
+                count_value(below.as_deref().map_or(0, crate::keys::decode_weight) + change)
+            }
+        }
+    }
+
+    /// True when the write may make a stored key read as absent.
+    pub fn may_hide(&self) -> bool {
+        matches!(self, Write::Delete | Write::AddCount(i64::MIN..=-1))
+    }
+}
+
+/// The stored form of a count: absent when zero.
+fn count_value(count: i64) -> Option<Vec<u8>> {
+    (count != 0).then(|| crate::keys::encode_weight(count))
 }
 
 impl<S: StateRead> StateRead for &mut S {
@@ -62,6 +104,10 @@ impl<S: StateStore> StateStore for &mut S {
     fn delete(&mut self, key: Vec<u8>) {
         (**self).delete(key)
     }
+
+    fn add_count(&mut self, key: Vec<u8>, change: i64) {
+        (**self).add_count(key, change)
+    }
 }
 
 /// Adds `change` to the count stored at `key` (absent = 0), deleting the
@@ -86,6 +132,24 @@ pub async fn add_to_count<S: StateStore>(
         store.put(key, crate::keys::encode_weight(new));
     }
     Ok((old, new))
+}
+
+/// Adds `change` to the count at `key` when the old count is not needed:
+/// a blind [`StateStore::add_count`] when the count grows, a read and a
+/// write when it shrinks, so a count that reaches zero is deleted and stored
+/// counts are never zero.
+pub async fn update_count<S: StateStore>(
+    store: &mut S,
+    key: Vec<u8>,
+    change: i64,
+    what: &str,
+) -> RsResult<()> {
+    if change > 0 {
+        store.add_count(key, change);
+    } else if change < 0 {
+        add_to_count(store, key, change, what).await?;
+    }
+    Ok(())
 }
 
 /// A `BTreeMap` store: what a committed SlateDB shard looks like, minus
@@ -136,13 +200,21 @@ impl StateStore for MemoryStore {
     fn delete(&mut self, key: Vec<u8>) {
         self.entries.remove(&key);
     }
+
+    fn add_count(&mut self, key: Vec<u8>, change: i64) {
+        let old = self.entries.remove(&key);
+        if let Some(value) = Write::AddCount(change).apply(old) {
+            self.entries.insert(key, value);
+        }
+    }
 }
 
-/// Merges a sorted overlay of pending writes (`None` = deleted) with sorted
-/// entries read from storage. Both inputs are in `order`; the overlay wins.
+/// Merges a sorted overlay of pending writes with sorted entries read from
+/// storage. Both inputs are in `order`; the overlay's writes apply on top of
+/// the stored values.
 pub fn merge_overlay<'a>(
     stored: Vec<(Vec<u8>, Vec<u8>)>,
-    overlay: impl Iterator<Item = (&'a Vec<u8>, &'a Option<Vec<u8>>)>,
+    overlay: impl Iterator<Item = (&'a Vec<u8>, &'a Write)>,
     order: ScanOrder,
     limit: usize,
 ) -> Vec<(Vec<u8>, Vec<u8>)> {
@@ -154,26 +226,28 @@ pub fn merge_overlay<'a>(
         ScanOrder::Descending => a > b,
     };
     while out.len() < limit {
-        let take_overlay = match (stored.peek(), overlay.peek()) {
+        let below = match (stored.peek(), overlay.peek()) {
             (None, None) => break,
-            (Some(_), None) => false,
-            (None, Some(_)) => true,
+            (Some(_), None) => None,
+            (None, Some(_)) => Some(None),
             (Some((stored_key, _)), Some((overlay_key, _))) => {
                 if stored_key == *overlay_key {
-                    stored.next();
-                    true
+                    Some(stored.next().map(|(_, value)| value))
+                } else if before(overlay_key, stored_key) {
+                    Some(None)
                 } else {
-                    before(overlay_key, stored_key)
+                    None
                 }
             }
         };
-        if take_overlay {
-            let (key, value) = overlay.next().expect("peeked");
-            if let Some(value) = value {
-                out.push((key.clone(), value.clone()));
+        match below {
+            Some(below) => {
+                let (key, write) = overlay.next().expect("peeked");
+                if let Some(value) = write.apply(below) {
+                    out.push((key.clone(), value));
+                }
             }
-        } else {
-            out.push(stored.next().expect("peeked"));
+            None => out.push(stored.next().expect("peeked")),
         }
     }
     out

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use rockstream_ops::keys::{self, decode_weight, encode_weight, output_prefix};
-use rockstream_ops::{add_to_count, LayeredStore, ScanOrder, StateRead, StateStore};
+use rockstream_ops::{update_count, LayeredStore, ScanOrder, StateRead, StateStore};
 use rockstream_storage::{EpochStore, ShardDb, Snapshot};
 use rockstream_types::encoding::{decode_row, encode_row, encode_row_into};
 use rockstream_types::{codes, Epoch, ObjectId, RsError, RsResult, ZSet};
@@ -403,7 +403,7 @@ async fn apply_view_output<S: StateStore>(
     for (row, weight) in &output.updates {
         let mut key = prefix.clone();
         encode_row_into(row, &mut key);
-        add_to_count(store, key, *weight, "view output").await?;
+        update_count(store, key, *weight, "view output").await?;
     }
     Ok(())
 }

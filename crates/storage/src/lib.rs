@@ -15,12 +15,15 @@ mod epoch_store;
 use std::sync::Arc;
 use std::time::Duration;
 
+use slatedb::bytes::Bytes;
 use slatedb::config::{ScanOptions, Settings};
 use slatedb::object_store::ObjectStore;
-use slatedb::{Db, DbIterator, DbSnapshot, IterationOrder, WriteBatch};
+use slatedb::{
+    Db, DbIterator, DbSnapshot, IterationOrder, MergeOperator, MergeOperatorError, WriteBatch,
+};
 
 use rockstream_ops::keys;
-use rockstream_ops::ScanOrder;
+use rockstream_ops::{ScanOrder, Write};
 use rockstream_types::{codes, Epoch, RsError, RsResult};
 
 pub use epoch_store::EpochStore;
@@ -54,6 +57,7 @@ impl ShardDb {
         };
         let db = Db::builder(path.to_string(), store)
             .with_settings(settings)
+            .with_merge_operator(Arc::new(CountSum))
             .build()
             .await
             .map_err(|error| storage_error(path, error))?;
@@ -129,17 +133,18 @@ impl ShardDb {
     pub async fn commit(
         &self,
         epoch: Epoch,
-        writes: impl IntoIterator<Item = (Vec<u8>, Option<Vec<u8>>)>,
+        writes: impl IntoIterator<Item = (Vec<u8>, Write)>,
     ) -> RsResult<()> {
         let mut batch = WriteBatch::new();
-        for (key, value) in writes {
+        for (key, write) in writes {
             debug_assert!(
                 key.first() != Some(&keys::SHARD_META) || key != keys::epoch_key(),
                 "epoch key written by an operator"
             );
-            match value {
-                Some(value) => batch.put(&key, &value),
-                None => batch.delete(&key),
+            match write {
+                Write::Put(value) => batch.put(&key, &value),
+                Write::Delete => batch.delete(&key),
+                Write::AddCount(change) => batch.merge(&key, keys::encode_weight(change)),
             }
         }
         batch.put(keys::epoch_key(), keys::encode_weight(epoch as i64));
@@ -248,6 +253,34 @@ impl Snapshot {
             }
         }
         Ok(out)
+    }
+}
+
+/// SlateDB's merge operator for count keys: operands and values are 8-byte
+/// big-endian weights, merged by summing ([`Write::AddCount`]).
+struct CountSum;
+
+impl MergeOperator for CountSum {
+    fn merge(
+        &self,
+        _key: &Bytes,
+        existing_value: Option<Bytes>,
+        value: Bytes,
+    ) -> Result<Bytes, MergeOperatorError> {
+        self.merge_batch(_key, existing_value, std::slice::from_ref(&value))
+    }
+
+    fn merge_batch(
+        &self,
+        _key: &Bytes,
+        existing_value: Option<Bytes>,
+        operands: &[Bytes],
+    ) -> Result<Bytes, MergeOperatorError> {
+        let base = existing_value.map_or(0, |value| keys::decode_weight(&value));
+        let sum = operands
+            .iter()
+            .fold(base, |sum, operand| sum + keys::decode_weight(operand));
+        Ok(Bytes::from(keys::encode_weight(sum)))
     }
 }
 
