@@ -66,6 +66,26 @@ impl<B: StateRead> StateRead for OverlayStore<B> {
         }
     }
 
+    async fn get_many(&mut self, keys: &[&[u8]]) -> RsResult<Vec<Option<Vec<u8>>>> {
+        let mut values = vec![None; keys.len()];
+        let mut below: Vec<usize> = Vec::new();
+        for (index, key) in keys.iter().enumerate() {
+            match self.writes.get(*key) {
+                None | Some(Write::AddCount(_)) => below.push(index),
+                Some(write) => values[index] = write.apply(None),
+            }
+        }
+        let below_keys: Vec<&[u8]> = below.iter().map(|index| keys[*index]).collect();
+        let below_values = self.base.get_many(&below_keys).await?;
+        for (index, value) in below.into_iter().zip(below_values) {
+            values[index] = match self.writes.get(keys[index]) {
+                Some(write) => write.apply(value),
+                None => value,
+            };
+        }
+        Ok(values)
+    }
+
     async fn scan_prefix(
         &mut self,
         prefix: &[u8],

@@ -23,6 +23,22 @@ pub enum ScanOrder {
 pub trait StateRead: Send {
     fn get(&mut self, key: &[u8]) -> impl Future<Output = RsResult<Option<Vec<u8>>>> + Send;
 
+    /// Point lookups of many keys, answered in the order of `keys`. Storage
+    /// answers a batch of nearby keys with one range scan instead of one
+    /// lookup per key.
+    fn get_many(
+        &mut self,
+        keys: &[&[u8]],
+    ) -> impl Future<Output = RsResult<Vec<Option<Vec<u8>>>>> + Send {
+        async move {
+            let mut values = Vec::with_capacity(keys.len());
+            for key in keys {
+                values.push(self.get(key).await?);
+            }
+            Ok(values)
+        }
+    }
+
     /// Up to `limit` entries whose key starts with `prefix`, in `order`.
     fn scan_prefix(
         &mut self,
@@ -84,6 +100,13 @@ fn count_value(count: i64) -> Option<Vec<u8>> {
 impl<S: StateRead> StateRead for &mut S {
     fn get(&mut self, key: &[u8]) -> impl Future<Output = RsResult<Option<Vec<u8>>>> + Send {
         (**self).get(key)
+    }
+
+    fn get_many(
+        &mut self,
+        keys: &[&[u8]],
+    ) -> impl Future<Output = RsResult<Vec<Option<Vec<u8>>>>> + Send {
+        (**self).get_many(keys)
     }
 
     fn scan_prefix(

@@ -116,11 +116,9 @@ impl EpochLoop {
         let mut accepted: Vec<Reply> = Vec::new();
         let mut deltas: HashMap<ObjectId, ZSet> = HashMap::new();
         for (changes, reply) in commits {
-            let mut layer = LayeredStore::new(&mut store);
-            match apply_table_changes(&mut layer, &changes).await {
-                Ok(table_deltas) => {
-                    layer.commit();
-                    for (table_id, delta) in table_deltas {
+            match validate_table_changes(&mut store, &changes).await {
+                Ok(()) => {
+                    for (table_id, delta) in apply_table_changes(&mut store, changes) {
                         deltas.entry(table_id).or_default().extend(delta);
                     }
                     accepted.push(reply);
@@ -185,13 +183,7 @@ impl EpochLoop {
             if !has_input {
                 continue;
             }
-            let inputs: HashMap<ObjectId, ZSet> = installed
-                .view
-                .sources
-                .iter()
-                .filter_map(|source| deltas.get(source).map(|delta| (*source, delta.clone())))
-                .collect();
-            if let Some(output) = self.step_view(store, index, inputs, false).await? {
+            if let Some(output) = self.step_view(store, index, &deltas, false).await? {
                 deltas.insert(self.views[index].view.view_id, output);
             }
         }
@@ -203,24 +195,35 @@ impl EpochLoop {
         &mut self,
         store: &mut EpochStore,
         index: usize,
-        mut inputs: HashMap<ObjectId, ZSet>,
+        deltas: &HashMap<ObjectId, ZSet>,
         initial: bool,
     ) -> RsResult<Option<ZSet>> {
         let view_id = self.views[index].view.view_id;
         let was_failed = self.views[index].failed.is_some();
-        if was_failed {
+        let with_pending: HashMap<ObjectId, ZSet>;
+        let inputs = if was_failed {
+            let mut merged: HashMap<ObjectId, ZSet> = self.views[index]
+                .view
+                .sources
+                .iter()
+                .filter_map(|source| deltas.get(source).map(|delta| (*source, delta.clone())))
+                .collect();
             for (source, pending) in load_pending(store, view_id).await? {
-                inputs.entry(source).or_default().extend(pending);
+                merged.entry(source).or_default().extend(pending);
             }
-            for delta in inputs.values_mut() {
+            for delta in merged.values_mut() {
                 *delta = std::mem::take(delta).consolidate();
             }
-        }
+            with_pending = merged;
+            &with_pending
+        } else {
+            deltas
+        };
         let mut layer = LayeredStore::new(store);
         let result = self.views[index]
             .view
             .dataflow
-            .step(&mut layer, &inputs, initial)
+            .step(&mut layer, inputs, initial)
             .await;
         match result {
             Ok(output) => {
@@ -237,7 +240,7 @@ impl EpochLoop {
                 drop(layer);
                 tracing::warn!(view = %self.views[index].view.name, %error, "view failed; holding its input until it heals");
                 clear_pending(store, view_id).await?;
-                write_pending(store, view_id, &inputs);
+                write_pending(store, view_id, &self.views[index].view.sources, inputs);
                 self.set_failed(index, Some(error));
                 Ok(None)
             }
@@ -274,7 +277,7 @@ impl EpochLoop {
             if has_pending {
                 // Re-derive the failure (or heal) by retrying the pending input.
                 self.views[index].failed = Some(RsError::internal("pending"));
-                self.step_view(&mut store, index, HashMap::new(), false)
+                self.step_view(&mut store, index, &HashMap::new(), false)
                     .await?;
                 self.commit_epoch(store).await?;
             }
@@ -345,53 +348,78 @@ impl EpochLoop {
     }
 }
 
-/// Validates and applies a transaction's row changes; returns table deltas.
-async fn apply_table_changes<S: StateStore>(
+/// Checks that every row a transaction changes is still as the transaction
+/// read it (absent for an insert). Reads only: a refused transaction leaves
+/// no trace.
+async fn validate_table_changes<S: StateStore>(
     store: &mut S,
     changes: &[TableChange],
-) -> RsResult<Vec<(ObjectId, ZSet)>> {
+) -> RsResult<()> {
+    for change in changes {
+        let prefix = output_prefix(change.table_id);
+        let keys: Vec<Vec<u8>> = change
+            .rows
+            .iter()
+            .map(|row| [prefix.as_slice(), row.key.as_slice()].concat())
+            .collect();
+        let key_refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+        let current = store.get_many(&key_refs).await?;
+        for (row, current) in change.rows.iter().zip(current) {
+            let unchanged = match (&row.old, &current) {
+                (None, None) => true,
+                (Some(old), Some(stored)) => encode_row(old) == *stored,
+                _ => false,
+            };
+            if unchanged {
+                continue;
+            }
+            return Err(if row.old.is_none() {
+                RsError::new(
+                    &codes::UNIQUE_VIOLATION,
+                    format!(
+                        "duplicate key value violates the primary key of table \"{}\"",
+                        change.table_name
+                    ),
+                )
+            } else {
+                RsError::new(
+                    &codes::OPTIMISTIC_CONFLICT,
+                    format!(
+                        "a row of table \"{}\" was changed by a concurrent transaction",
+                        change.table_name
+                    ),
+                )
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Writes a validated transaction's rows; returns the table deltas.
+fn apply_table_changes<S: StateStore>(
+    store: &mut S,
+    changes: Vec<TableChange>,
+) -> Vec<(ObjectId, ZSet)> {
     let mut deltas = Vec::with_capacity(changes.len());
     for change in changes {
         let mut delta = ZSet::new();
         let prefix = output_prefix(change.table_id);
-        for row in &change.rows {
-            let mut key = prefix.clone();
-            key.extend_from_slice(&row.key);
-            let current = store.get(&key).await?;
-            let expected = row.old.as_ref().map(|old| encode_row(old));
-            if current != expected {
-                return Err(if row.old.is_none() {
-                    RsError::new(
-                        &codes::UNIQUE_VIOLATION,
-                        format!(
-                            "duplicate key value violates the primary key of table \"{}\"",
-                            change.table_name
-                        ),
-                    )
-                } else {
-                    RsError::new(
-                        &codes::OPTIMISTIC_CONFLICT,
-                        format!(
-                            "a row of table \"{}\" was changed by a concurrent transaction",
-                            change.table_name
-                        ),
-                    )
-                });
-            }
+        for row in change.rows {
+            let key = [prefix.as_slice(), row.key.as_slice()].concat();
             match &row.new {
                 Some(new) => store.put(key, encode_row(new)),
                 None => store.delete(key),
             }
-            if let Some(old) = &row.old {
-                delta.push(old.clone(), -1);
+            if let Some(old) = row.old {
+                delta.push(old, -1);
             }
-            if let Some(new) = &row.new {
-                delta.push(new.clone(), 1);
+            if let Some(new) = row.new {
+                delta.push(new, 1);
             }
         }
         deltas.push((change.table_id, delta));
     }
-    Ok(deltas)
+    deltas
 }
 
 async fn apply_view_output<S: StateStore>(
@@ -470,9 +498,10 @@ async fn clear_pending<S: StateStore>(store: &mut S, view_id: ObjectId) -> RsRes
 fn write_pending<S: StateStore>(
     store: &mut S,
     view_id: ObjectId,
+    sources: &[ObjectId],
     inputs: &HashMap<ObjectId, ZSet>,
 ) {
-    for (source, delta) in inputs {
+    for (source, delta) in inputs.iter().filter(|(id, _)| sources.contains(id)) {
         for (row, weight) in &delta.clone().consolidate().updates {
             let mut key = keys::pending_prefix(view_id);
             key.extend_from_slice(&source.to_be_bytes());

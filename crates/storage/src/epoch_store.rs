@@ -15,6 +15,10 @@ impl StateRead for Snapshot {
         Snapshot::get(self, key).await
     }
 
+    async fn get_many(&mut self, keys: &[&[u8]]) -> RsResult<Vec<Option<Vec<u8>>>> {
+        Snapshot::get_many(self, keys).await
+    }
+
     async fn scan_prefix(
         &mut self,
         prefix: &[u8],

@@ -18,6 +18,8 @@
 //! self-delimiting, rows compare column by column. The same bytes serve as
 //! arrangement keys and as stored values.
 
+use std::cmp::Ordering;
+
 use crate::datum::{Datum, Interval, Row};
 use crate::error::{RsError, RsResult};
 
@@ -136,6 +138,63 @@ pub fn encode_row(row: &[Datum]) -> Vec<u8> {
 pub fn encode_row_into(row: &[Datum], out: &mut Vec<u8>) {
     for datum in row {
         encode_datum(datum, out);
+    }
+}
+
+/// Compares two datums as their encodings compare, without encoding them:
+/// `compare_datum(a, b) == encode(a).cmp(encode(b))`.
+pub fn compare_datum(a: &Datum, b: &Datum) -> Ordering {
+    match (a, b) {
+        (Datum::Null, Datum::Null) => Ordering::Equal,
+        (Datum::Bool(a), Datum::Bool(b)) => a.cmp(b),
+        (Datum::Int16(a), Datum::Int16(b)) => a.cmp(b),
+        (Datum::Int32(a), Datum::Int32(b)) => a.cmp(b),
+        (Datum::Int64(a), Datum::Int64(b)) => a.cmp(b),
+        (Datum::Float32(a), Datum::Float32(b)) => ordered_f32_bits(*a).cmp(&ordered_f32_bits(*b)),
+        (Datum::Float64(a), Datum::Float64(b)) => ordered_f64_bits(*a).cmp(&ordered_f64_bits(*b)),
+        (Datum::Numeric(a), Datum::Numeric(b)) => a.cmp(b),
+        (Datum::Text(a), Datum::Text(b)) => a.as_bytes().cmp(b.as_bytes()),
+        (Datum::Date(a), Datum::Date(b)) => a.cmp(b),
+        (Datum::Timestamp(a), Datum::Timestamp(b)) => a.cmp(b),
+        (Datum::TimestampTz(a), Datum::TimestampTz(b)) => a.cmp(b),
+        (Datum::Interval(a), Datum::Interval(b)) => (
+            a.normalized_nanoseconds(),
+            a.months,
+            a.days,
+            a.nanoseconds,
+        )
+            .cmp(&(b.normalized_nanoseconds(), b.months, b.days, b.nanoseconds)),
+        _ => tag(a).cmp(&tag(b)),
+    }
+}
+
+/// Compares two rows as their encodings compare (column by column; a row
+/// that is a prefix of the other sorts first).
+pub fn compare_rows(a: &[Datum], b: &[Datum]) -> Ordering {
+    for (a, b) in a.iter().zip(b) {
+        match compare_datum(a, b) {
+            Ordering::Equal => continue,
+            unequal => return unequal,
+        }
+    }
+    a.len().cmp(&b.len())
+}
+
+fn tag(datum: &Datum) -> u8 {
+    match datum {
+        Datum::Null => TAG_NULL,
+        Datum::Bool(_) => TAG_BOOL,
+        Datum::Int16(_) => TAG_INT16,
+        Datum::Int32(_) => TAG_INT32,
+        Datum::Int64(_) => TAG_INT64,
+        Datum::Float32(_) => TAG_FLOAT32,
+        Datum::Float64(_) => TAG_FLOAT64,
+        Datum::Numeric(_) => TAG_NUMERIC,
+        Datum::Text(_) => TAG_TEXT,
+        Datum::Date(_) => TAG_DATE,
+        Datum::Timestamp(_) => TAG_TIMESTAMP,
+        Datum::TimestampTz(_) => TAG_TIMESTAMPTZ,
+        Datum::Interval(_) => TAG_INTERVAL,
     }
 }
 
@@ -305,6 +364,21 @@ mod tests {
             let normalized: Vec<Datum> = row.iter().map(normalize).collect();
             let decoded: Vec<Datum> = decoded.iter().map(normalize).collect();
             prop_assert_eq!(format!("{normalized:?}"), format!("{decoded:?}"));
+        }
+
+        #[test]
+        fn compare_rows_agrees_with_encodings(
+            a in proptest::collection::vec(arbitrary_datum(), 0..4),
+            b in proptest::collection::vec(arbitrary_datum(), 0..4),
+            shared in 0usize..4,
+        ) {
+            // Share a prefix so that ties on leading columns are common.
+            let mut b = b;
+            for (index, datum) in a.iter().take(shared).enumerate() {
+                if index < b.len() { b[index] = datum.clone(); } else { b.push(datum.clone()); }
+            }
+            prop_assert_eq!(compare_rows(&a, &b), encode_row(&a).cmp(&encode_row(&b)));
+            prop_assert_eq!(compare_rows(&a, &a), std::cmp::Ordering::Equal);
         }
 
         #[test]

@@ -4,10 +4,10 @@
 //! *consolidated* when every row appears once and no weight is zero; every
 //! operator's output is consolidated before it leaves the operator.
 
-use std::collections::HashMap;
+use std::cmp::Ordering;
 
 use crate::datum::Row;
-use crate::encoding::encode_row;
+use crate::encoding::{compare_rows, encode_row};
 
 /// A Z-set of rows.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -45,23 +45,28 @@ impl ZSet {
     }
 
     /// Sums the weights of equal rows (equality by encoding) and drops zeros.
-    /// The result is sorted by the rows' encodings, so it is deterministic.
-    pub fn consolidate(self) -> ZSet {
-        let mut by_key: HashMap<Vec<u8>, (Row, i64)> = HashMap::with_capacity(self.updates.len());
+    /// The result is sorted in encoding order, so it is deterministic. Rows
+    /// are compared in place (no encoding), and input already in order (a
+    /// `COPY` in key order, say) sorts in linear time.
+    pub fn consolidate(mut self) -> ZSet {
+        self.updates.sort_by(|(a, _), (b, _)| compare_rows(a, b));
+        let mut consolidated: Vec<(Row, i64)> = Vec::with_capacity(self.updates.len());
         for (row, weight) in self.updates {
-            let key = encode_row(&row);
-            by_key
-                .entry(key)
-                .and_modify(|entry| entry.1 += weight)
-                .or_insert((row, weight));
+            match consolidated.last_mut() {
+                Some((last, sum)) if compare_rows(last, &row) == Ordering::Equal => *sum += weight,
+                _ => {
+                    if consolidated.last().is_some_and(|(_, sum)| *sum == 0) {
+                        consolidated.pop();
+                    }
+                    consolidated.push((row, weight));
+                }
+            }
         }
-        let mut entries: Vec<(Vec<u8>, (Row, i64))> = by_key
-            .into_iter()
-            .filter(|(_, (_, weight))| *weight != 0)
-            .collect();
-        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        if consolidated.last().is_some_and(|(_, sum)| *sum == 0) {
+            consolidated.pop();
+        }
         ZSet {
-            updates: entries.into_iter().map(|(_, entry)| entry).collect(),
+            updates: consolidated,
         }
     }
 
