@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 
 use rockstream_plan::{AggregateCall, AggregateFunction};
 use rockstream_types::encoding::{
-    decode_prefix, decode_row, encode_datum, encode_row, encode_row_into,
+    compare_datum, decode_prefix, decode_row, encode_datum, encode_row, encode_row_into,
 };
 use rockstream_types::{codes, Datum, ObjectId, Row, RsError, RsResult, SqlType, ZSet};
 
@@ -91,9 +91,14 @@ impl AggregateNode {
         if self.group_count == 0 && context.initial {
             groups.entry(Vec::new()).or_default();
         }
+        // Each group touches only its own state: read all of it in one batch.
+        let state_keys: Vec<Vec<u8>> = groups.keys().map(|key| self.state_key(key)).collect();
+        let state_key_refs: Vec<&[u8]> = state_keys.iter().map(Vec::as_slice).collect();
+        let stored = store.get_many(&state_key_refs).await?;
         let mut out = ZSet::new();
-        for (key, rows) in groups {
-            self.step_group(store, &key, rows, &mut out).await?;
+        for (((key, rows), state_key), stored) in groups.into_iter().zip(state_keys).zip(stored) {
+            self.step_group(store, &key, state_key, stored, rows, &mut out)
+                .await?;
         }
         Ok(out.consolidate())
     }
@@ -102,12 +107,12 @@ impl AggregateNode {
         &self,
         store: &mut S,
         key: &[u8],
+        state_key: Vec<u8>,
+        stored: Option<Vec<u8>>,
         rows: Vec<(Row, i64)>,
         out: &mut ZSet,
     ) -> RsResult<()> {
-        let mut state_key = op_prefix(AGGREGATE, self.op_id);
-        state_key.extend_from_slice(key);
-        let stored = match store.get(&state_key).await? {
+        let stored = match stored {
             Some(bytes) => Some(self.decode_state(&bytes)?),
             None => None,
         };
@@ -123,7 +128,12 @@ impl AggregateNode {
             _ => None,
         };
         let mut state = stored.unwrap_or_else(|| self.empty_state());
+        // Per MIN/MAX call: whether its multiset changed, and how. Insertions
+        // alone can only improve the extremum; a retraction may remove it,
+        // and then the multiset's first entry is read.
         let mut extremum_changed = vec![false; self.calls.len()];
+        let mut extremum_retracted = vec![false; self.calls.len()];
+        let mut best_inserted: Vec<Option<&Datum>> = vec![None; self.calls.len()];
         for (row, weight) in &rows {
             state.count_star += weight;
             for (index, call) in self.calls.iter().enumerate() {
@@ -155,6 +165,13 @@ impl AggregateNode {
                     )
                     .await?;
                     extremum_changed[index] = true;
+                    if weight < 0 {
+                        extremum_retracted[index] = true;
+                    } else if best_inserted[index]
+                        .is_none_or(|best| better(call.function, value, best))
+                    {
+                        best_inserted[index] = Some(value);
+                    }
                 } else {
                     accumulate(&mut state.partials[index], call, value, weight)?;
                 }
@@ -162,15 +179,28 @@ impl AggregateNode {
         }
         assert!(state.count_star >= 0, "aggregate group count went negative");
         for (index, call) in self.calls.iter().enumerate() {
-            if extremum_changed[index] {
-                let order = if call.function == AggregateFunction::Min {
-                    ScanOrder::Ascending
-                } else {
-                    ScanOrder::Descending
-                };
-                state.partials[index] =
-                    Partial::Extremum(self.extremum(store, index, key, order).await?);
+            if !extremum_changed[index] {
+                continue;
             }
+            let extremum = match (&state.partials[index], best_inserted[index]) {
+                // The stored extremum is NULL exactly when the multiset was empty.
+                (Partial::Extremum(old), Some(best)) if !extremum_retracted[index] => {
+                    if old.is_null() || better(call.function, best, old) {
+                        best.clone()
+                    } else {
+                        old.clone()
+                    }
+                }
+                _ => {
+                    let order = if call.function == AggregateFunction::Min {
+                        ScanOrder::Ascending
+                    } else {
+                        ScanOrder::Descending
+                    };
+                    self.extremum(store, index, key, order).await?
+                }
+            };
+            state.partials[index] = Partial::Extremum(extremum);
         }
         let new_output = if state.count_star > 0 || global {
             Some(self.finalize(&group_key, &state)?)
@@ -191,6 +221,13 @@ impl AggregateNode {
             }
         }
         Ok(())
+    }
+
+    /// `AG op_id group_key`: a group's accumulators.
+    fn state_key(&self, key: &[u8]) -> Vec<u8> {
+        let mut state_key = op_prefix(AGGREGATE, self.op_id);
+        state_key.extend_from_slice(key);
+        state_key
     }
 
     fn value_key(&self, kind: [u8; 2], index: usize, key: &[u8]) -> Vec<u8> {
@@ -489,6 +526,17 @@ fn divide_rounding(numerator: i128, denominator: i128) -> i128 {
         quotient + numerator.signum() * denominator.signum()
     } else {
         quotient
+    }
+}
+
+/// Whether `candidate` beats `current` as the extremum of a MIN or MAX, in
+/// the multiset's (encoding) order.
+fn better(function: AggregateFunction, candidate: &Datum, current: &Datum) -> bool {
+    let order = compare_datum(candidate, current);
+    if function == AggregateFunction::Min {
+        order == std::cmp::Ordering::Less
+    } else {
+        order == std::cmp::Ordering::Greater
     }
 }
 
