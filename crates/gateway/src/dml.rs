@@ -10,7 +10,6 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, BinaryArray, StringArray};
 use datafusion::arrow::compute::{cast_with_options, CastOptions};
-use datafusion::arrow::datatypes::DataType;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::logical_expr::LogicalPlan;
 use rockstream_control::CatalogEntry;
@@ -18,7 +17,7 @@ use rockstream_ops::arrow_rows::{array_to_datums, arrow_type};
 use rockstream_ops::keys::output_prefix;
 use rockstream_plan::arrow_types::datafusion_error;
 use rockstream_planner::new_context;
-use rockstream_types::encoding::{decode_row, encode_row};
+use rockstream_types::encoding::encode_row;
 use rockstream_types::{codes, Datum, Row, RsError, RsResult, SqlType};
 
 use crate::backend::Gateway;
@@ -390,7 +389,5 @@ pub fn copy_rows(
             row[*position] = datum;
         }
     }
-    let _ = DataType::Utf8;
-    let _ = decode_row;
     Ok(typed)
 }

@@ -39,7 +39,11 @@ pub const WAL_FLUSH_INTERVAL: Duration = Duration::from_millis(1);
 
 /// Bound on memtable data not yet flushed to storage; writers wait beyond
 /// it (SlateDB's default, 1 GiB, is too much for a laptop-sized process).
-pub const UNFLUSHED_BYTES_MAX: usize = 256 * 1024 * 1024;
+pub const UNFLUSHED_BYTES_MAX: usize = 64 * 1024 * 1024;
+
+/// Size at which a memtable is frozen and flushed as an L0 table; must stay
+/// below [`UNFLUSHED_BYTES_MAX`].
+pub const L0_TABLE_BYTES: usize = 16 * 1024 * 1024;
 
 /// A shard's SlateDB.
 pub struct ShardDb {
@@ -53,6 +57,7 @@ impl ShardDb {
         let settings = Settings {
             flush_interval: Some(WAL_FLUSH_INTERVAL),
             max_unflushed_bytes: UNFLUSHED_BYTES_MAX,
+            l0_sst_size_bytes: L0_TABLE_BYTES,
             ..Settings::default()
         };
         let db = Db::builder(path.to_string(), store)
