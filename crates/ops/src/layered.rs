@@ -182,9 +182,11 @@ mod tests {
             Op::Delete(k) => store.delete(key(*k)),
             Op::AddCount(k, v) => store.add_count(key(*k), *v),
             Op::Decrement(k) => {
-                let present = store.get(&key(*k)).await.unwrap().is_some();
+                let present = store.get(&key(*k)).await.expect("get").is_some();
                 if present {
-                    add_to_count(store, key(*k), -1, "test").await.unwrap();
+                    add_to_count(store, key(*k), -1, "test")
+                        .await
+                        .expect("decrement");
                 }
             }
         }
@@ -196,15 +198,19 @@ mod tests {
         limit: usize,
     ) -> Vec<(u8, i64)> {
         let mut out = Vec::new();
-        for (k, v) in store.scan_prefix(b"p", order, limit).await.unwrap() {
+        for (k, v) in store.scan_prefix(b"p", order, limit).await.expect("scan") {
             out.push((k[1], decode_weight(&v)));
         }
         for k in 0..12u8 {
-            let point = store.get(&key(k)).await.unwrap().map(|v| decode_weight(&v));
+            let point = store
+                .get(&key(k))
+                .await
+                .expect("get")
+                .map(|v| decode_weight(&v));
             let scanned = store
                 .scan_prefix(b"p", ScanOrder::Ascending, usize::MAX)
                 .await
-                .unwrap()
+                .expect("scan")
                 .into_iter()
                 .find(|(stored, _)| stored[1] == k)
                 .map(|(_, v)| decode_weight(&v));
