@@ -4,7 +4,9 @@
 //! shard metadata under the prefixes of `rockstream_ops::keys`. Writes of an
 //! epoch are buffered in an [`EpochStore`] (reads see them) and written as one
 //! atomic `WriteBatch` together with the new epoch number; the commit returns
-//! only once SlateDB reports the batch durable (DESIGN §9).
+//! only once SlateDB reports the batch durable (DESIGN §9). Blind count
+//! additions ([`Write::AddCount`]) become merge operands that SlateDB sums
+//! with the [`CountSum`] operator on read, flush and compaction.
 //!
 //! The storage format version is stored at `0x06 'F' 'V'` and checked on open
 //! (DESIGN §5.5): a shard written by an incompatible binary is refused with
