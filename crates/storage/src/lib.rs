@@ -6,7 +6,7 @@
 //! atomic `WriteBatch` together with the new epoch number; the commit returns
 //! only once SlateDB reports the batch durable (DESIGN §9). Blind count
 //! additions ([`Write::AddCount`]) become merge operands that SlateDB sums
-//! with the [`CountSum`] operator on read, flush and compaction.
+//! with the `CountSum` operator on read, flush and compaction.
 //!
 //! The storage format version is stored at `0x06 'F' 'V'` and checked on open
 //! (DESIGN §5.5): a shard written by an incompatible binary is refused with
