@@ -17,6 +17,7 @@
 //! always has exactly one output row, as in PostgreSQL: its first row is
 //! emitted by the view's initial step, even over empty input.
 
+use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
 use rockstream_plan::{AggregateCall, AggregateFunction};
@@ -129,10 +130,11 @@ impl AggregateNode {
         };
         let mut state = stored.unwrap_or_else(|| self.empty_state());
         // Per MIN/MAX call: whether its multiset changed, and how. Insertions
-        // alone can only improve the extremum; a retraction may remove it,
-        // and then the multiset's first entry is read.
+        // can only improve the stored extremum, and retracting other values
+        // leaves it in place; only when a retraction hits the extremum
+        // itself is the multiset's first entry read.
         let mut extremum_changed = vec![false; self.calls.len()];
-        let mut extremum_retracted = vec![false; self.calls.len()];
+        let mut extremum_lost = vec![false; self.calls.len()];
         let mut best_inserted: Vec<Option<&Datum>> = vec![None; self.calls.len()];
         for (row, weight) in &rows {
             state.count_star += weight;
@@ -166,7 +168,14 @@ impl AggregateNode {
                     .await?;
                     extremum_changed[index] = true;
                     if weight < 0 {
-                        extremum_retracted[index] = true;
+                        // The stored extremum is NULL exactly when the multiset was empty.
+                        let old = match &state.partials[index] {
+                            Partial::Extremum(old) => old,
+                            _ => &Datum::Null,
+                        };
+                        if old.is_null() || compare_datum(old, value) == Ordering::Equal {
+                            extremum_lost[index] = true;
+                        }
                     } else if best_inserted[index]
                         .is_none_or(|best| better(call.function, value, best))
                     {
@@ -182,15 +191,11 @@ impl AggregateNode {
             if !extremum_changed[index] {
                 continue;
             }
-            let extremum = match (&state.partials[index], best_inserted[index]) {
-                // The stored extremum is NULL exactly when the multiset was empty.
-                (Partial::Extremum(old), Some(best)) if !extremum_retracted[index] => {
-                    if old.is_null() || better(call.function, best, old) {
-                        best.clone()
-                    } else {
-                        old.clone()
-                    }
-                }
+            let extremum = match &state.partials[index] {
+                Partial::Extremum(old) if !extremum_lost[index] => match best_inserted[index] {
+                    Some(best) if old.is_null() || better(call.function, best, old) => best.clone(),
+                    _ => old.clone(),
+                },
                 _ => {
                     let order = if call.function == AggregateFunction::Min {
                         ScanOrder::Ascending
@@ -534,9 +539,9 @@ fn divide_rounding(numerator: i128, denominator: i128) -> i128 {
 fn better(function: AggregateFunction, candidate: &Datum, current: &Datum) -> bool {
     let order = compare_datum(candidate, current);
     if function == AggregateFunction::Min {
-        order == std::cmp::Ordering::Less
+        order == Ordering::Less
     } else {
-        order == std::cmp::Ordering::Greater
+        order == Ordering::Greater
     }
 }
 
