@@ -29,11 +29,6 @@ impl<B: StateRead> OverlayStore<B> {
         }
     }
 
-    /// Number of buffered writes.
-    pub fn pending_writes(&self) -> usize {
-        self.writes.len()
-    }
-
     /// The buffered writes, in key order.
     pub fn into_writes(self) -> BTreeMap<Vec<u8>, Write> {
         self.writes

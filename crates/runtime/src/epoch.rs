@@ -116,9 +116,10 @@ impl EpochLoop {
         let mut accepted: Vec<Reply> = Vec::new();
         let mut deltas: HashMap<ObjectId, ZSet> = HashMap::new();
         for (changes, reply) in commits {
-            match validate_table_changes(&mut store, &changes).await {
+            let keys = stored_keys(&changes);
+            match validate_table_changes(&mut store, &changes, &keys).await {
                 Ok(()) => {
-                    for (table_id, delta) in apply_table_changes(&mut store, changes) {
+                    for (table_id, delta) in apply_table_changes(&mut store, changes, keys) {
                         deltas.entry(table_id).or_default().extend(delta);
                     }
                     accepted.push(reply);
@@ -354,14 +355,9 @@ impl EpochLoop {
 async fn validate_table_changes<S: StateStore>(
     store: &mut S,
     changes: &[TableChange],
+    keys: &[Vec<Vec<u8>>],
 ) -> RsResult<()> {
-    for change in changes {
-        let prefix = output_prefix(change.table_id);
-        let keys: Vec<Vec<u8>> = change
-            .rows
-            .iter()
-            .map(|row| [prefix.as_slice(), row.key.as_slice()].concat())
-            .collect();
+    for (change, keys) in changes.iter().zip(keys) {
         let key_refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
         let current = store.get_many(&key_refs).await?;
         for (row, current) in change.rows.iter().zip(current) {
@@ -395,17 +391,32 @@ async fn validate_table_changes<S: StateStore>(
     Ok(())
 }
 
-/// Writes a validated transaction's rows; returns the table deltas.
+/// The storage key of every changed row, per table change.
+fn stored_keys(changes: &[TableChange]) -> Vec<Vec<Vec<u8>>> {
+    changes
+        .iter()
+        .map(|change| {
+            let prefix = output_prefix(change.table_id);
+            change
+                .rows
+                .iter()
+                .map(|row| [prefix.as_slice(), row.key.as_slice()].concat())
+                .collect()
+        })
+        .collect()
+}
+
+/// Writes a validated transaction's rows under `keys` (from
+/// [`stored_keys`]); returns the table deltas.
 fn apply_table_changes<S: StateStore>(
     store: &mut S,
     changes: Vec<TableChange>,
+    keys: Vec<Vec<Vec<u8>>>,
 ) -> Vec<(ObjectId, ZSet)> {
     let mut deltas = Vec::with_capacity(changes.len());
-    for change in changes {
+    for (change, keys) in changes.into_iter().zip(keys) {
         let mut delta = ZSet::new();
-        let prefix = output_prefix(change.table_id);
-        for row in change.rows {
-            let key = [prefix.as_slice(), row.key.as_slice()].concat();
+        for (row, key) in change.rows.into_iter().zip(keys) {
             match &row.new {
                 Some(new) => store.put(key, encode_row(new)),
                 None => store.delete(key),

@@ -12,13 +12,20 @@ use crate::harness::server::TestServer;
 
 #[tokio::test]
 async fn differential_orders_and_customers() {
+    against_postgres(orders_and_customers_scenario(), "differential_orders").await;
+}
+
+/// Runs `scenario` on a fresh RockStream server (materialized views) and on
+/// PostgreSQL database `oracle_name` (plain views); panics with the report
+/// and the server's log on the first difference.
+async fn against_postgres(scenario: Scenario, oracle_name: &str) {
     let settings = Settings::from_environment();
     let server = TestServer::start().await;
     let ours = server.client().await;
-    let oracle_database = OracleDatabase::create("differential_orders").await;
+    let oracle_database = OracleDatabase::create(oracle_name).await;
     let oracle = oracle_database.client().await;
     let outcome = run(
-        &orders_and_customers_scenario(),
+        &scenario,
         &Side {
             label: "rockstream",
             client: &ours,
@@ -227,27 +234,5 @@ fn constructs_scenario() -> Scenario {
 
 #[tokio::test]
 async fn differential_every_construct() {
-    let settings = Settings::from_environment();
-    let server = TestServer::start().await;
-    let ours = server.client().await;
-    let oracle_database = OracleDatabase::create("differential_constructs").await;
-    let oracle = oracle_database.client().await;
-    let outcome = run(
-        &constructs_scenario(),
-        &Side {
-            label: "rockstream",
-            client: &ours,
-            view_kind: ViewKind::Materialized,
-        },
-        &Side {
-            label: "postgres",
-            client: &oracle,
-            view_kind: ViewKind::Plain,
-        },
-        &settings,
-    )
-    .await;
-    if let Err(report) = outcome {
-        panic!("{report}\n{}", server.log_tail());
-    }
+    against_postgres(constructs_scenario(), "differential_constructs").await;
 }
