@@ -14,7 +14,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::logical_expr::LogicalPlan;
 use rockstream_control::CatalogEntry;
 use rockstream_ops::arrow_rows::{array_to_datums, arrow_type};
-use rockstream_ops::keys::output_prefix;
+use rockstream_ops::keys::table_prefix;
 use rockstream_plan::arrow_types::datafusion_error;
 use rockstream_planner::new_context;
 use rockstream_types::encoding::encode_row;
@@ -192,7 +192,7 @@ pub async fn insert_rows(
             format!("a transaction may change at most {TRANSACTION_ROWS_MAX} rows"),
         ));
     }
-    let prefix = output_prefix(entry.id);
+    let prefix = table_prefix(entry.id);
     for row in rows {
         check_not_null(entry, &row)?;
         let key = if entry.primary_key.is_empty() {

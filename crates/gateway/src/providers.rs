@@ -24,7 +24,7 @@ use datafusion::logical_expr::{Expr, Operator, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
 use rockstream_control::{plan_inline_view, CatalogEntry, ObjectKind};
 use rockstream_ops::arrow_rows::{array_to_datums, rows_to_batch};
-use rockstream_ops::keys::{decode_weight, output_prefix};
+use rockstream_ops::keys::{decode_weight, output_prefix, table_prefix};
 use rockstream_planner::TableResolver;
 use rockstream_runtime::{Engine, ViewStatus};
 use rockstream_storage::Snapshot;
@@ -181,7 +181,10 @@ impl SnapshotTable {
                 .with_detail(error.to_string()));
             }
         }
-        let base = output_prefix(self.entry.id);
+        let base = match self.entry.kind {
+            ObjectKind::Table => table_prefix(self.entry.id),
+            _ => output_prefix(self.entry.id),
+        };
         let mut key_prefix = Vec::new();
         if let Some(value) = key_value {
             encode_datum(value, &mut key_prefix);

@@ -28,7 +28,7 @@ use rockstream_types::{codes, Datum, ObjectId, Row, RsError, RsResult, SqlType, 
 
 use crate::dataflow::{aggregate_calls_valid, step_node, Node, StepContext};
 use crate::keys::{op_prefix, AGGREGATE, AGGREGATE_DISTINCT, MIN_MAX};
-use crate::state::{add_to_count, update_count, ScanOrder, StateStore};
+use crate::state::{add_to_count, ScanOrder, StateStore};
 
 #[derive(Debug)]
 pub(crate) struct AggregateNode {
@@ -159,13 +159,7 @@ impl AggregateNode {
                     call.function,
                     AggregateFunction::Min | AggregateFunction::Max
                 ) {
-                    update_count(
-                        store,
-                        self.multiset_key(MIN_MAX, index, key, value),
-                        weight,
-                        "MIN/MAX multiset",
-                    )
-                    .await?;
+                    store.add_count(self.multiset_key(MIN_MAX, index, key, value), weight);
                     extremum_changed[index] = true;
                     if weight < 0 {
                         // The stored extremum is NULL exactly when the multiset was empty.

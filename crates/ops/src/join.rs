@@ -24,7 +24,7 @@ use rockstream_types::{Datum, ObjectId, Row, RsResult, SqlType, ZSet};
 use crate::dataflow::{step_node, unsupported_join, Node, StepContext};
 use crate::expr::{any_null, CompiledExprs};
 use crate::keys::{decode_weight, op_prefix, JOIN_LEFT, JOIN_RIGHT, SET_OPERATION};
-use crate::state::{update_count, ScanOrder, StateStore};
+use crate::state::{ScanOrder, StateStore};
 
 /// Largest number of rows one key of an arrangement may return in one scan.
 pub const KEY_ROWS_MAX: usize = 10_000_000;
@@ -222,7 +222,7 @@ impl JoinNode {
         for (row, weight) in rows {
             let mut stored_key = self.prefix(side, key);
             encode_row_into(row, &mut stored_key);
-            update_count(store, stored_key, *weight, "join arrangement").await?;
+            store.add_count(stored_key, *weight);
         }
         Ok(())
     }

@@ -8,11 +8,17 @@
 //! 0x01 'A' 'D' op_id(16) agg(2) group value   -> count       DISTINCT-aggregate multiset
 //! 0x01 'D' 'S' op_id(16) row                  -> weight      DISTINCT
 //! 0x01 'S' 'O' op_id(16) row                  -> (l, r)      EXCEPT / INTERSECT counts
-//! 0x03 object_id(16) row_key                  -> row|weight  table rows / view output
+//! 0x03 view_id(16) row                        -> weight      view output
+//! 0x07 table_id(16) row_key                   -> row         table rows
 //! 0x06 'F' 'V'                                -> version     storage format version
 //! 0x06 'E' 'P'                                -> epoch       last committed epoch
 //! 0x06 'P' 'D' view_id(16) row                -> weight      input pending while a view is failed
 //! ```
+//! Keys marked `weight` or `count` hold an 8-byte big-endian count. Those
+//! that storage updates with blind additions ([`holds_count`]) may hold a
+//! zero count until compaction removes it; every read treats a zero count
+//! as absent.
+//!
 //! Rows and keys use the order-preserving encoding of
 //! `rockstream_types::encoding`, which is prefix-free for a fixed number of
 //! columns, so a prefix scan on a key never matches a longer key.
@@ -22,6 +28,7 @@ use rockstream_types::ObjectId;
 pub const OP_STATE: u8 = 0x01;
 pub const OUTPUT: u8 = 0x03;
 pub const SHARD_META: u8 = 0x06;
+pub const TABLE_ROWS: u8 = 0x07;
 
 pub const JOIN_LEFT: [u8; 2] = *b"JL";
 pub const JOIN_RIGHT: [u8; 2] = *b"JR";
@@ -40,12 +47,34 @@ pub fn op_prefix(kind: [u8; 2], op_id: ObjectId) -> Vec<u8> {
     key
 }
 
-/// `0x03 object_id`: the prefix of a table's rows or a view's output.
-pub fn output_prefix(object_id: ObjectId) -> Vec<u8> {
+/// `0x03 view_id`: the prefix of a view's output.
+pub fn output_prefix(view_id: ObjectId) -> Vec<u8> {
+    object_prefix(OUTPUT, view_id)
+}
+
+/// `0x07 table_id`: the prefix of a table's rows.
+pub fn table_prefix(table_id: ObjectId) -> Vec<u8> {
+    object_prefix(TABLE_ROWS, table_id)
+}
+
+fn object_prefix(space: u8, object_id: ObjectId) -> Vec<u8> {
     let mut key = Vec::with_capacity(17 + 32);
-    key.push(OUTPUT);
+    key.push(space);
     key.extend_from_slice(&object_id.to_be_bytes());
     key
+}
+
+/// True for keys whose count is maintained by blind additions (join
+/// arrangements, MIN/MAX multisets, view output): their stored value may
+/// sum to zero, which means absent.
+pub fn holds_count(key: &[u8]) -> bool {
+    match key.first() {
+        Some(&OUTPUT) => true,
+        Some(&OP_STATE) => {
+            matches!(key.get(1..3), Some(kind) if kind == JOIN_LEFT || kind == JOIN_RIGHT || kind == MIN_MAX)
+        }
+        _ => false,
+    }
 }
 
 /// Every prefix under which an operator may hold state (for DROP).

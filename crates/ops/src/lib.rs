@@ -18,7 +18,7 @@ pub mod state;
 
 pub use dataflow::Dataflow;
 pub use layered::{LayeredStore, OverlayStore};
-pub use state::{add_to_count, update_count, MemoryStore, ScanOrder, StateRead, StateStore, Write};
+pub use state::{add_to_count, MemoryStore, ScanOrder, StateRead, StateStore, Write};
 
 #[cfg(test)]
 mod proptests;

@@ -157,24 +157,6 @@ pub async fn add_to_count<S: StateStore>(
     Ok((old, new))
 }
 
-/// Adds `change` to the count at `key` when the old count is not needed:
-/// a blind [`StateStore::add_count`] when the count grows, a read and a
-/// write when it shrinks, so a count that reaches zero is deleted and stored
-/// counts are never zero.
-pub async fn update_count<S: StateStore>(
-    store: &mut S,
-    key: Vec<u8>,
-    change: i64,
-    what: &str,
-) -> RsResult<()> {
-    if change > 0 {
-        store.add_count(key, change);
-    } else if change < 0 {
-        add_to_count(store, key, change, what).await?;
-    }
-    Ok(())
-}
-
 /// A `BTreeMap` store: what a committed SlateDB shard looks like, minus
 /// durability. Used by operator tests.
 #[derive(Debug, Default, Clone)]

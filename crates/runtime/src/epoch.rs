@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use rockstream_ops::keys::{self, decode_weight, encode_weight, output_prefix};
-use rockstream_ops::{update_count, LayeredStore, ScanOrder, StateRead, StateStore};
+use rockstream_ops::{LayeredStore, ScanOrder, StateRead, StateStore};
 use rockstream_storage::{EpochStore, ShardDb, Snapshot};
 use rockstream_types::encoding::{decode_row, encode_row, encode_row_into};
 use rockstream_types::{codes, Epoch, ObjectId, RsError, RsResult, ZSet};
@@ -228,7 +228,7 @@ impl EpochLoop {
             .await;
         match result {
             Ok(output) => {
-                apply_view_output(&mut layer, view_id, &output).await?;
+                apply_view_output(&mut layer, view_id, &output);
                 if was_failed {
                     clear_pending(&mut layer, view_id).await?;
                 }
@@ -304,7 +304,7 @@ impl EpochLoop {
             .await;
         match result {
             Ok(output) => {
-                apply_view_output(&mut layer, view_id, &output).await?;
+                apply_view_output(&mut layer, view_id, &output);
                 layer.commit();
                 store.put(marker, vec![1]);
                 self.commit_epoch(store).await?;
@@ -325,6 +325,7 @@ impl EpochLoop {
         }
         let mut prefixes = vec![
             output_prefix(object_id),
+            keys::table_prefix(object_id),
             keys::pending_prefix(object_id),
             installed_marker(object_id),
         ];
@@ -396,7 +397,7 @@ fn stored_keys(changes: &[TableChange]) -> Vec<Vec<Vec<u8>>> {
     changes
         .iter()
         .map(|change| {
-            let prefix = output_prefix(change.table_id);
+            let prefix = keys::table_prefix(change.table_id);
             change
                 .rows
                 .iter()
@@ -433,18 +434,13 @@ fn apply_table_changes<S: StateStore>(
     deltas
 }
 
-async fn apply_view_output<S: StateStore>(
-    store: &mut S,
-    view_id: ObjectId,
-    output: &ZSet,
-) -> RsResult<()> {
+fn apply_view_output<S: StateStore>(store: &mut S, view_id: ObjectId, output: &ZSet) {
     let prefix = output_prefix(view_id);
     for (row, weight) in &output.updates {
         let mut key = prefix.clone();
         encode_row_into(row, &mut key);
-        update_count(store, key, *weight, "view output").await?;
+        store.add_count(key, *weight);
     }
-    Ok(())
 }
 
 /// Every row of a table (weight 1) or view (stored weight) as a Z-set.
@@ -453,7 +449,11 @@ pub(crate) async fn read_collection(
     object_id: ObjectId,
     is_view: bool,
 ) -> RsResult<ZSet> {
-    let prefix = output_prefix(object_id);
+    let prefix = if is_view {
+        output_prefix(object_id)
+    } else {
+        keys::table_prefix(object_id)
+    };
     let mut rows = ZSet::new();
     let mut after: Option<Vec<u8>> = None;
     loop {

@@ -8,6 +8,11 @@
 //! additions ([`Write::AddCount`]) become merge operands that SlateDB sums
 //! with the `CountSum` operator on read, flush and compaction.
 //!
+//! A count reached by additions may sum to zero. Reads here hide such
+//! entries ([`keys::holds_count`] says which keys hold counts), so every
+//! layer above sees a zero count as absent; compaction removes them with the
+//! `ZeroCounts` filter.
+//!
 //! The storage format version is stored at `0x06 'F' 'V'` and checked on open
 //! (DESIGN §5.5): a shard written by an incompatible binary is refused with
 //! `RS-5001`.
@@ -21,7 +26,9 @@ use slatedb::bytes::Bytes;
 use slatedb::config::{ScanOptions, Settings};
 use slatedb::object_store::ObjectStore;
 use slatedb::{
-    Db, DbIterator, DbSnapshot, IterationOrder, MergeOperator, MergeOperatorError, WriteBatch,
+    CompactionFilter, CompactionFilterDecision, CompactionFilterError, CompactionFilterSupplier,
+    CompactionJobContext, CompactorBuilder, Db, DbIterator, DbSnapshot, IterationOrder,
+    MergeOperator, MergeOperatorError, RowEntry, ValueDeletable, WriteBatch,
 };
 
 use rockstream_ops::keys;
@@ -32,9 +39,12 @@ pub use epoch_store::EpochStore;
 pub use rockstream_common::object_store_for;
 
 /// The on-disk format this binary writes.
-pub const FORMAT_VERSION: u8 = 1;
+///
+/// Version 2 moved table rows from `0x03` to their own prefix `0x07`, so
+/// that every `0x03` key holds a view-output count.
+pub const FORMAT_VERSION: u8 = 2;
 /// Oldest format this binary reads.
-pub const FORMAT_VERSION_MIN: u8 = 1;
+pub const FORMAT_VERSION_MIN: u8 = 2;
 
 /// How often SlateDB flushes its WAL: the latency floor of a commit.
 pub const WAL_FLUSH_INTERVAL: Duration = Duration::from_millis(1);
@@ -56,15 +66,21 @@ pub struct ShardDb {
 impl ShardDb {
     /// Opens (creating if new) the database at `path` inside `store`.
     pub async fn open(store: Arc<dyn ObjectStore>, path: &str) -> RsResult<ShardDb> {
-        let settings = Settings {
+        let mut settings = Settings {
             flush_interval: Some(WAL_FLUSH_INTERVAL),
             max_unflushed_bytes: UNFLUSHED_BYTES_MAX,
             l0_sst_size_bytes: L0_TABLE_BYTES,
             ..Settings::default()
         };
+        // The compactor runs in-process with SlateDB's default options, plus
+        // the filter removing zero counts.
+        let compactor = CompactorBuilder::new(path.to_string(), store.clone())
+            .with_options(settings.compactor_options.take().unwrap_or_default())
+            .with_compaction_filter_supplier(Arc::new(ZeroCounts));
         let db = Db::builder(path.to_string(), store)
             .with_settings(settings)
             .with_merge_operator(Arc::new(CountSum))
+            .with_compactor_builder(compactor)
             .build()
             .await
             .map_err(|error| storage_error(path, error))?;
@@ -194,7 +210,7 @@ impl Snapshot {
             .get(key)
             .await
             .map_err(|error| storage_error(&self.name, error))?;
-        Ok(value.map(|bytes| bytes.to_vec()))
+        Ok(value.and_then(|bytes| visible(key, &bytes)))
     }
 
     /// Point lookups of many keys, answered in the order of `keys`.
@@ -236,7 +252,7 @@ impl Snapshot {
                 next += 1;
             }
             while next < order.len() && keys[order[next]] == entry.key.as_ref() {
-                values[order[next]] = Some(entry.value.to_vec());
+                values[order[next]] = visible(&entry.key, &entry.value);
                 next += 1;
             }
             if read >= budget {
@@ -298,7 +314,7 @@ impl Snapshot {
         self.collect(iterator, SCAN_CHUNK_ROWS_MAX).await
     }
 
-    /// Reads up to `limit` entries from `iterator`.
+    /// Reads up to `limit` visible entries from `iterator`.
     async fn collect(
         &self,
         mut iterator: DbIterator,
@@ -311,11 +327,67 @@ impl Snapshot {
                 .await
                 .map_err(|error| storage_error(&self.name, error))?
             {
-                Some(entry) => out.push((entry.key.to_vec(), entry.value.to_vec())),
+                Some(entry) => {
+                    if let Some(value) = visible(&entry.key, &entry.value) {
+                        out.push((entry.key.to_vec(), value));
+                    }
+                }
                 None => break,
             }
         }
         Ok(out)
+    }
+}
+
+/// A stored value as readers see it: a count that sums to zero is absent.
+fn visible(key: &[u8], value: &[u8]) -> Option<Vec<u8>> {
+    (!is_zero_count(key, value)).then(|| value.to_vec())
+}
+
+fn is_zero_count(key: &[u8], value: &[u8]) -> bool {
+    keys::holds_count(key) && keys::decode_weight(value) == 0
+}
+
+/// Compaction filter removing counts that sum to zero. A zero merge
+/// operand adds nothing and is dropped; a zero value becomes a tombstone,
+/// which still hides older versions of the key and which SlateDB drops
+/// once nothing older remains. Both changes read the same as before, so
+/// snapshots pinned by readers are unaffected.
+struct ZeroCounts;
+
+#[async_trait::async_trait]
+impl CompactionFilterSupplier for ZeroCounts {
+    async fn create_compaction_filter(
+        &self,
+        _context: &CompactionJobContext,
+    ) -> Result<Box<dyn CompactionFilter>, CompactionFilterError> {
+        Ok(Box::new(ZeroCounts))
+    }
+}
+
+#[async_trait::async_trait]
+impl CompactionFilter for ZeroCounts {
+    async fn filter(
+        &mut self,
+        entry: &RowEntry,
+    ) -> Result<CompactionFilterDecision, CompactionFilterError> {
+        Ok(zero_count_decision(entry))
+    }
+
+    async fn on_compaction_end(&mut self) -> Result<(), CompactionFilterError> {
+        Ok(())
+    }
+}
+
+fn zero_count_decision(entry: &RowEntry) -> CompactionFilterDecision {
+    match &entry.value {
+        ValueDeletable::Merge(operand) if is_zero_count(&entry.key, operand) => {
+            CompactionFilterDecision::Drop
+        }
+        ValueDeletable::Value(value) if is_zero_count(&entry.key, value) => {
+            CompactionFilterDecision::Modify(ValueDeletable::Tombstone)
+        }
+        _ => CompactionFilterDecision::Keep,
     }
 }
 
@@ -355,10 +427,19 @@ pub fn storage_error(name: &str, error: slatedb::Error) -> RsError {
 mod tests {
     //! Goal: batched lookups answer exactly like point lookups, whether the
     //! scan covers the batch or stops early on dense data; count additions
-    //! are summed by the merge operator across epochs.
+    //! are summed by the merge operator across epochs, and a count summing
+    //! to zero reads as absent everywhere and is removed by compaction.
     use super::*;
 
+    /// A key of plain values (table rows).
     fn key(n: u32) -> Vec<u8> {
+        let mut key = vec![keys::TABLE_ROWS];
+        key.extend_from_slice(&n.to_be_bytes());
+        key
+    }
+
+    /// A key holding a count (view output).
+    fn count_key(n: u32) -> Vec<u8> {
         let mut key = vec![keys::OUTPUT];
         key.extend_from_slice(&n.to_be_bytes());
         key
@@ -409,16 +490,88 @@ mod tests {
     async fn count_additions_sum_across_epochs() {
         let shard = shard_with(std::iter::empty()).await;
         for epoch in 2..5 {
-            let writes = [(key(7), Write::AddCount(epoch))];
+            let writes = [(count_key(7), Write::AddCount(epoch))];
             shard.commit(epoch as Epoch, writes).await.expect("commits");
         }
         let snapshot = shard.snapshot().expect("snapshot");
-        let value = snapshot.get(&key(7)).await.expect("get").expect("present");
+        let value = snapshot
+            .get(&count_key(7))
+            .await
+            .expect("get")
+            .expect("present");
         assert_eq!(keys::decode_weight(&value), 2 + 3 + 4);
         let scanned = snapshot
             .scan_prefix(&[keys::OUTPUT], ScanOrder::Ascending, 10)
             .await
             .expect("scan");
-        assert_eq!(scanned, vec![(key(7), keys::encode_weight(9))]);
+        assert_eq!(scanned, vec![(count_key(7), keys::encode_weight(9))]);
+    }
+
+    #[tokio::test]
+    async fn zero_counts_read_as_absent() {
+        let shard = shard_with(std::iter::empty()).await;
+        // Counts 0..40 reach 1 in epoch 2; the even ones drop back to 0.
+        let up = (0..40).map(|n| (count_key(n), Write::AddCount(1)));
+        shard.commit(2, up).await.expect("commits");
+        let down = (0..40)
+            .step_by(2)
+            .map(|n| (count_key(n), Write::AddCount(-1)));
+        shard.commit(3, down).await.expect("commits");
+        let snapshot = shard.snapshot().expect("snapshot");
+        assert_eq!(snapshot.get(&count_key(4)).await.expect("get"), None);
+        let all: Vec<Vec<u8>> = (0..40).map(count_key).collect();
+        let refs: Vec<&[u8]> = all.iter().map(Vec::as_slice).collect();
+        let values = snapshot.get_many(&refs).await.expect("get_many");
+        for (n, value) in values.iter().enumerate() {
+            assert_eq!(value.is_some(), n % 2 == 1, "count {n}");
+        }
+        let first = snapshot
+            .scan_prefix(&[keys::OUTPUT], ScanOrder::Ascending, 1)
+            .await
+            .expect("scan");
+        assert_eq!(first, vec![(count_key(1), keys::encode_weight(1))]);
+        let last = snapshot
+            .scan_prefix(&[keys::OUTPUT], ScanOrder::Descending, 2)
+            .await
+            .expect("scan");
+        let last_keys: Vec<Vec<u8>> = last.into_iter().map(|(key, _)| key).collect();
+        assert_eq!(last_keys, vec![count_key(39), count_key(37)]);
+        let chunk = snapshot
+            .scan_chunk(&[keys::OUTPUT], Some(&count_key(30)))
+            .await
+            .expect("chunk");
+        let chunk_keys: Vec<Vec<u8>> = chunk.into_iter().map(|(key, _)| key).collect();
+        let odd_after_30: Vec<Vec<u8>> = (31..40).step_by(2).map(count_key).collect();
+        assert_eq!(chunk_keys, odd_after_30);
+    }
+
+    #[test]
+    fn compaction_removes_only_zero_counts() {
+        let entry = |key: Vec<u8>, value: ValueDeletable| RowEntry {
+            key: Bytes::from(key),
+            value,
+            seq: 1,
+            create_ts: None,
+            expire_ts: None,
+        };
+        let zero = || Bytes::from(keys::encode_weight(0));
+        let decide = |key, value| zero_count_decision(&entry(key, value));
+        assert_eq!(
+            decide(count_key(1), ValueDeletable::Merge(zero())),
+            CompactionFilterDecision::Drop
+        );
+        assert_eq!(
+            decide(count_key(1), ValueDeletable::Value(zero())),
+            CompactionFilterDecision::Modify(ValueDeletable::Tombstone)
+        );
+        let three = Bytes::from(keys::encode_weight(3));
+        for (key, value) in [
+            (count_key(1), ValueDeletable::Value(three.clone())),
+            (count_key(1), ValueDeletable::Merge(three)),
+            (key(1), ValueDeletable::Value(zero())),
+            (count_key(1), ValueDeletable::Tombstone),
+        ] {
+            assert_eq!(decide(key, value), CompactionFilterDecision::Keep);
+        }
     }
 }
