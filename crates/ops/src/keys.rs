@@ -23,6 +23,7 @@
 //! `rockstream_types::encoding`, which is prefix-free for a fixed number of
 //! columns, so a prefix scan on a key never matches a longer key.
 
+use rockstream_types::encoding::datum_len;
 use rockstream_types::ObjectId;
 
 pub const OP_STATE: u8 = 0x01;
@@ -93,6 +94,27 @@ pub fn all_op_prefixes(op_id: ObjectId) -> Vec<Vec<u8>> {
     .collect()
 }
 
+/// Length of the key's *leading-column prefix*: its key space's fixed
+/// header plus the first datum after it (a table's first primary-key
+/// column, a view row's first column, a join key's first column, a group's
+/// first column). Storage keeps bloom filters over these prefixes, so a
+/// scan for one leading value skips the SSTs that hold none. `None` when
+/// the key (or scan prefix) does not reach a whole first datum.
+///
+/// Depends only on the bytes it returns the length of, as prefix filters
+/// require: every key extending a scan prefix has the same leading prefix.
+pub fn leading_prefix_len(key: &[u8]) -> Option<usize> {
+    let header = match *key.first()? {
+        OUTPUT | TABLE_ROWS => 17,
+        OP_STATE => match key.get(1..3)? {
+            kind if kind == MIN_MAX || kind == AGGREGATE_DISTINCT => 21,
+            _ => 19,
+        },
+        _ => return None,
+    };
+    Some(header + datum_len(key.get(header..)?)?)
+}
+
 pub fn format_version_key() -> Vec<u8> {
     vec![SHARD_META, b'F', b'V']
 }
@@ -117,4 +139,35 @@ pub fn decode_weight(bytes: &[u8]) -> i64 {
     let length = bytes.len().min(8);
     array[..length].copy_from_slice(&bytes[..length]);
     i64::from_be_bytes(array)
+}
+
+#[cfg(test)]
+mod tests {
+    //! Goal: the leading-column prefix is the header plus the first datum,
+    //! and scan prefixes short of a whole datum have none.
+    use super::*;
+    use rockstream_types::encoding::encode_row_into;
+    use rockstream_types::Datum;
+
+    #[test]
+    fn leading_prefix_is_header_and_first_datum() {
+        let id: ObjectId = 7;
+        let mut key = table_prefix(id);
+        assert_eq!(leading_prefix_len(&key), None, "whole-table scan");
+        encode_row_into(&[Datum::Text("ab".into()), Datum::Int64(3)], &mut key);
+        assert_eq!(leading_prefix_len(&key), Some(17 + 1 + 2 + 2));
+        assert_eq!(leading_prefix_len(&key[..17 + 3]), None, "cut text");
+
+        let mut multiset = op_prefix(MIN_MAX, id);
+        multiset.extend_from_slice(&[0, 1]);
+        encode_row_into(&[Datum::Int32(5), Datum::Null], &mut multiset);
+        assert_eq!(leading_prefix_len(&multiset), Some(21 + 5));
+
+        let global_group = op_prefix(AGGREGATE, id);
+        assert_eq!(leading_prefix_len(&global_group), None);
+        assert_eq!(leading_prefix_len(&epoch_key()), None);
+        assert!(holds_count(&output_prefix(id)));
+        assert!(!holds_count(&table_prefix(id)));
+        assert!(!holds_count(&global_group));
+    }
 }

@@ -26,9 +26,10 @@ use slatedb::bytes::Bytes;
 use slatedb::config::{ScanOptions, Settings};
 use slatedb::object_store::ObjectStore;
 use slatedb::{
-    CompactionFilter, CompactionFilterDecision, CompactionFilterError, CompactionFilterSupplier,
-    CompactionJobContext, CompactorBuilder, Db, DbIterator, DbSnapshot, IterationOrder,
-    MergeOperator, MergeOperatorError, RowEntry, ValueDeletable, WriteBatch,
+    BloomFilterPolicy, CompactionFilter, CompactionFilterDecision, CompactionFilterError,
+    CompactionFilterSupplier, CompactionJobContext, CompactorBuilder, Db, DbIterator, DbSnapshot,
+    FilterPolicy, IterationOrder, MergeOperator, MergeOperatorError, PrefixExtractor, PrefixTarget,
+    RowEntry, ValueDeletable, WriteBatch,
 };
 
 use rockstream_ops::keys;
@@ -73,13 +74,16 @@ impl ShardDb {
             ..Settings::default()
         };
         // The compactor runs in-process with SlateDB's default options, plus
-        // the filter removing zero counts.
+        // the filter removing zero counts; the SSTs it writes carry the same
+        // bloom filters as flushed ones.
         let compactor = CompactorBuilder::new(path.to_string(), store.clone())
             .with_options(settings.compactor_options.take().unwrap_or_default())
+            .with_filter_policies(filter_policies())
             .with_compaction_filter_supplier(Arc::new(ZeroCounts));
         let db = Db::builder(path.to_string(), store)
             .with_settings(settings)
             .with_merge_operator(Arc::new(CountSum))
+            .with_filter_policies(filter_policies())
             .with_compactor_builder(compactor)
             .build()
             .await
@@ -180,6 +184,18 @@ impl ShardDb {
             .await_durable()
             .await
             .map_err(|error| storage_error(&self.name, error))
+    }
+
+    /// Writes the memtable out as an SST (tests reading from SSTs).
+    #[cfg(test)]
+    async fn flush_memtable(&self) {
+        let options = slatedb::config::FlushOptions {
+            flush_type: slatedb::config::FlushType::MemTable,
+        };
+        self.db
+            .flush_with_options(options)
+            .await
+            .expect("memtable flush");
     }
 
     pub async fn close(&self) -> RsResult<()> {
@@ -336,6 +352,34 @@ impl Snapshot {
             }
         }
         Ok(out)
+    }
+}
+
+/// Bloom filter bits per hashed item (SlateDB's default).
+const BLOOM_BITS_PER_KEY: u32 = 10;
+
+/// One bloom filter per SST over whole keys (point lookups) and over
+/// leading-column prefixes (prefix scans: a table row by its first key
+/// column, a view's rows by their first column, a join probe, a MIN/MAX
+/// rescan), so a lookup skips the SSTs that cannot hold what it seeks.
+fn filter_policies() -> Vec<Arc<dyn FilterPolicy>> {
+    vec![Arc::new(
+        BloomFilterPolicy::new(BLOOM_BITS_PER_KEY).with_prefix_extractor(Arc::new(LeadingColumn)),
+    )]
+}
+
+/// [`keys::leading_prefix_len`] as SlateDB's prefix extractor.
+struct LeadingColumn;
+
+impl PrefixExtractor for LeadingColumn {
+    fn name(&self) -> &str {
+        "rockstream.leading_column.v1"
+    }
+
+    fn prefix_len(&self, target: &PrefixTarget) -> Option<usize> {
+        match target {
+            PrefixTarget::Point(key) | PrefixTarget::Prefix(key) => keys::leading_prefix_len(key),
+        }
     }
 }
 
@@ -543,6 +587,57 @@ mod tests {
         let chunk_keys: Vec<Vec<u8>> = chunk.into_iter().map(|(key, _)| key).collect();
         let odd_after_30: Vec<Vec<u8>> = (31..40).step_by(2).map(count_key).collect();
         assert_eq!(chunk_keys, odd_after_30);
+    }
+
+    #[tokio::test]
+    async fn prefix_scans_read_through_flushed_tables() {
+        use rockstream_types::encoding::encode_row_into;
+        use rockstream_types::Datum;
+        let shard = shard_with(std::iter::empty()).await;
+        let row_key = |lead: i64, second: &str| {
+            let mut key = keys::table_prefix(9);
+            encode_row_into(&[Datum::Int64(lead), Datum::Text(second.into())], &mut key);
+            key
+        };
+        let lead_prefix = |lead: i64| {
+            let mut key = keys::table_prefix(9);
+            encode_row_into(&[Datum::Int64(lead)], &mut key);
+            key
+        };
+        // Each epoch lands in its own SST: leading values 0..30 in epoch
+        // 2, even ones again in epoch 3, multiples of 3 deleted in epoch 4.
+        let epochs: [Vec<(Vec<u8>, Write)>; 3] = [
+            (0..30)
+                .map(|n| (row_key(n, "a"), Write::Put(vec![1])))
+                .collect(),
+            (0..30)
+                .step_by(2)
+                .map(|n| (row_key(n, "b"), Write::Put(vec![2])))
+                .collect(),
+            (0..30)
+                .step_by(3)
+                .map(|n| (row_key(n, "a"), Write::Delete))
+                .collect(),
+        ];
+        for (epoch, writes) in (2..).zip(epochs) {
+            shard.commit(epoch, writes).await.expect("commits");
+            shard.flush_memtable().await;
+        }
+        let snapshot = shard.snapshot().expect("snapshot");
+        for lead in 0..32 {
+            let found = snapshot
+                .scan_prefix(&lead_prefix(lead), ScanOrder::Ascending, usize::MAX)
+                .await
+                .expect("scan");
+            let mut expected = Vec::new();
+            if lead < 30 && lead % 3 != 0 {
+                expected.push((row_key(lead, "a"), vec![1]));
+            }
+            if lead < 30 && lead % 2 == 0 {
+                expected.push((row_key(lead, "b"), vec![2]));
+            }
+            assert_eq!(found, expected, "leading value {lead}");
+        }
     }
 
     #[test]

@@ -219,6 +219,36 @@ pub fn decode_prefix(bytes: &[u8], count: usize) -> RsResult<(Row, usize)> {
     Ok((row, reader.position))
 }
 
+/// Length of the datum encoded at the front of `bytes`, or `None` when they
+/// do not start with a whole datum. Reads no byte past the datum it
+/// measures.
+pub fn datum_len(bytes: &[u8]) -> Option<usize> {
+    let payload = match *bytes.first()? {
+        TAG_NULL => 0,
+        TAG_BOOL => 1,
+        TAG_INT16 => 2,
+        TAG_INT32 | TAG_FLOAT32 | TAG_DATE => 4,
+        TAG_INT64 | TAG_FLOAT64 | TAG_TIMESTAMP | TAG_TIMESTAMPTZ => 8,
+        TAG_NUMERIC => 16,
+        TAG_INTERVAL => 16 + 4 + 4 + 8,
+        TAG_TEXT => {
+            let mut position = 1;
+            loop {
+                match *bytes.get(position)? {
+                    0x00 => match *bytes.get(position + 1)? {
+                        0x00 => return Some(position + 2),
+                        0xFF => position += 2,
+                        _ => return None,
+                    },
+                    _ => position += 1,
+                }
+            }
+        }
+        _ => return None,
+    };
+    (bytes.len() > payload).then_some(1 + payload)
+}
+
 struct Reader<'a> {
     bytes: &'a [u8],
     position: usize,
@@ -354,6 +384,20 @@ mod tests {
         fn text_order_preserved(a: String, b: String) {
             prop_assert_eq!(a.as_bytes().cmp(b.as_bytes()),
                 encode_one(&Datum::Text(a.clone())).cmp(&encode_one(&Datum::Text(b.clone()))));
+        }
+
+        #[test]
+        fn datum_len_measures_one_datum(
+            datum in arbitrary_datum(),
+            tail in proptest::collection::vec(any::<u8>(), 0..4),
+        ) {
+            let encoded = encode_one(&datum);
+            let mut bytes = encoded.clone();
+            bytes.extend_from_slice(&tail);
+            prop_assert_eq!(datum_len(&bytes), Some(encoded.len()));
+            for cut in 0..encoded.len() {
+                prop_assert_eq!(datum_len(&encoded[..cut]), None);
+            }
         }
 
         #[test]
