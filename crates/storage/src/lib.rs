@@ -47,8 +47,10 @@ pub const FORMAT_VERSION: u8 = 2;
 /// Oldest format this binary reads.
 pub const FORMAT_VERSION_MIN: u8 = 2;
 
-/// How often SlateDB flushes its WAL: the latency floor of a commit.
-pub const WAL_FLUSH_INTERVAL: Duration = Duration::from_millis(1);
+/// How often SlateDB flushes its WAL on its own. Epoch commits flush it
+/// explicitly ([`ShardDb::commit`]); the tick covers other writes, such as
+/// the format version of a new shard.
+pub const WAL_FLUSH_INTERVAL: Duration = Duration::from_millis(10);
 
 /// Bound on memtable data not yet flushed to storage; writers wait beyond
 /// it (SlateDB's default, 1 GiB, is too much for a laptop-sized process).
@@ -180,6 +182,13 @@ impl ShardDb {
             .write(batch)
             .await
             .map_err(|error| storage_error(&self.name, error))?;
+        // Write the WAL now rather than at the next flush tick: the epoch
+        // loop commits one batch at a time, so waiting for a tick would only
+        // add latency.
+        self.db
+            .flush()
+            .await
+            .map_err(|error| storage_error(&self.name, error))?;
         handle
             .await_durable()
             .await
@@ -249,7 +258,7 @@ impl Snapshot {
         let range = keys[order[0]]..=keys[order[order.len() - 1]];
         let mut iterator = self
             .inner
-            .scan(range)
+            .scan_with_options(range, &scan_options(ScanOrder::Ascending, true))
             .await
             .map_err(|error| storage_error(&self.name, error))?;
         let budget = 2 * keys.len() + SCAN_CHUNK_ROWS_MAX;
@@ -289,16 +298,9 @@ impl Snapshot {
         order: ScanOrder,
         limit: usize,
     ) -> RsResult<Vec<(Vec<u8>, Vec<u8>)>> {
-        let options = ScanOptions {
-            order: match order {
-                ScanOrder::Ascending => IterationOrder::Ascending,
-                ScanOrder::Descending => IterationOrder::Descending,
-            },
-            ..ScanOptions::default()
-        };
         let iterator = self
             .inner
-            .scan_prefix_with_options(prefix, .., &options)
+            .scan_prefix_with_options(prefix, .., &scan_options(order, true))
             .await
             .map_err(|error| storage_error(&self.name, error))?;
         self.collect(iterator, limit).await
@@ -311,22 +313,22 @@ impl Snapshot {
         prefix: &[u8],
         after: Option<&[u8]>,
     ) -> RsResult<Vec<(Vec<u8>, Vec<u8>)>> {
-        let iterator = match after {
-            Some(after) => {
-                let suffix = after[prefix.len()..].to_vec();
-                self.inner
-                    .scan_prefix(
-                        prefix,
-                        (
-                            std::ops::Bound::Excluded(suffix),
-                            std::ops::Bound::Unbounded,
-                        ),
-                    )
-                    .await
-            }
-            None => self.inner.scan_prefix(prefix, ..).await,
-        }
-        .map_err(|error| storage_error(&self.name, error))?;
+        // A scan for one leading value (a row by key, a view's rows for one
+        // value) keeps its blocks cached; a scan of a whole table or view
+        // streams past the cache instead of evicting the working set.
+        let options = scan_options(
+            ScanOrder::Ascending,
+            keys::leading_prefix_len(prefix).is_some(),
+        );
+        let lower = match after {
+            Some(after) => std::ops::Bound::Excluded(after[prefix.len()..].to_vec()),
+            None => std::ops::Bound::Unbounded,
+        };
+        let iterator = self
+            .inner
+            .scan_prefix_with_options(prefix, (lower, std::ops::Bound::Unbounded), &options)
+            .await
+            .map_err(|error| storage_error(&self.name, error))?;
         self.collect(iterator, SCAN_CHUNK_ROWS_MAX).await
     }
 
@@ -380,6 +382,19 @@ impl PrefixExtractor for LeadingColumn {
         match target {
             PrefixTarget::Point(key) | PrefixTarget::Prefix(key) => keys::leading_prefix_len(key),
         }
+    }
+}
+
+/// Scan options; `cache_blocks` keeps the data blocks read in the block
+/// cache (SlateDB's default for scans is not to).
+fn scan_options(order: ScanOrder, cache_blocks: bool) -> ScanOptions {
+    ScanOptions {
+        order: match order {
+            ScanOrder::Ascending => IterationOrder::Ascending,
+            ScanOrder::Descending => IterationOrder::Descending,
+        },
+        cache_blocks,
+        ..ScanOptions::default()
     }
 }
 
