@@ -9,6 +9,8 @@
 //! also kept as a multiset `MM op_id agg key value -> count`: after a change
 //! the new extremum is the first entry of the group's multiset in ascending
 //! (MIN) or descending (MAX) order — one short scan, never the whole group.
+//! Calls over the same argument (`MIN(x)` and `MAX(x)`) share one multiset,
+//! stored under the first such call's `agg`.
 //! `DISTINCT` aggregates keep `AD op_id agg key value -> count` and feed the
 //! accumulator only when a value's count crosses zero.
 //!
@@ -36,6 +38,9 @@ pub(crate) struct AggregateNode {
     input: Node,
     group_count: usize,
     calls: Vec<AggregateCall>,
+    /// Per call: the call whose `MM` multiset it reads (itself, or an
+    /// earlier MIN/MAX call over the same argument).
+    multiset_owner: Vec<usize>,
     output_types: Vec<SqlType>,
 }
 
@@ -69,11 +74,33 @@ impl AggregateNode {
         {
             return Err(RsError::internal("aggregate plan does not match its input"));
         }
+        let is_extremum = |call: &AggregateCall| {
+            matches!(
+                call.function,
+                AggregateFunction::Min | AggregateFunction::Max
+            )
+        };
+        let multiset_owner = calls
+            .iter()
+            .enumerate()
+            .map(|(index, call)| {
+                calls
+                    .iter()
+                    .position(|other| {
+                        is_extremum(call)
+                            && is_extremum(other)
+                            && other.argument == call.argument
+                            && other.distinct == call.distinct
+                    })
+                    .unwrap_or(index)
+            })
+            .collect();
         Ok(AggregateNode {
             op_id,
             input,
             group_count,
             calls,
+            multiset_owner,
             output_types,
         })
     }
@@ -159,7 +186,9 @@ impl AggregateNode {
                     call.function,
                     AggregateFunction::Min | AggregateFunction::Max
                 ) {
-                    store.add_count(self.multiset_key(MIN_MAX, index, key, value), weight);
+                    if self.multiset_owner[index] == index {
+                        store.add_count(self.multiset_key(MIN_MAX, index, key, value), weight);
+                    }
                     extremum_changed[index] = true;
                     if weight < 0 {
                         // The stored extremum is NULL exactly when the multiset was empty.
@@ -270,7 +299,7 @@ impl AggregateNode {
         key: &[u8],
         order: ScanOrder,
     ) -> RsResult<Datum> {
-        let prefix = self.value_key(MIN_MAX, index, key);
+        let prefix = self.value_key(MIN_MAX, self.multiset_owner[index], key);
         let first = store.scan_prefix(&prefix, order, 1).await?;
         match first.first() {
             Some((stored_key, _)) => Ok(decode_prefix(&stored_key[prefix.len()..], 1)?.0.remove(0)),
