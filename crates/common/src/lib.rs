@@ -7,6 +7,7 @@
 //! simulator can later replace this one module.
 #![allow(clippy::disallowed_methods)]
 
+mod background;
 mod object_store_url;
 
 use std::future::Future;
@@ -14,6 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+pub use background::BackgroundRuntime;
 pub use object_store_url::object_store_for;
 
 /// Source of wall-clock time.

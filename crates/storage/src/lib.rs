@@ -38,6 +38,7 @@ use rockstream_types::{codes, Epoch, RsError, RsResult};
 
 pub use epoch_store::EpochStore;
 pub use rockstream_common::object_store_for;
+use rockstream_common::BackgroundRuntime;
 
 /// The on-disk format this binary writes.
 ///
@@ -64,6 +65,8 @@ pub const L0_TABLE_BYTES: usize = 16 * 1024 * 1024;
 pub struct ShardDb {
     db: Db,
     name: String,
+    /// Runs the shard's compactions; declared after `db` so it outlives it.
+    _compaction: BackgroundRuntime,
 }
 
 impl ShardDb {
@@ -75,10 +78,15 @@ impl ShardDb {
             l0_sst_size_bytes: L0_TABLE_BYTES,
             ..Settings::default()
         };
-        // The compactor runs in-process with SlateDB's default options, plus
-        // the filter removing zero counts; the SSTs it writes carry the same
-        // bloom filters as flushed ones.
+        // The compactor runs in-process with SlateDB's default options, on
+        // low-priority threads of its own, with the filter removing zero
+        // counts; the SSTs it writes carry the same bloom filters as flushed
+        // ones.
+        let compaction = BackgroundRuntime::start("rs-compaction").map_err(|error| {
+            RsError::new(&codes::STORAGE_IO, format!("storage '{path}': {error}"))
+        })?;
         let compactor = CompactorBuilder::new(path.to_string(), store.clone())
+            .with_runtime(compaction.handle())
             .with_options(settings.compactor_options.take().unwrap_or_default())
             .with_filter_policies(filter_policies())
             .with_compaction_filter_supplier(Arc::new(ZeroCounts));
@@ -93,6 +101,7 @@ impl ShardDb {
         let shard = ShardDb {
             db,
             name: path.to_string(),
+            _compaction: compaction,
         };
         shard.check_format_version().await?;
         Ok(shard)
@@ -244,7 +253,9 @@ impl Snapshot {
     /// span, which for keys that are new or clustered (a `COPY` in key
     /// order) costs a few block reads instead of one lookup per key. When
     /// the range holds many stored keys that were not asked for, the scan
-    /// stops and the rest are looked up one by one.
+    /// stops and the rest are looked up one by one. The scan's blocks stay
+    /// out of the block cache: a bulk load's lookups would only evict the
+    /// working set.
     pub async fn get_many(&self, keys: &[&[u8]]) -> RsResult<Vec<Option<Vec<u8>>>> {
         let mut values = vec![None; keys.len()];
         if keys.len() <= GET_MANY_POINT_LOOKUPS_MAX {
@@ -258,7 +269,7 @@ impl Snapshot {
         let range = keys[order[0]]..=keys[order[order.len() - 1]];
         let mut iterator = self
             .inner
-            .scan_with_options(range, &scan_options(ScanOrder::Ascending, true))
+            .scan_with_options(range, &scan_options(ScanOrder::Ascending, false))
             .await
             .map_err(|error| storage_error(&self.name, error))?;
         let budget = 2 * keys.len() + SCAN_CHUNK_ROWS_MAX;
