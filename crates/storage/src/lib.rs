@@ -24,12 +24,14 @@ use std::time::Duration;
 
 use slatedb::bytes::Bytes;
 use slatedb::config::{ScanOptions, Settings};
+use slatedb::db_cache::moka::{MokaCache, MokaCacheOptions};
+use slatedb::db_cache::{DbCache, SplitCache};
 use slatedb::object_store::ObjectStore;
 use slatedb::{
-    BloomFilterPolicy, CompactionFilter, CompactionFilterDecision, CompactionFilterError,
-    CompactionFilterSupplier, CompactionJobContext, CompactorBuilder, Db, DbIterator, DbSnapshot,
-    FilterPolicy, IterationOrder, MergeOperator, MergeOperatorError, PrefixExtractor, PrefixTarget,
-    RowEntry, ValueDeletable, WriteBatch,
+    BlockCachePolicy, BloomFilterPolicy, CacheTarget, CompactionFilter, CompactionFilterDecision,
+    CompactionFilterError, CompactionFilterSupplier, CompactionJobContext, CompactorBuilder, Db,
+    DbIterator, DbSnapshot, FilterPolicy, IterationOrder, MergeOperator, MergeOperatorError,
+    PrefixExtractor, PrefixTarget, RowEntry, ValueDeletable, WriteBatch,
 };
 
 use rockstream_ops::keys;
@@ -92,6 +94,14 @@ impl ShardDb {
             .with_compaction_filter_supplier(Arc::new(ZeroCounts));
         let db = Db::builder(path.to_string(), store)
             .with_settings(settings)
+            .with_db_cache(block_and_meta_cache(), 0)
+            .with_block_cache_policy(
+                // Flushed data reaches the cache when it is read, not when
+                // written: a bulk load would otherwise fill it with blocks
+                // nobody reads.
+                BlockCachePolicy::default()
+                    .with_flush_targets(&[CacheTarget::Index, CacheTarget::Filters]),
+            )
             .with_merge_operator(Arc::new(CountSum))
             .with_filter_policies(filter_policies())
             .with_compactor_builder(compactor)
@@ -366,6 +376,30 @@ impl Snapshot {
         }
         Ok(out)
     }
+}
+
+/// Bound on cached data blocks (SlateDB's default is 512 MiB). Together with
+/// [`UNFLUSHED_BYTES_MAX`] and the metadata cache it bounds the memory a
+/// shard holds beyond the transactions in flight.
+pub const BLOCK_CACHE_BYTES: u64 = 256 * 1024 * 1024;
+
+/// Bound on cached SST indexes and bloom filters.
+pub const META_CACHE_BYTES: u64 = 128 * 1024 * 1024;
+
+fn block_and_meta_cache() -> Arc<dyn DbCache> {
+    let moka = |max_capacity| -> Arc<dyn DbCache> {
+        Arc::new(MokaCache::new_with_opts(MokaCacheOptions {
+            max_capacity,
+            time_to_live: None,
+            time_to_idle: None,
+        }))
+    };
+    Arc::new(
+        SplitCache::new()
+            .with_block_cache(Some(moka(BLOCK_CACHE_BYTES)))
+            .with_meta_cache(Some(moka(META_CACHE_BYTES)))
+            .build(),
+    )
 }
 
 /// Bloom filter bits per hashed item (SlateDB's default).
