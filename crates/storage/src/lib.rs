@@ -28,10 +28,10 @@ use slatedb::db_cache::moka::{MokaCache, MokaCacheOptions};
 use slatedb::db_cache::{DbCache, SplitCache};
 use slatedb::object_store::ObjectStore;
 use slatedb::{
-    BlockCachePolicy, BloomFilterPolicy, CacheTarget, CompactionFilter, CompactionFilterDecision,
-    CompactionFilterError, CompactionFilterSupplier, CompactionJobContext, CompactorBuilder, Db,
-    DbIterator, DbSnapshot, FilterPolicy, IterationOrder, MergeOperator, MergeOperatorError,
-    PrefixExtractor, PrefixTarget, RowEntry, ValueDeletable, WriteBatch,
+    BloomFilterPolicy, CompactionFilter, CompactionFilterDecision, CompactionFilterError,
+    CompactionFilterSupplier, CompactionJobContext, CompactorBuilder, Db, DbIterator, DbSnapshot,
+    FilterPolicy, IterationOrder, MergeOperator, MergeOperatorError, PrefixExtractor, PrefixTarget,
+    RowEntry, ValueDeletable, WriteBatch,
 };
 
 use rockstream_ops::keys;
@@ -95,13 +95,6 @@ impl ShardDb {
         let db = Db::builder(path.to_string(), store)
             .with_settings(settings)
             .with_db_cache(block_and_meta_cache(), 0)
-            .with_block_cache_policy(
-                // Flushed data reaches the cache when it is read, not when
-                // written: a bulk load would otherwise fill it with blocks
-                // nobody reads.
-                BlockCachePolicy::default()
-                    .with_flush_targets(&[CacheTarget::Index, CacheTarget::Filters]),
-            )
             .with_merge_operator(Arc::new(CountSum))
             .with_filter_policies(filter_policies())
             .with_compactor_builder(compactor)
