@@ -154,7 +154,7 @@ mod tests {
         Put(u8, i64),
         Delete(u8),
         AddCount(u8, i64),
-        /// A read-modify-write, as `update_count` does for decrements.
+        /// A read-modify-write, as `add_to_count` does for DISTINCT counts.
         Decrement(u8),
     }
 
