@@ -289,7 +289,6 @@ impl Database {
         let json =
             serde_json::to_vec(&entry).map_err(|error| RsError::internal(error.to_string()))?;
         self.durable_put(&entry.key(), &json).await?;
-        self.catalog_mut().push(entry.clone());
         if let Err(error) = self
             .follow(CatalogChange::Created {
                 entry: entry.clone(),
@@ -298,12 +297,13 @@ impl Database {
             .await
         {
             // Compensate: the statement failed, so it must change nothing.
-            self.catalog_mut()
-                .retain(|existing| existing.id != entry.id);
             self.durable_delete(&entry.key()).await?;
             let _ = self.follow(CatalogChange::Dropped { entry }).await;
             return Err(error);
         }
+        // Other sessions see the object once it is complete (a view only
+        // after its backfill), as they would see a committed CREATE.
+        self.catalog_mut().push(entry);
         Ok(())
     }
 

@@ -15,6 +15,9 @@ use crate::epoch::EpochLoop;
 pub const COMMAND_QUEUE_MAX: usize = 1024;
 /// Bound on commits grouped into one epoch.
 pub const EPOCH_COMMITS_MAX: usize = 512;
+/// Source rows a new view's backfill feeds through its dataflow per epoch:
+/// bounds what a backfill holds in memory, however large its sources are.
+pub const BACKFILL_EPOCH_ROWS: usize = 65_536;
 
 /// One row's change in a table: the row as the writer read it (`old`) and
 /// as it should become (`new`). The engine refuses the commit if the stored

@@ -10,7 +10,10 @@ use rockstream_types::encoding::{decode_row, encode_row, encode_row_into};
 use rockstream_types::{codes, Epoch, ObjectId, RsError, RsResult, ZSet};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::engine::{Command, InstallView, Published, TableChange, ViewStatus, EPOCH_COMMITS_MAX};
+use crate::engine::{
+    Command, InstallView, Published, TableChange, ViewStatus, BACKFILL_EPOCH_ROWS,
+    EPOCH_COMMITS_MAX,
+};
 
 type Reply = oneshot::Sender<RsResult<Epoch>>;
 
@@ -269,8 +272,8 @@ impl EpochLoop {
             .retain(|installed| installed.view.view_id != view_id);
         self.views.push(Installed { view, failed: None });
         let index = self.views.len() - 1;
-        let mut store = EpochStore::new(snapshot.clone());
         if already_installed {
+            let mut store = EpochStore::new(snapshot);
             let has_pending = !store
                 .scan_prefix(&keys::pending_prefix(view_id), ScanOrder::Ascending, 1)
                 .await?
@@ -284,37 +287,82 @@ impl EpochLoop {
             }
             return Ok(());
         }
-        let mut inputs = HashMap::new();
-        let sources: Vec<(ObjectId, bool)> = {
-            let view = &self.views[index].view;
-            view.sources
-                .iter()
-                .copied()
-                .zip(view.source_is_view.iter().copied())
-                .collect()
-        };
-        for (source, is_view) in sources {
-            inputs.insert(source, read_collection(&snapshot, source, is_view).await?);
-        }
-        let mut layer = LayeredStore::new(&mut store);
-        let result = self.views[index]
-            .view
-            .dataflow
-            .step(&mut layer, &inputs, true)
-            .await;
-        match result {
-            Ok(output) => {
-                apply_view_output(&mut layer, view_id, &output);
-                layer.commit();
-                store.put(marker, vec![1]);
-                self.commit_epoch(store).await?;
-                Ok(())
-            }
+        // A backfill cut short by a crash leaves part of the view's state
+        // behind: start from nothing.
+        let prefixes = view_prefixes(view_id, &self.views[index].view.op_ids);
+        self.delete_prefixes(&prefixes).await?;
+        match self.backfill(index).await {
+            Ok(()) => Ok(()),
             Err(error) => {
                 self.views.pop();
+                if error.code != &codes::STORAGE_IO {
+                    self.delete_prefixes(&prefixes).await?;
+                }
                 Err(error)
             }
         }
+    }
+
+    /// Feeds the rows of the new view's sources, read from one pinned
+    /// snapshot, through its dataflow, at most [`BACKFILL_EPOCH_ROWS`] of
+    /// each source per epoch, so memory stays bounded. The sources advance
+    /// together: a small dimension table is read whole in the first epoch,
+    /// and each chunk of a large fact table then joins against it, instead
+    /// of the last source's rows joining against everything at once. Until
+    /// the final epoch writes the installed marker the view is not in the
+    /// catalog readers see, and a restart starts the backfill over.
+    async fn backfill(&mut self, index: usize) -> RsResult<()> {
+        let pinned = self.shard.snapshot()?;
+        let view = &self.views[index].view;
+        let view_id = view.view_id;
+        let mut readers: Vec<(ObjectId, CollectionReader)> = view
+            .sources
+            .iter()
+            .zip(&view.source_is_view)
+            .map(|(source, is_view)| (*source, CollectionReader::new(*source, *is_view)))
+            .collect();
+        let mut initial = true;
+        let mut rows_done = 0;
+        loop {
+            let mut inputs = HashMap::new();
+            for (source, reader) in &mut readers {
+                if let Some(chunk) = reader.next_chunk(&pinned, BACKFILL_EPOCH_ROWS).await? {
+                    rows_done += chunk.len();
+                    inputs.insert(*source, chunk);
+                }
+            }
+            if inputs.is_empty() {
+                break;
+            }
+            let mut store = EpochStore::new(self.shard.snapshot()?);
+            self.backfill_step(&mut store, index, &inputs, initial)
+                .await?;
+            self.commit_epoch(store).await?;
+            initial = false;
+            tracing::info!(view = %self.views[index].view.name, rows = rows_done, "backfill in progress");
+        }
+        let mut store = EpochStore::new(self.shard.snapshot()?);
+        if initial {
+            // No source rows: the one step global aggregates need.
+            self.backfill_step(&mut store, index, &HashMap::new(), true)
+                .await?;
+        }
+        store.put(installed_marker(view_id), vec![1]);
+        self.commit_epoch(store).await?;
+        Ok(())
+    }
+
+    async fn backfill_step(
+        &self,
+        store: &mut EpochStore,
+        index: usize,
+        inputs: &HashMap<ObjectId, ZSet>,
+        initial: bool,
+    ) -> RsResult<()> {
+        let view = &self.views[index].view;
+        let output = view.dataflow.step(store, inputs, initial).await?;
+        apply_view_output(store, view.view_id, &output);
+        Ok(())
     }
 
     async fn drop_object(&mut self, object_id: ObjectId, op_ids: Vec<ObjectId>) -> RsResult<()> {
@@ -323,19 +371,17 @@ impl EpochLoop {
         if let Ok(mut statuses) = self.statuses.write() {
             statuses.remove(&object_id);
         }
-        let mut prefixes = vec![
-            output_prefix(object_id),
-            keys::table_prefix(object_id),
-            keys::pending_prefix(object_id),
-            installed_marker(object_id),
-        ];
-        for op_id in op_ids {
-            prefixes.extend(keys::all_op_prefixes(op_id));
-        }
+        let mut prefixes = view_prefixes(object_id, &op_ids);
+        prefixes.push(keys::table_prefix(object_id));
+        self.delete_prefixes(&prefixes).await
+    }
+
+    /// Deletes every key under `prefixes`, a bounded chunk per epoch.
+    async fn delete_prefixes(&mut self, prefixes: &[Vec<u8>]) -> RsResult<()> {
         for prefix in prefixes {
             loop {
                 let snapshot = self.shard.snapshot()?;
-                let chunk = snapshot.scan_chunk(&prefix, None).await?;
+                let chunk = snapshot.scan_chunk(prefix, None).await?;
                 if chunk.is_empty() {
                     break;
                 }
@@ -348,6 +394,20 @@ impl EpochLoop {
         }
         Ok(())
     }
+}
+
+/// Every key prefix a materialized view's state lives under: its output,
+/// held-back input, installed marker and operator state.
+fn view_prefixes(view_id: ObjectId, op_ids: &[ObjectId]) -> Vec<Vec<u8>> {
+    let mut prefixes = vec![
+        output_prefix(view_id),
+        keys::pending_prefix(view_id),
+        installed_marker(view_id),
+    ];
+    for op_id in op_ids {
+        prefixes.extend(keys::all_op_prefixes(*op_id));
+    }
+    prefixes
 }
 
 /// Checks that every row a transaction changes is still as the transaction
@@ -443,32 +503,56 @@ fn apply_view_output<S: StateStore>(store: &mut S, view_id: ObjectId, output: &Z
     }
 }
 
-/// Every row of a table (weight 1) or view (stored weight) as a Z-set.
-pub(crate) async fn read_collection(
-    snapshot: &Snapshot,
-    object_id: ObjectId,
+/// Reads the rows of a table (weight 1) or view (stored weight) from a
+/// snapshot as a sequence of bounded Z-sets.
+struct CollectionReader {
+    prefix: Vec<u8>,
     is_view: bool,
-) -> RsResult<ZSet> {
-    let prefix = if is_view {
-        output_prefix(object_id)
-    } else {
-        keys::table_prefix(object_id)
-    };
-    let mut rows = ZSet::new();
-    let mut after: Option<Vec<u8>> = None;
-    loop {
-        let chunk = snapshot.scan_chunk(&prefix, after.as_deref()).await?;
-        let Some((last, _)) = chunk.last() else { break };
-        after = Some(last.clone());
-        for (key, value) in chunk {
-            if is_view {
-                rows.push(decode_row(&key[prefix.len()..])?, decode_weight(&value));
-            } else {
-                rows.push(decode_row(&value)?, 1);
-            }
+    after: Option<Vec<u8>>,
+    exhausted: bool,
+}
+
+impl CollectionReader {
+    fn new(object_id: ObjectId, is_view: bool) -> Self {
+        let prefix = if is_view {
+            output_prefix(object_id)
+        } else {
+            keys::table_prefix(object_id)
+        };
+        CollectionReader {
+            prefix,
+            is_view,
+            after: None,
+            exhausted: false,
         }
     }
-    Ok(rows)
+
+    /// The next rows in key order, about `rows_max` of them (whole storage
+    /// chunks); `None` once every row was read.
+    async fn next_chunk(&mut self, snapshot: &Snapshot, rows_max: usize) -> RsResult<Option<ZSet>> {
+        let mut rows = ZSet::new();
+        while !self.exhausted && rows.len() < rows_max {
+            let chunk = snapshot
+                .scan_chunk(&self.prefix, self.after.as_deref())
+                .await?;
+            let Some((last, _)) = chunk.last() else {
+                self.exhausted = true;
+                break;
+            };
+            self.after = Some(last.clone());
+            for (key, value) in chunk {
+                if self.is_view {
+                    rows.push(
+                        decode_row(&key[self.prefix.len()..])?,
+                        decode_weight(&value),
+                    );
+                } else {
+                    rows.push(decode_row(&value)?, 1);
+                }
+            }
+        }
+        Ok((!rows.is_empty()).then_some(rows))
+    }
 }
 
 async fn load_pending<S: StateStore>(

@@ -8,6 +8,7 @@
 
 mod harness;
 
+mod backfill;
 mod corpus;
 mod crash;
 mod differential;
