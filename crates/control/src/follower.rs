@@ -74,7 +74,7 @@ impl Follower {
                     })
                     .collect();
                 let op_ids = plan.op_ids();
-                let dataflow = Dataflow::compile(&plan)?;
+                let dataflow = std::sync::Arc::new(Dataflow::compile(&plan)?);
                 self.engine
                     .install(InstallView {
                         view_id: entry.id,

@@ -38,18 +38,25 @@ impl<B: StateRead> OverlayStore<B> {
 impl<B: StateStore> OverlayStore<B> {
     /// Moves the buffered writes into the base store.
     pub fn commit(mut self) {
-        for (key, write) in std::mem::take(&mut self.writes) {
-            match write {
-                Write::Put(value) => self.base.put(key, value),
-                Write::Delete => self.base.delete(key),
-                Write::AddCount(change) => self.base.add_count(key, change),
-            }
+        let writes = std::mem::take(&mut self.writes);
+        apply_writes(&mut self.base, writes);
+    }
+}
+
+/// Applies writes taken from an overlay ([`OverlayStore::into_writes`]) to
+/// `store`.
+pub fn apply_writes<S: StateStore>(store: &mut S, writes: BTreeMap<Vec<u8>, Write>) {
+    for (key, write) in writes {
+        match write {
+            Write::Put(value) => store.put(key, value),
+            Write::Delete => store.delete(key),
+            Write::AddCount(change) => store.add_count(key, change),
         }
     }
 }
 
 impl<B: StateRead> StateRead for OverlayStore<B> {
-    async fn get(&mut self, key: &[u8]) -> RsResult<Option<Vec<u8>>> {
+    async fn get(&self, key: &[u8]) -> RsResult<Option<Vec<u8>>> {
         match self.writes.get(key) {
             Some(Write::AddCount(change)) => {
                 let change = *change;
@@ -61,7 +68,7 @@ impl<B: StateRead> StateRead for OverlayStore<B> {
         }
     }
 
-    async fn get_many(&mut self, keys: &[&[u8]]) -> RsResult<Vec<Option<Vec<u8>>>> {
+    async fn get_many(&self, keys: &[&[u8]]) -> RsResult<Vec<Option<Vec<u8>>>> {
         let mut values = vec![None; keys.len()];
         let mut below: Vec<usize> = Vec::new();
         for (index, key) in keys.iter().enumerate() {
@@ -82,7 +89,7 @@ impl<B: StateRead> StateRead for OverlayStore<B> {
     }
 
     async fn scan_prefix(
-        &mut self,
+        &self,
         prefix: &[u8],
         order: ScanOrder,
         limit: usize,

@@ -19,15 +19,16 @@ pub enum ScanOrder {
     Descending,
 }
 
-/// Reads of state: point lookups and bounded prefix scans.
-pub trait StateRead: Send {
-    fn get(&mut self, key: &[u8]) -> impl Future<Output = RsResult<Option<Vec<u8>>>> + Send;
+/// Reads of state: point lookups and bounded prefix scans. Reads take
+/// `&self`, so several views can step concurrently over one epoch's state.
+pub trait StateRead: Send + Sync {
+    fn get(&self, key: &[u8]) -> impl Future<Output = RsResult<Option<Vec<u8>>>> + Send;
 
     /// Point lookups of many keys, answered in the order of `keys`. Storage
     /// answers a batch of nearby keys with one range scan instead of one
     /// lookup per key.
     fn get_many(
-        &mut self,
+        &self,
         keys: &[&[u8]],
     ) -> impl Future<Output = RsResult<Vec<Option<Vec<u8>>>>> + Send {
         async move {
@@ -41,7 +42,7 @@ pub trait StateRead: Send {
 
     /// Up to `limit` entries whose key starts with `prefix`, in `order`.
     fn scan_prefix(
-        &mut self,
+        &self,
         prefix: &[u8],
         order: ScanOrder,
         limit: usize,
@@ -97,27 +98,36 @@ fn count_value(count: i64) -> Option<Vec<u8>> {
     (count != 0).then(|| crate::keys::encode_weight(count))
 }
 
-impl<S: StateRead> StateRead for &mut S {
-    fn get(&mut self, key: &[u8]) -> impl Future<Output = RsResult<Option<Vec<u8>>>> + Send {
-        (**self).get(key)
-    }
+/// Reads through any pointer to a store: `&mut S` for an operator writing
+/// into a borrowed store, `&S` and `Arc<S>` for views stepping concurrently
+/// over a shared one.
+macro_rules! delegate_state_read {
+    ($($pointer:ty),*) => {$(
+        impl<S: StateRead> StateRead for $pointer {
+            fn get(&self, key: &[u8]) -> impl Future<Output = RsResult<Option<Vec<u8>>>> + Send {
+                (**self).get(key)
+            }
 
-    fn get_many(
-        &mut self,
-        keys: &[&[u8]],
-    ) -> impl Future<Output = RsResult<Vec<Option<Vec<u8>>>>> + Send {
-        (**self).get_many(keys)
-    }
+            fn get_many(
+                &self,
+                keys: &[&[u8]],
+            ) -> impl Future<Output = RsResult<Vec<Option<Vec<u8>>>>> + Send {
+                (**self).get_many(keys)
+            }
 
-    fn scan_prefix(
-        &mut self,
-        prefix: &[u8],
-        order: ScanOrder,
-        limit: usize,
-    ) -> impl Future<Output = RsResult<Vec<(Vec<u8>, Vec<u8>)>>> + Send {
-        (**self).scan_prefix(prefix, order, limit)
-    }
+            fn scan_prefix(
+                &self,
+                prefix: &[u8],
+                order: ScanOrder,
+                limit: usize,
+            ) -> impl Future<Output = RsResult<Vec<(Vec<u8>, Vec<u8>)>>> + Send {
+                (**self).scan_prefix(prefix, order, limit)
+            }
+        }
+    )*};
 }
+
+delegate_state_read!(&mut S, &S, std::sync::Arc<S>);
 
 impl<S: StateStore> StateStore for &mut S {
     fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
@@ -165,12 +175,12 @@ pub struct MemoryStore {
 }
 
 impl StateRead for MemoryStore {
-    async fn get(&mut self, key: &[u8]) -> RsResult<Option<Vec<u8>>> {
+    async fn get(&self, key: &[u8]) -> RsResult<Option<Vec<u8>>> {
         Ok(self.entries.get(key).cloned())
     }
 
     async fn scan_prefix(
-        &mut self,
+        &self,
         prefix: &[u8],
         order: ScanOrder,
         limit: usize,

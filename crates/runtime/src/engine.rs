@@ -18,6 +18,9 @@ pub const EPOCH_COMMITS_MAX: usize = 512;
 /// Source rows a new view's backfill feeds through its dataflow per epoch:
 /// bounds what a backfill holds in memory, however large its sources are.
 pub const BACKFILL_EPOCH_ROWS: usize = 65_536;
+/// Input rows from which an epoch steps independent views on concurrent
+/// tasks; below it a task per view costs more than it saves.
+pub const PARALLEL_STEP_ROWS_MIN: usize = 1024;
 
 /// One row's change in a table: the row as the writer read it (`old`) and
 /// as it should become (`new`). The engine refuses the commit if the stored
@@ -41,7 +44,7 @@ pub struct TableChange {
 pub struct InstallView {
     pub view_id: ObjectId,
     pub name: String,
-    pub dataflow: Dataflow,
+    pub dataflow: Arc<Dataflow>,
     pub sources: Vec<ObjectId>,
     /// Whether the sources are views (their output rows carry weights) or tables.
     pub source_is_view: Vec<bool>,
@@ -94,7 +97,13 @@ impl Engine {
         let (published_sender, published) = watch::channel(Published { epoch, snapshot });
         let (commands, receiver) = mpsc::channel(COMMAND_QUEUE_MAX);
         let statuses = Arc::new(RwLock::new(HashMap::new()));
-        let epoch_loop = EpochLoop::new(shard, epoch, published_sender, statuses.clone());
+        let epoch_loop = EpochLoop::new(
+            runtime.clone(),
+            shard,
+            epoch,
+            published_sender,
+            statuses.clone(),
+        );
         runtime.spawn(epoch_loop.run(receiver));
         Ok(Engine {
             commands,

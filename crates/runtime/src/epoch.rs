@@ -1,10 +1,13 @@
 //! The engine task: groups commands into epochs and commits each atomically.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
 
+use rockstream_common::Runtime;
+
 use rockstream_ops::keys::{self, decode_weight, encode_weight, output_prefix};
-use rockstream_ops::{LayeredStore, ScanOrder, StateRead, StateStore};
+use rockstream_ops::layered::apply_writes;
+use rockstream_ops::{OverlayStore, ScanOrder, StateRead, StateStore, Write};
 use rockstream_storage::{EpochStore, ShardDb, Snapshot};
 use rockstream_types::encoding::{decode_row, encode_row, encode_row_into};
 use rockstream_types::{codes, Epoch, ObjectId, RsError, RsResult, ZSet};
@@ -12,7 +15,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::engine::{
     Command, InstallView, Published, TableChange, ViewStatus, BACKFILL_EPOCH_ROWS,
-    EPOCH_COMMITS_MAX,
+    EPOCH_COMMITS_MAX, PARALLEL_STEP_ROWS_MIN,
 };
 
 type Reply = oneshot::Sender<RsResult<Epoch>>;
@@ -22,7 +25,12 @@ struct Installed {
     failed: Option<RsError>,
 }
 
+/// A view's step over a shared epoch store: its output and its writes, not
+/// yet applied.
+type StepResult = RsResult<(ZSet, BTreeMap<Vec<u8>, Write>)>;
+
 pub(crate) struct EpochLoop {
+    runtime: Runtime,
     shard: ShardDb,
     epoch: Epoch,
     published: watch::Sender<Published>,
@@ -40,12 +48,14 @@ fn installed_marker(view_id: ObjectId) -> Vec<u8> {
 
 impl EpochLoop {
     pub fn new(
+        runtime: Runtime,
         shard: ShardDb,
         epoch: Epoch,
         published: watch::Sender<Published>,
         statuses: Arc<RwLock<HashMap<ObjectId, ViewStatus>>>,
     ) -> Self {
         EpochLoop {
+            runtime,
             shard,
             epoch,
             published,
@@ -139,12 +149,15 @@ impl EpochLoop {
             .into_iter()
             .map(|(id, delta)| (id, delta.consolidate()))
             .collect();
-        if let Err(error) = self.propagate(&mut store, deltas).await {
-            for reply in accepted {
-                let _ = reply.send(Err(error.clone()));
+        let store = match self.propagate(store, deltas).await {
+            Ok(store) => store,
+            Err(error) => {
+                for reply in accepted {
+                    let _ = reply.send(Err(error.clone()));
+                }
+                return Err(error);
             }
-            return Err(error);
-        }
+        };
         match self.commit_epoch(store).await {
             Ok(epoch) => {
                 for reply in accepted {
@@ -171,77 +184,129 @@ impl EpochLoop {
     }
 
     /// Runs every view with input in dependency order; each view's output
-    /// becomes input of the views reading it.
+    /// becomes input of the views reading it. Views are stepped in waves of
+    /// views that do not read one another, concurrently when the epoch is
+    /// large enough to be worth a task each.
     async fn propagate(
         &mut self,
-        store: &mut EpochStore,
+        mut store: EpochStore,
         mut deltas: HashMap<ObjectId, ZSet>,
-    ) -> RsResult<()> {
-        for index in 0..self.views.len() {
-            let installed = &self.views[index];
-            let has_input = installed
-                .view
-                .sources
-                .iter()
-                .any(|source| deltas.get(source).is_some_and(|d| !d.is_empty()));
-            if !has_input {
-                continue;
+    ) -> RsResult<EpochStore> {
+        let mut next = 0;
+        while next < self.views.len() {
+            let mut wave = Vec::new();
+            let mut wave_outputs = Vec::new();
+            while let Some(installed) = self.views.get(next) {
+                let sources = &installed.view.sources;
+                if sources.iter().any(|source| wave_outputs.contains(source)) {
+                    break;
+                }
+                if sources
+                    .iter()
+                    .any(|source| deltas.get(source).is_some_and(|d| !d.is_empty()))
+                {
+                    wave.push(next);
+                    wave_outputs.push(installed.view.view_id);
+                }
+                next += 1;
             }
-            if let Some(output) = self.step_view(store, index, &deltas, false).await? {
+            store = self.step_wave(store, &wave, &mut deltas).await?;
+        }
+        Ok(store)
+    }
+
+    /// Steps views that do not read one another over the same epoch state,
+    /// then applies their writes in order; each healthy view's output joins
+    /// `deltas`. A view that fails keeps its input for a later retry.
+    async fn step_wave(
+        &mut self,
+        mut store: EpochStore,
+        wave: &[usize],
+        deltas: &mut HashMap<ObjectId, ZSet>,
+    ) -> RsResult<EpochStore> {
+        // A failed view retries its held-back input along with the new.
+        let mut own_inputs: Vec<Option<Arc<HashMap<ObjectId, ZSet>>>> = Vec::new();
+        for &index in wave {
+            own_inputs.push(match self.views[index].failed {
+                Some(_) => Some(Arc::new(
+                    inputs_with_pending(&store, &self.views[index].view, deltas).await?,
+                )),
+                None => None,
+            });
+        }
+        let input_rows: usize = deltas.values().map(ZSet::len).sum();
+        let results = if wave.len() > 1 && input_rows >= PARALLEL_STEP_ROWS_MIN {
+            let shared_store = Arc::new(store);
+            let shared_deltas = Arc::new(std::mem::take(deltas));
+            let tasks: Vec<_> = wave
+                .iter()
+                .zip(&own_inputs)
+                .map(|(&index, own)| {
+                    let dataflow = Arc::clone(&self.views[index].view.dataflow);
+                    let base = Arc::clone(&shared_store);
+                    let inputs = Arc::clone(own.as_ref().unwrap_or(&shared_deltas));
+                    self.runtime.spawn(async move {
+                        let mut layer = OverlayStore::new(base);
+                        let output = dataflow.step(&mut layer, &inputs, false).await?;
+                        Ok((output, layer.into_writes()))
+                    })
+                })
+                .collect();
+            let mut results: Vec<StepResult> = Vec::with_capacity(tasks.len());
+            for task in tasks {
+                results.push(task.await.unwrap_or_else(|error| {
+                    Err(RsError::internal(format!("a view step panicked: {error}")))
+                }));
+            }
+            let unshared = || RsError::internal("a view step outlived its wave");
+            store = Arc::try_unwrap(shared_store).map_err(|_| unshared())?;
+            *deltas = Arc::try_unwrap(shared_deltas).map_err(|_| unshared())?;
+            results
+        } else {
+            let mut results = Vec::with_capacity(wave.len());
+            for (&index, own) in wave.iter().zip(&own_inputs) {
+                let inputs = own.as_deref().unwrap_or(deltas);
+                let mut layer = OverlayStore::new(&store);
+                let step = self.views[index]
+                    .view
+                    .dataflow
+                    .step(&mut layer, inputs, false);
+                results.push(step.await.map(|output| (output, layer.into_writes())));
+            }
+            results
+        };
+        for ((&index, own), result) in wave.iter().zip(&own_inputs).zip(results) {
+            let inputs = own.as_deref().unwrap_or(deltas);
+            if let Some(output) = self.finish_step(&mut store, index, result, inputs).await? {
                 deltas.insert(self.views[index].view.view_id, output);
             }
         }
-        Ok(())
+        Ok(store)
     }
 
-    /// Steps one view in isolation. `Ok(None)`: the view failed (recorded).
-    async fn step_view(
+    /// Applies a view's step: its writes and output on success; on failure
+    /// (other than storage), records the error and holds `inputs` back.
+    /// `Ok(None)`: the view failed.
+    async fn finish_step(
         &mut self,
         store: &mut EpochStore,
         index: usize,
-        deltas: &HashMap<ObjectId, ZSet>,
-        initial: bool,
+        result: StepResult,
+        inputs: &HashMap<ObjectId, ZSet>,
     ) -> RsResult<Option<ZSet>> {
         let view_id = self.views[index].view.view_id;
-        let was_failed = self.views[index].failed.is_some();
-        let with_pending: HashMap<ObjectId, ZSet>;
-        let inputs = if was_failed {
-            let mut merged: HashMap<ObjectId, ZSet> = self.views[index]
-                .view
-                .sources
-                .iter()
-                .filter_map(|source| deltas.get(source).map(|delta| (*source, delta.clone())))
-                .collect();
-            for (source, pending) in load_pending(store, view_id).await? {
-                merged.entry(source).or_default().extend(pending);
-            }
-            for delta in merged.values_mut() {
-                *delta = std::mem::take(delta).consolidate();
-            }
-            with_pending = merged;
-            &with_pending
-        } else {
-            deltas
-        };
-        let mut layer = LayeredStore::new(store);
-        let result = self.views[index]
-            .view
-            .dataflow
-            .step(&mut layer, inputs, initial)
-            .await;
         match result {
-            Ok(output) => {
-                apply_view_output(&mut layer, view_id, &output);
-                if was_failed {
-                    clear_pending(&mut layer, view_id).await?;
+            Ok((output, writes)) => {
+                apply_writes(store, writes);
+                apply_view_output(store, view_id, &output);
+                if self.views[index].failed.is_some() {
+                    clear_pending(store, view_id).await?;
                 }
-                layer.commit();
                 self.set_failed(index, None);
                 Ok(Some(output))
             }
             Err(error) if error.code == &codes::STORAGE_IO => Err(error),
             Err(error) => {
-                drop(layer);
                 tracing::warn!(view = %self.views[index].view.name, %error, "view failed; holding its input until it heals");
                 clear_pending(store, view_id).await?;
                 write_pending(store, view_id, &self.views[index].view.sources, inputs);
@@ -273,7 +338,7 @@ impl EpochLoop {
         self.views.push(Installed { view, failed: None });
         let index = self.views.len() - 1;
         if already_installed {
-            let mut store = EpochStore::new(snapshot);
+            let store = EpochStore::new(snapshot);
             let has_pending = !store
                 .scan_prefix(&keys::pending_prefix(view_id), ScanOrder::Ascending, 1)
                 .await?
@@ -281,8 +346,7 @@ impl EpochLoop {
             if has_pending {
                 // Re-derive the failure (or heal) by retrying the pending input.
                 self.views[index].failed = Some(RsError::internal("pending"));
-                self.step_view(&mut store, index, &HashMap::new(), false)
-                    .await?;
+                let store = self.step_wave(store, &[index], &mut HashMap::new()).await?;
                 self.commit_epoch(store).await?;
             }
             return Ok(());
@@ -555,8 +619,29 @@ impl CollectionReader {
     }
 }
 
-async fn load_pending<S: StateStore>(
-    store: &mut S,
+/// A failed view's input for a retry: the epoch's deltas of its sources
+/// plus the input it holds back.
+async fn inputs_with_pending(
+    store: &EpochStore,
+    view: &InstallView,
+    deltas: &HashMap<ObjectId, ZSet>,
+) -> RsResult<HashMap<ObjectId, ZSet>> {
+    let mut merged: HashMap<ObjectId, ZSet> = view
+        .sources
+        .iter()
+        .filter_map(|source| deltas.get(source).map(|delta| (*source, delta.clone())))
+        .collect();
+    for (source, pending) in load_pending(store, view.view_id).await? {
+        merged.entry(source).or_default().extend(pending);
+    }
+    for delta in merged.values_mut() {
+        *delta = std::mem::take(delta).consolidate();
+    }
+    Ok(merged)
+}
+
+async fn load_pending<S: StateRead>(
+    store: &S,
     view_id: ObjectId,
 ) -> RsResult<HashMap<ObjectId, ZSet>> {
     let prefix = keys::pending_prefix(view_id);

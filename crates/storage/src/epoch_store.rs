@@ -11,16 +11,16 @@ use crate::Snapshot;
 pub type EpochStore = OverlayStore<Snapshot>;
 
 impl StateRead for Snapshot {
-    async fn get(&mut self, key: &[u8]) -> RsResult<Option<Vec<u8>>> {
+    async fn get(&self, key: &[u8]) -> RsResult<Option<Vec<u8>>> {
         Snapshot::get(self, key).await
     }
 
-    async fn get_many(&mut self, keys: &[&[u8]]) -> RsResult<Vec<Option<Vec<u8>>>> {
+    async fn get_many(&self, keys: &[&[u8]]) -> RsResult<Vec<Option<Vec<u8>>>> {
         Snapshot::get_many(self, keys).await
     }
 
     async fn scan_prefix(
-        &mut self,
+        &self,
         prefix: &[u8],
         order: ScanOrder,
         limit: usize,

@@ -11,13 +11,11 @@
 
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use futures::SinkExt;
 use tokio_postgres::Client;
 
-use crate::harness::compare::{compare_row_multisets, fetch_text_rows};
+use crate::harness::compare::check_views;
 use crate::harness::server::TestServer;
-use crate::harness::{sleep, spawn};
+use crate::harness::{copy_in, sleep, spawn};
 
 /// More than two backfill epochs (`BACKFILL_EPOCH_ROWS` is 65,536).
 const EVENTS: i64 = 140_000;
@@ -72,30 +70,10 @@ async fn load(client: &Client) {
         .batch_execute(&format!("INSERT INTO groups VALUES {}", groups.join(", ")))
         .await
         .expect("groups");
-    let sink = client
-        .copy_in("COPY events FROM STDIN")
-        .await
-        .expect("COPY starts");
-    futures::pin_mut!(sink);
     let data: String = (1..=EVENTS).map(event_line).collect();
-    sink.send(Bytes::from(data)).await.expect("COPY data");
-    sink.finish().await.expect("COPY completes");
-}
-
-/// The view's rows equal its definition evaluated as an ad-hoc query.
-async fn check_view(client: &Client, name: &str, definition: &str) -> Result<(), String> {
-    let view = fetch_text_rows(client, &format!("SELECT * FROM {name}")).await?;
-    let expected = fetch_text_rows(client, definition).await?;
-    compare_row_multisets("its definition", &expected, name, &view)
-        .map_err(|diff| format!("view {name}:\n{diff}"))
-}
-
-async fn check_views(client: &Client, views: &[(&str, &str)]) {
-    for (name, definition) in views {
-        if let Err(diff) = check_view(client, name, definition).await {
-            panic!("{diff}");
-        }
-    }
+    copy_in(client, "COPY events FROM STDIN", data)
+        .await
+        .expect("COPY events");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -54,3 +54,17 @@ where
 pub async fn sleep(duration: std::time::Duration) {
     tokio::time::sleep(duration).await
 }
+
+/// Sends `data` (COPY text format) with `statement`, a `COPY ... FROM STDIN`; returns the rows the
+/// server reports.
+pub async fn copy_in(
+    client: &tokio_postgres::Client,
+    statement: &str,
+    data: String,
+) -> Result<u64, tokio_postgres::Error> {
+    use futures::SinkExt;
+    let sink = client.copy_in(statement).await?;
+    futures::pin_mut!(sink);
+    sink.send(bytes::Bytes::from(data)).await?;
+    sink.finish().await
+}

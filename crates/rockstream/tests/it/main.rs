@@ -13,3 +13,4 @@ mod corpus;
 mod crash;
 mod differential;
 mod slt;
+mod waves;

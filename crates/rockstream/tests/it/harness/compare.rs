@@ -69,6 +69,24 @@ pub async fn compare_query(
         .map_err(|diff| format!("{sql}\n{diff}"))
 }
 
+/// The view's rows equal its definition evaluated as an ad-hoc query: DataFusion computes that
+/// over the tables without any view state, so it is an oracle for incremental maintenance.
+pub async fn check_view(client: &Client, name: &str, definition: &str) -> Result<(), String> {
+    let view = fetch_text_rows(client, &format!("SELECT * FROM {name}")).await?;
+    let expected = fetch_text_rows(client, definition).await?;
+    compare_row_multisets("its definition", &expected, name, &view)
+        .map_err(|diff| format!("view {name}:\n{diff}"))
+}
+
+/// [`check_view`] for each `(name, definition)`; panics with the first difference.
+pub async fn check_views(client: &Client, views: &[(&str, &str)]) {
+    for (name, definition) in views {
+        if let Err(diff) = check_view(client, name, definition).await {
+            panic!("{diff}");
+        }
+    }
+}
+
 /// Compares two row multisets; `Err` lists the rows found on only one side (with multiplicity).
 pub fn compare_row_multisets(
     expected_label: &str,
