@@ -183,7 +183,7 @@ impl ShardDb {
                 "epoch key written by an operator"
             );
             match write {
-                Write::Put(value) => batch.put(&key, &value),
+                Write::Put(value) => batch.put_bytes(key.into(), value.into()),
                 Write::Delete => batch.delete(&key),
                 Write::AddCount(change) => batch.merge(&key, keys::encode_weight(change)),
             }
