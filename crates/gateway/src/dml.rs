@@ -46,11 +46,7 @@ pub fn query_error(error: datafusion::error::DataFusionError) -> RsError {
     if let Some(ours) = find_ours(&error) {
         return ours;
     }
-    let text = error.to_string();
-    if text.contains("not found") && (text.contains("table") || text.contains("Table")) {
-        return RsError::new(&codes::UNDEFINED_OBJECT, text);
-    }
-    datafusion_error(error)
+    rockstream_planner::undefined_relation(&error).unwrap_or_else(|| datafusion_error(error))
 }
 
 fn find_ours(error: &datafusion::error::DataFusionError) -> Option<RsError> {

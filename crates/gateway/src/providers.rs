@@ -25,7 +25,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use rockstream_control::{plan_inline_view, CatalogEntry, ObjectKind};
 use rockstream_ops::arrow_rows::{array_to_datums, rows_to_batch};
 use rockstream_ops::keys::{decode_weight, output_prefix, table_prefix};
-use rockstream_planner::TableResolver;
+use rockstream_planner::{ColumnInfo, RelationInfo, RelationKind, TableResolver};
 use rockstream_runtime::{Engine, ViewStatus};
 use rockstream_storage::Snapshot;
 use rockstream_types::encoding::{decode_row, encode_datum};
@@ -95,6 +95,32 @@ impl TableResolver for SnapshotResolver {
             .iter()
             .map(|entry| entry.name.clone())
             .collect()
+    }
+
+    fn relations(&self) -> Option<Vec<RelationInfo>> {
+        let relation = |entry: &CatalogEntry| RelationInfo {
+            name: entry.name.clone(),
+            kind: match entry.kind {
+                ObjectKind::Table => RelationKind::Table,
+                ObjectKind::View => RelationKind::View,
+                ObjectKind::MaterializedView => RelationKind::MaterializedView,
+            },
+            columns: entry
+                .columns
+                .iter()
+                .map(|column| ColumnInfo {
+                    name: column.name.clone(),
+                    type_name: column
+                        .sql_type()
+                        .map(|sql_type| sql_type.pg_name())
+                        .unwrap_or_else(|_| column.type_name.clone()),
+                    not_null: column.not_null,
+                })
+                .collect(),
+            definition: entry.definition.clone(),
+            has_primary_key: !entry.primary_key.is_empty(),
+        };
+        Some(self.context.entries.iter().map(relation).collect())
     }
 }
 

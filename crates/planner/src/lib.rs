@@ -13,9 +13,11 @@ mod pg_aggregates;
 mod pg_intervals;
 mod resolver;
 mod set_operations;
+mod system_catalog;
 mod translate;
 
 pub use column_names::pg_column_names;
 pub use resolver::{new_context, SchemaOnlyTable, TableResolver};
 pub use set_operations::uses_bag_set_operation;
-pub use translate::{plan_view, schema_of};
+pub use system_catalog::{ColumnInfo, RelationInfo, RelationKind};
+pub use translate::{plan_view, schema_of, undefined_relation};

@@ -12,11 +12,22 @@ use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
 use rockstream_types::{ObjectId, RsError};
 
+use crate::system_catalog::{
+    is_pg_catalog_table, system_table, RelationInfo, SystemSchema, INFORMATION_SCHEMA, PG_CATALOG,
+};
+
 /// Resolves a (lower-cased) relation name to a table provider.
 #[async_trait]
 pub trait TableResolver: Send + Sync + std::fmt::Debug {
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>, RsError>;
     fn table_names(&self) -> Vec<String>;
+
+    /// Every relation, for the system catalog tables (`pg_catalog.pg_tables`,
+    /// `information_schema.columns`, ...). `None`: no system catalog (a
+    /// materialized view cannot read one).
+    fn relations(&self) -> Option<Vec<RelationInfo>> {
+        None
+    }
 }
 
 /// A DataFusion session whose `public` schema is the given resolver.
@@ -37,6 +48,13 @@ pub fn new_context(resolver: Arc<dyn TableResolver>) -> SessionContext {
     context.add_analyzer_rule(Arc::new(crate::pg_aggregates::PostgresAggregateTypes));
     context.add_analyzer_rule(Arc::new(crate::pg_intervals::PostgresIntervals));
     let catalog = MemoryCatalogProvider::new();
+    for system in [PG_CATALOG, INFORMATION_SCHEMA] {
+        let schema: Arc<dyn SchemaProvider> = Arc::new(SystemSchema {
+            schema: system,
+            resolver: resolver.clone(),
+        });
+        let _ = datafusion::catalog::CatalogProvider::register_schema(&catalog, system, schema);
+    }
     let schema: Arc<dyn SchemaProvider> = Arc::new(ResolverSchema { resolver });
     let _ = datafusion::catalog::CatalogProvider::register_schema(&catalog, "public", schema);
     context.register_catalog("rockstream", Arc::new(catalog));
@@ -55,10 +73,19 @@ impl SchemaProvider for ResolverSchema {
     }
 
     async fn table(&self, name: &str) -> DataFusionResult<Option<Arc<dyn TableProvider>>> {
-        self.resolver
+        let table = self
+            .resolver
             .table(name)
             .await
-            .map_err(|error| DataFusionError::External(Box::new(error)))
+            .map_err(|error| DataFusionError::External(Box::new(error)))?;
+        if table.is_some() || !is_pg_catalog_table(name) {
+            return Ok(table);
+        }
+        // PostgreSQL searches pg_catalog before any schema of the path.
+        match self.resolver.relations() {
+            Some(relations) => system_table(PG_CATALOG, name, &relations),
+            None => Ok(None),
+        }
     }
 
     fn table_exist(&self, name: &str) -> bool {

@@ -132,11 +132,20 @@ fn plan_error(error: datafusion::error::DataFusionError) -> RsError {
             return ours.clone();
         }
     }
+    undefined_relation(&error).unwrap_or_else(|| datafusion_error(error))
+}
+
+/// DataFusion's "table 'rockstream.public.x' not found" as PostgreSQL says
+/// it: `relation "x" does not exist` (RS-1505).
+pub fn undefined_relation(error: &datafusion::error::DataFusionError) -> Option<RsError> {
     let text = error.to_string();
-    if text.contains("table") && text.contains("not found") {
-        return RsError::new(&codes::UNDEFINED_OBJECT, text);
-    }
-    datafusion_error(error)
+    let quoted = text.split("table '").nth(1)?.split("' not found").next()?;
+    let name = quoted.strip_prefix("rockstream.").unwrap_or(quoted);
+    let name = name.strip_prefix("public.").unwrap_or(name);
+    Some(RsError::new(
+        &codes::UNDEFINED_OBJECT,
+        format!("relation \"{name}\" does not exist"),
+    ))
 }
 
 struct Translator {

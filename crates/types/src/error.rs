@@ -48,9 +48,9 @@ pub mod codes {
         UNSUPPORTED_TYPE = (1504, "ddl.unsupported_type", "0A000",
             "Use one of BOOLEAN, SMALLINT, INT, BIGINT, REAL, DOUBLE PRECISION, NUMERIC(p,s), TEXT, VARCHAR, DATE, TIMESTAMP, TIMESTAMPTZ.");
         UNDEFINED_OBJECT = (1505, "ddl.undefined_object", "42P01",
-            "Check the name with \\d in psql (or SELECT * FROM pg_catalog.pg_tables); names are case-folded to lower case unless quoted.");
+            "List what exists with SELECT table_name, table_type FROM information_schema.tables (materialized views: SELECT matviewname FROM pg_matviews); names are case-folded to lower case unless quoted.");
         UNDEFINED_COLUMN = (1506, "ddl.undefined_column", "42703",
-            "Check the column names of the table with \\d TABLE in psql.");
+            "List the columns with SELECT column_name FROM information_schema.columns WHERE table_name = 'NAME'; names are case-folded to lower case unless quoted.");
         WRONG_OBJECT_KIND = (1507, "ddl.wrong_object_kind", "42809",
             "Use the DROP form that matches the object: DROP TABLE, DROP VIEW or DROP MATERIALIZED VIEW.");
         // Gateway / SQL / session: 2000–2099.
