@@ -13,7 +13,8 @@ use datafusion::physical_plan::ExecutionPlan;
 use rockstream_types::{ObjectId, RsError};
 
 use crate::system_catalog::{
-    is_pg_catalog_table, system_table, RelationInfo, SystemSchema, INFORMATION_SCHEMA, PG_CATALOG,
+    catalog_functions, is_pg_catalog_table, system_table, RelationInfo, SystemSchema,
+    INFORMATION_SCHEMA, PG_CATALOG,
 };
 
 /// Resolves a (lower-cased) relation name to a table provider.
@@ -47,6 +48,9 @@ pub fn new_context(resolver: Arc<dyn TableResolver>) -> SessionContext {
     let context = SessionContext::new_with_config(config);
     context.add_analyzer_rule(Arc::new(crate::pg_aggregates::PostgresAggregateTypes));
     context.add_analyzer_rule(Arc::new(crate::pg_intervals::PostgresIntervals));
+    for function in catalog_functions() {
+        context.register_udf(function);
+    }
     let catalog = MemoryCatalogProvider::new();
     for system in [PG_CATALOG, INFORMATION_SCHEMA] {
         let schema: Arc<dyn SchemaProvider> = Arc::new(SystemSchema {

@@ -1,17 +1,26 @@
 //! The slice of PostgreSQL's system catalog that clients use to list what
-//! a database holds: `pg_catalog.pg_tables`, `pg_views`, `pg_matviews`, and
-//! `information_schema.tables` and `columns`. Each is built, when a query
-//! names it, from the relations the caller's [`TableResolver`] describes;
-//! every relation lives in schema `public`. As in PostgreSQL, the
-//! `pg_catalog` tables also resolve without a schema name.
+//! a database holds: `pg_catalog.pg_tables`, `pg_views`, `pg_matviews`,
+//! `information_schema.tables` and `columns`, and the parts of `pg_class`,
+//! `pg_namespace` and `pg_am` (with `pg_get_userbyid` and
+//! `pg_table_is_visible`) that psql's listing commands (`\d`, `\dt`, `\dv`,
+//! `\dm`) read. Each table is built, when a query names it, from the
+//! relations the caller's [`TableResolver`] describes; every relation lives
+//! in schema `public`. As in PostgreSQL, the `pg_catalog` tables also
+//! resolve without a schema name.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::arrow::array::{ArrayRef, BooleanArray, Int32Array, RecordBatch, StringArray};
-use datafusion::arrow::datatypes::{Field, Schema};
+use datafusion::arrow::array::{
+    ArrayRef, BooleanArray, Int32Array, Int64Array, RecordBatch, StringArray,
+};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::catalog::{MemTable, SchemaProvider, TableProvider};
+use datafusion::common::ScalarValue;
 use datafusion::error::Result as DataFusionResult;
+use datafusion::logical_expr::{
+    create_udf, ColumnarValue, ScalarFunctionImplementation, ScalarUDF, Volatility,
+};
 
 use crate::resolver::TableResolver;
 
@@ -49,7 +58,21 @@ pub(crate) const INFORMATION_SCHEMA: &str = "information_schema";
 const SCHEMA: &str = "public";
 /// The owner every relation reports: authentication is off.
 const OWNER: &str = "rockstream";
-const PG_CATALOG_TABLES: [&str; 3] = ["pg_tables", "pg_views", "pg_matviews"];
+const PG_CATALOG_TABLES: [&str; 6] = [
+    "pg_tables",
+    "pg_views",
+    "pg_matviews",
+    "pg_class",
+    "pg_namespace",
+    "pg_am",
+];
+/// PostgreSQL's fixed object ids of what we report.
+const PUBLIC_OID: i64 = 2200;
+const PG_CATALOG_OID: i64 = 11;
+const OWNER_OID: i64 = 10;
+const HEAP_AM_OID: i64 = 2;
+/// Relations are numbered from PostgreSQL's first user object id.
+const FIRST_RELATION_OID: i64 = 16384;
 const INFORMATION_SCHEMA_TABLES: [&str; 2] = ["tables", "columns"];
 
 /// One of the two system schemas, over the resolver's relations.
@@ -97,6 +120,23 @@ pub(crate) fn system_table(
         (PG_CATALOG, "pg_tables") => pg_tables(relations),
         (PG_CATALOG, "pg_views") => pg_views(relations, RelationKind::View),
         (PG_CATALOG, "pg_matviews") => pg_views(relations, RelationKind::MaterializedView),
+        (PG_CATALOG, "pg_class") => pg_class(relations),
+        (PG_CATALOG, "pg_namespace") => batch(vec![
+            (
+                "oid",
+                Arc::new(Int64Array::from(vec![PG_CATALOG_OID, PUBLIC_OID])),
+            ),
+            (
+                "nspname",
+                text(["pg_catalog", SCHEMA].map(|name| Some(name.to_string()))),
+            ),
+            ("nspowner", Arc::new(Int64Array::from(vec![OWNER_OID; 2]))),
+        ]),
+        (PG_CATALOG, "pg_am") => batch(vec![
+            ("oid", Arc::new(Int64Array::from(vec![HEAP_AM_OID]))),
+            ("amname", text([Some("heap".to_string())])),
+            ("amtype", text([Some("t".to_string())])),
+        ]),
         (INFORMATION_SCHEMA, "tables") => information_schema_tables(relations),
         (INFORMATION_SCHEMA, "columns") => information_schema_columns(relations),
         _ => return Ok(None),
@@ -154,6 +194,92 @@ fn pg_tables(relations: &[RelationInfo]) -> DataFusionResult<RecordBatch> {
         ("hastriggers", flags(false, count)),
         ("rowsecurity", flags(false, count)),
     ])
+}
+
+/// The columns of `pg_class` that psql's listings read.
+fn pg_class(relations: &[RelationInfo]) -> DataFusionResult<RecordBatch> {
+    let count = relations.len();
+    let oids: Int64Array = (0..count as i64)
+        .map(|index| Some(FIRST_RELATION_OID + index))
+        .collect();
+    let kinds = text(relations.iter().map(|relation| {
+        Some(
+            match relation.kind {
+                RelationKind::Table => "r",
+                RelationKind::View => "v",
+                RelationKind::MaterializedView => "m",
+            }
+            .to_string(),
+        )
+    }));
+    let access_methods: Int64Array = relations
+        .iter()
+        .map(|relation| {
+            Some(if relation.kind == RelationKind::View {
+                0
+            } else {
+                HEAP_AM_OID
+            })
+        })
+        .collect();
+    batch(vec![
+        ("oid", Arc::new(oids)),
+        (
+            "relname",
+            text(relations.iter().map(|relation| Some(relation.name.clone()))),
+        ),
+        (
+            "relnamespace",
+            Arc::new(Int64Array::from(vec![PUBLIC_OID; count])),
+        ),
+        ("relkind", kinds),
+        (
+            "relowner",
+            Arc::new(Int64Array::from(vec![OWNER_OID; count])),
+        ),
+        ("relam", Arc::new(access_methods)),
+        (
+            "relhasindex",
+            Arc::new(
+                relations
+                    .iter()
+                    .map(|relation| Some(relation.has_primary_key))
+                    .collect::<BooleanArray>(),
+            ),
+        ),
+    ])
+}
+
+/// `pg_get_userbyid` and `pg_table_is_visible`, also under their
+/// `pg_catalog.` names (DataFusion looks a qualified function name up as
+/// written): every object belongs to the one user and lives in `public`,
+/// which is always on the search path.
+pub(crate) fn catalog_functions() -> Vec<ScalarUDF> {
+    let owner: ScalarFunctionImplementation = Arc::new(|_| {
+        Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(
+            OWNER.to_string(),
+        ))))
+    });
+    let visible: ScalarFunctionImplementation =
+        Arc::new(|_| Ok(ColumnarValue::Scalar(ScalarValue::Boolean(Some(true)))));
+    vec![
+        create_udf(
+            "pg_get_userbyid",
+            vec![DataType::Int64],
+            DataType::Utf8,
+            Volatility::Stable,
+            owner,
+        )
+        .with_aliases(["pg_catalog.pg_get_userbyid"]),
+        create_udf(
+            "pg_table_is_visible",
+            vec![DataType::Int64],
+            DataType::Boolean,
+            Volatility::Stable,
+            visible,
+        )
+        .with_aliases(["pg_catalog.pg_table_is_visible"]),
+    ]
 }
 
 /// `pg_views` (plain views) or `pg_matviews` (materialized views).
@@ -286,8 +412,6 @@ fn standard_type_name(type_name: &str) -> String {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // Tests may unwrap: a panic is the failure report.
 mod tests {
-    use datafusion::arrow::datatypes::DataType;
-
     use super::*;
 
     fn relations() -> Vec<RelationInfo> {
