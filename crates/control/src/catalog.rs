@@ -65,6 +65,10 @@ pub struct CatalogEntry {
     pub definition: Option<String>,
     /// Objects this one reads (directly, or through inline views).
     pub dependencies: Vec<ObjectId>,
+    /// Set, durably, before a DROP starts removing the object's state; a
+    /// restart finishes the drop of every entry so marked.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dropping: bool,
 }
 
 impl CatalogEntry {

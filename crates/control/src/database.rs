@@ -7,12 +7,10 @@ use rockstream_planner::{new_context, plan_view, schema_of};
 use rockstream_runtime::Engine;
 use rockstream_storage::{storage_error, ShardDb};
 use rockstream_types::{codes, ObjectId, RsError, RsResult};
-use slatedb::Db;
+use slatedb::{Db, WriteBatch};
 use tokio::sync::{oneshot, Mutex};
 
-use crate::catalog::{
-    entry_key, CatalogEntry, ColumnDef, ObjectKind, DEFAULT_NAMESPACE, NEXT_ID_KEY,
-};
+use crate::catalog::{CatalogEntry, ColumnDef, ObjectKind, DEFAULT_NAMESPACE, NEXT_ID_KEY};
 use crate::follower::{self, CatalogChange, FollowerSender};
 use crate::resolver::{plan_inline_view, CatalogResolver};
 
@@ -49,7 +47,11 @@ impl Database {
             follower,
             ddl: Mutex::new(()),
         });
-        for entry in entries {
+        // Dependents first, as DROP ... CASCADE removes them.
+        for entry in entries.iter().rev().filter(|entry| entry.dropping) {
+            database.finish_drop(entry.clone()).await?;
+        }
+        for entry in entries.into_iter().filter(|entry| !entry.dropping) {
             let catalog = database.entries(&entry.namespace);
             database.catalog_mut().push(entry.clone());
             database
@@ -122,6 +124,7 @@ impl Database {
             primary_key,
             definition: None,
             dependencies: Vec::new(),
+            dropping: false,
         };
         self.commit_created(entry).await?;
         Ok(true)
@@ -206,6 +209,7 @@ impl Database {
             primary_key: Vec::new(),
             definition: Some(query.to_string()),
             dependencies: resolver.resolved(),
+            dropping: false,
         };
         self.commit_created(entry).await?;
         Ok(true)
@@ -256,8 +260,21 @@ impl Database {
             )
             .with_detail(names.join(", ")));
         }
+        // Mark every doomed entry in one atomic write first: from then on
+        // the DROP completes, if need be on the next start.
+        let mut marks = WriteBatch::new();
+        for doomed_entry in &doomed {
+            let marked = CatalogEntry {
+                dropping: true,
+                ..doomed_entry.clone()
+            };
+            marks.put(marked.key(), entry_json(&marked)?);
+        }
+        durable(self.control.write(marks).await).await?;
+        self.catalog_mut()
+            .retain(|existing| !doomed.iter().any(|gone| gone.id == existing.id));
         for doomed_entry in doomed.into_iter().rev() {
-            self.commit_dropped(doomed_entry).await?;
+            self.finish_drop(doomed_entry).await?;
         }
         Ok(true)
     }
@@ -286,8 +303,7 @@ impl Database {
 
     async fn commit_created(&self, entry: CatalogEntry) -> RsResult<()> {
         let catalog = self.entries(&entry.namespace);
-        let json =
-            serde_json::to_vec(&entry).map_err(|error| RsError::internal(error.to_string()))?;
+        let json = entry_json(&entry)?;
         self.durable_put(&entry.key(), &json).await?;
         if let Err(error) = self
             .follow(CatalogChange::Created {
@@ -307,12 +323,11 @@ impl Database {
         Ok(())
     }
 
-    async fn commit_dropped(&self, entry: CatalogEntry) -> RsResult<()> {
-        self.durable_delete(&entry_key(entry.kind, &entry.namespace, entry.id))
-            .await?;
-        self.catalog_mut()
-            .retain(|existing| existing.id != entry.id);
-        self.follow(CatalogChange::Dropped { entry }).await
+    /// Removes a dropped object's state, then its (marked) catalog entry.
+    async fn finish_drop(&self, entry: CatalogEntry) -> RsResult<()> {
+        let key = entry.key();
+        self.follow(CatalogChange::Dropped { entry }).await?;
+        self.durable_delete(&key).await
     }
 
     async fn follow(&self, change: CatalogChange) -> RsResult<()> {
@@ -359,6 +374,10 @@ impl Database {
     }
 }
 
+fn entry_json(entry: &CatalogEntry) -> RsResult<Vec<u8>> {
+    serde_json::to_vec(entry).map_err(|error| RsError::internal(error.to_string()))
+}
+
 /// Waits until a control-database write is durable.
 async fn durable(written: Result<slatedb::WriteHandle, slatedb::Error>) -> RsResult<()> {
     let handle = written.map_err(|error| storage_error(CONTROL_PATH, error))?;
@@ -395,4 +414,100 @@ async fn load_entries(control: &Db) -> RsResult<Vec<CatalogEntry>> {
     }
     entries.sort_by_key(|entry| entry.id);
     Ok(entries)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // Tests may unwrap: a panic is the failure report.
+mod tests {
+    //! Goal: a DROP whose catalog mark is durable completes on the next
+    //! start, leaving neither the objects nor any of their state.
+    use rockstream_ops::keys;
+    use rockstream_runtime::{RowChange, TableChange};
+    use rockstream_types::Datum;
+
+    use super::*;
+
+    async fn keys_under(database: &Database, prefix: &[u8]) -> usize {
+        let snapshot = database.engine().published().snapshot;
+        snapshot.scan_chunk(prefix, None).await.unwrap().len()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_marked_drop_finishes_on_restart() {
+        let directory = tempfile::tempdir().unwrap();
+        let location = directory.path().to_str().unwrap().to_string();
+        let database = Database::open(&location, Runtime::system()).await.unwrap();
+        let column = |name: &str| ColumnDef {
+            name: name.to_string(),
+            type_name: "bigint".to_string(),
+            not_null: false,
+        };
+        database
+            .create_table(
+                "default",
+                "t",
+                vec![column("k"), column("v")],
+                vec![0],
+                false,
+            )
+            .await
+            .unwrap();
+        database
+            .create_view(
+                "default",
+                "totals",
+                "SELECT k % 2 AS parity, SUM(v) AS total, MIN(v) AS low FROM t GROUP BY k % 2",
+                None,
+                true,
+                false,
+            )
+            .await
+            .unwrap();
+        let table = database.lookup("default", "t").unwrap();
+        let view = database.lookup("default", "totals").unwrap();
+        let rows = (1..=100)
+            .map(|k| RowChange {
+                key: rockstream_types::encoding::encode_row(&[Datum::Int64(k)]),
+                old: None,
+                new: Some(vec![Datum::Int64(k), Datum::Int64(k * 3)]),
+            })
+            .collect();
+        database
+            .engine()
+            .commit(vec![TableChange {
+                table_id: table.id,
+                table_name: table.name.clone(),
+                rows,
+            }])
+            .await
+            .unwrap();
+        let mut state_prefixes = vec![keys::table_prefix(table.id), keys::output_prefix(view.id)];
+        state_prefixes.extend(keys::view_op_prefixes(view.id));
+        let mut stored = 0;
+        for prefix in &state_prefixes {
+            stored += keys_under(&database, prefix).await;
+        }
+        assert!(stored > 200, "rows, output and operator state: {stored}");
+
+        // DROP TABLE t CASCADE as far as its atomic mark, then a crash.
+        let mut marks = WriteBatch::new();
+        for entry in [&table, &view] {
+            let marked = CatalogEntry {
+                dropping: true,
+                ..entry.clone()
+            };
+            marks.put(marked.key(), entry_json(&marked).unwrap());
+        }
+        durable(database.control.write(marks).await).await.unwrap();
+        drop(database);
+
+        let reopened = Database::open(&location, Runtime::system()).await.unwrap();
+        assert!(reopened.lookup("default", "t").is_none());
+        assert!(reopened.lookup("default", "totals").is_none());
+        for prefix in &state_prefixes {
+            assert_eq!(keys_under(&reopened, prefix).await, 0, "{prefix:?}");
+        }
+        let entries = load_entries(&reopened.control).await.unwrap();
+        assert!(entries.is_empty(), "the marked entries are deleted too");
+    }
 }

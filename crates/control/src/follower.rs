@@ -5,13 +5,11 @@
 //! restart the same task replays the whole catalog, so an installed dataflow
 //! is always an implication of a committed catalog entry.
 
-use std::collections::HashMap;
-
 use rockstream_common::Runtime;
 use rockstream_ops::Dataflow;
 use rockstream_planner::{new_context, plan_view};
 use rockstream_runtime::{Engine, InstallView};
-use rockstream_types::{ObjectId, RsResult};
+use rockstream_types::RsResult;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::catalog::{CatalogEntry, ObjectKind};
@@ -37,10 +35,7 @@ pub(crate) fn start(runtime: &Runtime, engine: Engine) -> FollowerSender {
     let (sender, mut receiver) =
         mpsc::channel::<(CatalogChange, oneshot::Sender<RsResult<()>>)>(FOLLOWER_QUEUE_MAX);
     runtime.spawn(async move {
-        let mut follower = Follower {
-            engine,
-            op_ids: HashMap::new(),
-        };
+        let mut follower = Follower { engine };
         while let Some((change, reply)) = receiver.recv().await {
             let _ = reply.send(follower.apply(change).await);
         }
@@ -50,7 +45,6 @@ pub(crate) fn start(runtime: &Runtime, engine: Engine) -> FollowerSender {
 
 struct Follower {
     engine: Engine,
-    op_ids: HashMap<ObjectId, Vec<ObjectId>>,
 }
 
 impl Follower {
@@ -73,7 +67,6 @@ impl Follower {
                         })
                     })
                     .collect();
-                let op_ids = plan.op_ids();
                 let dataflow = std::sync::Arc::new(Dataflow::compile(&plan)?);
                 self.engine
                     .install(InstallView {
@@ -82,18 +75,15 @@ impl Follower {
                         dataflow,
                         sources,
                         source_is_view,
-                        op_ids: op_ids.clone(),
                     })
                     .await?;
-                self.op_ids.insert(entry.id, op_ids);
                 Ok(())
             }
             CatalogChange::Dropped { entry } => {
                 if entry.kind == ObjectKind::View {
                     return Ok(());
                 }
-                let op_ids = self.op_ids.remove(&entry.id).unwrap_or_default();
-                self.engine.drop_object(entry.id, op_ids).await
+                self.engine.drop_object(entry.id).await
             }
         }
     }

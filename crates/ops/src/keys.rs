@@ -78,8 +78,11 @@ pub fn holds_count(key: &[u8]) -> bool {
     }
 }
 
-/// Every prefix under which an operator may hold state (for DROP).
-pub fn all_op_prefixes(op_id: ObjectId) -> Vec<Vec<u8>> {
+/// Every prefix under which any operator of the view `view_id` may hold
+/// state (for DROP and for restarting a backfill): the view's operator ids
+/// share their first 12 bytes ([`rockstream_plan::op_id`]).
+pub fn view_op_prefixes(view_id: ObjectId) -> Vec<Vec<u8>> {
+    let shared = rockstream_plan::op_id(view_id, 0).to_be_bytes();
     [
         JOIN_LEFT,
         JOIN_RIGHT,
@@ -90,7 +93,12 @@ pub fn all_op_prefixes(op_id: ObjectId) -> Vec<Vec<u8>> {
         SET_OPERATION,
     ]
     .into_iter()
-    .map(|kind| op_prefix(kind, op_id))
+    .map(|kind| {
+        let mut prefix = vec![OP_STATE];
+        prefix.extend_from_slice(&kind);
+        prefix.extend_from_slice(&shared[..12]);
+        prefix
+    })
     .collect()
 }
 
@@ -169,5 +177,19 @@ mod tests {
         assert!(holds_count(&output_prefix(id)));
         assert!(!holds_count(&table_prefix(id)));
         assert!(!holds_count(&global_group));
+    }
+
+    #[test]
+    fn a_views_op_prefixes_cover_its_operators_and_no_other_views() {
+        let view = 41;
+        let prefixes = view_op_prefixes(view);
+        for n in [1, 2, 7, u32::MAX] {
+            for kind in [JOIN_LEFT, MIN_MAX, SET_OPERATION] {
+                let own = op_prefix(kind, rockstream_plan::op_id(view, n));
+                assert!(prefixes.iter().any(|prefix| own.starts_with(prefix)));
+                let other = op_prefix(kind, rockstream_plan::op_id(view + 1, n));
+                assert!(!prefixes.iter().any(|prefix| other.starts_with(prefix)));
+            }
+        }
     }
 }

@@ -203,19 +203,6 @@ impl PlanNode {
         found
     }
 
-    /// Every stateful operator's id.
-    pub fn op_ids(&self) -> Vec<ObjectId> {
-        let mut found = Vec::new();
-        self.visit(&mut |node| match node {
-            PlanNode::Join { op_id, .. }
-            | PlanNode::Aggregate { op_id, .. }
-            | PlanNode::Distinct { op_id, .. }
-            | PlanNode::SetOperation { op_id, .. } => found.push(*op_id),
-            _ => {}
-        });
-        found
-    }
-
     /// Pre-order traversal.
     pub fn visit(&self, visitor: &mut impl FnMut(&PlanNode)) {
         visitor(self);
@@ -282,4 +269,14 @@ impl PlanNode {
             input.explain_into(depth + 1, out);
         }
     }
+}
+
+/// The id of a view's `n`th stateful operator (counting from 1):
+/// `view_id << 32 | n`. Catalog ids are 64-bit counters, so every operator
+/// of a view shares the first 12 bytes of its id with the view's other
+/// operators and no other view's: the view's operator state can be found,
+/// and deleted, from the view's id alone.
+pub fn op_id(view_id: ObjectId, n: u32) -> ObjectId {
+    debug_assert!(view_id >> 64 == 0, "catalog ids are 64-bit");
+    (view_id << 32) | n as ObjectId
 }

@@ -157,7 +157,7 @@ impl Translator {
     /// Stable across restarts: the same SQL yields the same ids in the same order.
     fn op_id(&mut self) -> ObjectId {
         self.next_op += 1;
-        (self.view_id << 32) | self.next_op as u128
+        rockstream_plan::op_id(self.view_id, self.next_op)
     }
 
     fn translate(&mut self, plan: &LogicalPlan) -> RsResult<PlanNode> {

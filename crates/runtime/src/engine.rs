@@ -48,7 +48,6 @@ pub struct InstallView {
     pub sources: Vec<ObjectId>,
     /// Whether the sources are views (their output rows carry weights) or tables.
     pub source_is_view: Vec<bool>,
-    pub op_ids: Vec<ObjectId>,
 }
 
 /// What a reader needs to know about a view.
@@ -69,7 +68,6 @@ pub(crate) enum Command {
     },
     Drop {
         object_id: ObjectId,
-        op_ids: Vec<ObjectId>,
         reply: oneshot::Sender<RsResult<()>>,
     },
 }
@@ -137,14 +135,9 @@ impl Engine {
     }
 
     /// Removes a table's rows or a view's dataflow, output and state.
-    pub async fn drop_object(&self, object_id: ObjectId, op_ids: Vec<ObjectId>) -> RsResult<()> {
+    pub async fn drop_object(&self, object_id: ObjectId) -> RsResult<()> {
         let (reply, receiver) = oneshot::channel();
-        self.send(Command::Drop {
-            object_id,
-            op_ids,
-            reply,
-        })
-        .await?;
+        self.send(Command::Drop { object_id, reply }).await?;
         receiver.await.map_err(|_| stopped())?
     }
 

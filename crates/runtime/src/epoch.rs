@@ -101,12 +101,8 @@ impl EpochLoop {
                         Ok(())
                     }
                 }
-                Command::Drop {
-                    object_id,
-                    op_ids,
-                    reply,
-                } => {
-                    let result = self.drop_object(object_id, op_ids).await;
+                Command::Drop { object_id, reply } => {
+                    let result = self.drop_object(object_id).await;
                     let fatal = result.is_err();
                     let _ = reply.send(result);
                     if fatal {
@@ -353,7 +349,7 @@ impl EpochLoop {
         }
         // A backfill cut short by a crash leaves part of the view's state
         // behind: start from nothing.
-        let prefixes = view_prefixes(view_id, &self.views[index].view.op_ids);
+        let prefixes = view_prefixes(view_id);
         self.delete_prefixes(&prefixes).await?;
         match self.backfill(index).await {
             Ok(()) => Ok(()),
@@ -429,13 +425,13 @@ impl EpochLoop {
         Ok(())
     }
 
-    async fn drop_object(&mut self, object_id: ObjectId, op_ids: Vec<ObjectId>) -> RsResult<()> {
+    async fn drop_object(&mut self, object_id: ObjectId) -> RsResult<()> {
         self.views
             .retain(|installed| installed.view.view_id != object_id);
         if let Ok(mut statuses) = self.statuses.write() {
             statuses.remove(&object_id);
         }
-        let mut prefixes = view_prefixes(object_id, &op_ids);
+        let mut prefixes = view_prefixes(object_id);
         prefixes.push(keys::table_prefix(object_id));
         self.delete_prefixes(&prefixes).await
     }
@@ -462,15 +458,13 @@ impl EpochLoop {
 
 /// Every key prefix a materialized view's state lives under: its output,
 /// held-back input, installed marker and operator state.
-fn view_prefixes(view_id: ObjectId, op_ids: &[ObjectId]) -> Vec<Vec<u8>> {
+fn view_prefixes(view_id: ObjectId) -> Vec<Vec<u8>> {
     let mut prefixes = vec![
         output_prefix(view_id),
         keys::pending_prefix(view_id),
         installed_marker(view_id),
     ];
-    for op_id in op_ids {
-        prefixes.extend(keys::all_op_prefixes(*op_id));
-    }
+    prefixes.extend(keys::view_op_prefixes(view_id));
     prefixes
 }
 
