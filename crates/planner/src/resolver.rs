@@ -13,7 +13,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use rockstream_types::{ObjectId, RsError};
 
 use crate::system_catalog::{
-    catalog_functions, is_pg_catalog_table, system_table, RelationInfo, SystemSchema,
+    is_pg_catalog_table, system_table, RelationInfo, SystemSchema, CATALOG_FUNCTIONS,
     INFORMATION_SCHEMA, PG_CATALOG,
 };
 
@@ -48,8 +48,8 @@ pub fn new_context(resolver: Arc<dyn TableResolver>) -> SessionContext {
     let context = SessionContext::new_with_config(config);
     context.add_analyzer_rule(Arc::new(crate::pg_aggregates::PostgresAggregateTypes));
     context.add_analyzer_rule(Arc::new(crate::pg_intervals::PostgresIntervals));
-    for function in catalog_functions() {
-        context.register_udf(function);
+    for function in CATALOG_FUNCTIONS.iter() {
+        context.register_udf(function.clone());
     }
     let catalog = MemoryCatalogProvider::new();
     for system in [PG_CATALOG, INFORMATION_SCHEMA] {

@@ -8,7 +8,7 @@
 //! in schema `public`. As in PostgreSQL, the `pg_catalog` tables also
 //! resolve without a schema name.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use async_trait::async_trait;
 use datafusion::arrow::array::{
@@ -254,7 +254,10 @@ fn pg_class(relations: &[RelationInfo]) -> DataFusionResult<RecordBatch> {
 /// `pg_catalog.` names (DataFusion looks a qualified function name up as
 /// written): every object belongs to the one user and lives in `public`,
 /// which is always on the search path.
-pub(crate) fn catalog_functions() -> Vec<ScalarUDF> {
+/// Built once: every query's session registers them.
+pub(crate) static CATALOG_FUNCTIONS: LazyLock<Vec<ScalarUDF>> = LazyLock::new(catalog_functions);
+
+fn catalog_functions() -> Vec<ScalarUDF> {
     let owner: ScalarFunctionImplementation = Arc::new(|_| {
         Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(
             OWNER.to_string(),
@@ -311,38 +314,31 @@ fn pg_views(relations: &[RelationInfo], kind: RelationKind) -> DataFusionResult<
 }
 
 fn information_schema_tables(relations: &[RelationInfo]) -> DataFusionResult<RecordBatch> {
-    let count = relations.len();
+    // The SQL standard has no materialized views; PostgreSQL leaves them out
+    // of this view, and so do we.
+    let listed: Vec<&RelationInfo> = relations
+        .iter()
+        .filter(|relation| relation.kind != RelationKind::MaterializedView)
+        .collect();
+    let count = listed.len();
     batch(vec![
         ("table_catalog", repeated(OWNER, count)),
         ("table_schema", repeated(SCHEMA, count)),
         (
             "table_name",
-            text(relations.iter().map(|relation| Some(relation.name.clone()))),
+            text(listed.iter().map(|relation| Some(relation.name.clone()))),
         ),
         (
-            // The SQL standard has no materialized views; PostgreSQL leaves
-            // them out of this view, and so do we.
             "table_type",
-            text(relations.iter().map(|relation| {
-                Some(
-                    match relation.kind {
-                        RelationKind::Table => "BASE TABLE",
-                        RelationKind::View | RelationKind::MaterializedView => "VIEW",
-                    }
-                    .to_string(),
-                )
+            text(listed.iter().map(|relation| {
+                let kind = match relation.kind {
+                    RelationKind::Table => "BASE TABLE",
+                    _ => "VIEW",
+                };
+                Some(kind.to_string())
             })),
         ),
     ])
-    .and_then(|batch| {
-        let keep: BooleanArray = relations
-            .iter()
-            .map(|relation| Some(relation.kind != RelationKind::MaterializedView))
-            .collect();
-        Ok(datafusion::arrow::compute::filter_record_batch(
-            &batch, &keep,
-        )?)
-    })
 }
 
 fn information_schema_columns(relations: &[RelationInfo]) -> DataFusionResult<RecordBatch> {
