@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use rockstream_ops::keys::RowStorage;
 use rockstream_types::{codes, ObjectId, RsError, RsResult, SqlType};
 
 /// The namespace every server has (`dbname=default`).
@@ -65,6 +66,12 @@ pub struct CatalogEntry {
     pub definition: Option<String>,
     /// Objects this one reads (directly, or through inline views).
     pub dependencies: Vec<ObjectId>,
+    /// A materialized view's unique key (output columns), if the planner
+    /// derived one when it was created: its output is then stored keyed by
+    /// it (`RowStorage::Keyed`). Fixed at creation, so re-planning never
+    /// changes how stored output is read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_key: Option<Vec<usize>>,
     /// Set, durably, before a DROP starts removing the object's state; a
     /// restart finishes the drop of every entry so marked.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -72,6 +79,14 @@ pub struct CatalogEntry {
 }
 
 impl CatalogEntry {
+    /// How this object's rows are stored (inline views store none).
+    pub fn row_storage(&self) -> RowStorage {
+        match self.kind {
+            ObjectKind::Table => RowStorage::Table,
+            _ => RowStorage::of_view(self.output_key.as_deref()),
+        }
+    }
+
     pub fn sql_types(&self) -> RsResult<Vec<SqlType>> {
         self.columns.iter().map(ColumnDef::sql_type).collect()
     }

@@ -124,6 +124,7 @@ impl Database {
             primary_key,
             definition: None,
             dependencies: Vec::new(),
+            output_key: None,
             dropping: false,
         };
         self.commit_created(entry).await?;
@@ -157,12 +158,13 @@ impl Database {
         let catalog = self.entries(namespace);
         let id = self.allocate_id().await?;
         let resolver = CatalogResolver::new(catalog);
-        let schema = if materialized {
+        let (schema, output_key) = if materialized {
             let context = new_context(resolver.clone());
-            plan_view(&context, id, query).await?.schema().clone()
+            let plan = plan_view(&context, id, query).await?;
+            (plan.schema().clone(), plan.unique_key())
         } else {
             let plan = plan_inline_view(resolver.clone(), query).await?;
-            schema_of(plan.schema())?
+            (schema_of(plan.schema())?, None)
         };
         let mut columns: Vec<ColumnDef> = schema
             .columns
@@ -209,6 +211,7 @@ impl Database {
             primary_key: Vec::new(),
             definition: Some(query.to_string()),
             dependencies: resolver.resolved(),
+            output_key,
             dropping: false,
         };
         self.commit_created(entry).await?;
@@ -419,8 +422,9 @@ async fn load_entries(control: &Db) -> RsResult<Vec<CatalogEntry>> {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // Tests may unwrap: a panic is the failure report.
 mod tests {
-    //! Goal: a DROP whose catalog mark is durable completes on the next
-    //! start, leaving neither the objects nor any of their state.
+    //! Goals: a DROP whose catalog mark is durable completes on the next
+    //! start, leaving neither the objects nor any of their state; a view
+    //! with a unique key stores each row under it, for good.
     use rockstream_ops::keys;
     use rockstream_runtime::{RowChange, TableChange};
     use rockstream_types::Datum;
@@ -432,21 +436,172 @@ mod tests {
         snapshot.scan_chunk(prefix, None).await.unwrap().len()
     }
 
+    fn bigint(name: &str) -> ColumnDef {
+        ColumnDef {
+            name: name.to_string(),
+            type_name: "bigint".to_string(),
+            not_null: false,
+        }
+    }
+
+    /// Upserts `(k, g, v)` rows into table `t (k PRIMARY KEY, g, v)`, one
+    /// commit each, reading the stored row first.
+    async fn upsert(database: &Database, rows: &[(i64, i64, i64)]) {
+        let table = database.lookup("default", "t").unwrap();
+        for (k, g, v) in rows {
+            let key = rockstream_types::encoding::encode_row(&[Datum::Int64(*k)]);
+            let stored = table_prefix_key(table.id, &key);
+            let old = database
+                .engine()
+                .published()
+                .snapshot
+                .get(&stored)
+                .await
+                .unwrap()
+                .map(|bytes| rockstream_types::encoding::decode_row(&bytes).unwrap());
+            database
+                .engine()
+                .commit(vec![TableChange {
+                    table_id: table.id,
+                    table_name: table.name.clone(),
+                    rows: vec![RowChange {
+                        key,
+                        old,
+                        new: Some(vec![Datum::Int64(*k), Datum::Int64(*g), Datum::Int64(*v)]),
+                    }],
+                }])
+                .await
+                .unwrap();
+        }
+    }
+
+    fn table_prefix_key(table_id: ObjectId, row_key: &[u8]) -> Vec<u8> {
+        let mut key = keys::table_prefix(table_id);
+        key.extend_from_slice(row_key);
+        key
+    }
+
+    /// The rows stored under a view's keyed output prefix, in key order.
+    async fn keyed_rows(database: &Database, view: &str) -> Vec<Vec<Datum>> {
+        let view = database.lookup("default", view).unwrap();
+        let snapshot = database.engine().published().snapshot;
+        snapshot
+            .scan_chunk(&keys::keyed_output_prefix(view.id), None)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|(_, value)| rockstream_types::encoding::decode_row(&value).unwrap())
+            .collect()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn views_with_a_unique_key_store_rows_under_it() {
+        let directory = tempfile::tempdir().unwrap();
+        let location = directory.path().to_str().unwrap().to_string();
+        let database = Database::open(&location, Runtime::system()).await.unwrap();
+        database
+            .create_table(
+                "default",
+                "t",
+                vec![bigint("k"), bigint("g"), bigint("v")],
+                vec![0],
+                false,
+            )
+            .await
+            .unwrap();
+        let views = [
+            (
+                "by_group",
+                "SELECT g, SUM(v) AS total FROM t GROUP BY g",
+                Some(vec![0]),
+            ),
+            (
+                "reordered",
+                "SELECT SUM(v) AS total, g AS grp FROM t GROUP BY g",
+                Some(vec![1]),
+            ),
+            (
+                "having",
+                "SELECT g, COUNT(*) AS n FROM t GROUP BY g HAVING COUNT(*) > 1",
+                Some(vec![0]),
+            ),
+            (
+                "global",
+                "SELECT COUNT(*) AS n, MAX(v) AS top FROM t",
+                Some(vec![]),
+            ),
+            (
+                "group_not_selected",
+                "SELECT SUM(v) AS total FROM t GROUP BY g",
+                None,
+            ),
+            (
+                "group_transformed",
+                "SELECT g + 1 AS h, SUM(v) AS total FROM t GROUP BY g",
+                None,
+            ),
+            ("no_aggregate", "SELECT k, v FROM t", None),
+        ];
+        for (name, query, _) in &views {
+            database
+                .create_view("default", name, query, None, true, false)
+                .await
+                .unwrap();
+        }
+        for (name, _, key) in &views {
+            let entry = database.lookup("default", name).unwrap();
+            assert_eq!(&entry.output_key, key, "{name}");
+        }
+
+        // Group 1 changes forty times; group 2 appears, then moves away.
+        let changes: Vec<(i64, i64, i64)> = (1..=40).map(|v| (1, 1, v)).collect();
+        upsert(&database, &changes).await;
+        upsert(&database, &[(2, 1, 5), (3, 2, 7), (3, 1, 8)]).await;
+        // SUM(bigint) is numeric, with scale 0.
+        let expected_by_group = vec![vec![Datum::Int64(1), Datum::Numeric(53)]];
+        assert_eq!(keyed_rows(&database, "by_group").await, expected_by_group);
+        assert_eq!(
+            keyed_rows(&database, "having").await,
+            vec![vec![Datum::Int64(1), Datum::Int64(3)]]
+        );
+        assert_eq!(
+            keyed_rows(&database, "global").await,
+            vec![vec![Datum::Int64(3), Datum::Int64(40)]]
+        );
+        let counted = database.lookup("default", "group_not_selected").unwrap();
+        assert_eq!(
+            keys_under(&database, &keys::output_prefix(counted.id)).await,
+            1
+        );
+        assert!(keyed_rows(&database, "group_not_selected").await.is_empty());
+
+        // The layout is the catalog's: it survives a restart unchanged.
+        drop(database);
+        let reopened = Database::open(&location, Runtime::system()).await.unwrap();
+        assert_eq!(
+            reopened.lookup("default", "by_group").unwrap().output_key,
+            Some(vec![0])
+        );
+        upsert(&reopened, &[(2, 2, 1)]).await;
+        assert_eq!(
+            keyed_rows(&reopened, "by_group").await,
+            vec![
+                vec![Datum::Int64(1), Datum::Numeric(48)],
+                vec![Datum::Int64(2), Datum::Numeric(1)]
+            ]
+        );
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_marked_drop_finishes_on_restart() {
         let directory = tempfile::tempdir().unwrap();
         let location = directory.path().to_str().unwrap().to_string();
         let database = Database::open(&location, Runtime::system()).await.unwrap();
-        let column = |name: &str| ColumnDef {
-            name: name.to_string(),
-            type_name: "bigint".to_string(),
-            not_null: false,
-        };
         database
             .create_table(
                 "default",
                 "t",
-                vec![column("k"), column("v")],
+                vec![bigint("k"), bigint("v")],
                 vec![0],
                 false,
             )
@@ -481,7 +636,8 @@ mod tests {
             }])
             .await
             .unwrap();
-        let mut state_prefixes = vec![keys::table_prefix(table.id), keys::output_prefix(view.id)];
+        let mut state_prefixes = vec![keys::table_prefix(table.id)];
+        state_prefixes.extend(keys::view_output_prefixes(view.id));
         state_prefixes.extend(keys::view_op_prefixes(view.id));
         let mut stored = 0;
         for prefix in &state_prefixes {

@@ -9,7 +9,7 @@ use rockstream_common::Runtime;
 use rockstream_ops::Dataflow;
 use rockstream_planner::{new_context, plan_view};
 use rockstream_runtime::{Engine, InstallView};
-use rockstream_types::RsResult;
+use rockstream_types::{RsError, RsResult};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::catalog::{CatalogEntry, ObjectKind};
@@ -59,14 +59,21 @@ impl Follower {
                 let sql = entry.definition.clone().unwrap_or_default();
                 let plan = plan_view(&context, entry.id, &sql).await?;
                 let sources = plan.sources();
-                let source_is_view = sources
+                let source_storage = sources
                     .iter()
                     .map(|source| {
-                        catalog.iter().any(|other| {
-                            other.id == *source && other.kind == ObjectKind::MaterializedView
-                        })
+                        catalog
+                            .iter()
+                            .find(|other| other.id == *source)
+                            .map(CatalogEntry::row_storage)
+                            .ok_or_else(|| {
+                                RsError::internal(format!(
+                                    "view \"{}\" reads an object missing from its catalog",
+                                    entry.name
+                                ))
+                            })
                     })
-                    .collect();
+                    .collect::<RsResult<Vec<_>>>()?;
                 let dataflow = std::sync::Arc::new(Dataflow::compile(&plan)?);
                 self.engine
                     .install(InstallView {
@@ -74,7 +81,8 @@ impl Follower {
                         name: entry.name.clone(),
                         dataflow,
                         sources,
-                        source_is_view,
+                        source_storage,
+                        output: entry.row_storage(),
                     })
                     .await?;
                 Ok(())

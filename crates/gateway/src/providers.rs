@@ -24,7 +24,7 @@ use datafusion::logical_expr::{Expr, Operator, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
 use rockstream_control::{plan_inline_view, CatalogEntry, ObjectKind};
 use rockstream_ops::arrow_rows::{array_to_datums, rows_to_batch};
-use rockstream_ops::keys::{decode_weight, output_prefix, table_prefix};
+use rockstream_ops::keys::{decode_weight, RowStorage};
 use rockstream_planner::{ColumnInfo, RelationInfo, RelationKind, TableResolver};
 use rockstream_runtime::{Engine, ViewStatus};
 use rockstream_storage::Snapshot;
@@ -131,6 +131,7 @@ pub struct SnapshotTable {
     schema: SchemaRef,
     context: Arc<ReadContext>,
     with_row_key: bool,
+    storage: RowStorage,
 }
 
 impl SnapshotTable {
@@ -153,6 +154,7 @@ impl SnapshotTable {
             fields.push(Field::new(ROW_KEY_COLUMN, DataType::Binary, false));
         }
         Ok(SnapshotTable {
+            storage: entry.row_storage(),
             entry,
             types,
             schema: Arc::new(ArrowSchema::new(fields)),
@@ -161,13 +163,9 @@ impl SnapshotTable {
         })
     }
 
-    /// The column whose value starts every storage key: the first primary
-    /// key column of a table, the first output column of a view.
+    /// The column whose value starts every storage key.
     fn leading_key_column(&self) -> Option<usize> {
-        match self.entry.kind {
-            ObjectKind::Table => self.entry.primary_key.first().copied(),
-            _ => Some(0),
-        }
+        self.storage.leading_column(&self.entry.primary_key)
     }
 
     /// `leading_key_column = literal`: the value, if `filter` is that shape.
@@ -207,10 +205,7 @@ impl SnapshotTable {
                 .with_detail(error.to_string()));
             }
         }
-        let base = match self.entry.kind {
-            ObjectKind::Table => table_prefix(self.entry.id),
-            _ => output_prefix(self.entry.id),
-        };
+        let base = self.storage.prefix(self.entry.id);
         let mut key_prefix = Vec::new();
         if let Some(value) = key_value {
             encode_datum(value, &mut key_prefix);
@@ -229,17 +224,21 @@ impl SnapshotTable {
             let Some((last, _)) = chunk.last() else { break };
             after = Some(last.clone());
             for (key, value) in chunk {
-                let suffix = key[base.len()..].to_vec();
-                if self.entry.kind == ObjectKind::Table {
-                    if overlay.is_some_and(|overlay| overlay.contains_key(&suffix)) {
-                        continue;
+                let suffix = &key[base.len()..];
+                match self.storage {
+                    RowStorage::Table => {
+                        if overlay.is_some_and(|overlay| overlay.contains_key(suffix)) {
+                            continue;
+                        }
+                        rows.push((suffix.to_vec(), decode_row(&value)?));
                     }
-                    rows.push((suffix, decode_row(&value)?));
-                } else {
-                    let row = decode_row(&suffix)?;
-                    for _ in 0..decode_weight(&value) {
-                        rows.push((Vec::new(), row.clone()));
+                    RowStorage::Counted => {
+                        let row = decode_row(suffix)?;
+                        for _ in 0..decode_weight(&value) {
+                            rows.push((Vec::new(), row.clone()));
+                        }
                     }
+                    RowStorage::Keyed(_) => rows.push((Vec::new(), decode_row(&value)?)),
                 }
             }
         }

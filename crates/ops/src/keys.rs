@@ -8,12 +8,17 @@
 //! 0x01 'A' 'D' op_id(16) agg(2) group value   -> count       DISTINCT-aggregate multiset
 //! 0x01 'D' 'S' op_id(16) row                  -> weight      DISTINCT
 //! 0x01 'S' 'O' op_id(16) row                  -> (l, r)      EXCEPT / INTERSECT counts
-//! 0x03 view_id(16) row                        -> weight      view output
+//! 0x03 view_id(16) row                        -> weight      view output (counted)
+//! 0x08 view_id(16) key                        -> row         view output (keyed)
 //! 0x07 table_id(16) row_key                   -> row         table rows
 //! 0x06 'F' 'V'                                -> version     storage format version
 //! 0x06 'E' 'P'                                -> epoch       last committed epoch
 //! 0x06 'P' 'D' view_id(16) row                -> weight      input pending while a view is failed
 //! ```
+//! A view whose rows have a unique key (`PlanNode::unique_key`, recorded
+//! in its catalog entry) stores each row under that key, so a changed row
+//! overwrites its predecessor; other views count each distinct row.
+//!
 //! Keys marked `weight` or `count` hold an 8-byte big-endian count. Those
 //! that storage updates with blind additions ([`holds_count`]) may hold a
 //! zero count until compaction removes it; every read treats a zero count
@@ -30,6 +35,7 @@ pub const OP_STATE: u8 = 0x01;
 pub const OUTPUT: u8 = 0x03;
 pub const SHARD_META: u8 = 0x06;
 pub const TABLE_ROWS: u8 = 0x07;
+pub const KEYED_OUTPUT: u8 = 0x08;
 
 pub const JOIN_LEFT: [u8; 2] = *b"JL";
 pub const JOIN_RIGHT: [u8; 2] = *b"JR";
@@ -51,6 +57,51 @@ pub fn op_prefix(kind: [u8; 2], op_id: ObjectId) -> Vec<u8> {
 /// `0x03 view_id`: the prefix of a view's output.
 pub fn output_prefix(view_id: ObjectId) -> Vec<u8> {
     object_prefix(OUTPUT, view_id)
+}
+
+/// `0x08 view_id`: the prefix of a keyed view's output.
+pub fn keyed_output_prefix(view_id: ObjectId) -> Vec<u8> {
+    object_prefix(KEYED_OUTPUT, view_id)
+}
+
+/// How a collection's rows are stored, which decides how to read them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RowStorage {
+    /// Table rows under their row key, each once.
+    Table,
+    /// View output: each distinct row with its multiplicity.
+    Counted,
+    /// View output: each row under its unique key (these output columns).
+    Keyed(Vec<usize>),
+}
+
+impl RowStorage {
+    /// The layout of a view's output, given its unique key if it has one.
+    pub fn of_view(unique_key: Option<&[usize]>) -> RowStorage {
+        match unique_key {
+            Some(columns) => RowStorage::Keyed(columns.to_vec()),
+            None => RowStorage::Counted,
+        }
+    }
+
+    /// The prefix all of `object_id`'s rows are stored under.
+    pub fn prefix(&self, object_id: ObjectId) -> Vec<u8> {
+        match self {
+            RowStorage::Table => table_prefix(object_id),
+            RowStorage::Counted => output_prefix(object_id),
+            RowStorage::Keyed(_) => keyed_output_prefix(object_id),
+        }
+    }
+
+    /// The output column that the storage key starts with, if any: a scan
+    /// for one value of it reads only that key range.
+    pub fn leading_column(&self, primary_key: &[usize]) -> Option<usize> {
+        match self {
+            RowStorage::Table => primary_key.first().copied(),
+            RowStorage::Counted => Some(0),
+            RowStorage::Keyed(columns) => columns.first().copied(),
+        }
+    }
 }
 
 /// `0x07 table_id`: the prefix of a table's rows.
@@ -76,6 +127,12 @@ pub fn holds_count(key: &[u8]) -> bool {
         }
         _ => false,
     }
+}
+
+/// Both prefixes a view's output may live under (its layout is fixed when
+/// it is created; clearing both needs no catalog).
+pub fn view_output_prefixes(view_id: ObjectId) -> [Vec<u8>; 2] {
+    [output_prefix(view_id), keyed_output_prefix(view_id)]
 }
 
 /// Every prefix under which any operator of the view `view_id` may hold
@@ -104,8 +161,8 @@ pub fn view_op_prefixes(view_id: ObjectId) -> Vec<Vec<u8>> {
 
 /// Length of the key's *leading-column prefix*: its key space's fixed
 /// header plus the first datum after it (a table's first primary-key
-/// column, a view row's first column, a join key's first column, a group's
-/// first column). Storage keeps bloom filters over these prefixes, so a
+/// column, a view row's first column or first key column, a join key's
+/// first column, a group's first column). Storage keeps bloom filters over these prefixes, so a
 /// scan for one leading value skips the SSTs that hold none. `None` when
 /// the key (or scan prefix) does not reach a whole first datum.
 ///
@@ -113,7 +170,7 @@ pub fn view_op_prefixes(view_id: ObjectId) -> Vec<Vec<u8>> {
 /// require: every key extending a scan prefix has the same leading prefix.
 pub fn leading_prefix_len(key: &[u8]) -> Option<usize> {
     let header = match *key.first()? {
-        OUTPUT | TABLE_ROWS => 17,
+        OUTPUT | TABLE_ROWS | KEYED_OUTPUT => 17,
         OP_STATE => match key.get(1..3)? {
             kind if kind == MIN_MAX || kind == AGGREGATE_DISTINCT => 21,
             _ => 19,
@@ -175,6 +232,7 @@ mod tests {
         assert_eq!(leading_prefix_len(&global_group), None);
         assert_eq!(leading_prefix_len(&epoch_key()), None);
         assert!(holds_count(&output_prefix(id)));
+        assert!(!holds_count(&keyed_output_prefix(id)));
         assert!(!holds_count(&table_prefix(id)));
         assert!(!holds_count(&global_group));
     }

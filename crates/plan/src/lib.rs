@@ -203,6 +203,34 @@ impl PlanNode {
         found
     }
 
+    /// Output columns that identify a row: no two rows agree on all of
+    /// them, and every row has multiplicity one, so a change of the row
+    /// with a given key replaces it. Known for grouped aggregation (its
+    /// group columns; none for a global aggregate, which has one row), and
+    /// kept through filters and through projections that pass each key
+    /// column on as a plain column reference. `None` when not derived.
+    pub fn unique_key(&self) -> Option<Vec<usize>> {
+        match self {
+            PlanNode::Aggregate { group_count, .. } => Some((0..*group_count).collect()),
+            PlanNode::Filter { input, .. } => input.unique_key(),
+            PlanNode::Map {
+                input,
+                exprs,
+                input_schema,
+                ..
+            } => input
+                .unique_key()?
+                .into_iter()
+                .map(|column| {
+                    exprs
+                        .iter()
+                        .position(|expr| passed_column(expr, input_schema) == Some(column))
+                })
+                .collect(),
+            _ => None,
+        }
+    }
+
     /// Pre-order traversal.
     pub fn visit(&self, visitor: &mut impl FnMut(&PlanNode)) {
         visitor(self);
@@ -268,6 +296,16 @@ impl PlanNode {
         for input in self.inputs() {
             input.explain_into(depth + 1, out);
         }
+    }
+}
+
+/// The input column `expr` passes on unchanged (a column reference, maybe
+/// renamed).
+fn passed_column(expr: &Expr, input_schema: &DFSchemaRef) -> Option<usize> {
+    match expr {
+        Expr::Alias(alias) => passed_column(&alias.expr, input_schema),
+        Expr::Column(column) => input_schema.index_of_column(column).ok(),
+        _ => None,
     }
 }
 

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use rockstream_common::Runtime;
+use rockstream_ops::keys::RowStorage;
 use rockstream_ops::Dataflow;
 use rockstream_storage::{ShardDb, Snapshot};
 use rockstream_types::{codes, Epoch, ObjectId, Row, RsError, RsResult};
@@ -18,6 +19,13 @@ pub const EPOCH_COMMITS_MAX: usize = 512;
 /// Source rows a new view's backfill feeds through its dataflow per epoch:
 /// bounds what a backfill holds in memory, however large its sources are.
 pub const BACKFILL_EPOCH_ROWS: usize = 65_536;
+
+/// Epochs between two memtable flushes requested by the engine (SlateDB
+/// also flushes a memtable when it reaches its size). Many small epochs
+/// overwrite the same keys (an aggregate view's row, a hot table row); the
+/// memtable keeps every version, and each scan over such a key steps
+/// through them all until a flush keeps only the newest.
+pub const MEMTABLE_FLUSH_EPOCHS: u64 = 256;
 /// Input rows from which an epoch steps independent views on concurrent
 /// tasks; below it a task per view costs more than it saves.
 pub const PARALLEL_STEP_ROWS_MIN: usize = 1024;
@@ -46,8 +54,10 @@ pub struct InstallView {
     pub name: String,
     pub dataflow: Arc<Dataflow>,
     pub sources: Vec<ObjectId>,
-    /// Whether the sources are views (their output rows carry weights) or tables.
-    pub source_is_view: Vec<bool>,
+    /// How each source's rows are stored (read when backfilling).
+    pub source_storage: Vec<RowStorage>,
+    /// How this view's output is stored: counted, or keyed by its unique key.
+    pub output: RowStorage,
 }
 
 /// What a reader needs to know about a view.

@@ -5,17 +5,17 @@ use std::sync::{Arc, RwLock};
 
 use rockstream_common::Runtime;
 
-use rockstream_ops::keys::{self, decode_weight, encode_weight, output_prefix};
+use rockstream_ops::keys::{self, decode_weight, encode_weight, RowStorage};
 use rockstream_ops::layered::apply_writes;
 use rockstream_ops::{OverlayStore, ScanOrder, StateRead, StateStore, Write};
 use rockstream_storage::{EpochStore, ShardDb, Snapshot};
-use rockstream_types::encoding::{decode_row, encode_row, encode_row_into};
-use rockstream_types::{codes, Epoch, ObjectId, RsError, RsResult, ZSet};
+use rockstream_types::encoding::{decode_row, encode_datum, encode_row, encode_row_into};
+use rockstream_types::{codes, Epoch, ObjectId, Row, RsError, RsResult, ZSet};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::engine::{
     Command, InstallView, Published, TableChange, ViewStatus, BACKFILL_EPOCH_ROWS,
-    EPOCH_COMMITS_MAX, PARALLEL_STEP_ROWS_MIN,
+    EPOCH_COMMITS_MAX, MEMTABLE_FLUSH_EPOCHS, PARALLEL_STEP_ROWS_MIN,
 };
 
 type Reply = oneshot::Sender<RsResult<Epoch>>;
@@ -37,6 +37,8 @@ pub(crate) struct EpochLoop {
     statuses: Arc<RwLock<HashMap<ObjectId, ViewStatus>>>,
     /// Installed views in dependency order (a view after its sources).
     views: Vec<Installed>,
+    /// The epoch whose commit last requested a memtable flush.
+    flushed_at: Epoch,
 }
 
 /// Marks a view whose backfill committed: `0x06 'V' 'I' view_id`.
@@ -61,6 +63,7 @@ impl EpochLoop {
             published,
             statuses,
             views: Vec::new(),
+            flushed_at: epoch,
         }
     }
 
@@ -89,7 +92,16 @@ impl EpochLoop {
                             Err(_) => break,
                         }
                     }
-                    self.run_commits(commits).await
+                    let result = self.run_commits(commits).await;
+                    if result.is_ok() && self.epoch >= self.flushed_at + MEMTABLE_FLUSH_EPOCHS {
+                        // After the replies: the flush delays the next epoch,
+                        // never an acknowledgement.
+                        self.flushed_at = self.epoch;
+                        if let Err(error) = self.shard.flush_memtable().await {
+                            tracing::warn!(%error, "memtable flush failed");
+                        }
+                    }
+                    result
                 }
                 Command::Install { view, reply } => {
                     let result = self.install(*view).await;
@@ -294,7 +306,7 @@ impl EpochLoop {
         match result {
             Ok((output, writes)) => {
                 apply_writes(store, writes);
-                apply_view_output(store, view_id, &output);
+                apply_view_output(store, &self.views[index].view, &output);
                 if self.views[index].failed.is_some() {
                     clear_pending(store, view_id).await?;
                 }
@@ -378,8 +390,8 @@ impl EpochLoop {
         let mut readers: Vec<(ObjectId, CollectionReader)> = view
             .sources
             .iter()
-            .zip(&view.source_is_view)
-            .map(|(source, is_view)| (*source, CollectionReader::new(*source, *is_view)))
+            .zip(&view.source_storage)
+            .map(|(source, storage)| (*source, CollectionReader::new(*source, storage.clone())))
             .collect();
         let mut initial = true;
         let mut rows_done = 0;
@@ -421,7 +433,7 @@ impl EpochLoop {
     ) -> RsResult<()> {
         let view = &self.views[index].view;
         let output = view.dataflow.step(store, inputs, initial).await?;
-        apply_view_output(store, view.view_id, &output);
+        apply_view_output(store, view, &output);
         Ok(())
     }
 
@@ -456,14 +468,11 @@ impl EpochLoop {
     }
 }
 
-/// Every key prefix a materialized view's state lives under: its output,
-/// held-back input, installed marker and operator state.
+/// Every key prefix a materialized view's state lives under: its held-back
+/// input, installed marker, output and operator state.
 fn view_prefixes(view_id: ObjectId) -> Vec<Vec<u8>> {
-    let mut prefixes = vec![
-        output_prefix(view_id),
-        keys::pending_prefix(view_id),
-        installed_marker(view_id),
-    ];
+    let mut prefixes = vec![keys::pending_prefix(view_id), installed_marker(view_id)];
+    prefixes.extend(keys::view_output_prefixes(view_id));
     prefixes.extend(keys::view_op_prefixes(view_id));
     prefixes
 }
@@ -552,34 +561,53 @@ fn apply_table_changes<S: StateStore>(
     deltas
 }
 
-fn apply_view_output<S: StateStore>(store: &mut S, view_id: ObjectId, output: &ZSet) {
-    let prefix = output_prefix(view_id);
-    for (row, weight) in &output.updates {
+/// Writes a view's output delta in the view's layout.
+fn apply_view_output<S: StateStore>(store: &mut S, view: &InstallView, output: &ZSet) {
+    let prefix = view.output.prefix(view.view_id);
+    let RowStorage::Keyed(key_columns) = &view.output else {
+        for (row, weight) in &output.updates {
+            let mut key = prefix.clone();
+            encode_row_into(row, &mut key);
+            store.add_count(key, *weight);
+        }
+        return;
+    };
+    // A changed row arrives as the old row retracted and the new one added,
+    // both under one key: retractions first, so the new row wins.
+    let key_of = |row: &Row| {
         let mut key = prefix.clone();
-        encode_row_into(row, &mut key);
-        store.add_count(key, *weight);
+        for column in key_columns {
+            encode_datum(&row[*column], &mut key);
+        }
+        key
+    };
+    for (row, weight) in &output.updates {
+        debug_assert!(weight.abs() == 1, "a keyed view row with weight {weight}");
+        if *weight < 0 {
+            store.delete(key_of(row));
+        }
+    }
+    for (row, weight) in &output.updates {
+        if *weight > 0 {
+            store.put(key_of(row), encode_row(row));
+        }
     }
 }
 
-/// Reads the rows of a table (weight 1) or view (stored weight) from a
-/// snapshot as a sequence of bounded Z-sets.
+/// Reads the rows of a table or view from a snapshot as a sequence of
+/// bounded Z-sets.
 struct CollectionReader {
+    storage: RowStorage,
     prefix: Vec<u8>,
-    is_view: bool,
     after: Option<Vec<u8>>,
     exhausted: bool,
 }
 
 impl CollectionReader {
-    fn new(object_id: ObjectId, is_view: bool) -> Self {
-        let prefix = if is_view {
-            output_prefix(object_id)
-        } else {
-            keys::table_prefix(object_id)
-        };
+    fn new(object_id: ObjectId, storage: RowStorage) -> Self {
         CollectionReader {
-            prefix,
-            is_view,
+            prefix: storage.prefix(object_id),
+            storage,
             after: None,
             exhausted: false,
         }
@@ -599,13 +627,12 @@ impl CollectionReader {
             };
             self.after = Some(last.clone());
             for (key, value) in chunk {
-                if self.is_view {
-                    rows.push(
+                match self.storage {
+                    RowStorage::Counted => rows.push(
                         decode_row(&key[self.prefix.len()..])?,
                         decode_weight(&value),
-                    );
-                } else {
-                    rows.push(decode_row(&value)?, 1);
+                    ),
+                    RowStorage::Table | RowStorage::Keyed(_) => rows.push(decode_row(&value)?, 1),
                 }
             }
         }

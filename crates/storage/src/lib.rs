@@ -45,8 +45,10 @@ use rockstream_common::BackgroundRuntime;
 /// The on-disk format this binary writes.
 ///
 /// Version 2 moved table rows from `0x03` to their own prefix `0x07`, so
-/// that every `0x03` key holds a view-output count.
-pub const FORMAT_VERSION: u8 = 2;
+/// that every `0x03` key holds a view-output count. Version 3 added keyed
+/// view output (`0x08`); version-2 storage is upgraded in place on open
+/// (its views keep the counted layout), so older binaries then refuse it.
+pub const FORMAT_VERSION: u8 = 3;
 /// Oldest format this binary reads.
 pub const FORMAT_VERSION_MIN: u8 = 2;
 
@@ -129,20 +131,25 @@ impl ShardDb {
                         ),
                     ));
                 }
+                if version < FORMAT_VERSION {
+                    self.put_durably(&key, &[FORMAT_VERSION]).await?;
+                }
             }
-            None => {
-                let handle = self
-                    .db
-                    .put(&key, [FORMAT_VERSION])
-                    .await
-                    .map_err(|error| storage_error(&self.name, error))?;
-                handle
-                    .await_durable()
-                    .await
-                    .map_err(|error| storage_error(&self.name, error))?;
-            }
+            None => self.put_durably(&key, &[FORMAT_VERSION]).await?,
         }
         Ok(())
+    }
+
+    async fn put_durably(&self, key: &[u8], value: &[u8]) -> RsResult<()> {
+        let handle = self
+            .db
+            .put(key, value)
+            .await
+            .map_err(|error| storage_error(&self.name, error))?;
+        handle
+            .await_durable()
+            .await
+            .map_err(|error| storage_error(&self.name, error))
     }
 
     /// A consistent read-only view of the committed state.
@@ -207,16 +214,18 @@ impl ShardDb {
             .map_err(|error| storage_error(&self.name, error))
     }
 
-    /// Writes the memtable out as an SST (tests reading from SSTs).
-    #[cfg(test)]
-    async fn flush_memtable(&self) {
+    /// Writes the memtable out as an L0 table. Its entries are durable in
+    /// the WAL already; the table keeps only the newest version of each key
+    /// that no open snapshot still needs, so a key overwritten many times
+    /// stops costing every scan one step per version.
+    pub async fn flush_memtable(&self) -> RsResult<()> {
         let options = slatedb::config::FlushOptions {
             flush_type: slatedb::config::FlushType::MemTable,
         };
         self.db
             .flush_with_options(options)
             .await
-            .expect("memtable flush");
+            .map_err(|error| storage_error(&self.name, error))
     }
 
     pub async fn close(&self) -> RsResult<()> {
@@ -674,7 +683,7 @@ mod tests {
         ];
         for (epoch, writes) in (2..).zip(epochs) {
             shard.commit(epoch, writes).await.expect("commits");
-            shard.flush_memtable().await;
+            shard.flush_memtable().await.expect("memtable flush");
         }
         let snapshot = shard.snapshot().expect("snapshot");
         for lead in 0..32 {
