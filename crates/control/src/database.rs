@@ -509,6 +509,16 @@ mod tests {
             )
             .await
             .unwrap();
+        database
+            .create_table(
+                "default",
+                "dim",
+                vec![bigint("id"), bigint("w")],
+                vec![0],
+                false,
+            )
+            .await
+            .unwrap();
         let views = [
             (
                 "by_group",
@@ -540,7 +550,38 @@ mod tests {
                 "SELECT g + 1 AS h, SUM(v) AS total FROM t GROUP BY g",
                 None,
             ),
-            ("no_aggregate", "SELECT k, v FROM t", None),
+            ("table_key", "SELECT v, k FROM t WHERE v > 3", Some(vec![1])),
+            ("no_key", "SELECT g, v FROM t", None),
+            (
+                "joined",
+                "SELECT t.k, d.w FROM t JOIN dim d ON t.g = d.id",
+                Some(vec![0]),
+            ),
+            (
+                "dim_side",
+                "SELECT d.w, t.k FROM dim d JOIN t ON t.g = d.id",
+                Some(vec![1]),
+            ),
+            (
+                "outer",
+                "SELECT t.k, d.w FROM t LEFT JOIN dim d ON t.g = d.id",
+                Some(vec![0]),
+            ),
+            (
+                "many_to_many",
+                "SELECT a.k, b.k AS k2 FROM t a JOIN t b ON a.g = b.g",
+                None,
+            ),
+            (
+                "semi",
+                "SELECT k FROM t WHERE g IN (SELECT id FROM dim)",
+                Some(vec![0]),
+            ),
+            (
+                "over_view",
+                "SELECT b.g, b.total, d.w FROM by_group b JOIN dim d ON d.id = b.g",
+                Some(vec![0]),
+            ),
         ];
         for (name, query, _) in &views {
             database

@@ -88,10 +88,17 @@ impl TableResolver for CatalogResolver {
         self.record(entry.id);
         match entry.kind {
             ObjectKind::Table | ObjectKind::MaterializedView => {
+                let unique_key = match entry.kind {
+                    ObjectKind::Table => {
+                        (!entry.primary_key.is_empty()).then(|| entry.primary_key.clone())
+                    }
+                    _ => entry.output_key.clone(),
+                };
                 Ok(Some(Arc::new(SchemaOnlyTable {
                     object_id: entry.id,
                     name: entry.name.clone(),
                     schema: arrow_schema(entry)?,
+                    unique_key,
                 })))
             }
             ObjectKind::View => {

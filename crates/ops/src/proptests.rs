@@ -37,6 +37,7 @@ fn source(object_id: ObjectId) -> PlanNode {
         object_id,
         name: format!("t{object_id}"),
         schema: int_schema(&["k", "v"]),
+        unique_key: None,
     }
 }
 

@@ -96,6 +96,8 @@ pub enum PlanNode {
         object_id: ObjectId,
         name: String,
         schema: Schema,
+        /// The source's unique key, if it has one (see [`PlanNode::unique_key`]).
+        unique_key: Option<Vec<usize>>,
     },
     /// Projection: one expression per output column.
     Map {
@@ -205,13 +207,31 @@ impl PlanNode {
 
     /// Output columns that identify a row: no two rows agree on all of
     /// them, and every row has multiplicity one, so a change of the row
-    /// with a given key replaces it. Known for grouped aggregation (its
-    /// group columns; none for a global aggregate, which has one row), and
-    /// kept through filters and through projections that pass each key
-    /// column on as a plain column reference. `None` when not derived.
+    /// with a given key replaces it. Known for sources with a key (a
+    /// table's primary key) and for grouped aggregation (its group columns;
+    /// none for a global aggregate, which has one row). Kept through
+    /// filters, through projections that pass each key column on as a plain
+    /// column reference, and through joins that match each row of the
+    /// keyed side with at most one row of the other (see [`join_key`]).
+    /// `None` when not derived.
     pub fn unique_key(&self) -> Option<Vec<usize>> {
         match self {
+            PlanNode::Source { unique_key, .. } => unique_key.clone(),
             PlanNode::Aggregate { group_count, .. } => Some((0..*group_count).collect()),
+            PlanNode::Join {
+                left,
+                right,
+                kind,
+                left_keys,
+                right_keys,
+                left_width,
+                right_width,
+                ..
+            } => join_key(
+                *kind,
+                (left.unique_key(), left_keys, *left_width),
+                (right.unique_key(), right_keys, *right_width),
+            ),
             PlanNode::Filter { input, .. } => input.unique_key(),
             PlanNode::Map {
                 input,
@@ -296,6 +316,38 @@ impl PlanNode {
         for input in self.inputs() {
             input.explain_into(depth + 1, out);
         }
+    }
+}
+
+/// The unique key of a join's output, given each side's unique key, join
+/// key columns and output width. A side whose unique key lies within its
+/// join keys has at most one row per join key value, so each row of the
+/// other side meets at most one partner: that other side's key then
+/// identifies output rows, when the join keeps each of its rows at most
+/// once (inner, its outer side, semi and anti joins) and the key columns
+/// are output ones.
+fn join_key(
+    kind: JoinKind,
+    (left_key, left_join, left_width): (Option<Vec<usize>>, &[usize], usize),
+    (right_key, right_join, right_width): (Option<Vec<usize>>, &[usize], usize),
+) -> Option<Vec<usize>> {
+    let at_most_one = |key: &Option<Vec<usize>>, join: &[usize]| {
+        key.as_ref()
+            .is_some_and(|key| key.iter().all(|column| join.contains(column)))
+    };
+    let output = |key: Option<Vec<usize>>, width: usize, offset: usize| {
+        key.filter(|key| key.iter().all(|column| *column < width))
+            .map(|key| key.into_iter().map(|column| column + offset).collect())
+    };
+    match kind {
+        JoinKind::LeftSemi | JoinKind::LeftAnti => output(left_key, left_width, 0),
+        JoinKind::Inner | JoinKind::Left if at_most_one(&right_key, right_join) => {
+            output(left_key, left_width, 0)
+        }
+        JoinKind::Inner | JoinKind::Right if at_most_one(&left_key, left_join) => {
+            output(right_key, right_width, left_width)
+        }
+        _ => None,
     }
 }
 

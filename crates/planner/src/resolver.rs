@@ -107,6 +107,9 @@ pub struct SchemaOnlyTable {
     pub object_id: ObjectId,
     pub name: String,
     pub schema: SchemaRef,
+    /// Columns no two rows agree on (a table's primary key, a view's
+    /// stored unique key), rows each once; `None` if unknown.
+    pub unique_key: Option<Vec<usize>>,
 }
 
 #[async_trait]

@@ -226,6 +226,7 @@ impl Translator {
             object_id: table.object_id,
             name: table.name.clone(),
             schema: schema_of(&full_schema)?,
+            unique_key: table.unique_key.clone(),
         };
         if let Some(projection) = &scan.projection {
             let exprs = projection
