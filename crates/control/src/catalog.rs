@@ -51,6 +51,15 @@ impl ColumnDef {
     pub fn sql_type(&self) -> RsResult<SqlType> {
         parse_type(&self.type_name)
     }
+
+    /// The most characters a value may have (`character varying(n)`).
+    pub fn max_chars(&self) -> Option<usize> {
+        self.type_name
+            .strip_prefix("character varying(")?
+            .strip_suffix(')')?
+            .parse()
+            .ok()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -124,7 +133,8 @@ pub fn parse_type(name: &str) -> RsResult<SqlType> {
         "bigint" => SqlType::Int64,
         "real" => SqlType::Float32,
         "double precision" => SqlType::Float64,
-        "text" => SqlType::Text,
+        "text" | "character varying" => SqlType::Text,
+        varchar if varchar.starts_with("character varying(") => SqlType::Text,
         "date" => SqlType::Date,
         "timestamp without time zone" => SqlType::Timestamp,
         "timestamp with time zone" => SqlType::TimestampTz,
@@ -161,7 +171,8 @@ pub fn parse_type(name: &str) -> RsResult<SqlType> {
 
 #[cfg(test)]
 mod tests {
-    //! Goal: every SQL type's catalog spelling parses back to itself.
+    //! Goal: every SQL type's catalog spelling parses back to itself, and a
+    //! varchar's spelling carries its length.
     use super::*;
 
     #[test]
@@ -186,5 +197,18 @@ mod tests {
             assert_eq!(parse_type(&sql_type.pg_name()).expect("parses"), sql_type);
         }
         assert!(parse_type("money").is_err());
+        let varchar = ColumnDef {
+            name: "name".into(),
+            type_name: "character varying(12)".into(),
+            not_null: false,
+        };
+        assert_eq!(varchar.sql_type().expect("parses"), SqlType::Text);
+        assert_eq!(varchar.max_chars(), Some(12));
+        let unbounded = ColumnDef {
+            type_name: "character varying".into(),
+            ..varchar
+        };
+        assert_eq!(unbounded.sql_type().expect("parses"), SqlType::Text);
+        assert_eq!(unbounded.max_chars(), None);
     }
 }

@@ -4,8 +4,9 @@ use datafusion::sql::sqlparser::ast::{ColumnOption, CreateTable, DataType, Table
 use rockstream_control::ColumnDef;
 use rockstream_types::{codes, RsError, RsResult, SqlType};
 
-/// Maps a declared SQL type onto ours.
-pub fn sql_type(data_type: &DataType) -> RsResult<SqlType> {
+/// The declared type's name and its numeric arguments (`numeric(12,2)`:
+/// `numeric`, `[12, 2]`), lower-cased.
+fn declared_type(data_type: &DataType) -> (String, String, Vec<i64>) {
     let text = data_type.to_string().to_lowercase();
     let base = text.split('(').next().unwrap_or("").trim().to_string();
     let arguments: Vec<i64> = text
@@ -18,6 +19,39 @@ pub fn sql_type(data_type: &DataType) -> RsResult<SqlType> {
                 .collect()
         })
         .unwrap_or_default();
+    (text, base, arguments)
+}
+
+/// Longest `VARCHAR(n)` PostgreSQL accepts.
+const VARCHAR_LENGTH_MAX: i64 = 10_485_760;
+
+/// A column's type as the catalog spells it (PostgreSQL's spelling, as
+/// `format_type` prints it): `VARCHAR(n)` keeps its length, which writes
+/// enforce; `CHAR(n)` is refused, since its blank padding is not built.
+pub fn column_type_name(data_type: &DataType) -> RsResult<String> {
+    let (text, base, arguments) = declared_type(data_type);
+    match base.as_str() {
+        "varchar" | "character varying" => match arguments.first() {
+            None => Ok("character varying".to_string()),
+            Some(length) if (1..=VARCHAR_LENGTH_MAX).contains(length) => {
+                Ok(format!("character varying({length})"))
+            }
+            Some(length) => Err(RsError::new(
+                &codes::UNSUPPORTED_TYPE,
+                format!("length for type varchar must be between 1 and {VARCHAR_LENGTH_MAX}, not {length}"),
+            )),
+        },
+        "char" | "character" | "bpchar" | "nchar" => Err(RsError::new(
+            &codes::UNSUPPORTED_TYPE,
+            format!("type {text} is not supported: blank-padded character columns are not built yet; use text or varchar(n)"),
+        )),
+        _ => Ok(sql_type(data_type)?.pg_name()),
+    }
+}
+
+/// Maps a declared SQL type onto ours.
+pub fn sql_type(data_type: &DataType) -> RsResult<SqlType> {
+    let (text, base, arguments) = declared_type(data_type);
     Ok(match base.as_str() {
         "boolean" | "bool" => SqlType::Bool,
         "smallint" | "int2" => SqlType::Int16,
@@ -42,9 +76,7 @@ pub fn sql_type(data_type: &DataType) -> RsResult<SqlType> {
                 scale: scale as i8,
             }
         }
-        "text" | "varchar" | "character varying" | "char" | "character" | "string" | "bpchar" => {
-            SqlType::Text
-        }
+        "text" | "varchar" | "character varying" | "string" => SqlType::Text,
         "date" => SqlType::Date,
         "timestamp" | "timestamp without time zone" => SqlType::Timestamp,
         "timestamptz" | "timestamp with time zone" => SqlType::TimestampTz,
@@ -111,7 +143,7 @@ pub fn table_columns(create: &CreateTable) -> RsResult<(Vec<ColumnDef>, Vec<usiz
         }
         columns.push(ColumnDef {
             name,
-            type_name: sql_type(&column.data_type)?.pg_name(),
+            type_name: column_type_name(&column.data_type)?,
             not_null,
         });
     }
@@ -160,4 +192,48 @@ pub fn table_columns(create: &CreateTable) -> RsResult<(Vec<ColumnDef>, Vec<usiz
         ));
     }
     Ok((columns, primary_key))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // Tests may unwrap: a panic is the failure report.
+mod tests {
+    //! Goal: declared column types get PostgreSQL's catalog spelling, and
+    //! the character types whose semantics are not built are refused.
+    use datafusion::sql::sqlparser::ast::Statement;
+    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
+
+    use super::*;
+
+    fn type_names(columns: &str) -> RsResult<Vec<String>> {
+        let sql = format!("CREATE TABLE t ({columns})");
+        let statements = Parser::parse_sql(&PostgreSqlDialect {}, &sql).unwrap();
+        let Statement::CreateTable(create) = &statements[0] else {
+            panic!("not a CREATE TABLE: {sql}");
+        };
+        Ok(table_columns(create)?
+            .0
+            .into_iter()
+            .map(|column| column.type_name)
+            .collect())
+    }
+
+    #[test]
+    fn column_types_get_postgres_spelling() {
+        assert_eq!(
+            type_names("a VARCHAR(20), b CHARACTER VARYING, c INT, d NUMERIC(9,3), e TEXT")
+                .unwrap(),
+            [
+                "character varying(20)",
+                "character varying",
+                "integer",
+                "numeric(9,3)",
+                "text"
+            ]
+        );
+        for refused in ["a CHAR(3)", "a CHARACTER(3)", "a CHAR", "a VARCHAR(0)"] {
+            let error = type_names(refused).unwrap_err();
+            assert_eq!(error.code, &codes::UNSUPPORTED_TYPE, "{refused}");
+        }
+    }
 }

@@ -12,7 +12,7 @@ use datafusion::arrow::array::{Array, ArrayRef, BinaryArray, StringArray};
 use datafusion::arrow::compute::{cast_with_options, CastOptions};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::logical_expr::LogicalPlan;
-use rockstream_control::CatalogEntry;
+use rockstream_control::{CatalogEntry, ColumnDef};
 use rockstream_ops::arrow_rows::{array_to_datums, arrow_type};
 use rockstream_ops::keys::table_prefix;
 use rockstream_plan::arrow_types::datafusion_error;
@@ -137,8 +137,18 @@ fn strict_cast(array: &ArrayRef, sql_type: SqlType) -> RsResult<ArrayRef> {
     })
 }
 
-fn check_not_null(entry: &CatalogEntry, row: &Row) -> RsResult<()> {
-    for (column, datum) in entry.columns.iter().zip(row) {
+/// Each column's declared length limit (`varchar(n)`), looked up once per
+/// statement.
+fn length_limits(entry: &CatalogEntry) -> Vec<Option<usize>> {
+    entry.columns.iter().map(ColumnDef::max_chars).collect()
+}
+
+/// Checks a row about to be stored against its columns' constraints, as
+/// PostgreSQL does on assignment: NOT NULL, and a `varchar(n)` length. A
+/// value too long only by trailing spaces is cut to `n`; any other is an
+/// error.
+fn conform_row(entry: &CatalogEntry, limits: &[Option<usize>], row: &mut Row) -> RsResult<()> {
+    for ((column, limit), datum) in entry.columns.iter().zip(limits).zip(row.iter_mut()) {
         if column.not_null && datum.is_null() {
             return Err(RsError::new(
                 &codes::NOT_NULL_VIOLATION,
@@ -147,6 +157,20 @@ fn check_not_null(entry: &CatalogEntry, row: &Row) -> RsResult<()> {
                     column.name, entry.name
                 ),
             ));
+        }
+        if let (Some(limit), Datum::Text(text)) = (limit, &mut *datum) {
+            if let Some((cut, _)) = text.char_indices().nth(*limit) {
+                if !text[cut..].chars().all(|c| c == ' ') {
+                    return Err(RsError::new(
+                        &codes::STRING_TOO_LONG,
+                        format!(
+                            "value too long for type character varying({limit}) in column \"{}\" of relation \"{}\"",
+                            column.name, entry.name
+                        ),
+                    ));
+                }
+                text.truncate(cut);
+            }
         }
     }
     Ok(())
@@ -189,8 +213,9 @@ pub async fn insert_rows(
         ));
     }
     let prefix = table_prefix(entry.id);
-    for row in rows {
-        check_not_null(entry, &row)?;
+    let limits = length_limits(entry);
+    for mut row in rows {
+        conform_row(entry, &limits, &mut row)?;
         let key = if entry.primary_key.is_empty() {
             gateway.runtime().random_u128().to_be_bytes().to_vec()
         } else {
@@ -263,6 +288,7 @@ pub async fn modify(
     let batches = query_batches(gateway, session, selection_sql, true).await?;
     let types = entry.sql_types()?;
     let assigned_types: Vec<SqlType> = assigned.iter().map(|index| types[*index]).collect();
+    let limits = length_limits(entry);
     let mut changes: Vec<(Vec<u8>, Row, Option<Row>)> = Vec::new();
     for batch in &batches {
         let keys = batch
@@ -280,7 +306,7 @@ pub async fn modify(
                 for (position, value) in assigned.iter().zip(values) {
                     new[*position] = value;
                 }
-                check_not_null(entry, &new)?;
+                conform_row(entry, &limits, &mut new)?;
                 Some(new)
             };
             changes.push((keys.value(index).to_vec(), old, new));

@@ -110,10 +110,7 @@ impl TableResolver for SnapshotResolver {
                 .iter()
                 .map(|column| ColumnInfo {
                     name: column.name.clone(),
-                    type_name: column
-                        .sql_type()
-                        .map(|sql_type| sql_type.pg_name())
-                        .unwrap_or_else(|_| column.type_name.clone()),
+                    type_name: column.type_name.clone(),
                     not_null: column.not_null,
                 })
                 .collect(),

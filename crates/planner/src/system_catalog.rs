@@ -391,6 +391,21 @@ fn information_schema_columns(relations: &[RelationInfo]) -> DataFusionResult<Re
                     .map(|(_, _, column)| Some(standard_type_name(&column.type_name))),
             ),
         ),
+        (
+            "character_maximum_length",
+            Arc::new(
+                columns
+                    .iter()
+                    .map(|(_, _, column)| {
+                        column
+                            .type_name
+                            .strip_prefix("character varying(")
+                            .and_then(|rest| rest.strip_suffix(')'))
+                            .and_then(|length| length.parse::<i32>().ok())
+                    })
+                    .collect::<Int32Array>(),
+            ),
+        ),
     ])
 }
 

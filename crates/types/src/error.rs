@@ -93,6 +93,8 @@ pub mod codes {
             "Use a wider column type or a smaller value.");
         WRITE_BUFFER_FULL = (2205, "write.transaction_too_large", "54000",
             "Split the transaction into smaller ones.");
+        STRING_TOO_LONG = (2206, "write.string_data_right_truncation", "22001",
+            "Shorten the value to the column's declared length, or declare the column with a larger length (or as text).");
         // Shard / runtime: 3000–3499.
         ENGINE_STOPPED = (3003, "runtime.engine_stopped", "57P01",
             "The server's engine stopped after a storage failure; check the server log and restart it.");
