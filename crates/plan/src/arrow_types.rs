@@ -2,7 +2,10 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, Int64Array, IntervalMonthDayNanoBuilder};
+use datafusion::arrow::array::{
+    Array, ArrayRef, Float64Array, Int64Array, IntervalMonthDayNanoArray,
+    IntervalMonthDayNanoBuilder,
+};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, IntervalMonthDayNano, IntervalUnit, TimeUnit};
 use datafusion::common::DataFusionError;
@@ -117,6 +120,11 @@ pub fn datafusion_error(error: DataFusionError) -> RsError {
         DataFusionError::NotImplemented(message) => {
             RsError::new(&codes::UNSUPPORTED_STATEMENT, message)
         }
+        // A coded error raised inside one of our functions keeps its code.
+        DataFusionError::External(inner) if inner.is::<RsError>() => match inner.downcast() {
+            Ok(coded) => *coded,
+            Err(inner) => RsError::new(&codes::EXECUTION_ERROR, inner.to_string()),
+        },
         other => {
             let text = other.to_string();
             if text.to_lowercase().contains("divide by zero") {
@@ -126,6 +134,95 @@ pub fn datafusion_error(error: DataFusionError) -> RsError {
             }
         }
     }
+}
+
+/// `interval * factor` (`divide`: `interval / factor`) for arrays of
+/// intervals and numbers, row by row; NULL in either gives NULL.
+pub fn scale_intervals(
+    intervals: &ArrayRef,
+    factors: &ArrayRef,
+    divide: bool,
+) -> RsResult<ArrayRef> {
+    let intervals =
+        cast(intervals, &DataType::Interval(IntervalUnit::MonthDayNano)).map_err(arrow_error)?;
+    let intervals = intervals
+        .as_any()
+        .downcast_ref::<IntervalMonthDayNanoArray>()
+        .ok_or_else(|| RsError::internal("interval did not cast to month-day-nano"))?;
+    let factors = cast(factors, &DataType::Float64).map_err(arrow_error)?;
+    let factors = factors
+        .as_any()
+        .downcast_ref::<Float64Array>()
+        .ok_or_else(|| RsError::internal("factor did not cast to float8"))?;
+    let mut builder = IntervalMonthDayNanoBuilder::with_capacity(intervals.len());
+    for index in 0..intervals.len() {
+        if intervals.is_null(index) || factors.is_null(index) {
+            builder.append_null();
+        } else {
+            builder.append_value(scale_interval(
+                intervals.value(index),
+                factors.value(index),
+                divide,
+            )?);
+        }
+    }
+    Ok(Arc::new(builder.finish()))
+}
+
+/// PostgreSQL's `interval * float8` and `interval / float8`: months and
+/// days are scaled separately and truncated; the fraction of a month flows
+/// into days (30 per month) and the fraction of a day into the time, both
+/// rounded to microseconds, as PostgreSQL's `interval_mul`/`interval_div`
+/// compute it (so `'1 mon' / 2` is `15 days`, `'1 day' * 1.5` is `1 day
+/// 12:00:00`).
+pub fn scale_interval(
+    interval: IntervalMonthDayNano,
+    factor: f64,
+    divide: bool,
+) -> RsResult<IntervalMonthDayNano> {
+    const DAYS_PER_MONTH: f64 = 30.0;
+    const SECONDS_PER_DAY: f64 = 86_400.0;
+    if divide && factor == 0.0 {
+        return Err(RsError::new(&codes::DIVISION_BY_ZERO, "division by zero"));
+    }
+    let scale = |value: f64| {
+        if divide {
+            value / factor
+        } else {
+            value * factor
+        }
+    };
+    let to_microseconds = |value: f64| (value * 1e6).round_ties_even() / 1e6;
+    let out_of_range = || RsError::new(&codes::EXECUTION_ERROR, "interval out of range");
+    let fits_i32 = |value: f64| value.is_finite() && value.trunc().abs() <= i32::MAX as f64;
+    let months = scale(interval.months as f64);
+    let days = scale(interval.days as f64);
+    if !fits_i32(months) || !fits_i32(days) {
+        return Err(out_of_range());
+    }
+    let whole_months = months.trunc();
+    let mut whole_days = days.trunc();
+    let month_remainder_days = to_microseconds((months - whole_months) * DAYS_PER_MONTH);
+    let mut remainder_seconds = to_microseconds(
+        (days - whole_days + month_remainder_days - month_remainder_days.trunc()) * SECONDS_PER_DAY,
+    );
+    if remainder_seconds.abs() >= SECONDS_PER_DAY {
+        let carried = (remainder_seconds / SECONDS_PER_DAY).trunc();
+        whole_days += carried;
+        remainder_seconds -= carried * SECONDS_PER_DAY;
+    }
+    whole_days += month_remainder_days.trunc();
+    let microseconds =
+        (scale((interval.nanoseconds / 1000) as f64) + remainder_seconds * 1e6).round_ties_even();
+    let nanoseconds = microseconds * 1000.0;
+    if !fits_i32(whole_days) || !nanoseconds.is_finite() || nanoseconds.abs() >= i64::MAX as f64 {
+        return Err(out_of_range());
+    }
+    Ok(IntervalMonthDayNano::new(
+        whole_months as i32,
+        whole_days as i32,
+        nanoseconds as i64,
+    ))
 }
 
 /// A duration (e.g. `timestamp - timestamp`) as PostgreSQL shows it: whole
@@ -153,4 +250,42 @@ pub fn duration_to_interval(array: &ArrayRef) -> RsResult<ArrayRef> {
         }
     }
     Ok(Arc::new(builder.finish()))
+}
+
+#[cfg(test)]
+mod tests {
+    //! Goal: interval scaling gives PostgreSQL 15's results (taken from
+    //! `SELECT interval '…' * …` there), fractions cascading down.
+    use super::*;
+
+    fn scaled(months: i32, days: i32, seconds: f64, factor: f64, divide: bool) -> (i32, i32, f64) {
+        let interval = IntervalMonthDayNano::new(months, days, (seconds * 1e9).round() as i64);
+        let result = scale_interval(interval, factor, divide).expect("in range");
+        (result.months, result.days, result.nanoseconds as f64 / 1e9)
+    }
+
+    #[test]
+    fn scaling_matches_postgres() {
+        let hour = 3600.0;
+        assert_eq!(scaled(0, 1, 0.0, 1.5, false), (0, 1, 12.0 * hour));
+        assert_eq!(scaled(1, 0, 0.0, 2.0, true), (0, 15, 0.0));
+        assert_eq!(scaled(1, 1, hour, 0.5, false), (0, 15, 12.5 * hour));
+        assert_eq!(scaled(1, 0, 0.0, 0.3, false), (0, 9, 0.0));
+        assert_eq!(scaled(-1, 3, 0.0, 2.5, false), (-2, -8, 12.0 * hour));
+        assert_eq!(scaled(14, 0, 0.0, 3.0, true), (4, 20, 0.0));
+        assert_eq!(scaled(0, 10, 5.0 * hour, 7.0, true), (0, 1, 11.0 * hour));
+        assert_eq!(scaled(0, 1, 0.0, 730_000.0, false), (0, 730_000, 0.0));
+        let (months, days, seconds) = scaled(0, 29, 86_399.0, 1.0000001, false);
+        assert_eq!((months, days), (0, 29));
+        assert!((seconds - 86_399.259_2).abs() < 1e-6, "{seconds}");
+    }
+
+    #[test]
+    fn division_by_zero_and_overflow_are_errors() {
+        let day = IntervalMonthDayNano::new(0, 1, 0);
+        let error = scale_interval(day, 0.0, true).expect_err("a zero divisor");
+        assert_eq!(error.code, &codes::DIVISION_BY_ZERO);
+        assert!(scale_interval(day, 1e12, false).is_err());
+        assert!(scale_interval(day, f64::NAN, false).is_err());
+    }
 }

@@ -1,4 +1,5 @@
-//! PostgreSQL semantics for `timestamp - timestamp`.
+//! PostgreSQL semantics for `timestamp - timestamp`, and `interval *
+//! number`, `number * interval` and `interval / number`.
 //!
 //! DataFusion subtracts timestamps into a `Duration` and, to compare it with
 //! an interval, casts it into an interval of nanoseconds only (`0 days,
@@ -7,6 +8,10 @@
 //! 23:59:59`. This analyzer rule replaces such casts with
 //! [`DurationToInterval`], which splits the duration into whole days and the
 //! remaining time as PostgreSQL does.
+//!
+//! DataFusion has no arithmetic between intervals and numbers and fails
+//! while planning such an expression; [`PostgresIntervalArithmetic`] plans
+//! it as a call of [`IntervalScale`] instead.
 
 use std::sync::Arc;
 
@@ -14,12 +19,14 @@ use datafusion::arrow::datatypes::DataType;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{DFSchema, Result};
+use datafusion::logical_expr::planner::{ExprPlanner, PlannerResult, RawBinaryExpr};
 use datafusion::logical_expr::{
     ColumnarValue, Expr, ExprSchemable, LogicalPlan, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
     Signature, Volatility,
 };
 use datafusion::optimizer::AnalyzerRule;
-use rockstream_plan::arrow_types::duration_to_interval;
+use datafusion::sql::sqlparser::ast::BinaryOperator;
+use rockstream_plan::arrow_types::{duration_to_interval, scale_intervals};
 
 #[derive(Debug, PartialEq, Eq, Hash)]
 pub struct DurationToInterval {
@@ -97,5 +104,91 @@ impl AnalyzerRule for PostgresIntervals {
             }
         })?;
         Ok(transformed.data)
+    }
+}
+
+/// `interval * number` (or `interval / number` when `divide`), with
+/// PostgreSQL's cascading of fractional months and days.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct IntervalScale {
+    divide: bool,
+    signature: Signature,
+}
+
+impl IntervalScale {
+    fn new(divide: bool) -> Self {
+        IntervalScale {
+            divide,
+            signature: Signature::any(2, Volatility::Immutable),
+        }
+    }
+}
+
+impl ScalarUDFImpl for IntervalScale {
+    fn name(&self) -> &str {
+        if self.divide {
+            "pg_interval_div"
+        } else {
+            "pg_interval_mul"
+        }
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arguments: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Interval(
+            datafusion::arrow::datatypes::IntervalUnit::MonthDayNano,
+        ))
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let scalar = args
+            .args
+            .iter()
+            .all(|arg| matches!(arg, ColumnarValue::Scalar(_)));
+        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
+        let scaled = scale_intervals(&arrays[0], &arrays[1], self.divide)
+            .map_err(|error| datafusion::error::DataFusionError::External(Box::new(error)))?;
+        if scalar {
+            return Ok(ColumnarValue::Scalar(
+                datafusion::common::ScalarValue::try_from_array(&scaled, 0)?,
+            ));
+        }
+        Ok(ColumnarValue::Array(scaled))
+    }
+}
+
+/// Plans `interval * number`, `number * interval` and `interval / number`
+/// as [`IntervalScale`] calls.
+#[derive(Debug, Default)]
+pub struct PostgresIntervalArithmetic;
+
+impl ExprPlanner for PostgresIntervalArithmetic {
+    fn plan_binary_op(
+        &self,
+        expr: RawBinaryExpr,
+        schema: &DFSchema,
+    ) -> Result<PlannerResult<RawBinaryExpr>> {
+        let is_interval = |expr: &Expr| matches!(expr.get_type(schema), Ok(DataType::Interval(_)));
+        let is_number = |expr: &Expr| expr.get_type(schema).is_ok_and(|t| t.is_numeric());
+        let scale = |divide: bool, interval: Expr, factor: Expr| {
+            Ok(PlannerResult::Planned(
+                ScalarUDF::from(IntervalScale::new(divide)).call(vec![interval, factor]),
+            ))
+        };
+        match expr.op {
+            BinaryOperator::Multiply if is_interval(&expr.left) && is_number(&expr.right) => {
+                scale(false, expr.left, expr.right)
+            }
+            BinaryOperator::Multiply if is_number(&expr.left) && is_interval(&expr.right) => {
+                scale(false, expr.right, expr.left)
+            }
+            BinaryOperator::Divide if is_interval(&expr.left) && is_number(&expr.right) => {
+                scale(true, expr.left, expr.right)
+            }
+            _ => Ok(PlannerResult::Original(expr)),
+        }
     }
 }

@@ -45,9 +45,15 @@ pub fn new_context(resolver: Arc<dyn TableResolver>) -> SessionContext {
         options.sql_parser.enable_ident_normalization = true;
         options.execution.time_zone = Some("+00:00".to_string());
     }
-    let context = SessionContext::new_with_config(config);
+    let mut context = SessionContext::new_with_config(config);
     context.add_analyzer_rule(Arc::new(crate::pg_aggregates::PostgresAggregateTypes));
     context.add_analyzer_rule(Arc::new(crate::pg_intervals::PostgresIntervals));
+    // Registered after DataFusion's own planners, which leave these
+    // operators alone.
+    let _ = datafusion::execution::FunctionRegistry::register_expr_planner(
+        &mut context,
+        Arc::new(crate::pg_intervals::PostgresIntervalArithmetic),
+    );
     for function in CATALOG_FUNCTIONS.iter() {
         context.register_udf(function.clone());
     }
