@@ -6,12 +6,12 @@
 //! 1900799 s`), which then compares below `7 days` because interval fields
 //! compare month, day, then nanosecond. PostgreSQL's result is `21 days
 //! 23:59:59`. This analyzer rule replaces such casts with
-//! [`DurationToInterval`], which splits the duration into whole days and the
+//! [`IntervalOperation::FromDuration`], which splits the duration into whole days and the
 //! remaining time as PostgreSQL does.
 //!
 //! DataFusion has no arithmetic between intervals and numbers and fails
 //! while planning such an expression; [`PostgresIntervalArithmetic`] plans
-//! it as a call of [`IntervalScale`] instead.
+//! it as a call of [`IntervalOperation::Multiply`] or `Divide` instead.
 
 use std::sync::Arc;
 
@@ -28,22 +28,44 @@ use datafusion::optimizer::AnalyzerRule;
 use datafusion::sql::sqlparser::ast::BinaryOperator;
 use rockstream_plan::arrow_types::{duration_to_interval, scale_intervals};
 
+/// What an [`IntervalFunction`] computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IntervalOperation {
+    /// A duration as PostgreSQL's `timestamp - timestamp` interval.
+    FromDuration,
+    /// `interval * number`.
+    Multiply,
+    /// `interval / number`.
+    Divide,
+}
+
+/// The functions these rules plan: each returns an interval.
 #[derive(Debug, PartialEq, Eq, Hash)]
-pub struct DurationToInterval {
+pub struct IntervalFunction {
+    operation: IntervalOperation,
     signature: Signature,
 }
 
-impl Default for DurationToInterval {
-    fn default() -> Self {
-        DurationToInterval {
-            signature: Signature::any(1, Volatility::Immutable),
-        }
+impl IntervalFunction {
+    pub fn udf(operation: IntervalOperation) -> ScalarUDF {
+        let arity = match operation {
+            IntervalOperation::FromDuration => 1,
+            IntervalOperation::Multiply | IntervalOperation::Divide => 2,
+        };
+        ScalarUDF::from(IntervalFunction {
+            operation,
+            signature: Signature::any(arity, Volatility::Immutable),
+        })
     }
 }
 
-impl ScalarUDFImpl for DurationToInterval {
+impl ScalarUDFImpl for IntervalFunction {
     fn name(&self) -> &str {
-        "pg_duration_to_interval"
+        match self.operation {
+            IntervalOperation::FromDuration => "pg_duration_to_interval",
+            IntervalOperation::Multiply => "pg_interval_mul",
+            IntervalOperation::Divide => "pg_interval_div",
+        }
     }
 
     fn signature(&self) -> &Signature {
@@ -57,15 +79,23 @@ impl ScalarUDFImpl for DurationToInterval {
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let scalar = args
+            .args
+            .iter()
+            .all(|arg| matches!(arg, ColumnarValue::Scalar(_)));
         let arrays = ColumnarValue::values_to_arrays(&args.args)?;
-        let converted = duration_to_interval(&arrays[0])
-            .map_err(|error| datafusion::error::DataFusionError::Execution(error.to_string()))?;
-        if arrays[0].len() == 1 && matches!(args.args[0], ColumnarValue::Scalar(_)) {
+        let result = match self.operation {
+            IntervalOperation::FromDuration => duration_to_interval(&arrays[0]),
+            IntervalOperation::Multiply => scale_intervals(&arrays[0], &arrays[1], false),
+            IntervalOperation::Divide => scale_intervals(&arrays[0], &arrays[1], true),
+        }
+        .map_err(|error| datafusion::error::DataFusionError::External(Box::new(error)))?;
+        if scalar {
             return Ok(ColumnarValue::Scalar(
-                datafusion::common::ScalarValue::try_from_array(&converted, 0)?,
+                datafusion::common::ScalarValue::try_from_array(&result, 0)?,
             ));
         }
-        Ok(ColumnarValue::Array(converted))
+        Ok(ColumnarValue::Array(result))
     }
 }
 
@@ -78,7 +108,7 @@ impl AnalyzerRule for PostgresIntervals {
     }
 
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
-        let function = Arc::new(ScalarUDF::from(DurationToInterval::default()));
+        let function = Arc::new(IntervalFunction::udf(IntervalOperation::FromDuration));
         let transformed = plan.transform_up_with_subqueries(|node| {
             let mut schema = DFSchema::empty();
             for input in node.inputs() {
@@ -107,61 +137,8 @@ impl AnalyzerRule for PostgresIntervals {
     }
 }
 
-/// `interval * number` (or `interval / number` when `divide`), with
-/// PostgreSQL's cascading of fractional months and days.
-#[derive(Debug, PartialEq, Eq, Hash)]
-pub struct IntervalScale {
-    divide: bool,
-    signature: Signature,
-}
-
-impl IntervalScale {
-    fn new(divide: bool) -> Self {
-        IntervalScale {
-            divide,
-            signature: Signature::any(2, Volatility::Immutable),
-        }
-    }
-}
-
-impl ScalarUDFImpl for IntervalScale {
-    fn name(&self) -> &str {
-        if self.divide {
-            "pg_interval_div"
-        } else {
-            "pg_interval_mul"
-        }
-    }
-
-    fn signature(&self) -> &Signature {
-        &self.signature
-    }
-
-    fn return_type(&self, _arguments: &[DataType]) -> Result<DataType> {
-        Ok(DataType::Interval(
-            datafusion::arrow::datatypes::IntervalUnit::MonthDayNano,
-        ))
-    }
-
-    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let scalar = args
-            .args
-            .iter()
-            .all(|arg| matches!(arg, ColumnarValue::Scalar(_)));
-        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
-        let scaled = scale_intervals(&arrays[0], &arrays[1], self.divide)
-            .map_err(|error| datafusion::error::DataFusionError::External(Box::new(error)))?;
-        if scalar {
-            return Ok(ColumnarValue::Scalar(
-                datafusion::common::ScalarValue::try_from_array(&scaled, 0)?,
-            ));
-        }
-        Ok(ColumnarValue::Array(scaled))
-    }
-}
-
 /// Plans `interval * number`, `number * interval` and `interval / number`
-/// as [`IntervalScale`] calls.
+/// as [`IntervalFunction`] calls.
 #[derive(Debug, Default)]
 pub struct PostgresIntervalArithmetic;
 
@@ -173,20 +150,20 @@ impl ExprPlanner for PostgresIntervalArithmetic {
     ) -> Result<PlannerResult<RawBinaryExpr>> {
         let is_interval = |expr: &Expr| matches!(expr.get_type(schema), Ok(DataType::Interval(_)));
         let is_number = |expr: &Expr| expr.get_type(schema).is_ok_and(|t| t.is_numeric());
-        let scale = |divide: bool, interval: Expr, factor: Expr| {
+        let scale = |operation, interval: Expr, factor: Expr| {
             Ok(PlannerResult::Planned(
-                ScalarUDF::from(IntervalScale::new(divide)).call(vec![interval, factor]),
+                IntervalFunction::udf(operation).call(vec![interval, factor]),
             ))
         };
         match expr.op {
             BinaryOperator::Multiply if is_interval(&expr.left) && is_number(&expr.right) => {
-                scale(false, expr.left, expr.right)
+                scale(IntervalOperation::Multiply, expr.left, expr.right)
             }
             BinaryOperator::Multiply if is_number(&expr.left) && is_interval(&expr.right) => {
-                scale(false, expr.right, expr.left)
+                scale(IntervalOperation::Multiply, expr.right, expr.left)
             }
             BinaryOperator::Divide if is_interval(&expr.left) && is_number(&expr.right) => {
-                scale(true, expr.left, expr.right)
+                scale(IntervalOperation::Divide, expr.left, expr.right)
             }
             _ => Ok(PlannerResult::Original(expr)),
         }

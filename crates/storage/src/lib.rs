@@ -146,6 +146,11 @@ impl ShardDb {
             .put(key, value)
             .await
             .map_err(|error| storage_error(&self.name, error))?;
+        self.durable(handle).await
+    }
+
+    /// Waits until the write behind `handle` is in the WAL on storage.
+    async fn durable(&self, handle: slatedb::WriteHandle) -> RsResult<()> {
         handle
             .await_durable()
             .await
@@ -208,10 +213,7 @@ impl ShardDb {
             .flush()
             .await
             .map_err(|error| storage_error(&self.name, error))?;
-        handle
-            .await_durable()
-            .await
-            .map_err(|error| storage_error(&self.name, error))
+        self.durable(handle).await
     }
 
     /// Writes the memtable out as an L0 table. Its entries are durable in
