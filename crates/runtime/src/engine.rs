@@ -26,6 +26,11 @@ pub const BACKFILL_EPOCH_ROWS: usize = 65_536;
 /// memtable keeps every version, and each scan over such a key steps
 /// through them all until a flush keeps only the newest.
 pub const MEMTABLE_FLUSH_EPOCHS: u64 = 256;
+/// Least time between two engine-requested memtable flushes. Every flush
+/// adds an L0 table; SlateDB holds further flushes back once 8 wait for a
+/// compaction (its compactor looks every 5 s), so flushing at the pace of a
+/// busy small-commit workload would stall.
+pub const MEMTABLE_FLUSH_INTERVAL_MICROS: i64 = 2_000_000;
 /// Input rows from which an epoch steps independent views on concurrent
 /// tasks; below it a task per view costs more than it saves.
 pub const PARALLEL_STEP_ROWS_MIN: usize = 1024;

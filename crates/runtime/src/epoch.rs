@@ -15,7 +15,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::engine::{
     Command, InstallView, Published, TableChange, ViewStatus, BACKFILL_EPOCH_ROWS,
-    EPOCH_COMMITS_MAX, MEMTABLE_FLUSH_EPOCHS, PARALLEL_STEP_ROWS_MIN,
+    EPOCH_COMMITS_MAX, MEMTABLE_FLUSH_EPOCHS, MEMTABLE_FLUSH_INTERVAL_MICROS,
+    PARALLEL_STEP_ROWS_MIN,
 };
 
 type Reply = oneshot::Sender<RsResult<Epoch>>;
@@ -37,8 +38,10 @@ pub(crate) struct EpochLoop {
     statuses: Arc<RwLock<HashMap<ObjectId, ViewStatus>>>,
     /// Installed views in dependency order (a view after its sources).
     views: Vec<Installed>,
-    /// The epoch whose commit last requested a memtable flush.
-    flushed_at: Epoch,
+    /// The epoch and time (µs) of the last memtable flush the engine
+    /// requested, and that flush while it runs.
+    flushed_at: (Epoch, i64),
+    flushing: Option<tokio::task::JoinHandle<RsResult<()>>>,
 }
 
 /// Marks a view whose backfill committed: `0x06 'V' 'I' view_id`.
@@ -63,7 +66,8 @@ impl EpochLoop {
             published,
             statuses,
             views: Vec::new(),
-            flushed_at: epoch,
+            flushed_at: (epoch, 0),
+            flushing: None,
         }
     }
 
@@ -93,13 +97,8 @@ impl EpochLoop {
                         }
                     }
                     let result = self.run_commits(commits).await;
-                    if result.is_ok() && self.epoch >= self.flushed_at + MEMTABLE_FLUSH_EPOCHS {
-                        // After the replies: the flush delays the next epoch,
-                        // never an acknowledgement.
-                        self.flushed_at = self.epoch;
-                        if let Err(error) = self.shard.flush_memtable().await {
-                            tracing::warn!(%error, "memtable flush failed");
-                        }
+                    if result.is_ok() {
+                        self.maybe_flush_memtable().await;
                     }
                     result
                 }
@@ -130,6 +129,32 @@ impl EpochLoop {
             }
         }
         let _ = self.shard.close().await;
+    }
+
+    /// Starts a memtable flush on a task of its own once enough epochs and
+    /// time have passed and the previous one has finished; epochs go on
+    /// meanwhile.
+    async fn maybe_flush_memtable(&mut self) {
+        let (epoch, micros) = self.flushed_at;
+        let now = self.runtime.now_micros();
+        if self.epoch < epoch + MEMTABLE_FLUSH_EPOCHS
+            || now < micros + MEMTABLE_FLUSH_INTERVAL_MICROS
+            || self
+                .flushing
+                .as_ref()
+                .is_some_and(|flush| !flush.is_finished())
+        {
+            return;
+        }
+        if let Some(finished) = self.flushing.take() {
+            match finished.await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => tracing::warn!(%error, "memtable flush failed"),
+                Err(error) => tracing::warn!(%error, "memtable flush task failed"),
+            }
+        }
+        self.flushed_at = (self.epoch, now);
+        self.flushing = Some(self.runtime.spawn(self.shard.flush_memtable()));
     }
 
     async fn run_commits(&mut self, commits: Vec<(Vec<TableChange>, Reply)>) -> RsResult<()> {

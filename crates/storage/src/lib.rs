@@ -19,6 +19,7 @@
 
 mod epoch_store;
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -219,15 +220,20 @@ impl ShardDb {
     /// Writes the memtable out as an L0 table. Its entries are durable in
     /// the WAL already; the table keeps only the newest version of each key
     /// that no open snapshot still needs, so a key overwritten many times
-    /// stops costing every scan one step per version.
-    pub async fn flush_memtable(&self) -> RsResult<()> {
-        let options = slatedb::config::FlushOptions {
-            flush_type: slatedb::config::FlushType::MemTable,
-        };
-        self.db
-            .flush_with_options(options)
-            .await
-            .map_err(|error| storage_error(&self.name, error))
+    /// stops costing every scan one step per version. The returned future
+    /// owns what it needs, so it can run on a task of its own: it may wait
+    /// for a compaction when too many L0 tables are pending.
+    pub fn flush_memtable(&self) -> impl Future<Output = RsResult<()>> + Send + 'static {
+        let db = self.db.clone();
+        let name = self.name.clone();
+        async move {
+            let options = slatedb::config::FlushOptions {
+                flush_type: slatedb::config::FlushType::MemTable,
+            };
+            db.flush_with_options(options)
+                .await
+                .map_err(|error| storage_error(&name, error))
+        }
     }
 
     pub async fn close(&self) -> RsResult<()> {
