@@ -9,8 +9,8 @@
 //! 0x01 'D' 'S' op_id(16) row                  -> weight      DISTINCT
 //! 0x01 'S' 'O' op_id(16) row                  -> (l, r)      EXCEPT / INTERSECT counts
 //! 0x03 view_id(16) row                        -> weight      view output (counted)
-//! 0x08 view_id(16) key                        -> row         view output (keyed)
 //! 0x07 table_id(16) row_key                   -> row         table rows
+//! 0x08 view_id(16) key                        -> row         view output (keyed)
 //! 0x06 'F' 'V'                                -> version     storage format version
 //! 0x06 'E' 'P'                                -> epoch       last committed epoch
 //! 0x06 'P' 'D' view_id(16) row                -> weight      input pending while a view is failed

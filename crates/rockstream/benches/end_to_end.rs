@@ -26,6 +26,10 @@ const UPDATE_ITERATIONS: usize = 300;
 const INSERT_ITERATIONS: usize = 1_000;
 const COPY_CHUNK_ROWS: u64 = 250_000;
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(180);
+/// Quiet seconds that count as settled: longer than the 5 s between two
+/// looks of SlateDB's compactor, so a compaction of the load that has not
+/// started yet is not mistaken for the end of background work.
+const SETTLE_QUIET_SECONDS: u32 = 6;
 const REGIONS: [&str; 8] = ["eu", "us", "apac", "latam", "mea", "nordics", "dach", "uk"];
 
 const SCHEMA: &str = "
@@ -105,13 +109,14 @@ impl Server {
     }
 
     /// Waits until the server's background work after a load (the last
-    /// memtable flush, compaction) is done: two consecutive seconds using
-    /// under 5% of a core. Gives up after `SETTLE_TIMEOUT`.
+    /// memtable flush, compaction) is done: `SETTLE_QUIET_SECONDS`
+    /// consecutive seconds using under 5% of a core. Gives up after
+    /// `SETTLE_TIMEOUT`.
     async fn settle(&self) -> Duration {
         let started = Instant::now();
         let mut quiet_seconds = 0;
         let mut before = self.cpu_ticks();
-        while quiet_seconds < 2 && started.elapsed() < SETTLE_TIMEOUT {
+        while quiet_seconds < SETTLE_QUIET_SECONDS && started.elapsed() < SETTLE_TIMEOUT {
             tokio::time::sleep(Duration::from_secs(1)).await;
             let now = self.cpu_ticks();
             // Clock ticks are 1/100 s: 5 ticks in a second is 5% of a core.
