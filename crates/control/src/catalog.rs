@@ -54,11 +54,7 @@ impl ColumnDef {
 
     /// The most characters a value may have (`character varying(n)`).
     pub fn max_chars(&self) -> Option<usize> {
-        self.type_name
-            .strip_prefix("character varying(")?
-            .strip_suffix(')')?
-            .parse()
-            .ok()
+        rockstream_types::datum::varchar_length(&self.type_name)
     }
 }
 

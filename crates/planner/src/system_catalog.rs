@@ -397,11 +397,8 @@ fn information_schema_columns(relations: &[RelationInfo]) -> DataFusionResult<Re
                 columns
                     .iter()
                     .map(|(_, _, column)| {
-                        column
-                            .type_name
-                            .strip_prefix("character varying(")
-                            .and_then(|rest| rest.strip_suffix(')'))
-                            .and_then(|length| length.parse::<i32>().ok())
+                        rockstream_types::datum::varchar_length(&column.type_name)
+                            .map(|length| length as i32)
                     })
                     .collect::<Int32Array>(),
             ),

@@ -34,6 +34,16 @@ pub enum SqlType {
     Interval,
 }
 
+/// The declared length of a column type spelled `character varying(n)`
+/// (a `VARCHAR(n)` column is stored as text, its type name keeping `n`).
+pub fn varchar_length(type_name: &str) -> Option<usize> {
+    type_name
+        .strip_prefix("character varying(")?
+        .strip_suffix(')')?
+        .parse()
+        .ok()
+}
+
 impl SqlType {
     /// The PostgreSQL spelling, as `\d` shows it.
     pub fn pg_name(&self) -> String {
