@@ -16,7 +16,7 @@ use rockstream_common::Runtime;
 use rockstream_control::{CatalogEntry, Database, ObjectKind};
 use rockstream_ops::arrow_rows::duration_to_interval;
 use rockstream_pgwire::{CopyTarget, StatementResult};
-use rockstream_planner::{new_context, pg_column_names, uses_bag_set_operation};
+use rockstream_planner::{new_context, normalize_query, pg_column_names, uses_bag_set_operation};
 use rockstream_runtime::{RowChange, TableChange};
 use rockstream_types::{codes, RsError, RsResult};
 
@@ -151,7 +151,9 @@ impl Gateway {
                         "EXCEPT ALL / INTERSECT ALL are supported in materialized views only",
                     ));
                 }
-                let result = self.select(session, &statement.to_string()).await?;
+                let mut normalized = query.clone();
+                normalize_query(&mut normalized);
+                let result = self.select(session, &normalized.to_string()).await?;
                 rename_columns(result, pg_column_names(query))
             }
             Statement::Explain { .. } => self.select(session, &statement.to_string()).await,

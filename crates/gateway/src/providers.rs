@@ -99,6 +99,7 @@ impl TableResolver for SnapshotResolver {
 
     fn relations(&self) -> Option<Vec<RelationInfo>> {
         let relation = |entry: &CatalogEntry| RelationInfo {
+            object_id: entry.id,
             name: entry.name.clone(),
             kind: match entry.kind {
                 ObjectKind::Table => RelationKind::Table,
@@ -115,7 +116,7 @@ impl TableResolver for SnapshotResolver {
                 })
                 .collect(),
             definition: entry.definition.clone(),
-            has_primary_key: !entry.primary_key.is_empty(),
+            primary_key: entry.primary_key.clone(),
         };
         Some(self.context.entries.iter().map(relation).collect())
     }

@@ -10,7 +10,7 @@ use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 use rockstream_control::ObjectKind;
 use rockstream_pgwire::{Backend, CopyTarget, Described, StatementResult};
-use rockstream_planner::{new_context, pg_column_names};
+use rockstream_planner::{new_context, normalize_query, pg_column_names};
 use rockstream_types::{codes, RsError, RsResult};
 
 use crate::backend::{renamed_schema, Gateway};
@@ -142,11 +142,15 @@ impl Backend for Gateway {
             context: Arc::new(self.read_context(session, false)),
         });
         let context = new_context(resolver);
-        let Ok(plan) = context
-            .state()
-            .create_logical_plan(&statement.to_string())
-            .await
-        else {
+        let sql = match statement {
+            Statement::Query(query) => {
+                let mut normalized = query.clone();
+                normalize_query(&mut normalized);
+                normalized.to_string()
+            }
+            other => other.to_string(),
+        };
+        let Ok(plan) = context.state().create_logical_plan(&sql).await else {
             return Ok(Described {
                 parameter_types: Vec::new(),
                 columns: None,

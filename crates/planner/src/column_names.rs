@@ -40,7 +40,7 @@ fn identifier(value: &str, quoted: bool) -> String {
     }
 }
 
-fn expr_name(expr: &Expr) -> String {
+pub(crate) fn expr_name(expr: &Expr) -> String {
     match expr {
         Expr::Identifier(ident) => identifier(&ident.value, ident.quote_style.is_some()),
         Expr::CompoundIdentifier(parts) => parts

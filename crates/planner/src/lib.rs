@@ -10,6 +10,7 @@
 
 mod column_names;
 mod pg_aggregates;
+mod pg_compat;
 mod pg_intervals;
 mod resolver;
 mod set_operations;
@@ -17,6 +18,7 @@ mod system_catalog;
 mod translate;
 
 pub use column_names::pg_column_names;
+pub use pg_compat::normalize_query;
 pub use resolver::{new_context, SchemaOnlyTable, TableResolver};
 pub use set_operations::uses_bag_set_operation;
 pub use system_catalog::{ColumnInfo, RelationInfo, RelationKind};

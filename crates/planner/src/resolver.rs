@@ -13,8 +13,8 @@ use datafusion::physical_plan::ExecutionPlan;
 use rockstream_types::{ObjectId, RsError};
 
 use crate::system_catalog::{
-    is_pg_catalog_table, system_table, RelationInfo, SystemSchema, CATALOG_FUNCTIONS,
-    INFORMATION_SCHEMA, PG_CATALOG,
+    catalog_functions, is_pg_catalog_table, system_table, RelationInfo, SystemSchema,
+    CATALOG_FUNCTIONS, INFORMATION_SCHEMA, PG_CATALOG,
 };
 
 /// Resolves a (lower-cased) relation name to a table provider.
@@ -56,6 +56,9 @@ pub fn new_context(resolver: Arc<dyn TableResolver>) -> SessionContext {
     );
     for function in CATALOG_FUNCTIONS.iter() {
         context.register_udf(function.clone());
+    }
+    for function in catalog_functions(resolver.clone()) {
+        context.register_udf(function);
     }
     let catalog = MemoryCatalogProvider::new();
     for system in [PG_CATALOG, INFORMATION_SCHEMA] {

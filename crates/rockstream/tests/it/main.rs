@@ -12,5 +12,6 @@ mod backfill;
 mod corpus;
 mod crash;
 mod differential;
+mod psql;
 mod slt;
 mod waves;

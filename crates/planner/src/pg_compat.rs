@@ -1,0 +1,571 @@
+//! PostgreSQL spellings that DataFusion does not plan, rewritten in the
+//! parsed query into ones it does. Clients' catalog queries (psql's `\d
+//! NAME`, drivers' metadata calls) are full of them:
+//!
+//! - `a OPERATOR(pg_catalog.~) b` is the operator itself, and
+//!   `pg_catalog.f(...)` the function `f`;
+//! - `COLLATE pg_catalog.default` (or `"C"`, `"POSIX"`) changes nothing here:
+//!   RockStream compares strings by their bytes, as the C collation does;
+//! - `x::regclass`, `::regtype`, `::regnamespace` become calls of the
+//!   conversion functions of [`crate::system_catalog`], `::oid` a `bigint`
+//!   (our oids) and `::name` text; `pg_catalog.`-qualified type names lose
+//!   the qualifier;
+//! - a query over a catalog table that is empty by construction (see
+//!   `system_catalog::empty`) has no rows, whatever it computes: a `SELECT`
+//!   that inner-joins one becomes `SELECT NULL ... WHERE false` with the
+//!   same columns, and a subquery over one becomes its value on no rows
+//!   (`ARRAY(SELECT ...)` the text `{}`).
+//!   The select lists of such queries often use PostgreSQL-only machinery
+//!   (role-oid arrays, `pg_get_expr`, lateral `generate_series`) that there
+//!   is no point planning.
+//!
+//! Only queries are rewritten, never the definition of a materialized view.
+
+use std::ops::ControlFlow;
+
+use datafusion::sql::sqlparser::ast::{
+    BinaryOperator, DataType, Expr, Function, FunctionArg, FunctionArgExpr, FunctionArgumentList,
+    FunctionArguments, Ident, JoinOperator, ObjectName, Query, SelectItem, SetExpr, SetOperator,
+    Statement, TableFactor, TableWithJoins, Value, VisitMut, VisitorMut,
+};
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::parser::Parser;
+
+use crate::column_names::expr_name;
+use crate::system_catalog::{is_empty_table, PG_CATALOG};
+
+/// Rewrites `query` in place (see the module documentation).
+pub fn normalize_query(query: &mut Query) {
+    let _ = query.visit(&mut Normalizer);
+}
+
+struct Normalizer;
+
+impl VisitorMut for Normalizer {
+    type Break = ();
+
+    fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
+        if replace_empty_selects(&mut query.body) {
+            // Zero rows need no order and no limit (whose expressions may
+            // name columns of the tables just removed).
+            query.order_by = None;
+            query.limit_clause = None;
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn pre_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        let replacement = match expr {
+            Expr::Subquery(subquery) if yields_no_rows(subquery) => Some(null_text()),
+            Expr::Exists { subquery, negated } if yields_no_rows(subquery) => {
+                Some(boolean(*negated))
+            }
+            Expr::InSubquery {
+                subquery, negated, ..
+            } if yields_no_rows(subquery) => Some(boolean(*negated)),
+            // `ARRAY(SELECT ...)` over no rows: the empty array, as text.
+            Expr::Function(Function {
+                name,
+                args: FunctionArguments::Subquery(subquery),
+                ..
+            }) if matches!(name_parts(name), Some((array, _)) if array == "array")
+                && yields_no_rows(subquery) =>
+            {
+                Some(Expr::value(Value::SingleQuotedString("{}".to_string())))
+            }
+            _ => None,
+        };
+        if let Some(replacement) = replacement {
+            *expr = replacement;
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        match expr {
+            // Function names resolve unqualified.
+            Expr::Function(function) => {
+                if let Some((_, true)) = name_parts(&function.name) {
+                    if let Some(last) = function.name.0.pop() {
+                        function.name.0 = vec![last];
+                    }
+                }
+            }
+            Expr::BinaryOp { op, .. } => {
+                if let BinaryOperator::PGCustomBinaryOperator(parts) = op {
+                    if let Some(builtin) = builtin_operator(parts) {
+                        *op = builtin;
+                    }
+                }
+            }
+            Expr::Collate {
+                expr: inner,
+                collation,
+            } if is_byte_order_collation(collation) => {
+                let inner = std::mem::replace(inner.as_mut(), Expr::value(Value::Null));
+                *expr = Expr::Nested(Box::new(inner));
+            }
+            Expr::Cast {
+                expr: inner,
+                data_type,
+                ..
+            } => {
+                if let Some(function) = custom_type_name(data_type).and_then(conversion_function) {
+                    let inner = std::mem::replace(inner.as_mut(), Expr::value(Value::Null));
+                    *expr = function_call(function, inner);
+                } else if let Some(plain) = plain_type(data_type) {
+                    *data_type = plain;
+                } else if let Some(function) = named_object_as_text(inner, data_type) {
+                    // `'name'::regclass::text` is the name (once it is
+                    // known to exist), not the oid the inner call gives.
+                    let inner = std::mem::replace(inner.as_mut(), Expr::value(Value::Null));
+                    *expr = function_call(function, inner);
+                }
+            }
+            _ => {}
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+/// `OPERATOR(pg_catalog.op)` (or unqualified): the built-in `op`.
+fn builtin_operator(parts: &[String]) -> Option<BinaryOperator> {
+    let (symbol, schema) = parts.split_last()?;
+    if !(schema.is_empty() || schema == [PG_CATALOG]) {
+        return None;
+    }
+    Some(match symbol.as_str() {
+        "~" => BinaryOperator::PGRegexMatch,
+        "~*" => BinaryOperator::PGRegexIMatch,
+        "!~" => BinaryOperator::PGRegexNotMatch,
+        "!~*" => BinaryOperator::PGRegexNotIMatch,
+        "~~" => BinaryOperator::PGLikeMatch,
+        "~~*" => BinaryOperator::PGILikeMatch,
+        "!~~" => BinaryOperator::PGNotLikeMatch,
+        "!~~*" => BinaryOperator::PGNotILikeMatch,
+        "=" => BinaryOperator::Eq,
+        "<>" | "!=" => BinaryOperator::NotEq,
+        "<" => BinaryOperator::Lt,
+        "<=" => BinaryOperator::LtEq,
+        ">" => BinaryOperator::Gt,
+        ">=" => BinaryOperator::GtEq,
+        "+" => BinaryOperator::Plus,
+        "-" => BinaryOperator::Minus,
+        "*" => BinaryOperator::Multiply,
+        "/" => BinaryOperator::Divide,
+        "||" => BinaryOperator::StringConcat,
+        _ => return None,
+    })
+}
+
+/// The last part of each name, lower-cased unless quoted, with whether the
+/// name was `pg_catalog.`-qualified or bare.
+fn name_parts(name: &ObjectName) -> Option<(String, bool)> {
+    let idents: Vec<&Ident> = name.0.iter().filter_map(|part| part.as_ident()).collect();
+    let (last, qualifier) = idents.split_last()?;
+    let in_catalog = match qualifier {
+        [] => true,
+        [schema] => schema.value.eq_ignore_ascii_case(PG_CATALOG),
+        _ => false,
+    };
+    let value = if last.quote_style.is_some() {
+        last.value.clone()
+    } else {
+        last.value.to_lowercase()
+    };
+    Some((value, in_catalog))
+}
+
+/// Collations that order strings by their bytes, as RockStream does.
+fn is_byte_order_collation(collation: &ObjectName) -> bool {
+    matches!(
+        name_parts(collation),
+        Some((name, true)) if matches!(name.as_str(), "default" | "C" | "POSIX" | "ucs_basic")
+    )
+}
+
+/// The name of a type the SQL parser did not recognise (`regtype`,
+/// `pg_catalog.text`, ...), when it is bare or in `pg_catalog`; and
+/// `regclass`, which it does.
+fn custom_type_name(data_type: &DataType) -> Option<String> {
+    match data_type {
+        DataType::Regclass => Some("regclass".to_string()),
+        DataType::Custom(name, modifiers) if modifiers.is_empty() => match name_parts(name) {
+            Some((name, true)) => Some(name),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// The conversion function a cast to an object-identifier type becomes.
+fn conversion_function(type_name: String) -> Option<&'static str> {
+    match type_name.as_str() {
+        "regclass" => Some("regclass"),
+        "regtype" => Some("regtype"),
+        "regnamespace" => Some("regnamespace"),
+        _ => None,
+    }
+}
+
+/// When `inner` is a conversion call of a name literal
+/// (`regclass('t')`) and the cast is to text: the conversion function.
+fn named_object_as_text(inner: &Expr, data_type: &DataType) -> Option<&'static str> {
+    if !matches!(data_type, DataType::Text | DataType::Varchar(_)) {
+        return None;
+    }
+    let Expr::Function(function) = inner else {
+        return None;
+    };
+    let (name, _) = name_parts(&function.name)?;
+    let FunctionArguments::List(list) = &function.args else {
+        return None;
+    };
+    let literal = matches!(
+        list.args.as_slice(),
+        [FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Value(value)))]
+            if matches!(value.value, Value::SingleQuotedString(_))
+    );
+    conversion_function(name).filter(|_| literal)
+}
+
+/// A type DataFusion plans in place of a `pg_catalog` one: `oid` is our
+/// `bigint` oids, `name` and `"char"` are text, and a qualified built-in
+/// (`pg_catalog.int2`) is the built-in; arrays of them likewise.
+fn plain_type(data_type: &DataType) -> Option<DataType> {
+    if let DataType::Array(element) = data_type {
+        use datafusion::sql::sqlparser::ast::ArrayElemTypeDef;
+        return match element {
+            ArrayElemTypeDef::SquareBracket(inner, size) => plain_type(inner).map(|inner| {
+                DataType::Array(ArrayElemTypeDef::SquareBracket(Box::new(inner), *size))
+            }),
+            _ => None,
+        };
+    }
+    let name = custom_type_name(data_type)?;
+    match name.as_str() {
+        "oid" => Some(DataType::BigInt(None)),
+        "name" | "char" => Some(DataType::Text),
+        other => Parser::new(&PostgreSqlDialect {})
+            .try_with_sql(other)
+            .and_then(|mut parser| parser.parse_data_type())
+            .ok()
+            .filter(|parsed| !matches!(parsed, DataType::Custom(..))),
+    }
+}
+
+fn function_call(name: &str, argument: Expr) -> Expr {
+    Expr::Function(Function {
+        name: ObjectName::from(vec![Ident::new(name)]),
+        uses_odbc_syntax: false,
+        parameters: FunctionArguments::None,
+        args: FunctionArguments::List(FunctionArgumentList {
+            duplicate_treatment: None,
+            args: vec![FunctionArg::Unnamed(FunctionArgExpr::Expr(argument))],
+            clauses: Vec::new(),
+        }),
+        filter: None,
+        null_treatment: None,
+        over: None,
+        within_group: Vec::new(),
+    })
+}
+
+fn null_text() -> Expr {
+    Expr::Cast {
+        kind: datafusion::sql::sqlparser::ast::CastKind::Cast,
+        expr: Box::new(Expr::value(Value::Null)),
+        data_type: DataType::Text,
+        array: false,
+        format: None,
+    }
+}
+
+fn boolean(value: bool) -> Expr {
+    Expr::value(Value::Boolean(value))
+}
+
+/// Whether a subquery's value is that of no rows: a plain `SELECT` (no
+/// aggregate, which would make one row of no rows) over an empty table.
+fn yields_no_rows(query: &Query) -> bool {
+    matches!(query.body.as_ref(), SetExpr::Select(select) if select_is_empty(select))
+}
+
+/// Replaces each `SELECT` of `body` that has no rows with a table-less one
+/// of the same columns; returns whether `body` as a whole has no rows.
+fn replace_empty_selects(body: &mut SetExpr) -> bool {
+    match body {
+        SetExpr::Select(select) => {
+            if !select_is_empty(select) {
+                return false;
+            }
+            match no_rows(&select.projection) {
+                Some(replacement) => {
+                    *body = replacement;
+                    true
+                }
+                None => false,
+            }
+        }
+        SetExpr::SetOperation {
+            op, left, right, ..
+        } => {
+            let left_empty = replace_empty_selects(left);
+            let right_empty = replace_empty_selects(right);
+            match op {
+                SetOperator::Union => left_empty && right_empty,
+                SetOperator::Intersect => left_empty || right_empty,
+                SetOperator::Except | SetOperator::Minus => left_empty,
+            }
+        }
+        SetExpr::Query(query) => {
+            let empty = replace_empty_selects(&mut query.body);
+            if empty {
+                query.order_by = None;
+                query.limit_clause = None;
+            }
+            empty
+        }
+        _ => false,
+    }
+}
+
+/// Whether a `SELECT` has no rows because it inner-joins an empty catalog
+/// table; one that aggregates still has a row, and is left alone.
+fn select_is_empty(select: &datafusion::sql::sqlparser::ast::Select) -> bool {
+    let grouped = !matches!(
+        &select.group_by,
+        datafusion::sql::sqlparser::ast::GroupByExpr::Expressions(expressions, _)
+            if expressions.is_empty()
+    );
+    if grouped || select.having.is_some() || aggregates(&select.projection) {
+        return false;
+    }
+    select.from.iter().any(joins_empty_table)
+}
+
+/// Whether a FROM item's rows all come from an empty table: the first
+/// relation unless a later join preserves the other side (RIGHT or FULL),
+/// or an inner-joined one under the same condition.
+fn joins_empty_table(item: &TableWithJoins) -> bool {
+    let preserves_right = |operator: &JoinOperator| {
+        matches!(
+            operator,
+            JoinOperator::Right(_) | JoinOperator::RightOuter(_) | JoinOperator::FullOuter(_)
+        )
+    };
+    let inner = |operator: &JoinOperator| {
+        matches!(
+            operator,
+            JoinOperator::Join(_) | JoinOperator::Inner(_) | JoinOperator::CrossJoin(_)
+        )
+    };
+    if is_empty_relation(&item.relation)
+        && !item
+            .joins
+            .iter()
+            .any(|join| preserves_right(&join.join_operator))
+    {
+        return true;
+    }
+    item.joins.iter().enumerate().any(|(index, join)| {
+        inner(&join.join_operator)
+            && is_empty_relation(&join.relation)
+            && !item.joins[index + 1..]
+                .iter()
+                .any(|later| preserves_right(&later.join_operator))
+    })
+}
+
+fn is_empty_relation(relation: &TableFactor) -> bool {
+    match relation {
+        TableFactor::Table {
+            name, args: None, ..
+        } => matches!(name_parts(name), Some((table, true)) if is_empty_table(&table)),
+        _ => false,
+    }
+}
+
+/// Whether a select list calls an aggregate (by PostgreSQL's common
+/// aggregate names) outside any subquery: it gives one row even over no
+/// rows.
+fn aggregates(projection: &[SelectItem]) -> bool {
+    let mut finder = AggregateFinder {
+        depth: 0,
+        found: false,
+    };
+    let _ = projection.to_vec().visit(&mut finder);
+    finder.found
+}
+
+struct AggregateFinder {
+    /// How many subqueries deep the visit is.
+    depth: usize,
+    found: bool,
+}
+
+impl VisitorMut for AggregateFinder {
+    type Break = ();
+
+    fn pre_visit_query(&mut self, _query: &mut Query) -> ControlFlow<()> {
+        self.depth += 1;
+        ControlFlow::Continue(())
+    }
+
+    fn post_visit_query(&mut self, _query: &mut Query) -> ControlFlow<()> {
+        self.depth -= 1;
+        ControlFlow::Continue(())
+    }
+
+    fn pre_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        const AGGREGATES: [&str; 12] = [
+            "count",
+            "sum",
+            "avg",
+            "min",
+            "max",
+            "array_agg",
+            "string_agg",
+            "bool_and",
+            "bool_or",
+            "every",
+            "json_agg",
+            "jsonb_agg",
+        ];
+        if let Expr::Function(function) = expr {
+            if let Some((name, _)) = name_parts(&function.name) {
+                self.found |= self.depth == 0 && AGGREGATES.contains(&name.as_str());
+            }
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+/// `SELECT CAST(NULL AS text) AS <name>, ... WHERE false`, named as
+/// PostgreSQL names the columns of `projection` (a repeated name numbered,
+/// as DataFusion wants distinct names; callers name the result's columns
+/// from the query as written); `None` for a wildcard.
+fn no_rows(projection: &[SelectItem]) -> Option<SetExpr> {
+    let mut columns = Vec::with_capacity(projection.len());
+    let mut names: Vec<String> = Vec::with_capacity(projection.len());
+    for item in projection {
+        let name = match item {
+            SelectItem::UnnamedExpr(expr) => expr_name(expr),
+            SelectItem::ExprWithAlias { alias, .. } if alias.quote_style.is_some() => {
+                alias.value.clone()
+            }
+            SelectItem::ExprWithAlias { alias, .. } => alias.value.to_lowercase(),
+            _ => return None,
+        };
+        let name = if names.contains(&name) {
+            format!("{name}_{}", names.len() + 1)
+        } else {
+            name
+        };
+        columns.push(format!(
+            "CAST(NULL AS text) AS \"{}\"",
+            name.replace('"', "\"\"")
+        ));
+        names.push(name);
+    }
+    let sql = format!("SELECT {} WHERE false", columns.join(", "));
+    match Parser::parse_sql(&PostgreSqlDialect {}, &sql).ok()?.pop()? {
+        Statement::Query(query) => Some(*query.body),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // Tests may unwrap: a panic is the failure report.
+mod tests {
+    use super::*;
+
+    fn normalized(sql: &str) -> String {
+        let Statement::Query(mut query) = Parser::parse_sql(&PostgreSqlDialect {}, sql)
+            .unwrap()
+            .remove(0)
+        else {
+            panic!("not a query: {sql}")
+        };
+        normalize_query(&mut query);
+        query.to_string()
+    }
+
+    #[test]
+    fn catalog_spellings_become_plain_sql() {
+        assert_eq!(
+            normalized(
+                "SELECT c.oid FROM pg_catalog.pg_class c \
+                 WHERE c.relname OPERATOR(pg_catalog.~) '^(t)$' COLLATE pg_catalog.default"
+            ),
+            "SELECT c.oid FROM pg_catalog.pg_class c WHERE c.relname ~ ('^(t)$')"
+        );
+        assert_eq!(
+            normalized("SELECT c.oid::pg_catalog.regclass::pg_catalog.text, 't'::regclass, '16'::pg_catalog.oid, x::pg_catalog.int2[] FROM pg_class c"),
+            "SELECT regclass(c.oid)::TEXT, regclass('t'), '16'::BIGINT, x::INT2[] FROM pg_class c"
+        );
+        assert_eq!(
+            normalized("SELECT 't'::regclass::text, x::regclass::text FROM u"),
+            "SELECT regclass(regclass('t')), regclass(x)::TEXT FROM u"
+        );
+        assert_eq!(
+            normalized("SELECT pg_catalog.format_type(1, 2), public.f(3)"),
+            "SELECT format_type(1, 2), public.f(3)"
+        );
+        // A collation that orders otherwise is left for the planner to refuse.
+        assert_eq!(
+            normalized("SELECT a COLLATE \"de_DE\" FROM t"),
+            "SELECT a COLLATE \"de_DE\" FROM t"
+        );
+    }
+
+    #[test]
+    fn queries_over_empty_catalog_tables_have_no_rows() {
+        // Inner-joined: the select list is not planned at all.
+        assert_eq!(
+            normalized(
+                "SELECT pol.polname, array(select 1), NULL, NULL FROM pg_catalog.pg_policy pol \
+                 WHERE pol.polrelid = '1' ORDER BY 1"
+            ),
+            "SELECT CAST(NULL AS TEXT) AS \"polname\", CAST(NULL AS TEXT) AS \"array\", \
+             CAST(NULL AS TEXT) AS \"?column?\", CAST(NULL AS TEXT) AS \"?column?_4\" WHERE false"
+        );
+        // Every branch of a union.
+        assert!(normalized(
+            "SELECT pubname FROM pg_publication p JOIN pg_class c ON true \
+             UNION SELECT pubname FROM pg_publication ORDER BY 1"
+        )
+        .ends_with("WHERE false"));
+        // Subqueries: their value on no rows.
+        assert_eq!(
+            normalized(
+                "SELECT (SELECT d.adbin FROM pg_attrdef d WHERE d.adrelid = a.attrelid), \
+                 EXISTS (SELECT 1 FROM pg_inherits), 1 NOT IN (SELECT 1 FROM pg_trigger), \
+                 ARRAY(SELECT 1 FROM pg_auth_members) FROM pg_attribute a"
+            ),
+            "SELECT CAST(NULL AS TEXT), false, true, '{}' FROM pg_attribute a"
+        );
+    }
+
+    #[test]
+    fn rows_that_can_exist_are_left_alone() {
+        for sql in [
+            // An aggregate has a row over no rows.
+            "SELECT count(*) FROM pg_policy",
+            // The empty table is on the nullable side of an outer join.
+            "SELECT c.relname FROM pg_class c LEFT JOIN pg_inherits i ON i.inhrelid = c.oid",
+            "SELECT c.relname FROM pg_inherits i RIGHT JOIN pg_class c ON i.inhrelid = c.oid",
+            // A user's table, or one in another schema, of the same name.
+            "SELECT * FROM public.pg_policy",
+            // A wildcard: the columns are not known here.
+            "SELECT * FROM pg_policy",
+        ] {
+            assert_eq!(normalized(sql), sql);
+        }
+        // An aggregate inside a subquery does not make one row of the outer query.
+        assert!(
+            normalized("SELECT (SELECT string_agg(a, ',') FROM t) FROM pg_publication_rel")
+                .ends_with("WHERE false")
+        );
+    }
+}

@@ -1,0 +1,386 @@
+//! The catalog functions clients call: `pg_get_userbyid`,
+//! `pg_table_is_visible`, `format_type`, `pg_get_indexdef`,
+//! `pg_get_constraintdef`, `pg_get_viewdef`, `pg_get_expr`,
+//! `col_description`, `obj_description`, `pg_size_pretty` and the relation
+//! size functions, and the `regclass`, `regtype` and `regnamespace`
+//! conversions that [`crate::pg_compat`] plans casts to those types as
+//! (which also drops the `pg_catalog.` of a qualified function name).
+
+use std::sync::{Arc, LazyLock};
+
+use datafusion::arrow::array::{Array, ArrayRef, Int64Array, StringArray};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::DataType;
+use datafusion::common::ScalarValue;
+use datafusion::error::{DataFusionError, Result as DataFusionResult};
+use datafusion::logical_expr::{
+    ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
+};
+use rockstream_types::{codes, RsError};
+
+use super::types::{format_type, type_name, type_oid};
+use super::{RelationInfo, RelationKind, OWNER, PG_CATALOG_OID, PUBLIC_OID, SCHEMA};
+use crate::resolver::TableResolver;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Function {
+    /// `pg_get_userbyid(oid)`: every object belongs to the one user.
+    UserById,
+    /// `pg_table_is_visible(oid)`: `public` is always on the search path.
+    TableIsVisible,
+    FormatType,
+    /// `x::regclass`: a relation's name from its oid, or its oid from its
+    /// name; `regtype` and `regnamespace` likewise for types and schemas.
+    RegClass,
+    RegType,
+    RegNamespace,
+    IndexDef,
+    ConstraintDef,
+    ViewDef,
+    /// `pg_size_pretty(bytes)`, as PostgreSQL rounds and names units.
+    SizePretty,
+    /// What RockStream does not keep: expression trees (defaults,
+    /// partition bounds, policies) for `pg_get_expr`, comments for
+    /// `col_description` and `obj_description`, and per-relation sizes
+    /// (state is spread over a shard's LSM tree) for `pg_table_size` and
+    /// friends. Always NULL, which psql shows as blank.
+    Nothing(&'static str),
+}
+
+impl Function {
+    fn name(&self) -> &'static str {
+        match self {
+            Function::UserById => "pg_get_userbyid",
+            Function::TableIsVisible => "pg_table_is_visible",
+            Function::FormatType => "format_type",
+            Function::RegClass => "regclass",
+            Function::RegType => "regtype",
+            Function::RegNamespace => "regnamespace",
+            Function::IndexDef => "pg_get_indexdef",
+            Function::ConstraintDef => "pg_get_constraintdef",
+            Function::ViewDef => "pg_get_viewdef",
+            Function::SizePretty => "pg_size_pretty",
+            Function::Nothing(name) => name,
+        }
+    }
+
+    /// Whether it reads the relations (and so is built per query).
+    fn reads_relations(&self) -> bool {
+        matches!(
+            self,
+            Function::RegClass | Function::IndexDef | Function::ConstraintDef | Function::ViewDef
+        )
+    }
+}
+
+/// A catalog function; those reading relations hold the query's resolver.
+#[derive(Debug)]
+struct CatalogFunction {
+    function: Function,
+    signature: Signature,
+    resolver: Option<Arc<dyn TableResolver>>,
+}
+
+impl PartialEq for CatalogFunction {
+    fn eq(&self, other: &Self) -> bool {
+        self.function == other.function
+    }
+}
+
+impl Eq for CatalogFunction {}
+
+impl std::hash::Hash for CatalogFunction {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.function.hash(state)
+    }
+}
+
+fn udf(function: Function, resolver: Option<Arc<dyn TableResolver>>) -> ScalarUDF {
+    ScalarUDF::from(CatalogFunction {
+        function,
+        signature: Signature::variadic_any(Volatility::Stable),
+        resolver,
+    })
+}
+
+/// The functions that do not read relations: built once, registered in
+/// every query's session.
+pub(crate) static CATALOG_FUNCTIONS: LazyLock<Vec<ScalarUDF>> = LazyLock::new(|| {
+    [
+        Function::UserById,
+        Function::TableIsVisible,
+        Function::FormatType,
+        Function::RegType,
+        Function::RegNamespace,
+        Function::Nothing("pg_get_expr"),
+        Function::Nothing("col_description"),
+        Function::Nothing("obj_description"),
+        Function::Nothing("pg_table_size"),
+        Function::Nothing("pg_relation_size"),
+        Function::Nothing("pg_total_relation_size"),
+        Function::Nothing("pg_indexes_size"),
+        Function::SizePretty,
+    ]
+    .into_iter()
+    .map(|function| udf(function, None))
+    .collect()
+});
+
+/// The functions that read the relations `resolver` describes.
+pub(crate) fn catalog_functions(resolver: Arc<dyn TableResolver>) -> Vec<ScalarUDF> {
+    [
+        Function::RegClass,
+        Function::IndexDef,
+        Function::ConstraintDef,
+        Function::ViewDef,
+    ]
+    .into_iter()
+    .map(|function| udf(function, Some(resolver.clone())))
+    .collect()
+}
+
+fn is_text(data_type: &DataType) -> bool {
+    matches!(
+        data_type,
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+    )
+}
+
+impl ScalarUDFImpl for CatalogFunction {
+    fn name(&self) -> &str {
+        self.function.name()
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, arguments: &[DataType]) -> DataFusionResult<DataType> {
+        Ok(match self.function {
+            Function::TableIsVisible => DataType::Boolean,
+            // A name converts to an oid.
+            Function::RegClass | Function::RegType | Function::RegNamespace
+                if arguments.first().is_some_and(is_text) =>
+            {
+                DataType::Int64
+            }
+            _ => DataType::Utf8,
+        })
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DataFusionResult<ColumnarValue> {
+        let rows = args.number_rows;
+        let relations = match (&self.resolver, self.function.reads_relations()) {
+            (Some(resolver), true) => resolver.relations().unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        let Some(first) = args.args.first() else {
+            return Err(DataFusionError::Plan(format!(
+                "function {}() needs an argument",
+                self.function.name()
+            )));
+        };
+        let first = first.to_array(rows)?;
+        let result: ArrayRef = match self.function {
+            Function::TableIsVisible => {
+                let visible = ScalarValue::Boolean(Some(true));
+                return Ok(ColumnarValue::Scalar(visible));
+            }
+            Function::UserById => {
+                return Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(
+                    OWNER.to_string(),
+                ))))
+            }
+            Function::Nothing(_) => return Ok(ColumnarValue::Scalar(ScalarValue::Utf8(None))),
+            Function::RegClass | Function::RegType | Function::RegNamespace
+                if is_text(first.data_type()) =>
+            {
+                let names = cast(&first, &DataType::Utf8)?;
+                let names = names
+                    .as_any()
+                    .downcast_ref::<StringArray>()
+                    .ok_or_else(|| DataFusionError::Internal("names are text".into()))?;
+                let mut oids = Vec::with_capacity(rows);
+                for name in names.iter() {
+                    oids.push(match name {
+                        Some(name) => Some(self.oid_of(name, &relations)?),
+                        None => None,
+                    });
+                }
+                Arc::new(Int64Array::from(oids))
+            }
+            _ => {
+                let oids = cast(&first, &DataType::Int64)?;
+                let oids = oids
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .ok_or_else(|| DataFusionError::Internal("oids are numbers".into()))?;
+                let modifiers = match args.args.get(1) {
+                    Some(modifiers) if self.function == Function::FormatType => {
+                        Some(cast(&modifiers.to_array(rows)?, &DataType::Int64)?)
+                    }
+                    _ => None,
+                };
+                let modifiers = modifiers
+                    .as_ref()
+                    .and_then(|array| array.as_any().downcast_ref::<Int64Array>());
+                let text: StringArray = (0..rows)
+                    .map(|row| {
+                        if oids.is_null(row) {
+                            return None;
+                        }
+                        let modifier = modifiers
+                            .filter(|array| !array.is_null(row))
+                            .map(|array| array.value(row));
+                        self.describe(oids.value(row), modifier, &relations)
+                    })
+                    .collect();
+                Arc::new(text)
+            }
+        };
+        if args
+            .args
+            .iter()
+            .all(|arg| matches!(arg, ColumnarValue::Scalar(_)))
+        {
+            return Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(
+                &result, 0,
+            )?));
+        }
+        Ok(ColumnarValue::Array(result))
+    }
+}
+
+impl CatalogFunction {
+    /// What the function says about the object with this oid; `None` when
+    /// there is no such object (PostgreSQL's NULL, or the bare number for
+    /// the reg types).
+    fn describe(
+        &self,
+        oid: i64,
+        modifier: Option<i64>,
+        relations: &[RelationInfo],
+    ) -> Option<String> {
+        let relation = |oid: i64| relations.iter().find(|relation| relation.oid() == oid);
+        let keyed = |matches: fn(&RelationInfo) -> i64| {
+            relations
+                .iter()
+                .find(|relation| !relation.primary_key.is_empty() && matches(relation) == oid)
+        };
+        match self.function {
+            Function::FormatType => Some(format_type(oid, modifier)),
+            Function::SizePretty => Some(size_pretty(oid)),
+            Function::RegClass => Some(
+                relation(oid)
+                    .map(|relation| relation.name.clone())
+                    .or_else(|| keyed(RelationInfo::index_oid).map(RelationInfo::key_name))
+                    .unwrap_or_else(|| oid.to_string()),
+            ),
+            Function::RegType => {
+                Some(type_name(oid).map_or_else(|| oid.to_string(), str::to_string))
+            }
+            Function::RegNamespace => Some(match oid {
+                PG_CATALOG_OID => "pg_catalog".to_string(),
+                PUBLIC_OID => SCHEMA.to_string(),
+                other => other.to_string(),
+            }),
+            Function::IndexDef => keyed(RelationInfo::index_oid).map(|relation| {
+                // Unqualified, as PostgreSQL prints a relation on the
+                // search path.
+                format!(
+                    "CREATE UNIQUE INDEX {} ON {} USING btree ({})",
+                    relation.key_name(),
+                    relation.name,
+                    relation.key_columns()
+                )
+            }),
+            Function::ConstraintDef => keyed(RelationInfo::constraint_oid)
+                .map(|relation| format!("PRIMARY KEY ({})", relation.key_columns())),
+            Function::ViewDef => relation(oid)
+                .filter(|relation| relation.kind != RelationKind::Table)
+                .and_then(|relation| relation.definition.clone()),
+            Function::UserById | Function::TableIsVisible | Function::Nothing(_) => None,
+        }
+    }
+
+    /// `'name'::regclass` (or `regtype`, `regnamespace`): the oid of the
+    /// named object; an error naming it when there is none.
+    fn oid_of(&self, name: &str, relations: &[RelationInfo]) -> DataFusionResult<i64> {
+        let unquoted = name.trim().trim_matches('"');
+        let found = match self.function {
+            Function::RegClass => {
+                let bare = unquoted.strip_prefix("public.").unwrap_or(unquoted);
+                relations
+                    .iter()
+                    .find(|relation| relation.name == bare)
+                    .map(RelationInfo::oid)
+                    .or_else(|| {
+                        relations
+                            .iter()
+                            .find(|relation| {
+                                !relation.primary_key.is_empty() && relation.key_name() == bare
+                            })
+                            .map(RelationInfo::index_oid)
+                    })
+            }
+            Function::RegType => type_oid(unquoted),
+            _ => match unquoted {
+                "pg_catalog" => Some(PG_CATALOG_OID),
+                SCHEMA => Some(PUBLIC_OID),
+                _ => None,
+            },
+        };
+        let kind = match self.function {
+            Function::RegClass => "relation",
+            Function::RegType => "type",
+            _ => "schema",
+        };
+        found.ok_or_else(|| {
+            DataFusionError::External(Box::new(RsError::new(
+                &codes::UNDEFINED_OBJECT,
+                format!("{kind} \"{unquoted}\" does not exist"),
+            )))
+        })
+    }
+}
+
+/// PostgreSQL's `pg_size_pretty`: bytes below 10 kB, then the largest unit
+/// that keeps the number below 20480 halves, rounded half away from zero.
+fn size_pretty(bytes: i64) -> String {
+    const LIMIT: i64 = 10 * 1024;
+    if bytes.abs() < LIMIT {
+        return format!("{bytes} bytes");
+    }
+    let half_rounded = |value: i64| (value + value.signum()) / 2;
+    // One extra bit of precision, for the rounding.
+    let mut size = bytes >> 9;
+    for unit in ["kB", "MB", "GB", "TB"] {
+        if size.abs() < 2 * LIMIT - 1 {
+            return format!("{} {unit}", half_rounded(size));
+        }
+        size >>= 10;
+    }
+    format!("{} PB", half_rounded(size))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_print_as_postgresql_prints_them() {
+        // Values from PostgreSQL 15.
+        for (bytes, pretty) in [
+            (0, "0 bytes"),
+            (10239, "10239 bytes"),
+            (10240, "10 kB"),
+            (8192 * 1000, "8000 kB"),
+            (20 * 1024 * 1024, "20 MB"),
+            (1536 * 1024 * 1024, "1536 MB"),
+            (3 * 1024 * 1024 * 1024, "3072 MB"),
+            (30 * 1024 * 1024 * 1024, "30 GB"),
+        ] {
+            assert_eq!(size_pretty(bytes), pretty, "{bytes}");
+        }
+    }
+}

@@ -1,0 +1,316 @@
+//! The slice of PostgreSQL's system catalog that clients read to list and
+//! describe what a database holds: `pg_catalog.pg_tables`, `pg_views`,
+//! `pg_matviews`, `pg_class` (relations and their primary-key indexes),
+//! `pg_attribute`, `pg_index`, `pg_constraint`, `pg_type`, `pg_namespace`,
+//! `pg_am`, the always-empty tables of [`empty`], `information_schema.tables`
+//! and `columns`, and the functions psql's `\d` family calls
+//! ([`functions`]). Each table is built, when a query names it, from the
+//! relations the caller's [`TableResolver`] describes; every relation lives
+//! in schema `public`. As in PostgreSQL, the `pg_catalog` tables also
+//! resolve without a schema name.
+
+mod empty;
+mod functions;
+mod tables;
+mod types;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{ArrayRef, BooleanArray, Int64Array, RecordBatch, StringArray};
+use datafusion::arrow::datatypes::{Field, Schema};
+use datafusion::catalog::{MemTable, SchemaProvider, TableProvider};
+use datafusion::error::Result as DataFusionResult;
+use rockstream_types::ObjectId;
+
+use crate::resolver::TableResolver;
+
+pub(crate) use empty::is_empty_table;
+pub(crate) use functions::{catalog_functions, CATALOG_FUNCTIONS};
+
+/// What a user-visible relation is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RelationKind {
+    Table,
+    View,
+    MaterializedView,
+}
+
+/// A relation as the system catalog describes it.
+#[derive(Debug, Clone)]
+pub struct RelationInfo {
+    /// The catalog's id, from which the relation's oids derive.
+    pub object_id: ObjectId,
+    pub name: String,
+    pub kind: RelationKind,
+    pub columns: Vec<ColumnInfo>,
+    /// The defining query of a view.
+    pub definition: Option<String>,
+    /// A table's primary-key columns (positions in `columns`), which
+    /// PostgreSQL reports as a unique index and a constraint named
+    /// `<table>_pkey`.
+    pub primary_key: Vec<usize>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ColumnInfo {
+    pub name: String,
+    /// PostgreSQL's spelling ([`rockstream_types::SqlType::pg_name`]), e.g.
+    /// `numeric(12,2)`.
+    pub type_name: String,
+    pub not_null: bool,
+}
+
+impl RelationInfo {
+    /// The relation's oid. Oids are stable across DDL: each relation owns
+    /// three, from PostgreSQL's first user object id on.
+    pub(crate) fn oid(&self) -> i64 {
+        FIRST_RELATION_OID + 3 * i64::try_from(self.object_id).unwrap_or(0)
+    }
+
+    /// The oid of its primary-key index.
+    pub(crate) fn index_oid(&self) -> i64 {
+        self.oid() + 1
+    }
+
+    /// The oid of its primary-key constraint.
+    pub(crate) fn constraint_oid(&self) -> i64 {
+        self.oid() + 2
+    }
+
+    /// The name of its primary-key index and constraint.
+    pub(crate) fn key_name(&self) -> String {
+        format!("{}_pkey", self.name)
+    }
+
+    /// The primary key's column names, comma-separated.
+    pub(crate) fn key_columns(&self) -> String {
+        self.primary_key
+            .iter()
+            .filter_map(|index| self.columns.get(*index))
+            .map(|column| column.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+pub(crate) const PG_CATALOG: &str = "pg_catalog";
+pub(crate) const INFORMATION_SCHEMA: &str = "information_schema";
+const SCHEMA: &str = "public";
+/// The owner every relation reports: authentication is off.
+const OWNER: &str = "rockstream";
+const PG_CATALOG_TABLES: [&str; 11] = [
+    "pg_tables",
+    "pg_views",
+    "pg_matviews",
+    "pg_class",
+    "pg_attribute",
+    "pg_index",
+    "pg_constraint",
+    "pg_type",
+    "pg_namespace",
+    "pg_am",
+    "pg_roles",
+];
+/// PostgreSQL's fixed object ids of what we report.
+const PUBLIC_OID: i64 = 2200;
+const PG_CATALOG_OID: i64 = 11;
+const OWNER_OID: i64 = 10;
+const HEAP_AM_OID: i64 = 2;
+const BTREE_AM_OID: i64 = 403;
+/// Relations are numbered from PostgreSQL's first user object id.
+const FIRST_RELATION_OID: i64 = 16384;
+const INFORMATION_SCHEMA_TABLES: [&str; 2] = ["tables", "columns"];
+
+/// One of the two system schemas, over the resolver's relations.
+#[derive(Debug)]
+pub(crate) struct SystemSchema {
+    pub schema: &'static str,
+    pub resolver: Arc<dyn TableResolver>,
+}
+
+#[async_trait]
+impl SchemaProvider for SystemSchema {
+    fn table_names(&self) -> Vec<String> {
+        if self.schema == PG_CATALOG {
+            PG_CATALOG_TABLES
+                .into_iter()
+                .chain(empty::table_names())
+                .map(str::to_string)
+                .collect()
+        } else {
+            INFORMATION_SCHEMA_TABLES.map(str::to_string).to_vec()
+        }
+    }
+
+    async fn table(&self, name: &str) -> DataFusionResult<Option<Arc<dyn TableProvider>>> {
+        let Some(relations) = self.resolver.relations() else {
+            return Ok(None);
+        };
+        system_table(self.schema, name, &relations)
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        if self.schema == PG_CATALOG {
+            is_pg_catalog_table(name)
+        } else {
+            INFORMATION_SCHEMA_TABLES.contains(&name)
+        }
+    }
+}
+
+/// `schema.name` built over `relations`; `None` when there is no such table.
+pub(crate) fn system_table(
+    schema: &str,
+    name: &str,
+    relations: &[RelationInfo],
+) -> DataFusionResult<Option<Arc<dyn TableProvider>>> {
+    let batch = match (schema, name) {
+        (PG_CATALOG, "pg_tables") => tables::pg_tables(relations),
+        (PG_CATALOG, "pg_views") => tables::pg_views(relations, RelationKind::View),
+        (PG_CATALOG, "pg_matviews") => tables::pg_views(relations, RelationKind::MaterializedView),
+        (PG_CATALOG, "pg_class") => tables::pg_class(relations),
+        (PG_CATALOG, "pg_attribute") => tables::pg_attribute(relations),
+        (PG_CATALOG, "pg_index") => tables::pg_index(relations),
+        (PG_CATALOG, "pg_constraint") => tables::pg_constraint(relations),
+        (PG_CATALOG, "pg_type") => types::pg_type(),
+        (PG_CATALOG, "pg_namespace") => batch(vec![
+            (
+                "oid",
+                Arc::new(Int64Array::from(vec![PG_CATALOG_OID, PUBLIC_OID])),
+            ),
+            (
+                "nspname",
+                text(["pg_catalog", SCHEMA].map(|name| Some(name.to_string()))),
+            ),
+            ("nspowner", Arc::new(Int64Array::from(vec![OWNER_OID; 2]))),
+        ]),
+        (PG_CATALOG, "pg_am") => batch(vec![
+            (
+                "oid",
+                Arc::new(Int64Array::from(vec![HEAP_AM_OID, BTREE_AM_OID])),
+            ),
+            (
+                "amname",
+                text(["heap", "btree"].map(|name| Some(name.to_string()))),
+            ),
+            (
+                "amtype",
+                text(["t", "i"].map(|kind| Some(kind.to_string()))),
+            ),
+        ]),
+        // The one user, with every privilege: authentication is off.
+        (PG_CATALOG, "pg_roles") => batch(vec![
+            ("oid", Arc::new(Int64Array::from(vec![OWNER_OID]))),
+            ("rolname", text([Some(OWNER.to_string())])),
+            ("rolsuper", flags(true, 1)),
+            ("rolinherit", flags(true, 1)),
+            ("rolcreaterole", flags(true, 1)),
+            ("rolcreatedb", flags(true, 1)),
+            ("rolcanlogin", flags(true, 1)),
+            ("rolreplication", flags(false, 1)),
+            ("rolbypassrls", flags(false, 1)),
+            ("rolconnlimit", Arc::new(Int64Array::from(vec![-1]))),
+            ("rolvaliduntil", text([None])),
+        ]),
+        (PG_CATALOG, name) if is_empty_table(name) => empty::empty_table(name).ok_or_else(|| {
+            datafusion::error::DataFusionError::Internal(format!("no table {name}"))
+        }),
+        (INFORMATION_SCHEMA, "tables") => tables::information_schema_tables(relations),
+        (INFORMATION_SCHEMA, "columns") => tables::information_schema_columns(relations),
+        _ => return Ok(None),
+    }?;
+    let table = MemTable::try_new(batch.schema(), vec![vec![batch]])?;
+    Ok(Some(Arc::new(table)))
+}
+
+/// Whether an unqualified `name` is a `pg_catalog` table.
+pub(crate) fn is_pg_catalog_table(name: &str) -> bool {
+    PG_CATALOG_TABLES.contains(&name) || is_empty_table(name)
+}
+
+pub(crate) fn text(values: impl IntoIterator<Item = Option<String>>) -> ArrayRef {
+    Arc::new(values.into_iter().collect::<StringArray>())
+}
+
+pub(crate) fn repeated(value: &str, count: usize) -> ArrayRef {
+    text(std::iter::repeat_n(Some(value.to_string()), count))
+}
+
+pub(crate) fn flags(value: bool, count: usize) -> ArrayRef {
+    Arc::new(BooleanArray::from(vec![value; count]))
+}
+
+pub(crate) fn batch(columns: Vec<(&str, ArrayRef)>) -> DataFusionResult<RecordBatch> {
+    let fields: Vec<Field> = columns
+        .iter()
+        .map(|(name, array)| Field::new(*name, array.data_type().clone(), true))
+        .collect();
+    let arrays = columns.into_iter().map(|(_, array)| array).collect();
+    Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)?)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // Tests may unwrap: a panic is the failure report.
+mod tests {
+    use super::tables::*;
+    use super::*;
+    use datafusion::arrow::datatypes::DataType;
+
+    fn relations() -> Vec<RelationInfo> {
+        let column = |name: &str, type_name: &str, not_null| ColumnInfo {
+            name: name.to_string(),
+            type_name: type_name.to_string(),
+            not_null,
+        };
+        vec![
+            RelationInfo {
+                object_id: 1,
+                name: "orders".into(),
+                kind: RelationKind::Table,
+                columns: vec![
+                    column("id", "bigint", true),
+                    column("amount", "numeric(12,2)", false),
+                ],
+                definition: None,
+                primary_key: vec![0],
+            },
+            RelationInfo {
+                object_id: 2,
+                name: "totals".into(),
+                kind: RelationKind::MaterializedView,
+                columns: vec![column("total", "numeric(38,2)", false)],
+                definition: Some("SELECT SUM(amount) AS total FROM orders".into()),
+                primary_key: Vec::new(),
+            },
+        ]
+    }
+
+    #[test]
+    fn each_table_lists_the_relations_of_its_kind() {
+        let relations = relations();
+        assert_eq!(pg_tables(&relations).unwrap().num_rows(), 1);
+        assert_eq!(
+            pg_views(&relations, RelationKind::View).unwrap().num_rows(),
+            0
+        );
+        assert_eq!(
+            pg_views(&relations, RelationKind::MaterializedView)
+                .unwrap()
+                .num_rows(),
+            1
+        );
+        // information_schema.tables leaves materialized views out.
+        assert_eq!(information_schema_tables(&relations).unwrap().num_rows(), 1);
+        let columns = information_schema_columns(&relations).unwrap();
+        assert_eq!(columns.num_rows(), 3);
+        let data_types = columns
+            .column_by_name("data_type")
+            .unwrap()
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .unwrap();
+        assert_eq!(data_types.value(1), "numeric");
+        assert_eq!(columns.schema().field(4).data_type(), &DataType::Int32);
+    }
+}

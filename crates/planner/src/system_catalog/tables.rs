@@ -1,0 +1,455 @@
+//! The catalog tables built from the relations: `pg_tables`, `pg_views`,
+//! `pg_matviews`, `pg_class`, `pg_attribute`, `pg_index`, `pg_constraint`
+//! and `information_schema.tables` / `columns`.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{BooleanArray, Int32Array, Int64Array, RecordBatch};
+use datafusion::error::Result as DataFusionResult;
+
+use super::types::{type_identity, type_length};
+use super::{
+    batch, flags, repeated, text, ColumnInfo, RelationInfo, RelationKind, BTREE_AM_OID,
+    HEAP_AM_OID, OWNER, OWNER_OID, PUBLIC_OID, SCHEMA,
+};
+
+/// The oid and type modifier a relation's column reports. A view's numeric
+/// column reports no precision: PostgreSQL drops the modifier of computed
+/// numerics (`SUM`, `AVG`, arithmetic), which is what views mostly hold.
+pub(crate) fn column_type(relation: &RelationInfo, column: &ColumnInfo) -> (i64, i64) {
+    let (oid, modifier) = type_identity(&column.type_name);
+    if relation.kind != RelationKind::Table && column.type_name.starts_with("numeric") {
+        return (oid, -1);
+    }
+    (oid, modifier)
+}
+
+fn oids(values: impl IntoIterator<Item = i64>) -> Arc<Int64Array> {
+    Arc::new(values.into_iter().map(Some).collect())
+}
+
+fn bools(values: impl IntoIterator<Item = bool>) -> Arc<BooleanArray> {
+    Arc::new(values.into_iter().map(Some).collect())
+}
+
+/// One `pg_class` row: a relation, or a table's primary-key index.
+struct ClassRow<'a> {
+    relation: &'a RelationInfo,
+    index: bool,
+}
+
+/// `pg_class`: every relation, then every primary-key index, with the
+/// columns psql's `\d` commands read.
+pub(crate) fn pg_class(relations: &[RelationInfo]) -> DataFusionResult<RecordBatch> {
+    let rows: Vec<ClassRow> = relations
+        .iter()
+        .map(|relation| ClassRow {
+            relation,
+            index: false,
+        })
+        .chain(
+            relations
+                .iter()
+                .filter(|relation| !relation.primary_key.is_empty())
+                .map(|relation| ClassRow {
+                    relation,
+                    index: true,
+                }),
+        )
+        .collect();
+    let count = rows.len();
+    let kind = |row: &ClassRow| match (row.index, row.relation.kind) {
+        (true, _) => "i",
+        (false, RelationKind::Table) => "r",
+        (false, RelationKind::View) => "v",
+        (false, RelationKind::MaterializedView) => "m",
+    };
+    batch(vec![
+        (
+            "oid",
+            oids(rows.iter().map(|row| {
+                if row.index {
+                    row.relation.index_oid()
+                } else {
+                    row.relation.oid()
+                }
+            })),
+        ),
+        (
+            "relname",
+            text(rows.iter().map(|row| {
+                Some(if row.index {
+                    row.relation.key_name()
+                } else {
+                    row.relation.name.clone()
+                })
+            })),
+        ),
+        ("relnamespace", oids(vec![PUBLIC_OID; count])),
+        ("reltype", oids(vec![0; count])),
+        ("relowner", oids(vec![OWNER_OID; count])),
+        (
+            "relam",
+            oids(rows.iter().map(|row| match kind(row) {
+                "i" => BTREE_AM_OID,
+                "v" => 0,
+                _ => HEAP_AM_OID,
+            })),
+        ),
+        ("reltablespace", oids(vec![0; count])),
+        ("reltoastrelid", oids(vec![0; count])),
+        (
+            "relhasindex",
+            bools(
+                rows.iter()
+                    .map(|row| !row.index && !row.relation.primary_key.is_empty()),
+            ),
+        ),
+        ("relpersistence", repeated("p", count)),
+        (
+            "relkind",
+            text(rows.iter().map(|row| Some(kind(row).to_string()))),
+        ),
+        (
+            "relnatts",
+            oids(rows.iter().map(|row| {
+                if row.index {
+                    row.relation.primary_key.len() as i64
+                } else {
+                    row.relation.columns.len() as i64
+                }
+            })),
+        ),
+        ("relchecks", oids(vec![0; count])),
+        ("relhasrules", flags(false, count)),
+        ("relhastriggers", flags(false, count)),
+        ("relrowsecurity", flags(false, count)),
+        ("relforcerowsecurity", flags(false, count)),
+        ("relispartition", flags(false, count)),
+        (
+            "relreplident",
+            text(
+                rows.iter()
+                    .map(|row| Some(if kind(row) == "r" { "d" } else { "n" }.to_string())),
+            ),
+        ),
+        ("reloftype", oids(vec![0; count])),
+        ("relpartbound", text(vec![None; count])),
+    ])
+}
+
+/// `pg_attribute`: the columns of every relation, numbered from 1.
+pub(crate) fn pg_attribute(relations: &[RelationInfo]) -> DataFusionResult<RecordBatch> {
+    let columns: Vec<(&RelationInfo, usize, &ColumnInfo)> = relations
+        .iter()
+        .flat_map(|relation| {
+            relation
+                .columns
+                .iter()
+                .enumerate()
+                .map(move |(index, column)| (relation, index, column))
+        })
+        .collect();
+    let count = columns.len();
+    let types: Vec<(i64, i64)> = columns
+        .iter()
+        .map(|(relation, _, column)| column_type(relation, column))
+        .collect();
+    batch(vec![
+        (
+            "attrelid",
+            oids(columns.iter().map(|(relation, _, _)| relation.oid())),
+        ),
+        (
+            "attname",
+            text(
+                columns
+                    .iter()
+                    .map(|(_, _, column)| Some(column.name.clone())),
+            ),
+        ),
+        ("atttypid", oids(types.iter().map(|(oid, _)| *oid))),
+        (
+            "attnum",
+            oids(columns.iter().map(|(_, index, _)| *index as i64 + 1)),
+        ),
+        (
+            "atttypmod",
+            oids(types.iter().map(|(_, modifier)| *modifier)),
+        ),
+        (
+            "attnotnull",
+            bools(columns.iter().map(|(_, _, column)| column.not_null)),
+        ),
+        ("atthasdef", flags(false, count)),
+        ("attisdropped", flags(false, count)),
+        ("attidentity", repeated("", count)),
+        ("attgenerated", repeated("", count)),
+        ("attcollation", oids(vec![0; count])),
+        (
+            "attstorage",
+            text(types.iter().map(|(oid, _)| {
+                let fixed = type_length(*oid) > 0;
+                Some(if fixed { "p" } else { "x" }.to_string())
+            })),
+        ),
+        ("attcompression", repeated("", count)),
+        ("attstattarget", oids(vec![-1; count])),
+    ])
+}
+
+/// The primary key's column numbers (from 1).
+fn key_numbers(relation: &RelationInfo) -> Vec<String> {
+    relation
+        .primary_key
+        .iter()
+        .map(|index| (index + 1).to_string())
+        .collect()
+}
+
+/// `pg_index`: one unique index per primary key. `indkey` is the column
+/// numbers, space-separated, as PostgreSQL prints an `int2vector`.
+pub(crate) fn pg_index(relations: &[RelationInfo]) -> DataFusionResult<RecordBatch> {
+    let keyed: Vec<&RelationInfo> = relations
+        .iter()
+        .filter(|relation| !relation.primary_key.is_empty())
+        .collect();
+    let count = keyed.len();
+    batch(vec![
+        (
+            "indexrelid",
+            oids(keyed.iter().map(|relation| relation.index_oid())),
+        ),
+        (
+            "indrelid",
+            oids(keyed.iter().map(|relation| relation.oid())),
+        ),
+        (
+            "indnatts",
+            oids(
+                keyed
+                    .iter()
+                    .map(|relation| relation.primary_key.len() as i64),
+            ),
+        ),
+        ("indisunique", flags(true, count)),
+        ("indisprimary", flags(true, count)),
+        ("indisclustered", flags(false, count)),
+        ("indisvalid", flags(true, count)),
+        ("indisready", flags(true, count)),
+        ("indisreplident", flags(false, count)),
+        (
+            "indkey",
+            text(
+                keyed
+                    .iter()
+                    .map(|relation| Some(key_numbers(relation).join(" "))),
+            ),
+        ),
+    ])
+}
+
+/// `pg_constraint`: the primary keys (NOT NULL is a column property, as in
+/// PostgreSQL 15).
+pub(crate) fn pg_constraint(relations: &[RelationInfo]) -> DataFusionResult<RecordBatch> {
+    let keyed: Vec<&RelationInfo> = relations
+        .iter()
+        .filter(|relation| !relation.primary_key.is_empty())
+        .collect();
+    let count = keyed.len();
+    batch(vec![
+        (
+            "oid",
+            oids(keyed.iter().map(|relation| relation.constraint_oid())),
+        ),
+        (
+            "conname",
+            text(keyed.iter().map(|relation| Some(relation.key_name()))),
+        ),
+        ("connamespace", oids(vec![PUBLIC_OID; count])),
+        ("contype", repeated("p", count)),
+        ("condeferrable", flags(false, count)),
+        ("condeferred", flags(false, count)),
+        ("convalidated", flags(true, count)),
+        (
+            "conrelid",
+            oids(keyed.iter().map(|relation| relation.oid())),
+        ),
+        (
+            "conindid",
+            oids(keyed.iter().map(|relation| relation.index_oid())),
+        ),
+        (
+            "conkey",
+            text(
+                keyed
+                    .iter()
+                    .map(|relation| Some(format!("{{{}}}", key_numbers(relation).join(",")))),
+            ),
+        ),
+    ])
+}
+
+pub(crate) fn pg_tables(relations: &[RelationInfo]) -> DataFusionResult<RecordBatch> {
+    let tables: Vec<&RelationInfo> = relations
+        .iter()
+        .filter(|relation| relation.kind == RelationKind::Table)
+        .collect();
+    let count = tables.len();
+    let indexed: BooleanArray = tables
+        .iter()
+        .map(|table| Some(!table.primary_key.is_empty()))
+        .collect();
+    batch(vec![
+        ("schemaname", repeated(SCHEMA, count)),
+        (
+            "tablename",
+            text(tables.iter().map(|table| Some(table.name.clone()))),
+        ),
+        ("tableowner", repeated(OWNER, count)),
+        ("tablespace", text(vec![None; count])),
+        ("hasindexes", Arc::new(indexed)),
+        ("hasrules", flags(false, count)),
+        ("hastriggers", flags(false, count)),
+        ("rowsecurity", flags(false, count)),
+    ])
+}
+
+/// `pg_views` (plain views) or `pg_matviews` (materialized views).
+pub(crate) fn pg_views(
+    relations: &[RelationInfo],
+    kind: RelationKind,
+) -> DataFusionResult<RecordBatch> {
+    let views: Vec<&RelationInfo> = relations
+        .iter()
+        .filter(|relation| relation.kind == kind)
+        .collect();
+    let count = views.len();
+    let names = text(views.iter().map(|view| Some(view.name.clone())));
+    let definitions = text(views.iter().map(|view| view.definition.clone()));
+    if kind == RelationKind::View {
+        return batch(vec![
+            ("schemaname", repeated(SCHEMA, count)),
+            ("viewname", names),
+            ("viewowner", repeated(OWNER, count)),
+            ("definition", definitions),
+        ]);
+    }
+    batch(vec![
+        ("schemaname", repeated(SCHEMA, count)),
+        ("matviewname", names),
+        ("matviewowner", repeated(OWNER, count)),
+        ("tablespace", text(vec![None; count])),
+        ("hasindexes", flags(false, count)),
+        ("ispopulated", flags(true, count)),
+        ("definition", definitions),
+    ])
+}
+
+pub(crate) fn information_schema_tables(
+    relations: &[RelationInfo],
+) -> DataFusionResult<RecordBatch> {
+    // The SQL standard has no materialized views; PostgreSQL leaves them out
+    // of this view, and so do we.
+    let listed: Vec<&RelationInfo> = relations
+        .iter()
+        .filter(|relation| relation.kind != RelationKind::MaterializedView)
+        .collect();
+    let count = listed.len();
+    batch(vec![
+        ("table_catalog", repeated(OWNER, count)),
+        ("table_schema", repeated(SCHEMA, count)),
+        (
+            "table_name",
+            text(listed.iter().map(|relation| Some(relation.name.clone()))),
+        ),
+        (
+            "table_type",
+            text(listed.iter().map(|relation| {
+                let kind = match relation.kind {
+                    RelationKind::Table => "BASE TABLE",
+                    _ => "VIEW",
+                };
+                Some(kind.to_string())
+            })),
+        ),
+    ])
+}
+
+pub(crate) fn information_schema_columns(
+    relations: &[RelationInfo],
+) -> DataFusionResult<RecordBatch> {
+    let columns: Vec<(&RelationInfo, usize, &ColumnInfo)> = relations
+        .iter()
+        .flat_map(|relation| {
+            relation
+                .columns
+                .iter()
+                .enumerate()
+                .map(move |(index, column)| (relation, index, column))
+        })
+        .collect();
+    let count = columns.len();
+    let positions: Int32Array = columns
+        .iter()
+        .map(|(_, index, _)| Some(*index as i32 + 1))
+        .collect();
+    batch(vec![
+        ("table_catalog", repeated(OWNER, count)),
+        ("table_schema", repeated(SCHEMA, count)),
+        (
+            "table_name",
+            text(
+                columns
+                    .iter()
+                    .map(|(relation, _, _)| Some(relation.name.clone())),
+            ),
+        ),
+        (
+            "column_name",
+            text(
+                columns
+                    .iter()
+                    .map(|(_, _, column)| Some(column.name.clone())),
+            ),
+        ),
+        ("ordinal_position", Arc::new(positions)),
+        (
+            "is_nullable",
+            text(columns.iter().map(|(_, _, column)| {
+                Some(if column.not_null { "NO" } else { "YES" }.to_string())
+            })),
+        ),
+        (
+            "data_type",
+            text(
+                columns
+                    .iter()
+                    .map(|(_, _, column)| Some(standard_type_name(&column.type_name))),
+            ),
+        ),
+        (
+            "character_maximum_length",
+            Arc::new(
+                columns
+                    .iter()
+                    .map(|(_, _, column)| {
+                        rockstream_types::datum::varchar_length(&column.type_name)
+                            .map(|length| length as i32)
+                    })
+                    .collect::<Int32Array>(),
+            ),
+        ),
+    ])
+}
+
+/// `information_schema.columns.data_type` spells a type without its
+/// modifiers: `numeric(12,2)` is `numeric`.
+fn standard_type_name(type_name: &str) -> String {
+    type_name
+        .split('(')
+        .next()
+        .unwrap_or(type_name)
+        .trim()
+        .to_string()
+}

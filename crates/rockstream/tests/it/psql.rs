@@ -1,0 +1,114 @@
+//! Goal: psql's describe commands show RockStream's relations as they show PostgreSQL's. Method:
+//! the same schema on a server and on the oracle, then the real `psql` client (installed with
+//! the oracle) runs `\d NAME` against both (nine catalog queries each, with `OPERATOR(...)`,
+//! `COLLATE`, `regclass` casts and catalog tables RockStream leaves empty); the printed text must
+//! be the same.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use tokio_postgres::config::Host;
+use tokio_postgres::Config;
+
+use crate::harness::oracle::OracleDatabase;
+use crate::harness::server::TestServer;
+
+const SCHEMA: &str = "
+CREATE TABLE customers (id BIGINT PRIMARY KEY, name TEXT NOT NULL, tier TEXT);
+CREATE TABLE orders (id BIGINT PRIMARY KEY, customer_id BIGINT, amount NUMERIC(12,2), region TEXT, created_at TIMESTAMP);
+CREATE TABLE events (kind VARCHAR(20) NOT NULL, at TIMESTAMPTZ, weight DOUBLE PRECISION, ok BOOLEAN, n INT, s SMALLINT, r REAL, d DATE, note VARCHAR);
+CREATE TABLE pairs (a INT, b TEXT, PRIMARY KEY (b, a));
+CREATE VIEW eu_orders AS SELECT id, region FROM orders WHERE region = 'eu';
+CREATE MATERIALIZED VIEW revenue_by_region AS
+  SELECT region, COUNT(*) AS orders, SUM(amount) AS revenue, AVG(amount) AS avg_amount
+  FROM orders GROUP BY region;
+";
+
+const DESCRIBED: [&str; 7] = [
+    "customers",
+    "orders",
+    "events",
+    "pairs",
+    "eu_orders",
+    "revenue_by_region",
+    "no_such_relation",
+];
+
+/// The psql that came with the oracle: on the PATH, or beside a Debian server.
+fn psql() -> PathBuf {
+    let on_path = std::env::var_os("PATH").into_iter().flat_map(|path| {
+        std::env::split_paths(&path)
+            .map(|directory| directory.join("psql"))
+            .collect::<Vec<_>>()
+    });
+    let debian = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| entry.path().join("bin/psql"));
+    on_path
+        .chain(debian)
+        .find(|candidate| candidate.is_file())
+        .unwrap_or_else(|| {
+            panic!("this test needs psql, which `scripts/test.sh` installs with PostgreSQL")
+        })
+}
+
+/// Runs psql with one `-c` per command; stdout and stderr together.
+fn run_psql(config: &Config, commands: &[String]) -> String {
+    let mut command = Command::new(psql());
+    command.arg("-X");
+    for host in config.get_hosts() {
+        match host {
+            Host::Tcp(name) => command.args(["-h", name]),
+            Host::Unix(path) => command.arg("-h").arg(path),
+        };
+    }
+    if let Some(port) = config.get_ports().first() {
+        command.args(["-p", &port.to_string()]);
+    }
+    if let Some(user) = config.get_user() {
+        command.args(["-U", user]);
+    }
+    if let Some(database) = config.get_dbname() {
+        command.args(["-d", database]);
+    }
+    if let Some(password) = config.get_password() {
+        command.env("PGPASSWORD", String::from_utf8_lossy(password).to_string());
+    }
+    for text in commands {
+        command.args(["-c", text]);
+    }
+    let output = command
+        .output()
+        .unwrap_or_else(|error| panic!("psql does not run: {error}"));
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn psql_describes_relations_as_postgresql_does() {
+    let server = TestServer::start().await;
+    let oracle = OracleDatabase::create("psql_describe").await;
+    for config in [&server.config(), oracle.config()] {
+        let setup = run_psql(
+            config,
+            &["\\set ON_ERROR_STOP on".to_string(), SCHEMA.to_string()],
+        );
+        assert!(!setup.contains("ERROR"), "schema failed: {setup}");
+    }
+    let commands: Vec<String> = DESCRIBED.iter().map(|name| format!("\\d {name}")).collect();
+    let ours = run_psql(&server.config(), &commands);
+    let theirs = run_psql(oracle.config(), &commands);
+    assert!(
+        theirs.contains("Table \"public.pairs\"") && theirs.contains("no_such_relation"),
+        "the oracle's output is not what this test expects:\n{theirs}"
+    );
+    assert_eq!(
+        ours, theirs,
+        "psql prints RockStream (left) differently from PostgreSQL (right)"
+    );
+}
