@@ -103,6 +103,8 @@ pub fn datafusion_error(error: DataFusionError) -> RsError {
     match error {
         DataFusionError::ArrowError(arrow, _) => arrow_error(*arrow),
         DataFusionError::Context(_, inner) => datafusion_error(*inner),
+        // A planning error with a source span: classified by what it wraps.
+        DataFusionError::Diagnostic(_, inner) => datafusion_error(*inner),
         DataFusionError::Shared(shared) => {
             RsError::new(&codes::EXECUTION_ERROR, shared.to_string())
         }
@@ -287,5 +289,17 @@ mod tests {
         assert_eq!(error.code, &codes::DIVISION_BY_ZERO);
         assert!(scale_interval(day, 1e12, false).is_err());
         assert!(scale_interval(day, f64::NAN, false).is_err());
+    }
+
+    #[test]
+    fn planning_errors_keep_their_class_under_a_diagnostic() {
+        let error = DataFusionError::Diagnostic(
+            Box::new(datafusion::common::Diagnostic::new_error(
+                "Invalid function 'nope'",
+                None,
+            )),
+            Box::new(DataFusionError::Plan("Invalid function 'nope'".into())),
+        );
+        assert_eq!(datafusion_error(error).code, &codes::PLAN_ERROR);
     }
 }
