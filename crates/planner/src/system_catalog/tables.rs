@@ -138,9 +138,9 @@ pub(crate) fn pg_class(relations: &[RelationInfo]) -> DataFusionResult<RecordBat
     ])
 }
 
-/// `pg_attribute`: the columns of every relation, numbered from 1.
-pub(crate) fn pg_attribute(relations: &[RelationInfo]) -> DataFusionResult<RecordBatch> {
-    let columns: Vec<(&RelationInfo, usize, &ColumnInfo)> = relations
+/// Every relation's columns, each with its relation and position.
+fn all_columns(relations: &[RelationInfo]) -> Vec<(&RelationInfo, usize, &ColumnInfo)> {
+    relations
         .iter()
         .flat_map(|relation| {
             relation
@@ -149,7 +149,12 @@ pub(crate) fn pg_attribute(relations: &[RelationInfo]) -> DataFusionResult<Recor
                 .enumerate()
                 .map(move |(index, column)| (relation, index, column))
         })
-        .collect();
+        .collect()
+}
+
+/// `pg_attribute`: the columns of every relation, numbered from 1.
+pub(crate) fn pg_attribute(relations: &[RelationInfo]) -> DataFusionResult<RecordBatch> {
+    let columns = all_columns(relations);
     let count = columns.len();
     let types: Vec<(i64, i64)> = columns
         .iter()
@@ -198,6 +203,14 @@ pub(crate) fn pg_attribute(relations: &[RelationInfo]) -> DataFusionResult<Recor
     ])
 }
 
+/// The relations with a primary key (each has an index and a constraint).
+fn with_primary_key(relations: &[RelationInfo]) -> Vec<&RelationInfo> {
+    relations
+        .iter()
+        .filter(|relation| !relation.primary_key.is_empty())
+        .collect()
+}
+
 /// The primary key's column numbers (from 1).
 fn key_numbers(relation: &RelationInfo) -> Vec<String> {
     relation
@@ -210,10 +223,7 @@ fn key_numbers(relation: &RelationInfo) -> Vec<String> {
 /// `pg_index`: one unique index per primary key. `indkey` is the column
 /// numbers, space-separated, as PostgreSQL prints an `int2vector`.
 pub(crate) fn pg_index(relations: &[RelationInfo]) -> DataFusionResult<RecordBatch> {
-    let keyed: Vec<&RelationInfo> = relations
-        .iter()
-        .filter(|relation| !relation.primary_key.is_empty())
-        .collect();
+    let keyed = with_primary_key(relations);
     let count = keyed.len();
     batch(vec![
         (
@@ -252,10 +262,7 @@ pub(crate) fn pg_index(relations: &[RelationInfo]) -> DataFusionResult<RecordBat
 /// `pg_constraint`: the primary keys (NOT NULL is a column property, as in
 /// PostgreSQL 15).
 pub(crate) fn pg_constraint(relations: &[RelationInfo]) -> DataFusionResult<RecordBatch> {
-    let keyed: Vec<&RelationInfo> = relations
-        .iter()
-        .filter(|relation| !relation.primary_key.is_empty())
-        .collect();
+    let keyed = with_primary_key(relations);
     let count = keyed.len();
     batch(vec![
         (
@@ -379,16 +386,7 @@ pub(crate) fn information_schema_tables(
 pub(crate) fn information_schema_columns(
     relations: &[RelationInfo],
 ) -> DataFusionResult<RecordBatch> {
-    let columns: Vec<(&RelationInfo, usize, &ColumnInfo)> = relations
-        .iter()
-        .flat_map(|relation| {
-            relation
-                .columns
-                .iter()
-                .enumerate()
-                .map(move |(index, column)| (relation, index, column))
-        })
-        .collect();
+    let columns = all_columns(relations);
     let count = columns.len();
     let positions: Int32Array = columns
         .iter()
