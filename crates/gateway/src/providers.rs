@@ -260,7 +260,7 @@ impl SnapshotTable {
         ));
         for chunk in rows.chunks(BATCH_ROWS_MAX) {
             let row_refs: Vec<&Row> = chunk.iter().map(|(_, row)| row).collect();
-            let batch = rows_to_batch(&row_refs, &self.types, &data_schema)?;
+            let batch = rows_to_batch(&row_refs, &self.types, &data_schema, &[])?;
             let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
             if self.with_row_key {
                 let mut keys = BinaryBuilder::new();

@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use datafusion::arrow::array::new_null_array;
 use datafusion::arrow::array::{
     Array, ArrayRef, BooleanArray, BooleanBuilder, Date32Array, Date32Builder, Decimal128Array,
     Decimal128Builder, Float32Array, Float32Builder, Float64Array, Float64Builder, Int16Array,
@@ -97,16 +98,23 @@ fn type_mismatch(datum: &Datum, sql_type: SqlType) -> RsError {
 }
 
 /// Builds a record batch whose columns have exactly the Arrow types of
-/// `target` (casting from canonical types where they differ).
+/// `target` (casting from canonical types where they differ). Columns that
+/// `wanted_columns` marks false are left all NULL, unread; columns past its
+/// end are wanted (`&[]` converts every column).
 pub fn rows_to_batch(
     rows: &[&Row],
     types: &[SqlType],
     target: &datafusion::arrow::datatypes::SchemaRef,
+    wanted_columns: &[bool],
 ) -> RsResult<RecordBatch> {
     let mut columns = Vec::with_capacity(types.len());
     for (index, sql_type) in types.iter().enumerate() {
-        let array = column_to_array(rows, index, *sql_type)?;
         let wanted = target.field(index).data_type();
+        if !wanted_columns.get(index).copied().unwrap_or(true) {
+            columns.push(new_null_array(wanted, rows.len()));
+            continue;
+        }
+        let array = column_to_array(rows, index, *sql_type)?;
         let array = if array.data_type() == wanted {
             array
         } else {
@@ -258,7 +266,7 @@ mod tests {
                 .map(|(i, t)| Field::new(format!("c{i}"), arrow_type(*t), true))
                 .collect::<Vec<_>>(),
         ));
-        let batch = rows_to_batch(&[&row, &nulls], &types, &schema).expect("builds");
+        let batch = rows_to_batch(&[&row, &nulls], &types, &schema, &[]).expect("builds");
         assert_eq!(
             batch_to_rows(&batch, &types).expect("reads"),
             vec![row, nulls]

@@ -6,7 +6,6 @@ use std::sync::{Arc, RwLock};
 use rockstream_common::Runtime;
 
 use rockstream_ops::keys::{self, decode_weight, encode_weight, RowStorage};
-use rockstream_ops::layered::apply_writes;
 use rockstream_ops::{OverlayStore, ScanOrder, StateRead, StateStore, Write};
 use rockstream_storage::{EpochStore, ShardDb, Snapshot};
 use rockstream_types::encoding::{decode_row, encode_datum, encode_row, encode_row_into};
@@ -330,7 +329,7 @@ impl EpochLoop {
         let view_id = self.views[index].view.view_id;
         match result {
             Ok((output, writes)) => {
-                apply_writes(store, writes);
+                store.absorb(writes);
                 apply_view_output(store, &self.views[index].view, &output);
                 if self.views[index].failed.is_some() {
                     clear_pending(store, view_id).await?;
