@@ -157,12 +157,17 @@ impl AggregateNode {
         };
         let mut state = stored.unwrap_or_else(|| self.empty_state());
         // Per MIN/MAX call: whether its multiset changed, and how. Insertions
-        // can only improve the stored extremum, and retracting other values
-        // leaves it in place; only when a retraction hits the extremum
-        // itself is the multiset's first entry read.
+        // can only improve the stored extremum, and retracting worse values
+        // leaves it in place; only when a retraction is as good as the
+        // stored extremum or as the best insertion (the input need not be
+        // consolidated: a value may come and go in one delta) is the
+        // multiset's first entry read.
         let mut extremum_changed = vec![false; self.calls.len()];
-        let mut extremum_lost = vec![false; self.calls.len()];
         let mut best_inserted: Vec<Option<&Datum>> = vec![None; self.calls.len()];
+        let mut best_retracted: Vec<Option<&Datum>> = vec![None; self.calls.len()];
+        // Per multiset owner: its value changes, summed per value below
+        // (a delta may repeat values), so each value is written once.
+        let mut multiset_changes: Vec<Vec<(&Datum, i64)>> = vec![Vec::new(); self.calls.len()];
         for (row, weight) in &rows {
             state.count_star += weight;
             for (index, call) in self.calls.iter().enumerate() {
@@ -187,22 +192,16 @@ impl AggregateNode {
                     AggregateFunction::Min | AggregateFunction::Max
                 ) {
                     if self.multiset_owner[index] == index {
-                        store.add_count(self.multiset_key(MIN_MAX, index, key, value), weight);
+                        multiset_changes[index].push((value, weight));
                     }
                     extremum_changed[index] = true;
-                    if weight < 0 {
-                        // The stored extremum is NULL exactly when the multiset was empty.
-                        let old = match &state.partials[index] {
-                            Partial::Extremum(old) => old,
-                            _ => &Datum::Null,
-                        };
-                        if old.is_null() || compare_datum(old, value) == Ordering::Equal {
-                            extremum_lost[index] = true;
-                        }
-                    } else if best_inserted[index]
-                        .is_none_or(|best| better(call.function, value, best))
-                    {
-                        best_inserted[index] = Some(value);
+                    let best = if weight < 0 {
+                        &mut best_retracted[index]
+                    } else {
+                        &mut best_inserted[index]
+                    };
+                    if best.is_none_or(|best| better(call.function, value, best)) {
+                        *best = Some(value);
                     }
                 } else {
                     accumulate(&mut state.partials[index], call, value, weight)?;
@@ -210,12 +209,35 @@ impl AggregateNode {
             }
         }
         assert!(state.count_star >= 0, "aggregate group count went negative");
+        for (index, mut changes) in multiset_changes.into_iter().enumerate() {
+            changes.sort_by(|(a, _), (b, _)| compare_datum(a, b));
+            let mut changes = changes.into_iter().peekable();
+            while let Some((value, mut weight)) = changes.next() {
+                while let Some((_, more)) =
+                    changes.next_if(|(next, _)| compare_datum(next, value) == Ordering::Equal)
+                {
+                    weight += more;
+                }
+                if weight != 0 {
+                    store.add_count(self.multiset_key(MIN_MAX, index, key, value), weight);
+                }
+            }
+        }
         for (index, call) in self.calls.iter().enumerate() {
             if !extremum_changed[index] {
                 continue;
             }
+            // The stored extremum is NULL exactly when the multiset was empty.
+            let lost = |old: &Datum| {
+                best_retracted[index].is_some_and(|retracted| {
+                    old.is_null()
+                        || !better(call.function, old, retracted)
+                        || best_inserted[index]
+                            .is_some_and(|inserted| !better(call.function, inserted, retracted))
+                })
+            };
             let extremum = match &state.partials[index] {
-                Partial::Extremum(old) if !extremum_lost[index] => match best_inserted[index] {
+                Partial::Extremum(old) if !lost(old) => match best_inserted[index] {
                     Some(best) if old.is_null() || better(call.function, best, old) => best.clone(),
                     _ => old.clone(),
                 },

@@ -80,7 +80,9 @@ impl Dataflow {
         initial: bool,
     ) -> RsResult<ZSet> {
         let context = StepContext { inputs, initial };
-        let output = step_node(&self.root, store, &context).await?;
+        // Maps and filters pass their input's repeats on; the output is
+        // consolidated here (cheaply when already in order).
+        let output = step_node(&self.root, store, &context).await?.consolidate();
         debug_assert!(
             output.is_consolidated(),
             "operator output must be consolidated"
@@ -217,7 +219,9 @@ fn map(exprs: &CompiledExprs, output_types: &[SqlType], delta: ZSet) -> RsResult
         .into_iter()
         .zip(delta.updates.iter().map(|(_, weight)| *weight))
         .collect();
-    Ok(ZSet::from_updates(updates).consolidate())
+    // Not consolidated: rows mapped alike stay apart until an operator that
+    // groups its input (or the dataflow's output) sums them.
+    Ok(ZSet::from_updates(updates))
 }
 
 fn filter(predicate: &CompiledExprs, delta: ZSet) -> RsResult<ZSet> {

@@ -2,9 +2,12 @@
 //! await state reads), written against the [`StateStore`] trait so it runs on
 //! SlateDB in production and on a `BTreeMap` in tests.
 //!
-//! Invariants kept by every operator: outputs are consolidated Z-sets; no
-//! stored weight or count goes negative (asserted: a negative count means an
-//! input retracted what it never inserted, a bug upstream).
+//! Invariants kept by every operator: any operator accepts a delta that
+//! repeats a row (maps and filters pass repeats on rather than sort their
+//! output; operators that group their input sum them), and a dataflow's
+//! output is consolidated; no stored weight or count goes negative
+//! (asserted: a negative count means an input retracted what it never
+//! inserted, a bug upstream).
 
 pub mod aggregate;
 pub mod arrow_rows;

@@ -41,6 +41,23 @@ fn source(object_id: ObjectId) -> PlanNode {
     }
 }
 
+/// `SELECT k, v % 2 FROM t`: maps distinct rows alike, so its output
+/// repeats rows (`(1, 0)` retracted and `(1, 2)` inserted give `(1, 0)`
+/// twice), which the operator above must sum.
+fn folded_source(object_id: ObjectId) -> PlanNode {
+    use datafusion::prelude::{col, lit};
+    let fields: Vec<Field> = ["k", "v"]
+        .iter()
+        .map(|name| Field::new(*name, DataType::Int64, true))
+        .collect();
+    PlanNode::Map {
+        input: Box::new(source(object_id)),
+        exprs: vec![col("k"), col("v") % lit(2i64)],
+        input_schema: Arc::new(DFSchema::try_from(ArrowSchema::new(fields)).expect("schema")),
+        schema: int_schema(&["k", "v"]),
+    }
+}
+
 fn joined_schema() -> Arc<DFSchema> {
     let fields: Vec<Field> = ["lk", "lv", "rk", "rv"]
         .iter()
@@ -50,6 +67,10 @@ fn joined_schema() -> Arc<DFSchema> {
 }
 
 fn join(kind: JoinKind) -> PlanNode {
+    join_of(kind, source(LEFT), source(RIGHT))
+}
+
+fn join_of(kind: JoinKind, left: PlanNode, right: PlanNode) -> PlanNode {
     let width = if matches!(kind, JoinKind::LeftSemi | JoinKind::LeftAnti) {
         2
     } else {
@@ -57,8 +78,8 @@ fn join(kind: JoinKind) -> PlanNode {
     };
     PlanNode::Join {
         op_id: 10,
-        left: Box::new(source(LEFT)),
-        right: Box::new(source(RIGHT)),
+        left: Box::new(left),
+        right: Box::new(right),
         kind,
         left_keys: vec![0],
         right_keys: vec![0],
@@ -91,6 +112,10 @@ fn not_in() -> PlanNode {
 }
 
 fn aggregate(group_count: usize) -> PlanNode {
+    aggregate_of(group_count, source(LEFT))
+}
+
+fn aggregate_of(group_count: usize, input: PlanNode) -> PlanNode {
     let call = |function, argument: Option<usize>, distinct| AggregateCall {
         function,
         argument,
@@ -121,12 +146,6 @@ fn aggregate(group_count: usize) -> PlanNode {
         "count_distinct",
         "sum_distinct",
     ]);
-    let input = if group_count == 1 {
-        source(LEFT)
-    } else {
-        // Global aggregate over column v: move v to position 1 as expected.
-        source(LEFT)
-    };
     PlanNode::Aggregate {
         op_id: 20,
         input: Box::new(input),
@@ -250,6 +269,18 @@ proptest! {
 
     #[test]
     fn grouped_aggregate_matches_recomputation(history in history()) { check(aggregate(1), history)?; }
+
+    #[test]
+    fn aggregate_over_repeated_rows_matches_recomputation(history in history()) {
+        check(aggregate_of(1, folded_source(LEFT)), history)?;
+    }
+
+    #[test]
+    fn joins_over_repeated_rows_match_recomputation(history in history(), kind in prop_oneof![
+        Just(JoinKind::Inner), Just(JoinKind::Left), Just(JoinKind::Full), Just(JoinKind::LeftSemi),
+        Just(JoinKind::LeftAnti)]) {
+        check(join_of(kind, folded_source(LEFT), folded_source(RIGHT)), history)?;
+    }
 
     #[test]
     fn distinct_matches_recomputation(history in history()) {
