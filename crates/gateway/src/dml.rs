@@ -214,6 +214,7 @@ pub async fn insert_rows(
     }
     let prefix = table_prefix(entry.id);
     let limits = length_limits(entry);
+    let mut keyed: Vec<(Vec<u8>, Row)> = Vec::with_capacity(rows.len());
     for mut row in rows {
         conform_row(entry, &limits, &mut row)?;
         let key = if entry.primary_key.is_empty() {
@@ -226,27 +227,48 @@ pub async fn insert_rows(
                 .collect();
             encode_row(&key_values)
         };
-        let duplicate = || {
-            let key_text: Vec<String> = entry
-                .primary_key
-                .iter()
-                .map(|index| row[*index].to_string())
+        keyed.push((key, row));
+    }
+    let duplicate = |row: &Row| {
+        let key_text: Vec<String> = entry
+            .primary_key
+            .iter()
+            .map(|index| row[*index].to_string())
+            .collect();
+        RsError::new(
+            &codes::UNIQUE_VIOLATION,
+            format!(
+                "duplicate key value violates the primary key of \"{}\"",
+                entry.name
+            ),
+        )
+        .with_detail(format!(
+            "Key ({})=({}) already exists.",
+            primary_key_names(entry),
+            key_text.join(", ")
+        ))
+    };
+    if table.rows.is_empty() && !check_storage {
+        // A bulk load into a table this transaction has not touched (a
+        // COPY): sort once and build the buffer in one pass, rather than
+        // searching it once per row. Input in key order sorts in linear
+        // time. Keys repeated in the input take the row-by-row path below,
+        // which reports the first repeat in input order.
+        let mut sorted: Vec<&(Vec<u8>, Row)> = keyed.iter().collect();
+        sorted.sort_by(|a, b| a.0.cmp(&b.0));
+        if sorted.windows(2).all(|pair| pair[0].0 != pair[1].0) {
+            drop(sorted);
+            keyed.sort_by(|a, b| a.0.cmp(&b.0));
+            table.rows = keyed
+                .into_iter()
+                .map(|(key, row)| (key, (None, Some(row))))
                 .collect();
-            RsError::new(
-                &codes::UNIQUE_VIOLATION,
-                format!(
-                    "duplicate key value violates the primary key of \"{}\"",
-                    entry.name
-                ),
-            )
-            .with_detail(format!(
-                "Key ({})=({}) already exists.",
-                primary_key_names(entry),
-                key_text.join(", ")
-            ))
-        };
+            return Ok(count);
+        }
+    }
+    for (key, row) in keyed {
         match table.rows.get_mut(&key) {
-            Some((_, current)) if current.is_some() => return Err(duplicate()),
+            Some((_, current)) if current.is_some() => return Err(duplicate(&row)),
             Some((_, current)) => *current = Some(row),
             None => {
                 let mut stored_key = prefix.clone();
@@ -257,7 +279,7 @@ pub async fn insert_rows(
                     None
                 };
                 if stored.is_some() && !entry.primary_key.is_empty() {
-                    return Err(duplicate());
+                    return Err(duplicate(&row));
                 }
                 table.rows.insert(key, (None, Some(row)));
             }

@@ -9,6 +9,7 @@
 mod harness;
 
 mod backfill;
+mod copy;
 mod corpus;
 mod crash;
 mod differential;

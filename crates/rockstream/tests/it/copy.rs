@@ -1,0 +1,74 @@
+//! Goal: `COPY` keeps primary keys unique however the load arrives: a key repeated inside one
+//! COPY, a key already stored, and a key the same transaction inserted earlier all fail the
+//! statement with SQLSTATE 23505 and change nothing; a clean load lands whole.
+//!
+//! Method: COPY batches out of key order into a keyed table, then count what is visible.
+
+use crate::harness::compare::fetch_text_rows;
+use crate::harness::copy_in;
+use crate::harness::server::TestServer;
+
+fn lines(ids: &[i64]) -> String {
+    ids.iter().map(|id| format!("{id}\tv{id}\n")).collect()
+}
+
+async fn count(client: &tokio_postgres::Client) -> String {
+    let rows = fetch_text_rows(client, "SELECT COUNT(*) FROM items")
+        .await
+        .expect("count");
+    format!("{rows:?}")
+}
+
+fn sqlstate(error: &tokio_postgres::Error) -> String {
+    error
+        .as_db_error()
+        .map(|db| format!("{} {}", db.code().code(), db.detail().unwrap_or_default()))
+        .unwrap_or_else(|| error.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_refuses_repeated_keys_and_changes_nothing() {
+    let server = TestServer::start().await;
+    let client = server.client().await;
+    client
+        .batch_execute("CREATE TABLE items (id BIGINT PRIMARY KEY, label TEXT)")
+        .await
+        .expect("table");
+
+    let loaded = copy_in(&client, "COPY items FROM STDIN", lines(&[5, 3, 9, 1, 7]))
+        .await
+        .expect("a clean COPY");
+    assert_eq!(loaded, 5);
+    let five = count(&client).await;
+    assert!(five.contains('5'), "five rows: {five}");
+
+    // Repeated inside the load: the first repeat in input order is named.
+    let error = copy_in(
+        &client,
+        "COPY items FROM STDIN",
+        lines(&[20, 12, 11, 12, 11]),
+    )
+    .await
+    .expect_err("repeated key");
+    assert_eq!(sqlstate(&error), "23505 Key (id)=(12) already exists.");
+
+    // Already stored.
+    let error = copy_in(&client, "COPY items FROM STDIN", lines(&[30, 3]))
+        .await
+        .expect_err("stored key");
+    assert!(sqlstate(&error).starts_with("23505"), "{error:?}");
+
+    // Inserted earlier in the same transaction.
+    client.batch_execute("BEGIN").await.expect("begin");
+    client
+        .batch_execute("INSERT INTO items VALUES (40, 'x')")
+        .await
+        .expect("insert");
+    let error = copy_in(&client, "COPY items FROM STDIN", lines(&[41, 40]))
+        .await
+        .expect_err("key from the same transaction");
+    assert!(sqlstate(&error).starts_with("23505"), "{error:?}");
+    client.batch_execute("ROLLBACK").await.expect("rollback");
+
+    assert_eq!(count(&client).await, five, "failed loads change nothing");
+}
