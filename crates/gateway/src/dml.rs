@@ -215,8 +215,15 @@ pub async fn insert_rows(
     let prefix = table_prefix(entry.id);
     let limits = length_limits(entry);
     let mut keyed: Vec<(Vec<u8>, Row)> = Vec::with_capacity(rows.len());
+    // A row that breaks a column's rules fails the statement, but only
+    // after the rows before it: a repeated key among them is reported
+    // first, as PostgreSQL, inserting row by row, would.
+    let mut failure = None;
     for mut row in rows {
-        conform_row(entry, &limits, &mut row)?;
+        if let Err(error) = conform_row(entry, &limits, &mut row) {
+            failure = Some(error);
+            break;
+        }
         let key = if entry.primary_key.is_empty() {
             gateway.runtime().random_u128().to_be_bytes().to_vec()
         } else {
@@ -248,7 +255,7 @@ pub async fn insert_rows(
             key_text.join(", ")
         ))
     };
-    if table.rows.is_empty() && !check_storage {
+    if failure.is_none() && table.rows.is_empty() && !check_storage {
         // A bulk load into a table this transaction has not touched (a
         // COPY): sort once and build the buffer in one pass, rather than
         // searching it once per row. Input in key order sorts in linear
@@ -285,7 +292,10 @@ pub async fn insert_rows(
             }
         }
     }
-    Ok(count)
+    match failure {
+        Some(error) => Err(error),
+        None => Ok(count),
+    }
 }
 
 fn primary_key_names(entry: &CatalogEntry) -> String {

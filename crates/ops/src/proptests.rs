@@ -246,7 +246,7 @@ fn keyed_source(object_id: ObjectId) -> PlanNode {
 fn folded_keyed_source(object_id: ObjectId) -> PlanNode {
     let mut plan = folded_source(object_id);
     if let PlanNode::Map { input, .. } = &mut plan {
-        *input = Box::new(keyed_source(object_id));
+        **input = keyed_source(object_id);
     }
     plan
 }

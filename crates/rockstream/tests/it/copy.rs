@@ -52,6 +52,25 @@ async fn copy_refuses_repeated_keys_and_changes_nothing() {
     .expect_err("repeated key");
     assert_eq!(sqlstate(&error), "23505 Key (id)=(12) already exists.");
 
+    // A repeated key before a NULL key: the repeat is reported, as
+    // PostgreSQL reports the first failing row.
+    let error = copy_in(
+        &client,
+        "COPY items FROM STDIN",
+        format!("{}\\N\tnull key\n", lines(&[50, 50])),
+    )
+    .await
+    .expect_err("repeated key, then a NULL key");
+    assert_eq!(sqlstate(&error), "23505 Key (id)=(50) already exists.");
+    let error = copy_in(
+        &client,
+        "COPY items FROM STDIN",
+        format!("\\N\tnull key\n{}", lines(&[60, 60])),
+    )
+    .await
+    .expect_err("a NULL key, then a repeated key");
+    assert!(sqlstate(&error).starts_with("23502"), "{error:?}");
+
     // Already stored.
     let error = copy_in(&client, "COPY items FROM STDIN", lines(&[30, 3]))
         .await
