@@ -33,7 +33,8 @@ const ALLOCATOR_PURGE_DELAY_MS: std::ffi::c_long = 5_000;
 
 /// `mi_option_purge_delay` in the `mi_option_t` enum of mimalloc v3's
 /// `mimalloc.h`, as bundled by libmimalloc-sys 0.1.49 (pinned exactly in
-/// the workspace manifest), whose Rust bindings do not name it.
+/// the workspace manifest), whose Rust bindings do not name it. A test
+/// checks the index against the environment variable mimalloc reads.
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
 /// Sets the purge delay unless the environment already chose one (mimalloc
@@ -110,4 +111,41 @@ async fn start(storage: String, listen: String) -> anyhow::Result<()> {
         .await
         .context("serving connections")?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    //! Goal: the option index the server sets is mimalloc's purge delay.
+    //! Method: a child run of this test binary, given `MIMALLOC_PURGE_DELAY`
+    //! (which mimalloc reads by name at startup), reads the option back at
+    //! that index.
+
+    const CHILD: &str = "ROCKSTREAM_TEST_PURGE_DELAY_CHILD";
+
+    #[allow(unsafe_code)]
+    fn purge_delay() -> std::ffi::c_long {
+        // SAFETY: `mi_option_get` only reads mimalloc's option table.
+        unsafe { libmimalloc_sys::mi_option_get(super::MI_OPTION_PURGE_DELAY) }
+    }
+
+    #[test]
+    fn purge_delay_option_index_names_the_purge_delay() {
+        if std::env::var_os(CHILD).is_some() {
+            assert_eq!(purge_delay(), 777, "option index is not the purge delay");
+            return;
+        }
+        // The test binary is ours; its path comes from the test harness.
+        #[allow(clippy::unwrap_used)]
+        let binary = std::env::current_exe().unwrap();
+        let status = std::process::Command::new(binary)
+            .args([
+                "tests::purge_delay_option_index_names_the_purge_delay",
+                "--exact",
+            ])
+            .env(CHILD, "1")
+            .env("MIMALLOC_PURGE_DELAY", "777")
+            .status()
+            .expect("the test binary runs");
+        assert!(status.success(), "child run failed: {status}");
+    }
 }
