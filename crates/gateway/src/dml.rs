@@ -264,8 +264,7 @@ pub async fn insert_rows(
         let mut sorted: Vec<&(Vec<u8>, Row)> = keyed.iter().collect();
         sorted.sort_by(|a, b| a.0.cmp(&b.0));
         if sorted.windows(2).all(|pair| pair[0].0 != pair[1].0) {
-            drop(sorted);
-            keyed.sort_by(|a, b| a.0.cmp(&b.0));
+            // Collecting a map sorts its input and builds the tree in bulk.
             table.rows = keyed
                 .into_iter()
                 .map(|(key, row)| (key, (None, Some(row))))

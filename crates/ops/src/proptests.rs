@@ -157,14 +157,22 @@ fn aggregate_of(group_count: usize, input: PlanNode) -> PlanNode {
 
 /// A history: per epoch, changes `(source, row, weight)` that never delete
 /// a row that is not present.
-fn history() -> impl Strategy<Value = Vec<Vec<(ObjectId, Row, i64)>>> {
+/// A generated change: `(source, key, value, insert)`.
+type Change = (ObjectId, i64, Option<i64>, bool);
+
+/// Epochs of changes with keys in `keys`.
+fn epochs(keys: std::ops::Range<i64>) -> impl Strategy<Value = Vec<Vec<Change>>> {
     let change = (
         prop_oneof![Just(LEFT), Just(RIGHT)],
-        0i64..4,
+        keys,
         prop_oneof![Just(None), (0i64..3).prop_map(Some)],
         any::<bool>(),
     );
-    proptest::collection::vec(proptest::collection::vec(change, 0..6), 1..8).prop_map(|epochs| {
+    proptest::collection::vec(proptest::collection::vec(change, 0..6), 1..8)
+}
+
+fn history() -> impl Strategy<Value = Vec<Vec<(ObjectId, Row, i64)>>> {
+    epochs(0..4).prop_map(|epochs| {
         let mut present: HashMap<(ObjectId, Vec<u8>), (Row, i64)> = HashMap::new();
         epochs
             .into_iter()
@@ -195,13 +203,7 @@ fn history() -> impl Strategy<Value = Vec<Vec<(ObjectId, Row, i64)>>> {
 /// A history of tables keyed by their first column (never NULL): at most
 /// one row per key and source; an insert on a used key updates the row.
 fn keyed_history() -> impl Strategy<Value = Vec<Vec<(ObjectId, Row, i64)>>> {
-    let change = (
-        prop_oneof![Just(LEFT), Just(RIGHT)],
-        0i64..3,
-        prop_oneof![Just(None), (0i64..3).prop_map(Some)],
-        any::<bool>(),
-    );
-    proptest::collection::vec(proptest::collection::vec(change, 0..6), 1..8).prop_map(|epochs| {
+    epochs(0..3).prop_map(|epochs| {
         let mut present: HashMap<(ObjectId, i64), Row> = HashMap::new();
         epochs
             .into_iter()
