@@ -16,3 +16,4 @@ mod differential;
 mod psql;
 mod slt;
 mod waves;
+mod wire;
