@@ -66,7 +66,12 @@ impl Database {
     }
 
     pub fn namespace_exists(&self, namespace: &str) -> bool {
-        namespace == DEFAULT_NAMESPACE
+        self.namespaces().iter().any(|name| name == namespace)
+    }
+
+    /// Every namespace; for now only the one every database starts with.
+    pub fn namespaces(&self) -> Vec<String> {
+        vec![DEFAULT_NAMESPACE.to_string()]
     }
 
     /// Every object of a namespace, in creation order.

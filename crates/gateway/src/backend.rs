@@ -63,6 +63,7 @@ impl Gateway {
         }
         ReadContext {
             entries: self.database.entries(&session.namespace),
+            databases: self.database.namespaces(),
             snapshot: self.database.engine().published().snapshot,
             engine: self.database.engine().clone(),
             overlays,

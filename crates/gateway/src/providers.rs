@@ -42,6 +42,8 @@ pub type TableOverlay = BTreeMap<Vec<u8>, Option<Row>>;
 #[derive(Clone)]
 pub struct ReadContext {
     pub entries: Vec<CatalogEntry>,
+    /// Every namespace, which clients see as databases.
+    pub databases: Vec<String>,
     pub snapshot: Snapshot,
     pub engine: Engine,
     pub overlays: BTreeMap<ObjectId, TableOverlay>,
@@ -119,6 +121,10 @@ impl TableResolver for SnapshotResolver {
             primary_key: entry.primary_key.clone(),
         };
         Some(self.context.entries.iter().map(relation).collect())
+    }
+
+    fn databases(&self) -> Vec<String> {
+        self.context.databases.clone()
     }
 }
 

@@ -17,7 +17,12 @@
 //!   (`ARRAY(SELECT ...)` the text `{}`).
 //!   The select lists of such queries often use PostgreSQL-only machinery
 //!   (role-oid arrays, `pg_get_expr`, lateral `generate_series`) that there
-//!   is no point planning.
+//!   is no point planning;
+//! - the array-typed catalog columns RockStream always leaves NULL
+//!   (`system_catalog::NULL_ARRAY_COLUMNS`, read through an alias of a
+//!   catalog table): `unnest` of one has no rows, and `array_to_string` of
+//!   one (or of one concatenated with an empty array) is folded to its
+//!   value, NULL or the empty string.
 //!
 //! Only queries are rewritten, never the definition of a materialized view.
 
@@ -32,46 +37,58 @@ use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 
 use crate::column_names::expr_name;
-use crate::system_catalog::{is_empty_table, PG_CATALOG};
+use crate::system_catalog::{is_empty_table, is_pg_catalog_table, NULL_ARRAY_COLUMNS, PG_CATALOG};
 
 /// Rewrites `query` in place (see the module documentation).
 pub fn normalize_query(query: &mut Query) {
-    let _ = query.visit(&mut Normalizer);
+    let _ = query.visit(&mut Normalizer::default());
 }
 
-struct Normalizer;
+#[derive(Default)]
+struct Normalizer {
+    /// For each query being visited, outermost first: the names (aliases)
+    /// under which its FROM clause reads `pg_catalog` tables.
+    scope: Vec<Vec<String>>,
+}
 
 impl VisitorMut for Normalizer {
     type Break = ();
 
     fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
-        if replace_empty_selects(&mut query.body) {
+        if replace_empty_selects(&mut query.body, &self.scope) {
             // Zero rows need no order and no limit (whose expressions may
             // name columns of the tables just removed).
             query.order_by = None;
             query.limit_clause = None;
         }
+        self.scope.push(catalog_names(&query.body));
+        ControlFlow::Continue(())
+    }
+
+    fn post_visit_query(&mut self, _query: &mut Query) -> ControlFlow<()> {
+        self.scope.pop();
         ControlFlow::Continue(())
     }
 
     fn pre_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        let scope = &self.scope;
         let replacement = match expr {
-            Expr::Subquery(subquery) if yields_no_rows(subquery) => Some(null_text()),
-            Expr::Exists { subquery, negated } if yields_no_rows(subquery) => {
+            Expr::Subquery(subquery) if yields_no_rows(subquery, scope) => Some(null_text()),
+            Expr::Exists { subquery, negated } if yields_no_rows(subquery, scope) => {
                 Some(boolean(*negated))
             }
             Expr::InSubquery {
                 subquery, negated, ..
-            } if yields_no_rows(subquery) => Some(boolean(*negated)),
+            } if yields_no_rows(subquery, scope) => Some(boolean(*negated)),
             // `ARRAY(SELECT ...)` over no rows: the empty array, as text.
             Expr::Function(Function {
                 name,
                 args: FunctionArguments::Subquery(subquery),
                 ..
             }) if matches!(name_parts(name), Some((array, _)) if array == "array")
-                && yields_no_rows(subquery) =>
+                && yields_no_rows(subquery, scope) =>
             {
-                Some(Expr::value(Value::SingleQuotedString("{}".to_string())))
+                Some(empty_array())
             }
             _ => None,
         };
@@ -82,6 +99,10 @@ impl VisitorMut for Normalizer {
     }
 
     fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        if let Some(folded) = fold_array_to_string(expr, &self.scope) {
+            *expr = folded;
+            return ControlFlow::Continue(());
+        }
         match expr {
             // Function names resolve unqualified.
             Expr::Function(function) => {
@@ -126,6 +147,102 @@ impl VisitorMut for Normalizer {
         }
         ControlFlow::Continue(())
     }
+}
+
+/// The names under which a query's FROM clause reads `pg_catalog` tables:
+/// each one's alias, or its name when it has none.
+fn catalog_names(body: &SetExpr) -> Vec<String> {
+    let SetExpr::Select(select) = body else {
+        return Vec::new();
+    };
+    select
+        .from
+        .iter()
+        .flat_map(|item| {
+            std::iter::once(&item.relation).chain(item.joins.iter().map(|join| &join.relation))
+        })
+        .filter_map(|relation| match relation {
+            TableFactor::Table {
+                name,
+                alias,
+                args: None,
+                ..
+            } => match name_parts(name) {
+                Some((table, true)) if is_pg_catalog_table(&table) => Some(match alias {
+                    Some(alias) => alias.name.value.to_lowercase(),
+                    None => table,
+                }),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect()
+}
+
+/// What an array expression is known to be without planning it: one of the
+/// always-NULL catalog columns read through a catalog table's name in
+/// `scope`, the empty array (`'{}'`), or a concatenation of those.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KnownArray {
+    Null,
+    Empty,
+}
+
+fn known_array(expr: &Expr, scope: &[Vec<String>]) -> Option<KnownArray> {
+    match expr {
+        Expr::CompoundIdentifier(parts) => match parts.as_slice() {
+            [table, column]
+                if NULL_ARRAY_COLUMNS.contains(&column.value.as_str())
+                    && scope
+                        .iter()
+                        .flatten()
+                        .any(|name| *name == table.value.to_lowercase()) =>
+            {
+                Some(KnownArray::Null)
+            }
+            _ => None,
+        },
+        Expr::Value(value) if value.value == Value::SingleQuotedString("{}".to_string()) => {
+            Some(KnownArray::Empty)
+        }
+        Expr::Nested(inner) => known_array(inner, scope),
+        // Concatenating a NULL array yields the other operand.
+        Expr::BinaryOp {
+            left,
+            op: BinaryOperator::StringConcat,
+            right,
+        } => match (known_array(left, scope)?, known_array(right, scope)?) {
+            (KnownArray::Null, KnownArray::Null) => Some(KnownArray::Null),
+            _ => Some(KnownArray::Empty),
+        },
+        _ => None,
+    }
+}
+
+/// `array_to_string(A, ...)` of a [`KnownArray`]: NULL, or the empty string.
+fn fold_array_to_string(expr: &Expr, scope: &[Vec<String>]) -> Option<Expr> {
+    let Expr::Function(Function {
+        name,
+        args: FunctionArguments::List(list),
+        ..
+    }) = expr
+    else {
+        return None;
+    };
+    if !matches!(name_parts(name), Some((function, true)) if function == "array_to_string") {
+        return None;
+    }
+    let Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(array))) = list.args.first() else {
+        return None;
+    };
+    Some(match known_array(array, scope)? {
+        KnownArray::Null => null_text(),
+        KnownArray::Empty => Expr::value(Value::SingleQuotedString(String::new())),
+    })
+}
+
+fn empty_array() -> Expr {
+    Expr::value(Value::SingleQuotedString("{}".to_string()))
 }
 
 /// `OPERATOR(pg_catalog.op)` (or unqualified): the built-in `op`.
@@ -287,16 +404,16 @@ fn boolean(value: bool) -> Expr {
 
 /// Whether a subquery's value is that of no rows: a plain `SELECT` (no
 /// aggregate, which would make one row of no rows) over an empty table.
-fn yields_no_rows(query: &Query) -> bool {
-    matches!(query.body.as_ref(), SetExpr::Select(select) if select_is_empty(select))
+fn yields_no_rows(query: &Query, scope: &[Vec<String>]) -> bool {
+    matches!(query.body.as_ref(), SetExpr::Select(select) if select_is_empty(select, scope))
 }
 
 /// Replaces each `SELECT` of `body` that has no rows with a table-less one
 /// of the same columns; returns whether `body` as a whole has no rows.
-fn replace_empty_selects(body: &mut SetExpr) -> bool {
+fn replace_empty_selects(body: &mut SetExpr, scope: &[Vec<String>]) -> bool {
     match body {
         SetExpr::Select(select) => {
-            if !select_is_empty(select) {
+            if !select_is_empty(select, scope) {
                 return false;
             }
             match no_rows(&select.projection) {
@@ -310,8 +427,8 @@ fn replace_empty_selects(body: &mut SetExpr) -> bool {
         SetExpr::SetOperation {
             op, left, right, ..
         } => {
-            let left_empty = replace_empty_selects(left);
-            let right_empty = replace_empty_selects(right);
+            let left_empty = replace_empty_selects(left, scope);
+            let right_empty = replace_empty_selects(right, scope);
             match op {
                 SetOperator::Union => left_empty && right_empty,
                 SetOperator::Intersect => left_empty || right_empty,
@@ -319,7 +436,7 @@ fn replace_empty_selects(body: &mut SetExpr) -> bool {
             }
         }
         SetExpr::Query(query) => {
-            let empty = replace_empty_selects(&mut query.body);
+            let empty = replace_empty_selects(&mut query.body, scope);
             if empty {
                 query.order_by = None;
                 query.limit_clause = None;
@@ -331,15 +448,22 @@ fn replace_empty_selects(body: &mut SetExpr) -> bool {
 }
 
 /// Whether a `SELECT` has no rows because it inner-joins an empty catalog
-/// table; one that aggregates still has a row, and is left alone.
-fn select_is_empty(select: &datafusion::sql::sqlparser::ast::Select) -> bool {
+/// table; one that aggregates still has a row, and is left alone. `scope`
+/// names the catalog tables of the queries around it.
+fn select_is_empty(
+    select: &datafusion::sql::sqlparser::ast::Select,
+    scope: &[Vec<String>],
+) -> bool {
     let grouped = !matches!(
         &select.group_by,
         datafusion::sql::sqlparser::ast::GroupByExpr::Expressions(expressions, _)
             if expressions.is_empty()
     );
     // The FROM check first: it is cheap, and false for almost every query.
-    select.from.iter().any(joins_empty_table)
+    select
+        .from
+        .iter()
+        .any(|item| joins_empty_table(item, scope))
         && !grouped
         && select.having.is_none()
         && !aggregates(&select.projection)
@@ -348,7 +472,7 @@ fn select_is_empty(select: &datafusion::sql::sqlparser::ast::Select) -> bool {
 /// Whether a FROM item's rows all come from an empty table: the first
 /// relation unless a later join preserves the other side (RIGHT or FULL),
 /// or an inner-joined one under the same condition.
-fn joins_empty_table(item: &TableWithJoins) -> bool {
+fn joins_empty_table(item: &TableWithJoins, scope: &[Vec<String>]) -> bool {
     let preserves_right = |operator: &JoinOperator| {
         matches!(
             operator,
@@ -361,7 +485,7 @@ fn joins_empty_table(item: &TableWithJoins) -> bool {
             JoinOperator::Join(_) | JoinOperator::Inner(_) | JoinOperator::CrossJoin(_)
         )
     };
-    if is_empty_relation(&item.relation)
+    if is_empty_relation(&item.relation, scope)
         && !item
             .joins
             .iter()
@@ -371,18 +495,35 @@ fn joins_empty_table(item: &TableWithJoins) -> bool {
     }
     item.joins.iter().enumerate().any(|(index, join)| {
         inner(&join.join_operator)
-            && is_empty_relation(&join.relation)
+            && is_empty_relation(&join.relation, scope)
             && !item.joins[index + 1..]
                 .iter()
                 .any(|later| preserves_right(&later.join_operator))
     })
 }
 
-fn is_empty_relation(relation: &TableFactor) -> bool {
+/// An always-empty catalog table, or `unnest` of an always-NULL catalog
+/// array.
+fn is_empty_relation(relation: &TableFactor, scope: &[Vec<String>]) -> bool {
     match relation {
         TableFactor::Table {
             name, args: None, ..
         } => matches!(name_parts(name), Some((table, true)) if is_empty_table(&table)),
+        TableFactor::Table {
+            name,
+            args: Some(arguments),
+            ..
+        } => {
+            matches!(name_parts(name), Some((function, true)) if function == "unnest")
+                && matches!(
+                    arguments.args.as_slice(),
+                    [FunctionArg::Unnamed(FunctionArgExpr::Expr(array))]
+                        if known_array(array, scope) == Some(KnownArray::Null)
+                )
+        }
+        TableFactor::UNNEST { array_exprs, .. } => {
+            matches!(array_exprs.as_slice(), [array] if known_array(array, scope) == Some(KnownArray::Null))
+        }
         _ => false,
     }
 }
@@ -546,6 +687,34 @@ mod tests {
             ),
             "SELECT CAST(NULL AS TEXT), false, true, '{}' FROM pg_attribute a"
         );
+    }
+
+    #[test]
+    fn always_null_catalog_arrays_fold() {
+        // psql's `\d+ NAME`: the options of a relation and of its TOAST table.
+        assert_eq!(
+            normalized(
+                "SELECT pg_catalog.array_to_string(c.reloptions || array(select 'toast.' || x \
+                 from pg_catalog.unnest(tc.reloptions) x), ', ') FROM pg_catalog.pg_class c \
+                 LEFT JOIN pg_catalog.pg_class tc ON (c.reltoastrelid = tc.oid)"
+            ),
+            "SELECT '' FROM pg_catalog.pg_class c \
+             LEFT JOIN pg_catalog.pg_class tc ON (c.reltoastrelid = tc.oid)"
+        );
+        // psql's `\l`.
+        assert_eq!(
+            normalized("SELECT array_to_string(d.datacl, E'\\n') FROM pg_database d"),
+            "SELECT CAST(NULL AS TEXT) FROM pg_database d"
+        );
+        // The same column names of a user's table are planned as written.
+        for sql in [
+            "SELECT array_to_string(t.reloptions, ',') FROM t",
+            "SELECT array_to_string(reloptions, ',') FROM pg_class",
+            "SELECT x FROM pg_class c, UNNEST(t.datacl) x",
+            "SELECT ARRAY(SELECT x FROM pg_catalog.unnest(t.relacl) x) FROM t",
+        ] {
+            assert_eq!(normalized(sql), sql);
+        }
     }
 
     #[test]

@@ -29,6 +29,11 @@ pub trait TableResolver: Send + Sync + std::fmt::Debug {
     fn relations(&self) -> Option<Vec<RelationInfo>> {
         None
     }
+
+    /// The databases a client may connect to, for `pg_catalog.pg_database`.
+    fn databases(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// A DataFusion session whose `public` schema is the given resolver.
@@ -95,10 +100,7 @@ impl SchemaProvider for ResolverSchema {
             return Ok(table);
         }
         // PostgreSQL searches pg_catalog before any schema of the path.
-        match self.resolver.relations() {
-            Some(relations) => system_table(PG_CATALOG, name, &relations),
-            None => Ok(None),
-        }
+        system_table(PG_CATALOG, name, self.resolver.as_ref())
     }
 
     fn table_exist(&self, name: &str) -> bool {

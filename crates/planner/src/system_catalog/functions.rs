@@ -1,10 +1,12 @@
 //! The catalog functions clients call: `pg_get_userbyid`,
 //! `pg_table_is_visible`, `format_type`, `pg_get_indexdef`,
 //! `pg_get_constraintdef`, `pg_get_viewdef`, `pg_get_expr`,
-//! `col_description`, `obj_description`, `pg_size_pretty` and the relation
-//! size functions, and the `regclass`, `regtype` and `regnamespace`
-//! conversions that [`crate::pg_compat`] plans casts to those types as
-//! (which also drops the `pg_catalog.` of a qualified function name).
+//! `col_description`, `obj_description`, `shobj_description`,
+//! `pg_size_pretty`, `pg_encoding_to_char`, `has_database_privilege` (and
+//! for schemas and tables), the relation and database size functions, and
+//! the `regclass`, `regtype` and `regnamespace` conversions that
+//! [`crate::pg_compat`] plans casts to those types as (which also drops the
+//! `pg_catalog.` of a qualified function name).
 
 use std::sync::{Arc, LazyLock};
 
@@ -19,7 +21,7 @@ use datafusion::logical_expr::{
 use rockstream_types::{codes, RsError};
 
 use super::types::{format_type, type_name, type_oid};
-use super::{RelationInfo, RelationKind, OWNER, PG_CATALOG_OID, PUBLIC_OID, SCHEMA};
+use super::{RelationInfo, RelationKind, OWNER, PG_CATALOG_OID, PUBLIC_OID, SCHEMA, UTF8_ENCODING};
 use crate::resolver::TableResolver;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -28,6 +30,9 @@ enum Function {
     UserById,
     /// `pg_table_is_visible(oid)`: `public` is always on the search path.
     TableIsVisible,
+    /// `has_database_privilege` and friends: the one user holds every
+    /// privilege (authentication is off).
+    Granted(&'static str),
     FormatType,
     /// `x::regclass`: a relation's name from its oid, or its oid from its
     /// name; `regtype` and `regnamespace` likewise for types and schemas.
@@ -39,11 +44,14 @@ enum Function {
     ViewDef,
     /// `pg_size_pretty(bytes)`, as PostgreSQL rounds and names units.
     SizePretty,
+    /// `pg_encoding_to_char(encoding)`: an encoding's name from its number.
+    EncodingToChar,
     /// What RockStream does not keep: expression trees (defaults,
     /// partition bounds, policies) for `pg_get_expr`, comments for
-    /// `col_description` and `obj_description`, and per-relation sizes
-    /// (state is spread over a shard's LSM tree) for `pg_table_size` and
-    /// friends. Always NULL, which psql shows as blank.
+    /// `col_description`, `obj_description` and `shobj_description`, and
+    /// sizes (state is spread over a shard's LSM tree) for `pg_table_size`,
+    /// `pg_database_size` and friends. Always NULL, which psql shows as
+    /// blank.
     Nothing(&'static str),
 }
 
@@ -52,6 +60,7 @@ impl Function {
         match self {
             Function::UserById => "pg_get_userbyid",
             Function::TableIsVisible => "pg_table_is_visible",
+            Function::Granted(name) => name,
             Function::FormatType => "format_type",
             Function::RegClass => "regclass",
             Function::RegType => "regtype",
@@ -60,6 +69,7 @@ impl Function {
             Function::ConstraintDef => "pg_get_constraintdef",
             Function::ViewDef => "pg_get_viewdef",
             Function::SizePretty => "pg_size_pretty",
+            Function::EncodingToChar => "pg_encoding_to_char",
             Function::Nothing(name) => name,
         }
     }
@@ -119,7 +129,13 @@ pub(crate) static CATALOG_FUNCTIONS: LazyLock<Vec<ScalarUDF>> = LazyLock::new(||
         Function::Nothing("pg_relation_size"),
         Function::Nothing("pg_total_relation_size"),
         Function::Nothing("pg_indexes_size"),
+        Function::Nothing("pg_database_size"),
+        Function::Nothing("shobj_description"),
+        Function::Granted("has_database_privilege"),
+        Function::Granted("has_schema_privilege"),
+        Function::Granted("has_table_privilege"),
         Function::SizePretty,
+        Function::EncodingToChar,
     ]
     .into_iter()
     .map(|function| udf(function, None))
@@ -157,7 +173,7 @@ impl ScalarUDFImpl for CatalogFunction {
 
     fn return_type(&self, arguments: &[DataType]) -> DataFusionResult<DataType> {
         Ok(match self.function {
-            Function::TableIsVisible => DataType::Boolean,
+            Function::TableIsVisible | Function::Granted(_) => DataType::Boolean,
             // A name converts to an oid.
             Function::RegClass | Function::RegType | Function::RegNamespace
                 if arguments.first().is_some_and(is_text) =>
@@ -182,7 +198,7 @@ impl ScalarUDFImpl for CatalogFunction {
         };
         let first = first.to_array(rows)?;
         let result: ArrayRef = match self.function {
-            Function::TableIsVisible => {
+            Function::TableIsVisible | Function::Granted(_) => {
                 let visible = ScalarValue::Boolean(Some(true));
                 return Ok(ColumnarValue::Scalar(visible));
             }
@@ -270,6 +286,14 @@ impl CatalogFunction {
         match self.function {
             Function::FormatType => Some(format_type(oid, modifier)),
             Function::SizePretty => Some(size_pretty(oid)),
+            // PostgreSQL answers an unknown number with the empty string.
+            Function::EncodingToChar => Some(
+                match oid {
+                    UTF8_ENCODING => "UTF8",
+                    _ => "",
+                }
+                .to_string(),
+            ),
             Function::RegClass => Some(
                 relation(oid)
                     .map(|relation| relation.name.clone())
@@ -299,7 +323,10 @@ impl CatalogFunction {
             Function::ViewDef => relation(oid)
                 .filter(|relation| relation.kind != RelationKind::Table)
                 .and_then(|relation| relation.definition.clone()),
-            Function::UserById | Function::TableIsVisible | Function::Nothing(_) => None,
+            Function::UserById
+            | Function::TableIsVisible
+            | Function::Granted(_)
+            | Function::Nothing(_) => None,
         }
     }
 

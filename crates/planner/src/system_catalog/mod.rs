@@ -2,7 +2,7 @@
 //! describe what a database holds: `pg_catalog.pg_tables`, `pg_views`,
 //! `pg_matviews`, `pg_class` (relations and their primary-key indexes),
 //! `pg_attribute`, `pg_index`, `pg_constraint`, `pg_type`, `pg_namespace`,
-//! `pg_am`, the always-empty tables of [`empty`], `information_schema.tables`
+//! `pg_am`, `pg_roles`, `pg_database`, `pg_tablespace`, the always-empty tables of [`empty`], `information_schema.tables`
 //! and `columns`, and the functions psql's `\d` family calls
 //! ([`functions`]). Each table is built, when a query names it, from the
 //! relations the caller's [`TableResolver`] describes; every relation lives
@@ -99,7 +99,7 @@ pub(crate) const INFORMATION_SCHEMA: &str = "information_schema";
 const SCHEMA: &str = "public";
 /// The owner every relation reports: authentication is off.
 const OWNER: &str = "rockstream";
-const PG_CATALOG_TABLES: [&str; 11] = [
+const PG_CATALOG_TABLES: [&str; 13] = [
     "pg_tables",
     "pg_views",
     "pg_matviews",
@@ -111,13 +111,26 @@ const PG_CATALOG_TABLES: [&str; 11] = [
     "pg_namespace",
     "pg_am",
     "pg_roles",
+    "pg_database",
+    "pg_tablespace",
 ];
+/// Catalog columns of an array type (options, access-control lists) that
+/// RockStream always leaves NULL: it keeps no storage options and grants
+/// every privilege to its one user. `crate::pg_compat` folds the array
+/// functions psql applies to them.
+pub(crate) const NULL_ARRAY_COLUMNS: [&str; 3] = ["reloptions", "relacl", "datacl"];
+/// PostgreSQL's number for the UTF8 encoding, the only one RockStream uses.
+pub(crate) const UTF8_ENCODING: i64 = 6;
+/// Databases are numbered from the oid of PostgreSQL's `postgres` database.
+const FIRST_DATABASE_OID: i64 = 5;
 /// PostgreSQL's fixed object ids of what we report.
 const PUBLIC_OID: i64 = 2200;
 const PG_CATALOG_OID: i64 = 11;
 const OWNER_OID: i64 = 10;
 const HEAP_AM_OID: i64 = 2;
 const BTREE_AM_OID: i64 = 403;
+const DEFAULT_TABLESPACE_OID: i64 = 1663;
+const GLOBAL_TABLESPACE_OID: i64 = 1664;
 /// Relations are numbered from PostgreSQL's first user object id.
 const FIRST_RELATION_OID: i64 = 16384;
 const INFORMATION_SCHEMA_TABLES: [&str; 2] = ["tables", "columns"];
@@ -144,10 +157,7 @@ impl SchemaProvider for SystemSchema {
     }
 
     async fn table(&self, name: &str) -> DataFusionResult<Option<Arc<dyn TableProvider>>> {
-        let Some(relations) = self.resolver.relations() else {
-            return Ok(None);
-        };
-        system_table(self.schema, name, &relations)
+        system_table(self.schema, name, self.resolver.as_ref())
     }
 
     fn table_exist(&self, name: &str) -> bool {
@@ -159,12 +169,17 @@ impl SchemaProvider for SystemSchema {
     }
 }
 
-/// `schema.name` built over `relations`; `None` when there is no such table.
+/// `schema.name` built over what `resolver` describes; `None` when there is
+/// no such table, or no system catalog.
 pub(crate) fn system_table(
     schema: &str,
     name: &str,
-    relations: &[RelationInfo],
+    resolver: &dyn TableResolver,
 ) -> DataFusionResult<Option<Arc<dyn TableProvider>>> {
+    let Some(relations) = resolver.relations() else {
+        return Ok(None);
+    };
+    let relations = relations.as_slice();
     let batch = match (schema, name) {
         (PG_CATALOG, "pg_tables") => tables::pg_tables(relations),
         (PG_CATALOG, "pg_views") => tables::pg_views(relations, RelationKind::View),
@@ -213,6 +228,23 @@ pub(crate) fn system_table(
             ("rolconnlimit", Arc::new(Int64Array::from(vec![-1]))),
             ("rolvaliduntil", text([None])),
         ]),
+        (PG_CATALOG, "pg_database") => pg_database(&resolver.databases()),
+        (PG_CATALOG, "pg_tablespace") => batch(vec![
+            (
+                "oid",
+                Arc::new(Int64Array::from(vec![
+                    DEFAULT_TABLESPACE_OID,
+                    GLOBAL_TABLESPACE_OID,
+                ])),
+            ),
+            (
+                "spcname",
+                text(["pg_default", "pg_global"].map(|name| Some(name.to_string()))),
+            ),
+            ("spcowner", Arc::new(Int64Array::from(vec![OWNER_OID; 2]))),
+            ("spcacl", text([None, None])),
+            ("spcoptions", text([None, None])),
+        ]),
         (PG_CATALOG, name) if is_empty_table(name) => empty::empty_table(name).ok_or_else(|| {
             datafusion::error::DataFusionError::Internal(format!("no table {name}"))
         }),
@@ -222,6 +254,34 @@ pub(crate) fn system_table(
     }?;
     let table = MemTable::try_new(batch.schema(), vec![vec![batch]])?;
     Ok(Some(Arc::new(table)))
+}
+
+/// `pg_database`: each database (a RockStream namespace), UTF8 with the C
+/// collation, owned by the one user.
+fn pg_database(databases: &[String]) -> DataFusionResult<RecordBatch> {
+    let count = databases.len();
+    let numbers = |value: i64| -> ArrayRef { Arc::new(Int64Array::from(vec![value; count])) };
+    batch(vec![
+        (
+            "oid",
+            Arc::new(Int64Array::from_iter_values(
+                (FIRST_DATABASE_OID..).take(count),
+            )),
+        ),
+        ("datname", text(databases.iter().cloned().map(Some))),
+        ("datdba", numbers(OWNER_OID)),
+        ("encoding", numbers(UTF8_ENCODING)),
+        ("datlocprovider", repeated("c", count)),
+        ("datistemplate", flags(false, count)),
+        ("datallowconn", flags(true, count)),
+        ("datconnlimit", numbers(-1)),
+        ("dattablespace", numbers(DEFAULT_TABLESPACE_OID)),
+        ("datcollate", repeated("C", count)),
+        ("datctype", repeated("C", count)),
+        ("daticulocale", text(vec![None; count])),
+        ("datcollversion", text(vec![None; count])),
+        ("datacl", text(vec![None; count])),
+    ])
 }
 
 /// Whether an unqualified `name` is a `pg_catalog` table.

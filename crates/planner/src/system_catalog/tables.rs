@@ -7,7 +7,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::{BooleanArray, Int32Array, Int64Array, RecordBatch};
 use datafusion::error::Result as DataFusionResult;
 
-use super::types::{type_identity, type_length};
+use super::types::{type_identity, type_storage};
 use super::{
     batch, flags, repeated, text, ColumnInfo, RelationInfo, RelationKind, BTREE_AM_OID,
     HEAP_AM_OID, OWNER, OWNER_OID, PUBLIC_OID, SCHEMA,
@@ -128,13 +128,21 @@ pub(crate) fn pg_class(relations: &[RelationInfo]) -> DataFusionResult<RecordBat
         ("relispartition", flags(false, count)),
         (
             "relreplident",
-            text(
-                rows.iter()
-                    .map(|row| Some(if kind(row) == "r" { "d" } else { "n" }.to_string())),
-            ),
+            text(rows.iter().map(|row| {
+                Some(
+                    if matches!(kind(row), "r" | "m") {
+                        "d"
+                    } else {
+                        "n"
+                    }
+                    .to_string(),
+                )
+            })),
         ),
         ("reloftype", oids(vec![0; count])),
         ("relpartbound", text(vec![None; count])),
+        ("reloptions", text(vec![None; count])),
+        ("relacl", text(vec![None; count])),
     ])
 }
 
@@ -193,10 +201,11 @@ pub(crate) fn pg_attribute(relations: &[RelationInfo]) -> DataFusionResult<Recor
         ("attcollation", oids(vec![0; count])),
         (
             "attstorage",
-            text(types.iter().map(|(oid, _)| {
-                let fixed = type_length(*oid) > 0;
-                Some(if fixed { "p" } else { "x" }.to_string())
-            })),
+            text(
+                types
+                    .iter()
+                    .map(|(oid, _)| Some(type_storage(*oid).to_string())),
+            ),
         ),
         ("attcompression", repeated("", count)),
         ("attstattarget", oids(vec![-1; count])),

@@ -89,6 +89,17 @@ pub(crate) fn type_length(oid: i64) -> i64 {
         .map_or(0, |(_, _, _, length, _)| *length)
 }
 
+/// A type's storage strategy as PostgreSQL names it: `p` (plain) for
+/// fixed-length types, `m` (main: compressed, kept inline) for `numeric`,
+/// `x` (extended) for the other variable-length ones.
+pub(crate) fn type_storage(oid: i64) -> &'static str {
+    match (oid, type_length(oid)) {
+        (NUMERIC_OID, _) => "m",
+        (_, length) if length > 0 => "p",
+        _ => "x",
+    }
+}
+
 /// The `typname` of a type oid (what `oid::regtype` shows), if known.
 pub(crate) fn type_name(oid: i64) -> Option<&'static str> {
     TYPES
@@ -134,6 +145,14 @@ pub(crate) fn pg_type() -> DataFusionResult<RecordBatch> {
             ),
         ),
         ("typtype", text(TYPES.iter().map(|_| Some("b".to_string())))),
+        (
+            "typstorage",
+            text(
+                TYPES
+                    .iter()
+                    .map(|entry| Some(type_storage(entry.0).to_string())),
+            ),
+        ),
         ("typrelid", Arc::new(Int64Array::from(vec![0; count]))),
         ("typelem", Arc::new(Int64Array::from(vec![0; count]))),
         ("typbasetype", Arc::new(Int64Array::from(vec![0; count]))),

@@ -1,8 +1,10 @@
 //! Goal: psql's describe commands show RockStream's relations as they show PostgreSQL's. Method:
 //! the same schema on a server and on the oracle, then the real `psql` client (installed with
-//! the oracle) runs `\d NAME` against both (nine catalog queries each, with `OPERATOR(...)`,
-//! `COLLATE`, `regclass` casts and catalog tables RockStream leaves empty); the printed text must
-//! be the same.
+//! the oracle) runs `\d NAME` and, for tables, `\d+ NAME` against both (nine catalog queries
+//! each, with `OPERATOR(...)`, `COLLATE`, `regclass` casts, array functions over catalog columns
+//! and catalog tables RockStream leaves empty); the printed text must be the same. (`\d+` of a
+//! view prints its definition, which PostgreSQL reformats; the oracle's own databases differ from
+//! ours, so `\l` is checked against the one line RockStream must print.)
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -100,15 +102,47 @@ async fn psql_describes_relations_as_postgresql_does() {
         );
         assert!(!setup.contains("ERROR"), "schema failed: {setup}");
     }
-    let commands: Vec<String> = DESCRIBED.iter().map(|name| format!("\\d {name}")).collect();
+    let tables = &DESCRIBED[..4];
+    let commands: Vec<String> = DESCRIBED
+        .iter()
+        .map(|name| format!("\\d {name}"))
+        .chain(tables.iter().map(|name| format!("\\d+ {name}")))
+        .collect();
     let ours = run_psql(&server.config(), &commands);
     let theirs = run_psql(oracle.config(), &commands);
     assert!(
-        theirs.contains("Table \"public.pairs\"") && theirs.contains("no_such_relation"),
+        theirs.contains("Table \"public.pairs\"")
+            && theirs.contains("no_such_relation")
+            && theirs.contains("Access method: heap"),
         "the oracle's output is not what this test expects:\n{theirs}"
     );
     assert_eq!(
         ours, theirs,
         "psql prints RockStream (left) differently from PostgreSQL (right)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn psql_lists_the_default_database() {
+    let server = TestServer::start().await;
+    let listed = run_psql(&server.config(), &["\\l".to_string()]);
+    let row = listed
+        .lines()
+        .find(|line| line.trim_start().starts_with("default "))
+        .unwrap_or_else(|| panic!("no row for database default in:\n{listed}"));
+    let fields: Vec<&str> = row.split('|').map(str::trim).collect();
+    assert_eq!(
+        fields,
+        ["default", "rockstream", "UTF8", "C", "C", "", "libc", ""],
+        "\\l printed:\n{listed}"
+    );
+    assert!(listed.contains("(1 row)"), "\\l printed:\n{listed}");
+    // `\\l+` adds the size (none kept), the tablespace and a description.
+    let verbose = run_psql(&server.config(), &["\\l+".to_string()]);
+    assert!(
+        verbose
+            .lines()
+            .any(|line| line.starts_with(" default ") && line.contains("| pg_default |")),
+        "\\l+ printed:\n{verbose}"
     );
 }
