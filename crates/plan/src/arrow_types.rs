@@ -113,6 +113,15 @@ pub fn datafusion_error(error: DataFusionError) -> RsError {
         {
             RsError::new(&codes::DIVISION_BY_ZERO, "division by zero")
         }
+        // An uncorrelated scalar subquery with many rows, as PostgreSQL says it.
+        DataFusionError::Execution(message)
+            if message.contains("Scalar subquery returned more than one row") =>
+        {
+            RsError::new(
+                &codes::SUBQUERY_MORE_THAN_ONE_ROW,
+                "more than one row returned by a subquery used as an expression",
+            )
+        }
         DataFusionError::Execution(message) => RsError::new(&codes::EXECUTION_ERROR, message),
         DataFusionError::Plan(message) => RsError::new(&codes::PLAN_ERROR, message),
         DataFusionError::SchemaError(error, _) => {

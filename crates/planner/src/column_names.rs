@@ -2,8 +2,8 @@
 //!
 //! DataFusion names an unaliased expression by its text (`sum(o.amount)`);
 //! PostgreSQL uses the column name for a column reference, the function name
-//! for a function call, the target type for a bare cast, and `?column?`
-//! otherwise. Names are taken from the first branch of a set operation.
+//! for a function call, the target type for a bare cast, a scalar
+//! subquery's own column name, and `?column?` otherwise. Names are taken from the first branch of a set operation.
 
 use datafusion::sql::sqlparser::ast::{Expr, Query, SelectItem, SetExpr};
 
@@ -63,6 +63,10 @@ pub(crate) fn expr_name(expr: &Expr) -> String {
             _ => pg_type_name(&data_type.to_string()),
         },
         Expr::Nested(inner) => expr_name(inner),
+        Expr::Subquery(query) => pg_column_names(query)
+            .and_then(|names| names.into_iter().next())
+            .unwrap_or_else(|| "?column?".to_string()),
+        Expr::Exists { .. } => "exists".to_string(),
         Expr::Case { .. } => "case".to_string(),
         Expr::Extract { .. } => "extract".to_string(),
         Expr::Substring { .. } => "substring".to_string(),
@@ -121,6 +125,16 @@ mod tests {
             Some(vec!["region", "count", "revenue", "?column?", "int4", "x", "Mixed"].into_iter().map(String::from).collect())
         );
         assert_eq!(names("SELECT * FROM t"), None);
+        assert_eq!(
+            names(
+                "SELECT (SELECT c.name FROM c), (SELECT max(x) AS top FROM c), EXISTS (SELECT 1)"
+            ),
+            Some(vec![
+                "name".to_string(),
+                "top".to_string(),
+                "exists".to_string()
+            ])
+        );
         assert_eq!(
             names("SELECT a FROM t UNION SELECT b FROM u"),
             Some(vec!["a".to_string()])

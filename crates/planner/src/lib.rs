@@ -13,6 +13,7 @@ mod pg_aggregates;
 mod pg_compat;
 mod pg_intervals;
 mod resolver;
+mod scalar_subquery;
 mod set_operations;
 mod system_catalog;
 mod translate;

@@ -22,7 +22,11 @@
 //!   (`system_catalog::NULL_ARRAY_COLUMNS`, read through an alias of a
 //!   catalog table): `unnest` of one has no rows, and `array_to_string` of
 //!   one (or of one concatenated with an empty array) is folded to its
-//!   value, NULL or the empty string.
+//!   value, NULL or the empty string;
+//! - a scalar subquery that does not aggregate, which DataFusion plans only
+//!   when uncorrelated, aggregates with the functions of
+//!   [`crate::scalar_subquery`], keeping PostgreSQL's meaning (NULL for no
+//!   row, an error for more than one).
 //!
 //! Only queries are rewritten, never the definition of a materialized view.
 
@@ -37,6 +41,7 @@ use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 
 use crate::column_names::expr_name;
+use crate::scalar_subquery::{ROWS_FUNCTION, VALUE_FUNCTION};
 use crate::system_catalog::{is_empty_table, is_pg_catalog_table, NULL_ARRAY_COLUMNS, PG_CATALOG};
 
 /// Rewrites `query` in place (see the module documentation).
@@ -104,6 +109,20 @@ impl VisitorMut for Normalizer {
             return ControlFlow::Continue(());
         }
         match expr {
+            Expr::Subquery(subquery) if returns_rows_as_they_are(subquery) => {
+                if let SetExpr::Select(select) = subquery.body.as_mut() {
+                    for item in &mut select.projection {
+                        if let SelectItem::UnnamedExpr(value)
+                        | SelectItem::ExprWithAlias { expr: value, .. } = item
+                        {
+                            let inner = std::mem::replace(value, Expr::value(Value::Null));
+                            *value = function_call(ROWS_FUNCTION, inner);
+                        }
+                    }
+                }
+                let subquery = std::mem::replace(expr, Expr::value(Value::Null));
+                *expr = function_call(VALUE_FUNCTION, subquery);
+            }
             // Function names resolve unqualified.
             Expr::Function(function) => {
                 if let Some((_, true)) = name_parts(&function.name) {
@@ -147,6 +166,47 @@ impl VisitorMut for Normalizer {
         }
         ControlFlow::Continue(())
     }
+}
+
+/// Whether a scalar subquery returns its rows as its FROM clause finds them:
+/// one output column, no aggregate, grouping, window, `DISTINCT`, order or
+/// limit. Such a subquery may find several rows for an outer row, which
+/// DataFusion does not plan when it is correlated (see
+/// [`crate::scalar_subquery`]).
+fn returns_rows_as_they_are(query: &Query) -> bool {
+    let SetExpr::Select(select) = query.body.as_ref() else {
+        return false;
+    };
+    let grouped = !matches!(
+        &select.group_by,
+        datafusion::sql::sqlparser::ast::GroupByExpr::Expressions(expressions, _)
+            if expressions.is_empty()
+    );
+    query.with.is_none()
+        && query.order_by.is_none()
+        && query.limit_clause.is_none()
+        && query.fetch.is_none()
+        && !select.from.is_empty()
+        && select.distinct.is_none()
+        && !grouped
+        && select.having.is_none()
+        && select.qualify.is_none()
+        && matches!(
+            select.projection.as_slice(),
+            [SelectItem::UnnamedExpr(_) | SelectItem::ExprWithAlias { .. }]
+        )
+        && !aggregates(&select.projection)
+        && !windows(&select.projection)
+}
+
+/// Whether a select list calls a window function (outside any subquery).
+fn windows(projection: &[SelectItem]) -> bool {
+    let mut found = false;
+    let _ = datafusion::sql::sqlparser::ast::visit_expressions(&projection.to_vec(), |expr| {
+        found |= matches!(expr, Expr::Function(Function { over: Some(_), .. }));
+        ControlFlow::<()>::Continue(())
+    });
+    found
 }
 
 /// The names under which a query's FROM clause reads `pg_catalog` tables:
@@ -712,6 +772,25 @@ mod tests {
             "SELECT array_to_string(reloptions, ',') FROM pg_class",
             "SELECT x FROM pg_class c, UNNEST(t.datacl) x",
             "SELECT ARRAY(SELECT x FROM pg_catalog.unnest(t.relacl) x) FROM t",
+        ] {
+            assert_eq!(normalized(sql), sql);
+        }
+    }
+
+    #[test]
+    fn scalar_subqueries_that_do_not_aggregate_count_their_rows() {
+        assert_eq!(
+            normalized("SELECT (SELECT c.name AS who FROM c WHERE c.id = o.cid) FROM o"),
+            "SELECT rs_subquery_value((SELECT rs_subquery_rows(c.name) AS who FROM c WHERE c.id = o.cid)) FROM o"
+        );
+        for sql in [
+            "SELECT (SELECT max(c.name) FROM c WHERE c.id = o.cid) FROM o",
+            "SELECT (SELECT c.name FROM c WHERE c.id = o.cid ORDER BY 1 LIMIT 1) FROM o",
+            "SELECT (SELECT DISTINCT c.name FROM c WHERE c.id = o.cid) FROM o",
+            "SELECT (SELECT c.name FROM c GROUP BY c.name) FROM o",
+            "SELECT (SELECT row_number() OVER () FROM c) FROM o",
+            "SELECT (SELECT 1) FROM o",
+            "SELECT x FROM o WHERE EXISTS (SELECT c.name FROM c WHERE c.id = o.cid)",
         ] {
             assert_eq!(normalized(sql), sql);
         }

@@ -62,6 +62,8 @@ pub fn new_context(resolver: Arc<dyn TableResolver>) -> SessionContext {
     for function in CATALOG_FUNCTIONS.iter() {
         context.register_udf(function.clone());
     }
+    context.register_udaf(crate::scalar_subquery::SUBQUERY_ROWS.clone());
+    context.register_udf(crate::scalar_subquery::SUBQUERY_VALUE.clone());
     for function in catalog_functions(resolver.clone()) {
         context.register_udf(function);
     }

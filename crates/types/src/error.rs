@@ -82,6 +82,8 @@ pub mod codes {
             "Use READ COMMITTED (the default): each statement sees every commit acknowledged before it started.");
         DIVISION_BY_ZERO = (2029, "sql.division_by_zero", "22012",
             "Guard the divisor, e.g. NULLIF(divisor, 0).");
+        SUBQUERY_MORE_THAN_ONE_ROW = (2031, "sql.subquery_more_than_one_row", "21000",
+            "Make the subquery single out one row (a condition on a key), aggregate it (e.g. MIN(...)), or add LIMIT 1.");
         // Direct-write transactions: 2200–2299.
         UNIQUE_VIOLATION = (2201, "write.unique_violation", "23505",
             "A row with this primary key already exists: UPDATE it, or DELETE it first.");
