@@ -10,7 +10,9 @@ use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 use rockstream_control::ObjectKind;
 use rockstream_pgwire::{Backend, CopyTarget, Described, StatementResult};
-use rockstream_planner::{new_context, normalize_query, pg_column_names};
+use rockstream_planner::{
+    new_context, normalize_interval_literals, normalize_query, pg_column_names,
+};
 use rockstream_types::{codes, RsError, RsResult};
 
 use crate::backend::{renamed_schema, Gateway};
@@ -18,9 +20,13 @@ use crate::dml::{self, query_error};
 use crate::providers::SnapshotResolver;
 use crate::session::GatewaySession;
 
+/// The statements of `sql`, with interval literals in the forms DataFusion
+/// reads ([`normalize_interval_literals`]).
 pub(crate) fn parse(sql: &str) -> RsResult<Vec<Statement>> {
-    Parser::parse_sql(&PostgreSqlDialect {}, sql)
-        .map_err(|error| RsError::new(&codes::SYNTAX_ERROR, error.to_string()))
+    let mut statements = Parser::parse_sql(&PostgreSqlDialect {}, sql)
+        .map_err(|error| RsError::new(&codes::SYNTAX_ERROR, error.to_string()))?;
+    normalize_interval_literals(&mut statements);
+    Ok(statements)
 }
 
 /// Replaces `$n` placeholders with typed literals.
@@ -201,6 +207,7 @@ impl Backend for Gateway {
         };
         if let Some(described) = described {
             bind_parameters(statement, params, &described.parameter_types)?;
+            normalize_interval_literals(statement);
         }
         self.execute_statement(session, statement).await
     }

@@ -9,6 +9,7 @@
 //! form with `RS-2001`.
 
 mod column_names;
+mod interval_literals;
 mod pg_aggregates;
 mod pg_compat;
 mod pg_intervals;
@@ -19,6 +20,7 @@ mod system_catalog;
 mod translate;
 
 pub use column_names::pg_column_names;
+pub use interval_literals::normalize_interval_literals;
 pub use pg_compat::normalize_query;
 pub use resolver::{new_context, SchemaOnlyTable, TableResolver};
 pub use set_operations::uses_bag_set_operation;
