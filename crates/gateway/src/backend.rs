@@ -10,7 +10,7 @@ use datafusion::arrow::datatypes::{
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::sql::sqlparser::ast::{
     CopyOption, CopySource, CopyTarget as SqlCopyTarget, Expr as SqlExpr, FromTable, ObjectType,
-    Statement, TableFactor, TableObject, TransactionIsolationLevel, TransactionMode,
+    Set, Statement, TableFactor, TableObject, TransactionIsolationLevel, TransactionMode,
 };
 use rockstream_common::Runtime;
 use rockstream_control::{CatalogEntry, Database, ObjectKind};
@@ -23,7 +23,7 @@ use rockstream_types::{codes, RsError, RsResult};
 use crate::ddl::table_columns;
 use crate::dml::{self, query_error};
 use crate::providers::{ReadContext, SnapshotResolver, ROW_KEY_COLUMN};
-use crate::session::{GatewaySession, Transaction};
+use crate::session::{GatewaySession, Isolation, Transaction};
 
 pub struct Gateway {
     database: Arc<Database>,
@@ -64,7 +64,11 @@ impl Gateway {
         ReadContext {
             entries: self.database.entries(&session.namespace),
             databases: self.database.namespaces(),
-            snapshot: self.database.engine().published().snapshot,
+            snapshot: session
+                .transaction
+                .as_ref()
+                .and_then(|transaction| transaction.snapshot.clone())
+                .unwrap_or_else(|| self.database.engine().published().snapshot),
             engine: self.database.engine().clone(),
             overlays,
             with_row_keys,
@@ -126,6 +130,7 @@ impl Gateway {
             Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_)
         );
         let savepoint = writes.then(|| session.savepoint());
+        self.start_statement(session, statement);
         let result = self.dispatch(session, statement, in_explicit).await;
         if result.is_err() && !(in_explicit && ends_transaction) {
             session.statement_failed(savepoint);
@@ -159,40 +164,40 @@ impl Gateway {
             }
             Statement::Explain { .. } => self.select(session, &statement.to_string()).await,
             Statement::StartTransaction { modes, .. } => {
-                let serializable = modes.iter().any(|mode| {
-                    matches!(
-                        mode,
-                        TransactionMode::IsolationLevel(TransactionIsolationLevel::Serializable)
-                    )
-                });
-                if serializable {
-                    return Err(RsError::new(
-                        &codes::ISOLATION_SERIALIZABLE_NOT_SUPPORTED,
-                        "SERIALIZABLE isolation is not supported",
-                    ));
-                }
-                let snapshot_isolation = modes.iter().any(|mode| {
-                    matches!(
-                        mode,
-                        TransactionMode::IsolationLevel(
-                            TransactionIsolationLevel::RepeatableRead
-                                | TransactionIsolationLevel::Snapshot
-                        )
-                    )
-                });
-                if snapshot_isolation {
-                    return Err(RsError::new(
-                        &codes::ISOLATION_LEVEL_NOT_SUPPORTED,
-                        "REPEATABLE READ isolation is not supported yet",
-                    ));
-                }
+                let isolation = requested_isolation(modes)?.unwrap_or(session.default_isolation);
                 if !in_explicit {
                     session.transaction = Some(Transaction {
                         explicit: true,
+                        isolation,
                         ..Default::default()
                     });
                 }
                 command("BEGIN")
+            }
+            Statement::Set(Set::SetTransaction {
+                modes,
+                snapshot: None,
+                session: for_session,
+            }) => {
+                let Some(isolation) = requested_isolation(modes)? else {
+                    return command("SET");
+                };
+                if *for_session {
+                    session.default_isolation = isolation;
+                } else if let Some(transaction) =
+                    session.transaction.as_mut().filter(|t| t.explicit)
+                {
+                    if transaction.started {
+                        return Err(RsError::new(
+                            &codes::ISOLATION_SET_TOO_LATE,
+                            "SET TRANSACTION ISOLATION LEVEL must be called before any query",
+                        ));
+                    }
+                    transaction.isolation = isolation;
+                }
+                // Outside a transaction block PostgreSQL warns and changes
+                // nothing.
+                command("SET")
             }
             Statement::Commit { .. } => {
                 let Some(transaction) = session.transaction.take() else {
@@ -448,6 +453,10 @@ impl Gateway {
                 }
                 Ok(StatementResult::CopyIn(copy))
             }
+            Statement::Set(Set::SetTransaction { .. }) => Err(RsError::new(
+                &codes::UNSUPPORTED_STATEMENT,
+                "SET TRANSACTION SNAPSHOT is not supported",
+            )),
             Statement::Set(_) => command("SET"),
             Statement::ShowVariable { variable } => self.show(
                 &variable
@@ -455,6 +464,13 @@ impl Gateway {
                     .map(|i| i.value.clone())
                     .collect::<Vec<_>>()
                     .join(" "),
+                session
+                    .transaction
+                    .as_ref()
+                    .filter(|transaction| transaction.explicit)
+                    .map_or(session.default_isolation, |transaction| {
+                        transaction.isolation
+                    }),
             ),
             other => Err(RsError::new(
                 &codes::UNSUPPORTED_STATEMENT,
@@ -473,10 +489,35 @@ impl Gateway {
         Ok(())
     }
 
-    fn show(&self, variable: &str) -> RsResult<StatementResult> {
+    /// `SHOW variable`; `isolation` is the level of the session's transaction
+    /// (or the one its next transaction gets).
+    /// A statement other than transaction control marks the transaction
+    /// started; under REPEATABLE READ the first one pins the state every
+    /// later one reads.
+    fn start_statement(&self, session: &mut GatewaySession, statement: &Statement) {
+        if matches!(
+            statement,
+            Statement::StartTransaction { .. }
+                | Statement::Commit { .. }
+                | Statement::Rollback { .. }
+                | Statement::Set(_)
+                | Statement::ShowVariable { .. }
+        ) {
+            return;
+        }
+        let Some(transaction) = session.transaction.as_mut() else {
+            return;
+        };
+        transaction.started = true;
+        if transaction.isolation == Isolation::RepeatableRead && transaction.snapshot.is_none() {
+            transaction.snapshot = Some(self.database.engine().published().snapshot);
+        }
+    }
+
+    fn show(&self, variable: &str, isolation: Isolation) -> RsResult<StatementResult> {
         let value = match variable.to_lowercase().as_str() {
             "server_version" => "15.0 (RockStream)",
-            "transaction_isolation" | "transaction isolation level" => "read committed",
+            "transaction_isolation" | "transaction isolation level" => isolation.name(),
             "standard_conforming_strings" => "on",
             "timezone" | "time zone" => "UTC",
             "client_encoding" => "UTF8",
@@ -684,4 +725,28 @@ fn object_name(text: &str) -> String {
 
 fn truncate(text: &str) -> String {
     text.chars().take(80).collect()
+}
+
+/// The isolation level `modes` ask for, if any. SERIALIZABLE is refused:
+/// RockStream does not detect the read/write dependencies it needs.
+fn requested_isolation(modes: &[TransactionMode]) -> RsResult<Option<Isolation>> {
+    let mut isolation = None;
+    for mode in modes {
+        if let TransactionMode::IsolationLevel(level) = mode {
+            isolation = Some(match level {
+                TransactionIsolationLevel::ReadUncommitted
+                | TransactionIsolationLevel::ReadCommitted => Isolation::ReadCommitted,
+                TransactionIsolationLevel::RepeatableRead | TransactionIsolationLevel::Snapshot => {
+                    Isolation::RepeatableRead
+                }
+                TransactionIsolationLevel::Serializable => {
+                    return Err(RsError::new(
+                        &codes::ISOLATION_SERIALIZABLE_NOT_SUPPORTED,
+                        "SERIALIZABLE isolation is not supported",
+                    ))
+                }
+            });
+        }
+    }
+    Ok(isolation)
 }

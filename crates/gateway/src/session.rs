@@ -2,7 +2,31 @@
 
 use std::collections::BTreeMap;
 
+use rockstream_storage::Snapshot;
 use rockstream_types::{ObjectId, Row};
+
+/// The isolation levels RockStream provides (SERIALIZABLE is refused).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Isolation {
+    /// Each statement reads the newest committed state (PostgreSQL's
+    /// default; READ UNCOMMITTED means the same).
+    #[default]
+    ReadCommitted,
+    /// Every statement reads the state of the transaction's first one; a
+    /// write to a row that another transaction changed since fails the
+    /// commit with 40001.
+    RepeatableRead,
+}
+
+impl Isolation {
+    /// The name `SHOW transaction_isolation` prints.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isolation::ReadCommitted => "read committed",
+            Isolation::RepeatableRead => "repeatable read",
+        }
+    }
+}
 
 /// A transaction's pending changes to one table.
 #[derive(Debug, Clone, Default)]
@@ -12,9 +36,16 @@ pub struct PendingTable {
     pub rows: BTreeMap<Vec<u8>, (Option<Row>, Option<Row>)>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Transaction {
     pub tables: BTreeMap<ObjectId, PendingTable>,
+    pub isolation: Isolation,
+    /// Under REPEATABLE READ, the state the first statement read; every
+    /// statement after it reads the same.
+    pub snapshot: Option<Snapshot>,
+    /// A statement has run in the transaction (the isolation level can no
+    /// longer change).
+    pub started: bool,
     /// A statement failed: everything until ROLLBACK/COMMIT is refused.
     pub aborted: bool,
     /// Opened by BEGIN (false: the implicit transaction of one statement).
@@ -24,6 +55,9 @@ pub struct Transaction {
 pub struct GatewaySession {
     pub namespace: String,
     pub transaction: Option<Transaction>,
+    /// The level `BEGIN` uses when it names none (`SET SESSION
+    /// CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL ...`).
+    pub default_isolation: Isolation,
 }
 
 /// What a failed statement restores: the transaction's tables before it.

@@ -108,6 +108,7 @@ impl Backend for Gateway {
         Ok(GatewaySession {
             namespace: database.to_string(),
             transaction: None,
+            default_isolation: Default::default(),
         })
     }
 

@@ -78,10 +78,10 @@ pub mod codes {
             "A row in the view's inputs makes its definition fail (the message names the cause); fix or delete that row and the view heals on the next commit.");
         DDL_IN_TRANSACTION = (2028, "transaction.ddl_in_transaction_block", "25001",
             "Run CREATE/DROP outside BEGIN ... COMMIT.");
-        ISOLATION_LEVEL_NOT_SUPPORTED = (2030, "isolation.level_not_supported", "0A000",
-            "Use READ COMMITTED (the default): each statement sees every commit acknowledged before it started.");
         DIVISION_BY_ZERO = (2029, "sql.division_by_zero", "22012",
             "Guard the divisor, e.g. NULLIF(divisor, 0).");
+        ISOLATION_SET_TOO_LATE = (2032, "transaction.isolation_set_too_late", "25001",
+            "Set the isolation level right after BEGIN, or name it in BEGIN itself: BEGIN ISOLATION LEVEL REPEATABLE READ.");
         SUBQUERY_MORE_THAN_ONE_ROW = (2031, "sql.subquery_more_than_one_row", "21000",
             "Make the subquery single out one row (a condition on a key), aggregate it (e.g. MIN(...)), or add LIMIT 1.");
         // Direct-write transactions: 2200–2299.

@@ -13,6 +13,7 @@ mod copy;
 mod corpus;
 mod crash;
 mod differential;
+mod isolation;
 mod psql;
 mod slt;
 mod waves;
