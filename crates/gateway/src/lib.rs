@@ -8,6 +8,7 @@
 //! the next statement sees the commit in every view.
 
 mod backend;
+mod complexity;
 mod ddl;
 mod dml;
 mod providers;

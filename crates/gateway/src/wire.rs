@@ -16,13 +16,16 @@ use rockstream_planner::{
 use rockstream_types::{codes, RsError, RsResult};
 
 use crate::backend::{renamed_schema, Gateway};
+use crate::complexity::check_nesting;
 use crate::dml::{self, query_error};
 use crate::providers::SnapshotResolver;
 use crate::session::GatewaySession;
 
 /// The statements of `sql`, with interval literals in the forms DataFusion
-/// reads ([`normalize_interval_literals`]).
+/// reads ([`normalize_interval_literals`]); refused when they nest too
+/// deeply ([`check_nesting`]).
 pub(crate) fn parse(sql: &str) -> RsResult<Vec<Statement>> {
+    check_nesting(sql)?;
     let mut statements = Parser::parse_sql(&PostgreSqlDialect {}, sql)
         .map_err(|error| RsError::new(&codes::SYNTAX_ERROR, error.to_string()))?;
     normalize_interval_literals(&mut statements);

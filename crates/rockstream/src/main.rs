@@ -74,6 +74,13 @@ enum Command {
     },
 }
 
+/// Stack of each runtime thread. Planning a statement recurses over its
+/// syntax tree (in sqlparser, DataFusion and our own rewrites), and tokio's
+/// default of 2 MiB overflowed, aborting the server, on a `WHERE` of a few
+/// thousand `OR`s. Only the pages a thread touches take memory.
+/// `rockstream_gateway` refuses statements nested deeper than this holds.
+const WORKER_STACK_BYTES: usize = 64 << 20;
+
 fn main() -> anyhow::Result<()> {
     tune_allocator();
     let cli = Cli::parse();
@@ -86,6 +93,7 @@ fn main() -> anyhow::Result<()> {
         .init();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .thread_stack_size(WORKER_STACK_BYTES)
         .build()
         .context("starting the async runtime")?;
     match cli.command {

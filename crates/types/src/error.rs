@@ -80,10 +80,12 @@ pub mod codes {
             "Run CREATE/DROP outside BEGIN ... COMMIT.");
         DIVISION_BY_ZERO = (2029, "sql.division_by_zero", "22012",
             "Guard the divisor, e.g. NULLIF(divisor, 0).");
-        ISOLATION_SET_TOO_LATE = (2032, "transaction.isolation_set_too_late", "25001",
-            "Set the isolation level right after BEGIN, or name it in BEGIN itself: BEGIN ISOLATION LEVEL REPEATABLE READ.");
         SUBQUERY_MORE_THAN_ONE_ROW = (2031, "sql.subquery_more_than_one_row", "21000",
             "Make the subquery single out one row (a condition on a key), aggregate it (e.g. MIN(...)), or add LIMIT 1.");
+        ISOLATION_SET_TOO_LATE = (2032, "transaction.isolation_set_too_late", "25001",
+            "Set the isolation level right after BEGIN, or name it in BEGIN itself: BEGIN ISOLATION LEVEL REPEATABLE READ.");
+        STATEMENT_TOO_COMPLEX = (2033, "sql.statement_too_complex", "54001",
+            "Shorten the chain: an IN (...) list instead of many ORs, fewer UNION branches per statement, or intermediate views.");
         // Direct-write transactions: 2200–2299.
         UNIQUE_VIOLATION = (2201, "write.unique_violation", "23505",
             "A row with this primary key already exists: UPDATE it, or DELETE it first.");

@@ -1,0 +1,154 @@
+//! A bound on how deeply a statement nests, checked before it is parsed.
+//!
+//! Parsing, planning and evaluating a statement recurse over its syntax
+//! tree, and a chain of operators (`a OR b OR c ...`, `1 + 1 + ...`,
+//! `SELECT ... UNION ALL SELECT ...`) nests one level per operator. A few
+//! thousand of them overflowed a thread's stack, which aborts the whole
+//! server. So the tokens are scanned first, without recursion: within each
+//! pair of parentheses, operators chain until a comma ends the expression
+//! (set operations and joins chain across commas), and the chains of the
+//! enclosing parentheses add up. A statement whose deepest point exceeds
+//! [`NESTING_MAX`] is refused with `RS-2033` (SQLSTATE 54001), as
+//! PostgreSQL refuses one that exceeds its stack depth limit.
+
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::keywords::Keyword;
+use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+use rockstream_types::{codes, RsError, RsResult};
+
+/// The deepest nesting accepted. The server's threads have stacks sized so
+/// that twice this much plans in a debug build.
+pub const NESTING_MAX: usize = 1000;
+
+/// Operators chained within one expression, and set operations and joins
+/// chained within one query, at one level of parentheses.
+#[derive(Default, Clone, Copy)]
+struct Level {
+    expression: usize,
+    query: usize,
+}
+
+/// Refuses `sql` when it nests deeper than [`NESTING_MAX`]. Text that does
+/// not tokenize is left for the parser to report.
+pub fn check_nesting(sql: &str) -> RsResult<()> {
+    let Ok(tokens) = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize() else {
+        return Ok(());
+    };
+    let mut levels = vec![Level::default()];
+    let mut depth = 0usize;
+    for token in tokens {
+        match token {
+            Token::LParen => levels.push(Level::default()),
+            Token::RParen if levels.len() > 1 => {
+                if let Some(closed) = levels.pop() {
+                    depth -= closed.expression + closed.query;
+                }
+            }
+            Token::Comma | Token::SemiColon => {
+                if let Some(level) = levels.last_mut() {
+                    depth -= level.expression;
+                    level.expression = 0;
+                    if token == Token::SemiColon {
+                        depth -= level.query;
+                        level.query = 0;
+                    }
+                }
+            }
+            Token::Word(word)
+                if matches!(
+                    word.keyword,
+                    Keyword::UNION | Keyword::INTERSECT | Keyword::EXCEPT | Keyword::JOIN
+                ) =>
+            {
+                if let Some(level) = levels.last_mut() {
+                    level.query += 1;
+                    depth += 1;
+                }
+            }
+            Token::Word(word) if matches!(word.keyword, Keyword::AND | Keyword::OR) => {
+                chain(&mut levels, &mut depth);
+            }
+            Token::Plus
+            | Token::Minus
+            | Token::Mul
+            | Token::Div
+            | Token::Mod
+            | Token::StringConcat => chain(&mut levels, &mut depth),
+            _ => {}
+        }
+        if depth > NESTING_MAX {
+            return Err(RsError::new(
+                &codes::STATEMENT_TOO_COMPLEX,
+                format!(
+                    "statement is too complex: its expressions or set operations nest more than {NESTING_MAX} levels deep"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn chain(levels: &mut [Level], depth: &mut usize) {
+    if let Some(level) = levels.last_mut() {
+        level.expression += 1;
+        *depth += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Goal: long chains are refused wherever they nest, and long flat lists are not.
+    use super::*;
+
+    fn chained(separator: &str, count: usize) -> String {
+        vec!["1"; count].join(separator)
+    }
+
+    #[test]
+    fn long_chains_are_refused_and_lists_are_not() {
+        let deep = [
+            format!("SELECT 1 WHERE {}", chained(" = 1 OR 1", NESTING_MAX + 2)),
+            format!("SELECT {}", chained(" + ", NESTING_MAX + 2)),
+            (0..=NESTING_MAX + 1)
+                .map(|_| "SELECT 1, 2")
+                .collect::<Vec<_>>()
+                .join(" UNION ALL "),
+            // Chains in nested parentheses add up.
+            format!(
+                "SELECT {} + ({} - 1)",
+                chained(" + ", 600),
+                chained(" * ", 600)
+            ),
+        ];
+        for (index, sql) in deep.iter().enumerate() {
+            let error = check_nesting(sql).expect_err(&format!("case {index} is too deep"));
+            assert_eq!(error.code.sqlstate, "54001");
+        }
+        let flat = [
+            format!("SELECT {}", chained(", -", 5000)),
+            format!(
+                "INSERT INTO t VALUES {}",
+                (0..5000)
+                    .map(|i| format!("({i}, -{i})"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            format!("SELECT 1 WHERE x IN ({})", chained(", ", 5000)),
+            // Side by side, chains do not add up.
+            format!(
+                "SELECT ({}), ({})",
+                chained(" + ", 900),
+                chained(" + ", 900)
+            ),
+            format!(
+                "SELECT ({}) * ({})",
+                chained(" + ", 900),
+                chained(" * ", 900)
+            ),
+            format!("{}; {}", chained(" + ", 900), chained(" + ", 900)),
+        ];
+        for sql in &flat {
+            check_nesting(sql).expect("flat enough");
+        }
+    }
+}
