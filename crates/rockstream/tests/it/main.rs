@@ -14,6 +14,7 @@ mod corpus;
 mod crash;
 mod differential;
 mod isolation;
+mod limits;
 mod psql;
 mod slt;
 mod waves;

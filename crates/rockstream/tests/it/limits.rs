@@ -1,0 +1,26 @@
+//! Goal: a statement too deeply nested to plan is refused with a coded error, and the server
+//! goes on serving: it does not overflow a thread's stack and abort. Method: long chains of
+//! `OR`, `+` and `UNION ALL`, then an ordinary query on the same connection.
+
+use crate::harness::compare::fetch_text_rows;
+use crate::harness::server::TestServer;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_deep_statements_are_refused_and_the_server_goes_on() {
+    let server = TestServer::start().await;
+    let client = server.client().await;
+    let chains = [
+        format!("SELECT 1 WHERE {}", vec!["1 = 1"; 20_000].join(" OR ")),
+        format!("SELECT {}", vec!["1"; 20_000].join(" + ")),
+        vec!["SELECT 1"; 20_000].join(" UNION ALL "),
+    ];
+    for sql in &chains {
+        let error = client.simple_query(sql).await.expect_err("refused");
+        let code = error.as_db_error().map(|db| db.code().code().to_string());
+        assert_eq!(code.as_deref(), Some("54001"), "{error}");
+    }
+    // A long but acceptable chain still plans.
+    let sum = format!("SELECT {}", vec!["1"; 500].join(" + "));
+    let rows = fetch_text_rows(&client, &sum).await.expect("500 terms");
+    assert_eq!(format!("{rows:?}"), r#"[[Some("500")]]"#);
+}
