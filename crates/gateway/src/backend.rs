@@ -9,8 +9,9 @@ use datafusion::arrow::datatypes::{
 };
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::sql::sqlparser::ast::{
-    CopyOption, CopySource, CopyTarget as SqlCopyTarget, Expr as SqlExpr, FromTable, ObjectType,
-    Set, Statement, TableFactor, TableObject, TransactionIsolationLevel, TransactionMode,
+    CopyOption, CopySource, CopyTarget as SqlCopyTarget, Expr as SqlExpr, FromTable, ObjectName,
+    ObjectType, Set, Statement, TableFactor, TableObject, TransactionIsolationLevel,
+    TransactionMode,
 };
 use rockstream_common::Runtime;
 use rockstream_control::{CatalogEntry, Database, ObjectKind};
@@ -178,26 +179,22 @@ impl Gateway {
                 modes,
                 snapshot: None,
                 session: for_session,
-            }) => {
-                let Some(isolation) = requested_isolation(modes)? else {
-                    return command("SET");
+            }) => match requested_isolation(modes)? {
+                Some(isolation) => set_isolation(session, isolation, *for_session),
+                None => command("SET"),
+            },
+            // The same, spelled as configuration parameters.
+            Statement::Set(Set::SingleAssignment {
+                variable, values, ..
+            }) if isolation_parameter(variable).is_some() => {
+                let for_session = isolation_parameter(variable) == Some(true);
+                let [value] = values.as_slice() else {
+                    return Err(RsError::new(
+                        &codes::UNSUPPORTED_STATEMENT,
+                        format!("SET {variable} takes one value"),
+                    ));
                 };
-                if *for_session {
-                    session.default_isolation = isolation;
-                } else if let Some(transaction) =
-                    session.transaction.as_mut().filter(|t| t.explicit)
-                {
-                    if transaction.started {
-                        return Err(RsError::new(
-                            &codes::ISOLATION_SET_TOO_LATE,
-                            "SET TRANSACTION ISOLATION LEVEL must be called before any query",
-                        ));
-                    }
-                    transaction.isolation = isolation;
-                }
-                // Outside a transaction block PostgreSQL warns and changes
-                // nothing.
-                command("SET")
+                set_isolation(session, isolation_named(value)?, for_session)
             }
             Statement::Commit { .. } => {
                 let Some(transaction) = session.transaction.take() else {
@@ -471,6 +468,7 @@ impl Gateway {
                     .map_or(session.default_isolation, |transaction| {
                         transaction.isolation
                     }),
+                session.default_isolation,
             ),
             other => Err(RsError::new(
                 &codes::UNSUPPORTED_STATEMENT,
@@ -489,8 +487,6 @@ impl Gateway {
         Ok(())
     }
 
-    /// `SHOW variable`; `isolation` is the level of the session's transaction
-    /// (or the one its next transaction gets).
     /// A statement other than transaction control marks the transaction
     /// started; under REPEATABLE READ the first one pins the state every
     /// later one reads.
@@ -514,10 +510,18 @@ impl Gateway {
         }
     }
 
-    fn show(&self, variable: &str, isolation: Isolation) -> RsResult<StatementResult> {
+    /// `SHOW variable`; `isolation` is the level of the session's transaction
+    /// (or the one its next transaction gets).
+    fn show(
+        &self,
+        variable: &str,
+        isolation: Isolation,
+        default_isolation: Isolation,
+    ) -> RsResult<StatementResult> {
         let value = match variable.to_lowercase().as_str() {
             "server_version" => "15.0 (RockStream)",
             "transaction_isolation" | "transaction isolation level" => isolation.name(),
+            "default_transaction_isolation" => default_isolation.name(),
             "standard_conforming_strings" => "on",
             "timezone" | "time zone" => "UTC",
             "client_encoding" => "UTF8",
@@ -725,6 +729,73 @@ fn object_name(text: &str) -> String {
 
 fn truncate(text: &str) -> String {
     text.chars().take(80).collect()
+}
+
+/// `SET TRANSACTION ISOLATION LEVEL` (`for_session`: `SET SESSION
+/// CHARACTERISTICS AS TRANSACTION ...`). Inside a transaction block the level
+/// can change only before the first query; outside one PostgreSQL warns and
+/// changes nothing.
+fn set_isolation(
+    session: &mut GatewaySession,
+    isolation: Isolation,
+    for_session: bool,
+) -> RsResult<StatementResult> {
+    if for_session {
+        session.default_isolation = isolation;
+    } else if let Some(transaction) = session.transaction.as_mut().filter(|t| t.explicit) {
+        if transaction.started && transaction.isolation != isolation {
+            return Err(RsError::new(
+                &codes::ISOLATION_SET_TOO_LATE,
+                "SET TRANSACTION ISOLATION LEVEL must be called before any query",
+            ));
+        }
+        transaction.isolation = isolation;
+    }
+    Ok(StatementResult::Command {
+        tag: "SET".to_string(),
+    })
+}
+
+/// For `transaction_isolation` (`Some(false)`) and
+/// `default_transaction_isolation` (`Some(true)`: the session's default).
+fn isolation_parameter(variable: &ObjectName) -> Option<bool> {
+    let name = variable.0.last()?.as_ident()?.value.to_lowercase();
+    match name.as_str() {
+        "transaction_isolation" => Some(false),
+        "default_transaction_isolation" => Some(true),
+        _ => None,
+    }
+}
+
+/// An isolation level named as a parameter value (`'repeatable read'`).
+fn isolation_named(value: &SqlExpr) -> RsResult<Isolation> {
+    let text = match value {
+        SqlExpr::Value(value) => match &value.value {
+            datafusion::sql::sqlparser::ast::Value::SingleQuotedString(text) => text.clone(),
+            other => other.to_string(),
+        },
+        other => other.to_string(),
+    };
+    let level = match text
+        .to_lowercase()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .as_str()
+    {
+        "read uncommitted" | "read committed" | "default" => {
+            TransactionIsolationLevel::ReadCommitted
+        }
+        "repeatable read" => TransactionIsolationLevel::RepeatableRead,
+        "serializable" => TransactionIsolationLevel::Serializable,
+        other => {
+            return Err(RsError::new(
+                &codes::INVALID_INPUT_VALUE,
+                format!("invalid value for parameter \"transaction_isolation\": \"{other}\""),
+            ))
+        }
+    };
+    Ok(requested_isolation(&[TransactionMode::IsolationLevel(level)])?.unwrap_or_default())
 }
 
 /// The isolation level `modes` ask for, if any. SERIALIZABLE is refused:

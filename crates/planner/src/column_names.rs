@@ -66,7 +66,7 @@ pub(crate) fn expr_name(expr: &Expr) -> String {
         Expr::Subquery(query) => pg_column_names(query)
             .and_then(|names| names.into_iter().next())
             .unwrap_or_else(|| "?column?".to_string()),
-        Expr::Exists { .. } => "exists".to_string(),
+        Expr::Exists { negated: false, .. } => "exists".to_string(),
         Expr::Case { .. } => "case".to_string(),
         Expr::Extract { .. } => "extract".to_string(),
         Expr::Substring { .. } => "substring".to_string(),

@@ -105,6 +105,13 @@ fn unit_form(text: &str) -> Option<String> {
         } else if next_is_time && word.parse::<i64>().is_ok() {
             // A bare number before a time of day counts days (`'3 4:05:06'`).
             parts.push(format!("{word} days"));
+        } else if word.parse::<f64>().is_ok()
+            && !words
+                .get(index + 1)
+                .is_some_and(|next| next.starts_with(|c: char| c.is_ascii_alphabetic()))
+        {
+            // A number without a unit counts seconds, as PostgreSQL reads it.
+            parts.push(format!("{word} seconds"));
         } else {
             parts.push(word.to_string());
         }
@@ -138,6 +145,17 @@ fn time_of_day(word: &str) -> Option<Vec<String>> {
         whole(integer) && (fraction.is_empty() || whole(fraction))
     };
     if !whole(fields[0]) || !whole(fields[1]) || (fields.len() == 3 && !seconds_ok(fields[2])) {
+        return None;
+    }
+    // Minutes and seconds stay below 60, or PostgreSQL refuses the value.
+    let below_sixty = |field: &str| {
+        field
+            .split('.')
+            .next()
+            .and_then(|whole| whole.parse::<u32>().ok())
+            .is_some_and(|value| value < 60)
+    };
+    if !below_sixty(fields[1]) || fields.get(2).is_some_and(|seconds| !below_sixty(seconds)) {
         return None;
     }
     let sign = if negative { "-" } else { "" };
@@ -184,6 +202,8 @@ mod tests {
             ("@ 3 days", Some("3 days")),
             ("@3 days ago", Some("-3 days")),
             ("3 4:05:06", Some("3 days 4 hours 05 minutes 06 seconds")),
+            ("5 ago", Some("-5 seconds")),
+            ("1 day 5 ago", Some("-1 day -5 seconds")),
             // Forms DataFusion reads already, or that are not intervals.
             ("1 day 3 hours", None),
             ("1.5 months", None),
@@ -192,5 +212,7 @@ mod tests {
         }
         assert_eq!(unit_form("1:2:3:4"), None);
         assert_eq!(unit_form("a:b"), None);
+        assert_eq!(unit_form("1:75"), None);
+        assert_eq!(unit_form("1:30:60"), None);
     }
 }

@@ -30,7 +30,9 @@
 //!
 //! Only queries are rewritten, never the definition of a materialized view.
 
+use std::collections::HashSet;
 use std::ops::ControlFlow;
+use std::sync::LazyLock;
 
 use datafusion::sql::sqlparser::ast::{
     BinaryOperator, DataType, Expr, Function, FunctionArg, FunctionArgExpr, FunctionArgumentList,
@@ -123,6 +125,7 @@ impl VisitorMut for Normalizer {
                 let subquery = std::mem::replace(expr, Expr::value(Value::Null));
                 *expr = function_call(VALUE_FUNCTION, subquery);
             }
+            Expr::AnyOp { right, .. } | Expr::AllOp { right, .. } => uncount_rows(right),
             // Function names resolve unqualified.
             Expr::Function(function) => {
                 if let Some((_, true)) = name_parts(&function.name) {
@@ -196,17 +199,66 @@ fn returns_rows_as_they_are(query: &Query) -> bool {
             [SelectItem::UnnamedExpr(_) | SelectItem::ExprWithAlias { .. }]
         )
         && !aggregates(&select.projection)
-        && !windows(&select.projection)
+        && !calls_window_or_set_function(&select.projection)
 }
 
-/// Whether a select list calls a window function (outside any subquery).
-fn windows(projection: &[SelectItem]) -> bool {
+/// Whether a select list calls a window function or a set-returning one,
+/// anywhere in it (subqueries included, which errs on the side of leaving
+/// a query alone).
+fn calls_window_or_set_function(projection: &[SelectItem]) -> bool {
     let mut found = false;
     let _ = datafusion::sql::sqlparser::ast::visit_expressions(&projection.to_vec(), |expr| {
-        found |= matches!(expr, Expr::Function(Function { over: Some(_), .. }));
+        if let Expr::Function(function) = expr {
+            found |= function.over.is_some()
+                || matches!(name_parts(&function.name), Some((name, _)) if SET_RETURNING.contains(&name.as_str()));
+        }
         ControlFlow::<()>::Continue(())
     });
     found
+}
+
+/// Undoes the rewrite of a scalar subquery that turned out to be the right
+/// side of `= ANY (...)` or `> ALL (...)`, which compare with every row.
+fn uncount_rows(expr: &mut Expr) {
+    let Expr::Function(Function {
+        name,
+        args: FunctionArguments::List(list),
+        ..
+    }) = expr
+    else {
+        return;
+    };
+    if !matches!(name_parts(name), Some((function, _)) if function == VALUE_FUNCTION) {
+        return;
+    }
+    let Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Subquery(subquery)))) =
+        list.args.first_mut()
+    else {
+        return;
+    };
+    if let SetExpr::Select(select) = subquery.body.as_mut() {
+        for item in &mut select.projection {
+            if let SelectItem::UnnamedExpr(value) | SelectItem::ExprWithAlias { expr: value, .. } =
+                item
+            {
+                if let Expr::Function(Function {
+                    args: FunctionArguments::List(inner),
+                    ..
+                }) = value
+                {
+                    if let Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(argument))) =
+                        inner.args.pop()
+                    {
+                        *value = argument;
+                    }
+                }
+            }
+        }
+    }
+    let Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(subquery))) = list.args.pop() else {
+        return;
+    };
+    *expr = subquery;
 }
 
 /// The names under which a query's FROM clause reads `pg_catalog` tables:
@@ -588,9 +640,22 @@ fn is_empty_relation(relation: &TableFactor, scope: &[Vec<String>]) -> bool {
     }
 }
 
-/// Whether a select list calls an aggregate (by PostgreSQL's common
-/// aggregate names) outside any subquery: it gives one row even over no
-/// rows.
+/// Every aggregate function's name and alias, as DataFusion knows them.
+static AGGREGATE_NAMES: LazyLock<HashSet<String>> = LazyLock::new(|| {
+    datafusion::functions_aggregate::all_default_aggregate_functions()
+        .iter()
+        .flat_map(|function| {
+            std::iter::once(function.name().to_string()).chain(function.aliases().iter().cloned())
+        })
+        .chain(["json_agg", "jsonb_agg", "every"].map(str::to_string))
+        .collect()
+});
+
+/// Functions that return a set of rows in a select list.
+const SET_RETURNING: [&str; 2] = ["unnest", "generate_series"];
+
+/// Whether a select list calls an aggregate outside any subquery: it gives
+/// one row even over no rows.
 fn aggregates(projection: &[SelectItem]) -> bool {
     let mut finder = AggregateFinder {
         depth: 0,
@@ -620,23 +685,9 @@ impl VisitorMut for AggregateFinder {
     }
 
     fn pre_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
-        const AGGREGATES: [&str; 12] = [
-            "count",
-            "sum",
-            "avg",
-            "min",
-            "max",
-            "array_agg",
-            "string_agg",
-            "bool_and",
-            "bool_or",
-            "every",
-            "json_agg",
-            "jsonb_agg",
-        ];
         if let Expr::Function(function) = expr {
             if let Some((name, _)) = name_parts(&function.name) {
-                self.found |= self.depth == 0 && AGGREGATES.contains(&name.as_str());
+                self.found |= self.depth == 0 && AGGREGATE_NAMES.contains(name.as_str());
             }
         }
         ControlFlow::Continue(())
@@ -791,6 +842,10 @@ mod tests {
             "SELECT (SELECT row_number() OVER () FROM c) FROM o",
             "SELECT (SELECT 1) FROM o",
             "SELECT x FROM o WHERE EXISTS (SELECT c.name FROM c WHERE c.id = o.cid)",
+            "SELECT (SELECT stddev(c.x) FROM c WHERE c.id = o.cid) FROM o",
+            "SELECT (SELECT unnest(c.tags) FROM c WHERE c.id = 1) FROM o",
+            "SELECT x FROM o WHERE o.x = ANY(SELECT c.x FROM c)",
+            "SELECT x FROM o WHERE o.x > ALL(SELECT c.x FROM c WHERE c.id = o.cid)",
         ] {
             assert_eq!(normalized(sql), sql);
         }

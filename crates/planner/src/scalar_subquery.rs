@@ -223,18 +223,26 @@ impl ScalarUDFImpl for SubqueryValue {
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DataFusionResult<ColumnarValue> {
-        let scalar = matches!(args.args.first(), Some(ColumnarValue::Scalar(_)));
         let Some(argument) = args.args.first() else {
             return Err(DataFusionError::Plan(format!(
                 "{VALUE_FUNCTION} takes one argument"
             )));
         };
-        let counted = argument.to_array(args.number_rows)?;
+        let (counted, scalar) = match argument {
+            ColumnarValue::Scalar(value) => (value.to_array_of_size(1)?, true),
+            ColumnarValue::Array(array) => (array.clone(), false),
+        };
         let counted: &StructArray = counted.as_struct();
         let rows = counted.column(1).as_primitive::<UInt64Type>();
-        // An outer row without a match (NULL struct) has the value NULL.
+        // An outer row without a match (NULL struct) has the value NULL; no
+        // outer row at all asks for no value.
         let missing = is_null(counted)?;
-        for index in 0..counted.len() {
+        let asked = if scalar {
+            args.number_rows.min(1)
+        } else {
+            counted.len()
+        };
+        for index in 0..asked {
             if !missing.value(index) && rows.value(index) > 1 {
                 return Err(more_than_one_row());
             }

@@ -123,11 +123,20 @@ async fn isolation_levels_are_set_where_postgresql_allows() {
         .expect_err("too late");
     assert_eq!(sqlstate(&late), "25001", "{late}");
     client.batch_execute("ROLLBACK").await.expect("rollback");
+    // Repeating the level in force is no change, and allowed.
+    client.batch_execute("BEGIN").await.expect("begin");
+    text(&client, "SELECT COUNT(*) FROM t").await;
+    client
+        .batch_execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        .await
+        .expect("same level");
+    client.batch_execute("COMMIT").await.expect("commit");
 
     // SERIALIZABLE is refused in every spelling.
     for statement in [
         "BEGIN ISOLATION LEVEL SERIALIZABLE",
         "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL SERIALIZABLE",
+        "SET default_transaction_isolation = 'serializable'",
     ] {
         let refused = client.batch_execute(statement).await.expect_err(statement);
         assert_eq!(sqlstate(&refused), "0A000", "{statement}: {refused}");
@@ -144,6 +153,15 @@ async fn isolation_levels_are_set_where_postgresql_allows() {
         r#"[[Some("repeatable read")]]"#
     );
     client.batch_execute("COMMIT").await.expect("commit");
+    // The same as a configuration parameter.
+    client
+        .batch_execute("SET default_transaction_isolation TO 'read committed'")
+        .await
+        .expect("parameter");
+    assert_eq!(
+        text(&client, "SHOW default_transaction_isolation").await,
+        r#"[[Some("read committed")]]"#
+    );
     client
         .batch_execute("BEGIN ISOLATION LEVEL READ UNCOMMITTED")
         .await
