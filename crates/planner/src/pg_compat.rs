@@ -54,8 +54,9 @@ pub fn normalize_query(query: &mut Query) {
 #[derive(Default)]
 struct Normalizer {
     /// For each query being visited, outermost first: the names (aliases)
-    /// under which its FROM clause reads `pg_catalog` tables.
-    scope: Vec<Vec<String>>,
+    /// its FROM clause gives its relations, each with whether it is a
+    /// `pg_catalog` table.
+    scope: Vec<Vec<(String, bool)>>,
 }
 
 impl VisitorMut for Normalizer {
@@ -68,7 +69,7 @@ impl VisitorMut for Normalizer {
             query.order_by = None;
             query.limit_clause = None;
         }
-        self.scope.push(catalog_names(&query.body));
+        self.scope.push(relation_names(&query.body));
         ControlFlow::Continue(())
     }
 
@@ -261,9 +262,12 @@ fn uncount_rows(expr: &mut Expr) {
     *expr = subquery;
 }
 
-/// The names under which a query's FROM clause reads `pg_catalog` tables:
-/// each one's alias, or its name when it has none.
-fn catalog_names(body: &SetExpr) -> Vec<String> {
+/// The names under which a query's FROM clause reads its relations (each
+/// one's alias, or a table's name when it has none), with whether each is a
+/// `pg_catalog` table.
+type Scope = [Vec<(String, bool)>];
+
+fn relation_names(body: &SetExpr) -> Vec<(String, bool)> {
     let SetExpr::Select(select) = body else {
         return Vec::new();
     };
@@ -279,16 +283,44 @@ fn catalog_names(body: &SetExpr) -> Vec<String> {
                 alias,
                 args: None,
                 ..
-            } => match name_parts(name) {
-                Some((table, true)) if is_pg_catalog_table(&table) => Some(match alias {
-                    Some(alias) => alias.name.value.to_lowercase(),
-                    None => table,
-                }),
-                _ => None,
-            },
+            } => {
+                let (table, in_catalog) = name_parts(name)?;
+                let catalog = in_catalog && is_pg_catalog_table(&table);
+                Some(match alias {
+                    Some(alias) => (alias.name.value.to_lowercase(), catalog),
+                    None => (table, catalog),
+                })
+            }
+            TableFactor::Table {
+                alias: Some(alias), ..
+            }
+            | TableFactor::Derived {
+                alias: Some(alias), ..
+            }
+            | TableFactor::UNNEST {
+                alias: Some(alias), ..
+            }
+            | TableFactor::Function {
+                alias: Some(alias), ..
+            } => Some((alias.name.value.to_lowercase(), false)),
             _ => None,
         })
         .collect()
+}
+
+/// Whether `name` refers to a `pg_catalog` table: the innermost query that
+/// names a relation so reads one.
+fn names_catalog_table(scope: &Scope, name: &str) -> bool {
+    scope
+        .iter()
+        .rev()
+        .find_map(|level| {
+            level
+                .iter()
+                .find(|(relation, _)| relation == name)
+                .map(|(_, catalog)| *catalog)
+        })
+        .unwrap_or(false)
 }
 
 /// What an array expression is known to be without planning it: one of the
@@ -300,15 +332,12 @@ enum KnownArray {
     Empty,
 }
 
-fn known_array(expr: &Expr, scope: &[Vec<String>]) -> Option<KnownArray> {
+fn known_array(expr: &Expr, scope: &Scope) -> Option<KnownArray> {
     match expr {
         Expr::CompoundIdentifier(parts) => match parts.as_slice() {
             [table, column]
                 if NULL_ARRAY_COLUMNS.contains(&column.value.as_str())
-                    && scope
-                        .iter()
-                        .flatten()
-                        .any(|name| *name == table.value.to_lowercase()) =>
+                    && names_catalog_table(scope, &table.value.to_lowercase()) =>
             {
                 Some(KnownArray::Null)
             }
@@ -332,7 +361,7 @@ fn known_array(expr: &Expr, scope: &[Vec<String>]) -> Option<KnownArray> {
 }
 
 /// `array_to_string(A, ...)` of a [`KnownArray`]: NULL, or the empty string.
-fn fold_array_to_string(expr: &Expr, scope: &[Vec<String>]) -> Option<Expr> {
+fn fold_array_to_string(expr: &Expr, scope: &Scope) -> Option<Expr> {
     let Expr::Function(Function {
         name,
         args: FunctionArguments::List(list),
@@ -516,13 +545,13 @@ fn boolean(value: bool) -> Expr {
 
 /// Whether a subquery's value is that of no rows: a plain `SELECT` (no
 /// aggregate, which would make one row of no rows) over an empty table.
-fn yields_no_rows(query: &Query, scope: &[Vec<String>]) -> bool {
+fn yields_no_rows(query: &Query, scope: &Scope) -> bool {
     matches!(query.body.as_ref(), SetExpr::Select(select) if select_is_empty(select, scope))
 }
 
 /// Replaces each `SELECT` of `body` that has no rows with a table-less one
 /// of the same columns; returns whether `body` as a whole has no rows.
-fn replace_empty_selects(body: &mut SetExpr, scope: &[Vec<String>]) -> bool {
+fn replace_empty_selects(body: &mut SetExpr, scope: &Scope) -> bool {
     match body {
         SetExpr::Select(select) => {
             if !select_is_empty(select, scope) {
@@ -562,10 +591,7 @@ fn replace_empty_selects(body: &mut SetExpr, scope: &[Vec<String>]) -> bool {
 /// Whether a `SELECT` has no rows because it inner-joins an empty catalog
 /// table; one that aggregates still has a row, and is left alone. `scope`
 /// names the catalog tables of the queries around it.
-fn select_is_empty(
-    select: &datafusion::sql::sqlparser::ast::Select,
-    scope: &[Vec<String>],
-) -> bool {
+fn select_is_empty(select: &datafusion::sql::sqlparser::ast::Select, scope: &Scope) -> bool {
     let grouped = !matches!(
         &select.group_by,
         datafusion::sql::sqlparser::ast::GroupByExpr::Expressions(expressions, _)
@@ -584,7 +610,7 @@ fn select_is_empty(
 /// Whether a FROM item's rows all come from an empty table: the first
 /// relation unless a later join preserves the other side (RIGHT or FULL),
 /// or an inner-joined one under the same condition.
-fn joins_empty_table(item: &TableWithJoins, scope: &[Vec<String>]) -> bool {
+fn joins_empty_table(item: &TableWithJoins, scope: &Scope) -> bool {
     let preserves_right = |operator: &JoinOperator| {
         matches!(
             operator,
@@ -616,7 +642,7 @@ fn joins_empty_table(item: &TableWithJoins, scope: &[Vec<String>]) -> bool {
 
 /// An always-empty catalog table, or `unnest` of an always-NULL catalog
 /// array.
-fn is_empty_relation(relation: &TableFactor, scope: &[Vec<String>]) -> bool {
+fn is_empty_relation(relation: &TableFactor, scope: &Scope) -> bool {
     match relation {
         TableFactor::Table {
             name, args: None, ..
@@ -823,6 +849,8 @@ mod tests {
             "SELECT array_to_string(reloptions, ',') FROM pg_class",
             "SELECT x FROM pg_class c, UNNEST(t.datacl) x",
             "SELECT ARRAY(SELECT x FROM pg_catalog.unnest(t.relacl) x) FROM t",
+            // An inner alias hides an outer catalog table of the same name.
+            "SELECT 1 FROM pg_class c WHERE EXISTS (SELECT 1 FROM mine c WHERE array_to_string(c.relacl, ',') = '')",
         ] {
             assert_eq!(normalized(sql), sql);
         }
