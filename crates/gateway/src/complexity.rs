@@ -5,9 +5,9 @@
 //! `SELECT ... UNION ALL SELECT ...`) nests one level per operator. A few
 //! thousand of them overflowed a thread's stack, which aborts the whole
 //! server. So the tokens are scanned first, without recursion: within each
-//! pair of parentheses, operators chain until a comma ends the expression
-//! (set operations and joins chain across commas), and the chains of the
-//! enclosing parentheses add up. A statement whose deepest point exceeds
+//! pair of parentheses (or `CASE ... END`), operators chain until a comma
+//! (or `WHEN`, `THEN`, `ELSE`) ends the expression (set operations and joins
+//! chain across commas), and the chains of the enclosing levels add up. A statement whose deepest point exceeds
 //! [`NESTING_MAX`] is refused with `RS-2033` (SQLSTATE 54001), as
 //! PostgreSQL refuses one that exceeds its stack depth limit.
 
@@ -38,7 +38,22 @@ pub fn check_nesting(sql: &str) -> RsResult<()> {
     let mut depth = 0usize;
     for token in tokens {
         match token {
+            // A CASE's branches are a list, like the arguments of a call.
             Token::LParen => levels.push(Level::default()),
+            Token::Word(word) if word.keyword == Keyword::CASE => levels.push(Level::default()),
+            Token::Word(word) if word.keyword == Keyword::END && levels.len() > 1 => {
+                if let Some(closed) = levels.pop() {
+                    depth -= closed.expression + closed.query;
+                }
+            }
+            Token::Word(word)
+                if matches!(word.keyword, Keyword::WHEN | Keyword::THEN | Keyword::ELSE) =>
+            {
+                if let Some(level) = levels.last_mut() {
+                    depth -= level.expression;
+                    level.expression = 0;
+                }
+            }
             Token::RParen if levels.len() > 1 => {
                 if let Some(closed) = levels.pop() {
                     depth -= closed.expression + closed.query;
@@ -146,6 +161,13 @@ mod tests {
                 chained(" * ", 900)
             ),
             format!("{}; {}", chained(" + ", 900), chained(" + ", 900)),
+            format!(
+                "SELECT CASE {} END",
+                (0..2000)
+                    .map(|i| format!("WHEN a = {i} AND b = {i} THEN {i} + 1"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            ),
         ];
         for sql in &flat {
             check_nesting(sql).expect("flat enough");
