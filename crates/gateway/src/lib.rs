@@ -4,7 +4,8 @@
 //! DDL goes to the catalog (`rockstream_control::Database`); DML is evaluated
 //! by DataFusion over the session's snapshot, buffered per transaction as
 //! exact-key row changes and committed through the engine; `SELECT` runs in
-//! DataFusion over the newest published snapshot, so after `COMMIT` returns
+//! DataFusion over the newest published snapshot (under REPEATABLE READ, the
+//! one the transaction's first statement pinned), so after `COMMIT` returns
 //! the next statement sees the commit in every view.
 
 mod backend;

@@ -57,7 +57,7 @@ pub mod codes {
         UNSUPPORTED_SQL_CONSTRUCT = (2001, "view.unsupported_sql_construct", "0A000",
             "Rewrite the view without the named construct; plain SELECT/JOIN/GROUP BY/UNION forms are maintained incrementally.");
         ISOLATION_SERIALIZABLE_NOT_SUPPORTED = (2003, "isolation.serializable_not_supported", "0A000",
-            "Use READ COMMITTED (the default): BEGIN without an isolation level.");
+            "Use REPEATABLE READ (BEGIN ISOLATION LEVEL REPEATABLE READ) for one consistent state, or READ COMMITTED, the default.");
         OPTIMISTIC_CONFLICT = (2008, "transaction.optimistic_conflict", "40001",
             "Another transaction changed the same rows first; retry the transaction.");
         SYNTAX_ERROR = (2020, "sql.syntax_error", "42601",
