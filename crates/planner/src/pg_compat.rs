@@ -598,13 +598,58 @@ fn select_is_empty(select: &datafusion::sql::sqlparser::ast::Select, scope: &Sco
             if expressions.is_empty()
     );
     // The FROM check first: it is cheap, and false for almost every query.
-    select
+    (select
         .from
         .iter()
         .any(|item| joins_empty_table(item, scope))
+        || requires_null_array(select, scope))
         && !grouped
         && select.having.is_none()
         && !aggregates(&select.projection)
+}
+
+/// Whether a `SELECT` keeps only rows where an always-NULL catalog array is
+/// not NULL (`WHERE ... AND attacl IS NOT NULL`): none.
+fn requires_null_array(select: &datafusion::sql::sqlparser::ast::Select, scope: &Scope) -> bool {
+    let Some(selection) = &select.selection else {
+        return false;
+    };
+    let own = relation_names(&SetExpr::Select(Box::new(select.clone())));
+    // An unqualified column belongs to the one relation the query reads.
+    let only_catalog_table = match own.as_slice() {
+        [(name, true)] => Some(name.clone()),
+        _ => None,
+    };
+    let mut inner: Vec<Vec<(String, bool)>> = scope.to_vec();
+    inner.push(own);
+    let mut conjuncts = vec![selection];
+    while let Some(condition) = conjuncts.pop() {
+        match condition {
+            Expr::BinaryOp {
+                left,
+                op: BinaryOperator::And,
+                right,
+            } => conjuncts.extend([left.as_ref(), right.as_ref()]),
+            Expr::Nested(nested) => conjuncts.push(nested),
+            Expr::IsNotNull(column) => {
+                let qualified = match column.as_ref() {
+                    Expr::Identifier(name) if NULL_ARRAY_COLUMNS.contains(&name.value.as_str()) => {
+                        only_catalog_table.clone().map(|table| {
+                            Expr::CompoundIdentifier(vec![Ident::new(table), name.clone()])
+                        })
+                    }
+                    other => Some(other.clone()),
+                };
+                if qualified
+                    .is_some_and(|column| known_array(&column, &inner) == Some(KnownArray::Null))
+                {
+                    return true;
+                }
+            }
+            _ => {}
+        }
+    }
+    false
 }
 
 /// Whether a FROM item's rows all come from an empty table: the first
@@ -843,6 +888,14 @@ mod tests {
             normalized("SELECT array_to_string(d.datacl, E'\\n') FROM pg_database d"),
             "SELECT CAST(NULL AS TEXT) FROM pg_database d"
         );
+        // psql's `\dp`: no column has an access-control list.
+        assert_eq!(
+            normalized(
+                "SELECT array_to_string(ARRAY(SELECT attname FROM pg_catalog.pg_attribute a \
+                 WHERE attrelid = c.oid AND attacl IS NOT NULL), E'\\n') FROM pg_class c"
+            ),
+            "SELECT '' FROM pg_class c"
+        );
         // The same column names of a user's table are planned as written.
         for sql in [
             "SELECT array_to_string(t.reloptions, ',') FROM t",
@@ -851,6 +904,7 @@ mod tests {
             "SELECT ARRAY(SELECT x FROM pg_catalog.unnest(t.relacl) x) FROM t",
             // An inner alias hides an outer catalog table of the same name.
             "SELECT 1 FROM pg_class c WHERE EXISTS (SELECT 1 FROM mine c WHERE array_to_string(c.relacl, ',') = '')",
+            "SELECT ARRAY(SELECT x FROM mine WHERE attacl IS NOT NULL) FROM pg_class c",
         ] {
             assert_eq!(normalized(sql), sql);
         }

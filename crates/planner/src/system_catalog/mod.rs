@@ -118,7 +118,7 @@ const PG_CATALOG_TABLES: [&str; 13] = [
 /// RockStream always leaves NULL: it keeps no storage options and grants
 /// every privilege to its one user. `crate::pg_compat` folds the array
 /// functions psql applies to them.
-pub(crate) const NULL_ARRAY_COLUMNS: [&str; 3] = ["reloptions", "relacl", "datacl"];
+pub(crate) const NULL_ARRAY_COLUMNS: [&str; 4] = ["reloptions", "relacl", "datacl", "attacl"];
 /// PostgreSQL's number for the UTF8 encoding, the only one RockStream uses.
 pub(crate) const UTF8_ENCODING: i64 = 6;
 /// Databases are numbered from the oid of PostgreSQL's `postgres` database.

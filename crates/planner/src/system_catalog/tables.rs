@@ -209,6 +209,7 @@ pub(crate) fn pg_attribute(relations: &[RelationInfo]) -> DataFusionResult<Recor
         ),
         ("attcompression", repeated("", count)),
         ("attstattarget", oids(vec![-1; count])),
+        ("attacl", text(vec![None; count])),
     ])
 }
 

@@ -1,6 +1,6 @@
 //! Goal: psql's describe commands show RockStream's relations as they show PostgreSQL's. Method:
 //! the same schema on a server and on the oracle, then the real `psql` client (installed with
-//! the oracle) runs `\d NAME` and, for tables, `\d+ NAME` against both (nine catalog queries
+//! the oracle) runs `\d NAME`, `\dp NAME` and, for tables, `\d+ NAME` against both (nine catalog queries
 //! each, with `OPERATOR(...)`, `COLLATE`, `regclass` casts, array functions over catalog columns
 //! and catalog tables RockStream leaves empty); the printed text must be the same. (`\d+` of a
 //! view prints its definition, which PostgreSQL reformats; the oracle's own databases differ from
@@ -107,6 +107,7 @@ async fn psql_describes_relations_as_postgresql_does() {
         .iter()
         .map(|name| format!("\\d {name}"))
         .chain(tables.iter().map(|name| format!("\\d+ {name}")))
+        .chain(DESCRIBED.iter().map(|name| format!("\\dp {name}")))
         .collect();
     let ours = run_psql(&server.config(), &commands);
     let theirs = run_psql(oracle.config(), &commands);
