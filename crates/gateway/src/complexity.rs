@@ -11,9 +11,8 @@
 //! [`NESTING_MAX`] is refused with `RS-2033` (SQLSTATE 54001), as
 //! PostgreSQL refuses one that exceeds its stack depth limit.
 
-use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::keywords::Keyword;
-use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan};
 use rockstream_types::{codes, RsError, RsResult};
 
 /// The deepest nesting accepted. The server's threads have stacks sized so
@@ -28,67 +27,56 @@ struct Level {
     query: usize,
 }
 
-/// Refuses `sql` when it nests deeper than [`NESTING_MAX`]. Text that does
-/// not tokenize is left for the parser to report.
-pub fn check_nesting(sql: &str) -> RsResult<()> {
-    let Ok(tokens) = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize() else {
-        return Ok(());
-    };
+/// Refuses a statement's `tokens` when they nest deeper than
+/// [`NESTING_MAX`].
+pub fn check_nesting(tokens: &[TokenWithSpan]) -> RsResult<()> {
     let mut levels = vec![Level::default()];
     let mut depth = 0usize;
-    for token in tokens {
-        match token {
+    for TokenWithSpan { token, .. } in tokens {
+        let keyword = match token {
+            Token::Word(word) => Some(word.keyword),
+            _ => None,
+        };
+        match (token, keyword) {
             // A CASE's branches are a list, like the arguments of a call.
-            Token::LParen => levels.push(Level::default()),
-            Token::Word(word) if word.keyword == Keyword::CASE => levels.push(Level::default()),
-            Token::Word(word) if word.keyword == Keyword::END && levels.len() > 1 => {
+            (Token::LParen, _) | (_, Some(Keyword::CASE)) => levels.push(Level::default()),
+            (Token::RParen, _) | (_, Some(Keyword::END)) if levels.len() > 1 => {
                 if let Some(closed) = levels.pop() {
                     depth -= closed.expression + closed.query;
                 }
             }
-            Token::Word(word)
-                if matches!(word.keyword, Keyword::WHEN | Keyword::THEN | Keyword::ELSE) =>
-            {
+            (Token::Comma | Token::SemiColon, _)
+            | (_, Some(Keyword::WHEN | Keyword::THEN | Keyword::ELSE)) => {
                 if let Some(level) = levels.last_mut() {
                     depth -= level.expression;
                     level.expression = 0;
-                }
-            }
-            Token::RParen if levels.len() > 1 => {
-                if let Some(closed) = levels.pop() {
-                    depth -= closed.expression + closed.query;
-                }
-            }
-            Token::Comma | Token::SemiColon => {
-                if let Some(level) = levels.last_mut() {
-                    depth -= level.expression;
-                    level.expression = 0;
-                    if token == Token::SemiColon {
+                    if *token == Token::SemiColon {
                         depth -= level.query;
                         level.query = 0;
                     }
                 }
             }
-            Token::Word(word)
-                if matches!(
-                    word.keyword,
-                    Keyword::UNION | Keyword::INTERSECT | Keyword::EXCEPT | Keyword::JOIN
-                ) =>
-            {
+            (_, Some(Keyword::UNION | Keyword::INTERSECT | Keyword::EXCEPT | Keyword::JOIN)) => {
                 if let Some(level) = levels.last_mut() {
                     level.query += 1;
                     depth += 1;
                 }
             }
-            Token::Word(word) if matches!(word.keyword, Keyword::AND | Keyword::OR) => {
-                chain(&mut levels, &mut depth);
+            (_, Some(Keyword::AND | Keyword::OR))
+            | (
+                Token::Plus
+                | Token::Minus
+                | Token::Mul
+                | Token::Div
+                | Token::Mod
+                | Token::StringConcat,
+                _,
+            ) => {
+                if let Some(level) = levels.last_mut() {
+                    level.expression += 1;
+                    depth += 1;
+                }
             }
-            Token::Plus
-            | Token::Minus
-            | Token::Mul
-            | Token::Div
-            | Token::Mod
-            | Token::StringConcat => chain(&mut levels, &mut depth),
             _ => {}
         }
         if depth > NESTING_MAX {
@@ -103,17 +91,19 @@ pub fn check_nesting(sql: &str) -> RsResult<()> {
     Ok(())
 }
 
-fn chain(levels: &mut [Level], depth: &mut usize) {
-    if let Some(level) = levels.last_mut() {
-        level.expression += 1;
-        *depth += 1;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     //! Goal: long chains are refused wherever they nest, and long flat lists are not.
     use super::*;
+    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+    use datafusion::sql::sqlparser::tokenizer::Tokenizer;
+
+    fn check(sql: &str) -> RsResult<()> {
+        let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
+            .tokenize_with_location()
+            .expect("tokenizes");
+        check_nesting(&tokens)
+    }
 
     fn chained(separator: &str, count: usize) -> String {
         vec!["1"; count].join(separator)
@@ -136,7 +126,7 @@ mod tests {
             ),
         ];
         for (index, sql) in deep.iter().enumerate() {
-            let error = check_nesting(sql).expect_err(&format!("case {index} is too deep"));
+            let error = check(sql).expect_err(&format!("case {index} is too deep"));
             assert_eq!(error.code.sqlstate, "54001");
         }
         let flat = [
@@ -170,7 +160,7 @@ mod tests {
             ),
         ];
         for sql in &flat {
-            check_nesting(sql).expect("flat enough");
+            check(sql).expect("flat enough");
         }
     }
 }

@@ -7,7 +7,8 @@ use async_trait::async_trait;
 use datafusion::arrow::datatypes::DataType;
 use datafusion::sql::sqlparser::ast::{visit_expressions_mut, Expr as SqlExpr, Statement, Value};
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
-use datafusion::sql::sqlparser::parser::Parser;
+use datafusion::sql::sqlparser::parser::{Parser, ParserError};
+use datafusion::sql::sqlparser::tokenizer::Tokenizer;
 use rockstream_control::ObjectKind;
 use rockstream_pgwire::{Backend, CopyTarget, Described, StatementResult};
 use rockstream_planner::{
@@ -25,9 +26,18 @@ use crate::session::GatewaySession;
 /// reads ([`normalize_interval_literals`]); refused when they nest too
 /// deeply ([`check_nesting`]).
 pub(crate) fn parse(sql: &str) -> RsResult<Vec<Statement>> {
-    check_nesting(sql)?;
-    let mut statements = Parser::parse_sql(&PostgreSqlDialect {}, sql)
-        .map_err(|error| RsError::new(&codes::SYNTAX_ERROR, error.to_string()))?;
+    let syntax_error = |error: String| RsError::new(&codes::SYNTAX_ERROR, error);
+    let dialect = PostgreSqlDialect {};
+    // Tokenized once, for the nesting bound and the parser alike (which
+    // reports a tokenizer error just as `Parser::parse_sql` would).
+    let tokens = Tokenizer::new(&dialect, sql)
+        .tokenize_with_location()
+        .map_err(|error| syntax_error(ParserError::from(error).to_string()))?;
+    check_nesting(&tokens)?;
+    let mut statements = Parser::new(&dialect)
+        .with_tokens_with_locations(tokens)
+        .parse_statements()
+        .map_err(|error| syntax_error(error.to_string()))?;
     normalize_interval_literals(&mut statements);
     Ok(statements)
 }

@@ -268,9 +268,13 @@ fn uncount_rows(expr: &mut Expr) {
 type Scope = [Vec<(String, bool)>];
 
 fn relation_names(body: &SetExpr) -> Vec<(String, bool)> {
-    let SetExpr::Select(select) = body else {
-        return Vec::new();
-    };
+    match body {
+        SetExpr::Select(select) => select_relation_names(select),
+        _ => Vec::new(),
+    }
+}
+
+fn select_relation_names(select: &datafusion::sql::sqlparser::ast::Select) -> Vec<(String, bool)> {
     select
         .from
         .iter()
@@ -614,14 +618,9 @@ fn requires_null_array(select: &datafusion::sql::sqlparser::ast::Select, scope: 
     let Some(selection) = &select.selection else {
         return false;
     };
-    let own = relation_names(&SetExpr::Select(Box::new(select.clone())));
-    // An unqualified column belongs to the one relation the query reads.
-    let only_catalog_table = match own.as_slice() {
-        [(name, true)] => Some(name.clone()),
-        _ => None,
-    };
-    let mut inner: Vec<Vec<(String, bool)>> = scope.to_vec();
-    inner.push(own);
+    // The `IS NOT NULL` conjuncts on a column named like an always-NULL
+    // catalog array; almost every query has none, and costs nothing more.
+    let mut candidates = Vec::new();
     let mut conjuncts = vec![selection];
     while let Some(condition) = conjuncts.pop() {
         match condition {
@@ -631,25 +630,44 @@ fn requires_null_array(select: &datafusion::sql::sqlparser::ast::Select, scope: 
                 right,
             } => conjuncts.extend([left.as_ref(), right.as_ref()]),
             Expr::Nested(nested) => conjuncts.push(nested),
-            Expr::IsNotNull(column) => {
-                let qualified = match column.as_ref() {
-                    Expr::Identifier(name) if NULL_ARRAY_COLUMNS.contains(&name.value.as_str()) => {
-                        only_catalog_table.clone().map(|table| {
-                            Expr::CompoundIdentifier(vec![Ident::new(table), name.clone()])
-                        })
-                    }
-                    other => Some(other.clone()),
-                };
-                if qualified
-                    .is_some_and(|column| known_array(&column, &inner) == Some(KnownArray::Null))
-                {
-                    return true;
-                }
+            Expr::IsNotNull(column)
+                if column_name(column)
+                    .is_some_and(|name| NULL_ARRAY_COLUMNS.contains(&name.value.as_str())) =>
+            {
+                candidates.push(column.as_ref())
             }
             _ => {}
         }
     }
-    false
+    if candidates.is_empty() {
+        return false;
+    }
+    let own = select_relation_names(select);
+    // An unqualified column belongs to the one relation the query reads.
+    let only_catalog_table = match own.as_slice() {
+        [(name, true)] => Some(name.clone()),
+        _ => None,
+    };
+    let mut inner: Vec<Vec<(String, bool)>> = scope.to_vec();
+    inner.push(own);
+    candidates.into_iter().any(|column| {
+        let qualified = match column {
+            Expr::Identifier(name) => only_catalog_table
+                .clone()
+                .map(|table| Expr::CompoundIdentifier(vec![Ident::new(table), name.clone()])),
+            other => Some(other.clone()),
+        };
+        qualified.is_some_and(|column| known_array(&column, &inner) == Some(KnownArray::Null))
+    })
+}
+
+/// The last part of a column reference.
+fn column_name(column: &Expr) -> Option<&Ident> {
+    match column {
+        Expr::Identifier(name) => Some(name),
+        Expr::CompoundIdentifier(parts) => parts.last(),
+        _ => None,
+    }
 }
 
 /// Whether a FROM item's rows all come from an empty table: the first

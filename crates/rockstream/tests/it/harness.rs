@@ -68,3 +68,11 @@ pub async fn copy_in(
     sink.send(bytes::Bytes::from(data)).await?;
     sink.finish().await
 }
+
+/// The SQLSTATE of a server error (or the error's text, for any other failure).
+pub fn sqlstate(error: &tokio_postgres::Error) -> String {
+    error
+        .as_db_error()
+        .map(|db| db.code().code().to_string())
+        .unwrap_or_else(|| error.to_string())
+}

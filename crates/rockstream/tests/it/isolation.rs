@@ -9,19 +9,13 @@
 
 use crate::harness::compare::fetch_text_rows;
 use crate::harness::server::TestServer;
+use crate::harness::sqlstate;
 
 async fn text(client: &tokio_postgres::Client, sql: &str) -> String {
     let rows = fetch_text_rows(client, sql)
         .await
         .unwrap_or_else(|error| panic!("{sql}: {error}"));
     format!("{rows:?}")
-}
-
-fn sqlstate(error: &tokio_postgres::Error) -> String {
-    error
-        .as_db_error()
-        .map(|db| db.code().code().to_string())
-        .unwrap_or_else(|| error.to_string())
 }
 
 const TOTAL: &str = "SELECT SUM(amount) FROM accounts";
