@@ -8,11 +8,12 @@
 
 use std::sync::Arc;
 
-use datafusion::common::{DFSchema, DFSchemaRef, JoinType, NullEquality, ScalarValue};
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::common::{DFSchema, DFSchemaRef, JoinType, NullEquality};
 use datafusion::datasource::source_as_provider;
 use datafusion::execution::context::SessionContext;
 use datafusion::logical_expr::expr::AggregateFunction as DfAggregateFunction;
-use datafusion::logical_expr::{Distinct, Expr, ExprSchemable, LogicalPlan};
+use datafusion::logical_expr::{Distinct, Expr, ExprSchemable, LogicalPlan, Volatility};
 use datafusion::sql::sqlparser::ast::{SetExpr, Statement};
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
@@ -64,8 +65,45 @@ async fn plan_branch(
 ) -> RsResult<(PlanNode, LogicalPlan)> {
     let state = context.state();
     let logical = state.create_logical_plan(query).await.map_err(plan_error)?;
+    refuse_as_written(&logical)?;
     let optimized = state.optimize(&logical).map_err(plan_error)?;
     Ok((translator.translate(&optimized)?, optimized))
+}
+
+/// Refuses what the optimizer would hide from [`Translator`]: DISTINCT ON
+/// (rewritten into a `first_value` aggregate), and functions whose result
+/// changes from one call to the next (`now()`, `random()`, ...), which
+/// DataFusion may fold into a constant. A view calling those cannot be
+/// maintained: a retraction must recompute exactly the row it retracts, and
+/// a view filtering on `now()` would have to change as time passes.
+fn refuse_as_written(plan: &LogicalPlan) -> RsResult<()> {
+    let mut refused: Option<RsError> = None;
+    plan.apply_with_subqueries(|node| {
+        if let LogicalPlan::Distinct(Distinct::On(_)) = node {
+            refused = Some(RsError::unsupported("DISTINCT ON"));
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        node.apply_expressions(|expr| {
+            expr.apply(|expr| {
+                let Expr::ScalarFunction(call) = expr else {
+                    return Ok(TreeNodeRecursion::Continue);
+                };
+                let name = call.func.name();
+                refused = match call.func.signature().volatility {
+                    Volatility::Immutable => return Ok(TreeNodeRecursion::Continue),
+                    Volatility::Volatile => Some(RsError::unsupported(format!(
+                        "the volatile function {name}()"
+                    ))),
+                    Volatility::Stable => Some(RsError::unsupported(format!(
+                        "{name}(), whose result depends on when the statement runs,"
+                    ))),
+                };
+                Ok(TreeNodeRecursion::Stop)
+            })
+        })
+    })
+    .map_err(datafusion_error)?;
+    refused.map_or(Ok(()), Err)
 }
 
 type BranchFuture<'a> = std::pin::Pin<
@@ -430,7 +468,6 @@ impl Translator {
                 output_type: output_schema.columns[group_count + index].sql_type,
             });
         }
-        let _ = ScalarValue::Null;
         let mapped = PlanNode::Map {
             input: Box::new(input),
             exprs,

@@ -17,5 +17,6 @@ mod isolation;
 mod limits;
 mod psql;
 mod slt;
+mod unsupported;
 mod waves;
 mod wire;

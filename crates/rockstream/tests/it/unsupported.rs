@@ -1,0 +1,72 @@
+//! Goal: a materialized view the engine cannot maintain is refused at `CREATE` with
+//! RS-2001 / 0A000 naming the construct, and nothing of it is left behind. Method: one
+//! definition per construct, then the same name with a definition that is maintained.
+
+use crate::harness::compare::fetch_text_rows;
+use crate::harness::server::TestServer;
+use crate::harness::sqlstate;
+
+/// (definition, words the error must contain).
+const REFUSED: &[(&str, &str)] = &[
+    ("SELECT id, row_number() OVER (ORDER BY id) FROM t", "window function"),
+    ("SELECT id FROM t ORDER BY id LIMIT 3", "top-N"),
+    ("SELECT DISTINCT ON (k) k, id FROM t", "DISTINCT ON"),
+    (
+        "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 3) SELECT n FROM r",
+        "WITH RECURSIVE",
+    ),
+    ("SELECT k, sum(id) FROM t GROUP BY ROLLUP (k)", "ROLLUP"),
+    // A retraction must recompute exactly the row it retracts.
+    ("SELECT id, random() AS r FROM t", "random()"),
+    // Would have to change as time passes.
+    ("SELECT id FROM t WHERE at > now() - INTERVAL '1 hour'", "now()"),
+    ("SELECT id, CURRENT_TIMESTAMP AS seen FROM t", "now()"),
+    ("SELECT id, current_date AS day FROM t", "current_date()"),
+    ("SELECT id FROM recent", "now()"),
+    (
+        "SELECT id FROM t WHERE EXISTS (SELECT 1 FROM t u WHERE u.at < now())",
+        "now()",
+    ),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn views_outside_the_maintained_forms_are_refused_by_name() {
+    let server = TestServer::start().await;
+    let client = server.client().await;
+    client
+        .batch_execute(
+            "CREATE TABLE t (id BIGINT PRIMARY KEY, k TEXT, at TIMESTAMP);
+             INSERT INTO t VALUES (1, 'a', '2026-01-01 10:00:00'), (2, 'b', NULL);
+             CREATE VIEW recent AS SELECT id FROM t WHERE at > now() - INTERVAL '1 day';",
+        )
+        .await
+        .expect("setup");
+    for (definition, construct) in REFUSED {
+        let error = client
+            .simple_query(&format!("CREATE MATERIALIZED VIEW v AS {definition}"))
+            .await
+            .expect_err(definition);
+        assert_eq!(sqlstate(&error), "0A000", "{definition}: {error}");
+        let message = error.as_db_error().expect("a server error").message();
+        assert!(
+            message.starts_with("RS-2001 ") && message.contains(construct),
+            "{definition}: {message}"
+        );
+    }
+    // Nothing was created: the name is free, and the inline view still answers ad hoc.
+    client
+        .batch_execute("CREATE MATERIALIZED VIEW v AS SELECT k, count(*) AS n FROM t GROUP BY k")
+        .await
+        .expect("a maintained definition under the refused name");
+    let rows = fetch_text_rows(&client, "SELECT k, n FROM v ORDER BY k")
+        .await
+        .expect("read the view");
+    assert_eq!(
+        format!("{rows:?}"),
+        r#"[[Some("a"), Some("1")], [Some("b"), Some("1")]]"#
+    );
+    let rows = fetch_text_rows(&client, "SELECT count(*) FROM recent")
+        .await
+        .expect("the inline view, ad hoc");
+    assert_eq!(format!("{rows:?}"), r#"[[Some("0")]]"#);
+}
