@@ -16,6 +16,7 @@ use rockstream_control::{CatalogEntry, ColumnDef};
 use rockstream_ops::arrow_rows::{array_to_datums, arrow_type};
 use rockstream_ops::keys::table_prefix;
 use rockstream_plan::arrow_types::datafusion_error;
+use rockstream_plan::datetime_text::{arrow_datetime_texts, DatetimeInput};
 use rockstream_planner::new_context;
 use rockstream_types::encoding::encode_row;
 use rockstream_types::{codes, Datum, Row, RsError, RsResult, SqlType};
@@ -111,6 +112,21 @@ fn strict_cast(array: &ArrayRef, sql_type: SqlType) -> RsResult<ArrayRef> {
     if array.data_type() == &target {
         return Ok(array.clone());
     }
+    // PostgreSQL's date and time input forms that Arrow lacks.
+    let rewritten: ArrayRef;
+    let array = match (
+        DatetimeInput::of(&target),
+        array.as_any().downcast_ref::<StringArray>(),
+    ) {
+        (Some(input), Some(texts)) => match arrow_datetime_texts(texts, input) {
+            Some(texts) => {
+                rewritten = Arc::new(texts);
+                &rewritten
+            }
+            None => array,
+        },
+        _ => array,
+    };
     let options = CastOptions {
         safe: false,
         ..CastOptions::default()

@@ -12,6 +12,7 @@
 //! re-planned view finds its state again.
 
 pub mod arrow_types;
+pub mod datetime_text;
 
 use std::fmt::Write;
 
