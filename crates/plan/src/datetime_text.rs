@@ -56,9 +56,7 @@ pub fn arrow_datetime_text(text: &str, input: DatetimeInput) -> Option<String> {
             .to_string(),
         );
     }
-    let date_end = trimmed
-        .find(|c: char| c == ' ' || c == 'T' || c == 't')
-        .unwrap_or(trimmed.len());
+    let date_end = trimmed.find([' ', 'T', 't']).unwrap_or(trimmed.len());
     let date = Date::parse(&trimmed[..date_end])?;
     let rest = trimmed[date_end..]
         .strip_prefix(['T', 't'])
