@@ -13,7 +13,7 @@ use datafusion::common::{DFSchema, DFSchemaRef, JoinType, NullEquality};
 use datafusion::datasource::source_as_provider;
 use datafusion::execution::context::SessionContext;
 use datafusion::logical_expr::expr::AggregateFunction as DfAggregateFunction;
-use datafusion::logical_expr::{Distinct, Expr, ExprSchemable, LogicalPlan, Volatility};
+use datafusion::logical_expr::{when, Distinct, Expr, ExprSchemable, LogicalPlan, Volatility};
 use datafusion::sql::sqlparser::ast::{SetExpr, Statement};
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
@@ -247,12 +247,9 @@ impl Translator {
 
     fn table_scan(&mut self, scan: &datafusion::logical_expr::TableScan) -> RsResult<PlanNode> {
         let provider = source_as_provider(&scan.source).map_err(datafusion_error)?;
-        let table = provider.downcast_ref::<SchemaOnlyTable>().ok_or_else(|| {
-            RsError::unsupported(format!(
-                "reading {} in a materialized view",
-                scan.table_name
-            ))
-        })?;
+        let table = provider
+            .downcast_ref::<SchemaOnlyTable>()
+            .ok_or_else(|| RsError::unsupported(format!("reading {}", scan.table_name)))?;
         if scan.fetch.is_some() {
             return Err(RsError::unsupported("LIMIT"));
         }
@@ -420,9 +417,6 @@ impl Translator {
                     "the aggregate expression {expr}"
                 )));
             };
-            if params.filter.is_some() {
-                return Err(RsError::unsupported("aggregate FILTER (WHERE ...)"));
-            }
             let name = func.name().to_lowercase();
             let count_star = name == "count"
                 && params
@@ -430,12 +424,16 @@ impl Translator {
                     .iter()
                     .all(|arg| matches!(arg, Expr::Literal(value, _) if !value.is_null()));
             let function = match name.as_str() {
-                "count" if count_star && !params.distinct => AggregateFunction::CountStar,
+                "count" if count_star && !params.distinct && params.filter.is_none() => {
+                    AggregateFunction::CountStar
+                }
                 "count" => AggregateFunction::Count,
                 "sum" => AggregateFunction::Sum,
                 "avg" | "mean" => AggregateFunction::Avg,
-                "min" => AggregateFunction::Min,
-                "max" => AggregateFunction::Max,
+                // Over booleans false < true: the conjunction is the minimum
+                // and the disjunction the maximum, with the same NULLs.
+                "min" | "bool_and" => AggregateFunction::Min,
+                "max" | "bool_or" => AggregateFunction::Max,
                 other => {
                     return Err(RsError::unsupported(format!(
                         "the aggregate function {other}"
@@ -451,13 +449,21 @@ impl Translator {
                         params.args.len()
                     )));
                 };
+                // These aggregates skip NULLs, so `agg(x) FILTER (WHERE c)`
+                // is `agg(CASE WHEN c THEN x END)`.
+                let arg = match &params.filter {
+                    Some(filter) => when(filter.as_ref().clone(), arg.clone())
+                        .end()
+                        .map_err(datafusion_error)?,
+                    None => arg.clone(),
+                };
                 let data_type = arg.get_type(&input_schema).map_err(datafusion_error)?;
                 let sql_type = sql_type_of(&data_type)?;
                 columns.push(Column {
                     name: format!("__argument_{index}"),
                     sql_type,
                 });
-                exprs.push(arg.clone());
+                exprs.push(arg);
                 (Some(columns.len() - 1), Some(sql_type))
             };
             calls.push(AggregateCall {

@@ -218,6 +218,18 @@ fn constructs_scenario() -> Scenario {
              WHERE region = 'latam' AND amount > 45000",
         ),
         ("events_by_kind", "SELECT kind, COUNT(*) AS events, SUM(weight) AS weight, MIN(weight) AS low FROM events GROUP BY kind"),
+        (
+            "filtered_aggregates",
+            "SELECT kind, COUNT(*) FILTER (WHERE flagged) AS flagged, COUNT(DISTINCT weight) FILTER (WHERE weight > 0) AS positive, \
+             SUM(weight) FILTER (WHERE NOT flagged) AS unflagged_weight, AVG(weight) FILTER (WHERE weight <> 0) AS mean, \
+             MAX(weight) FILTER (WHERE flagged IS NULL) AS unknown_top, BOOL_AND(flagged) AS all_flagged, \
+             BOOL_OR(weight > 2) AS any_heavy FROM events GROUP BY kind",
+        ),
+        (
+            "filtered_global",
+            "SELECT COUNT(*) FILTER (WHERE amount > 1000) AS big, SUM(amount) FILTER (WHERE region = 'eu') AS eu, \
+             BOOL_AND(amount > 0) AS all_positive FROM orders",
+        ),
         ("distinct_events", "SELECT DISTINCT kind, weight FROM events"),
         ("revenue_by_region", "SELECT region, COUNT(*) AS orders, SUM(amount) AS revenue FROM orders GROUP BY region"),
         ("view_over_view", "SELECT region, revenue FROM revenue_by_region WHERE orders > 2"),
