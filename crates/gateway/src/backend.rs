@@ -8,16 +8,19 @@ use datafusion::arrow::datatypes::{
     DataType, Field, IntervalUnit, Schema as ArrowSchema, SchemaRef,
 };
 use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::execution::context::SessionContext;
 use datafusion::sql::sqlparser::ast::{
     CopyOption, CopySource, CopyTarget as SqlCopyTarget, Expr as SqlExpr, FromTable, ObjectName,
-    ObjectType, Set, Statement, TableFactor, TableObject, TransactionIsolationLevel,
+    ObjectType, Query, Set, Statement, TableFactor, TableObject, TransactionIsolationLevel,
     TransactionMode,
 };
 use rockstream_common::Runtime;
 use rockstream_control::{CatalogEntry, Database, ObjectKind};
 use rockstream_ops::arrow_rows::duration_to_interval;
 use rockstream_pgwire::{CopyTarget, StatementResult};
-use rockstream_planner::{new_context, normalize_query, pg_column_names, uses_bag_set_operation};
+use rockstream_planner::{
+    new_context, normalize_query, pg_column_names, rewrite_using_joins, uses_bag_set_operation,
+};
 use rockstream_runtime::{RowChange, TableChange};
 use rockstream_types::{codes, RsError, RsResult};
 
@@ -158,9 +161,7 @@ impl Gateway {
                         "EXCEPT ALL / INTERSECT ALL are supported in materialized views only",
                     ));
                 }
-                let mut normalized = query.clone();
-                normalize_query(&mut normalized);
-                let result = self.select(session, &normalized.to_string()).await?;
+                let result = self.select_query(session, query).await?;
                 rename_columns(result, pg_column_names(query))
             }
             Statement::Explain { .. } => self.select(session, &statement.to_string()).await,
@@ -549,11 +550,32 @@ impl Gateway {
         })
     }
 
+    /// Runs a query, written as PostgreSQL reads it (see `normalize_query`
+    /// and `rewrite_using_joins`).
+    async fn select_query(
+        &self,
+        session: &GatewaySession,
+        query: &Query,
+    ) -> RsResult<StatementResult> {
+        let context = self.query_context(session);
+        let mut normalized = query.clone();
+        normalize_query(&mut normalized);
+        rewrite_using_joins(&context, &mut normalized).await;
+        self.run_query(&context, &normalized.to_string()).await
+    }
+
     async fn select(&self, session: &GatewaySession, sql: &str) -> RsResult<StatementResult> {
-        let resolver = Arc::new(SnapshotResolver {
+        self.run_query(&self.query_context(session), sql).await
+    }
+
+    /// A planning context over the session's read snapshot.
+    fn query_context(&self, session: &GatewaySession) -> SessionContext {
+        new_context(Arc::new(SnapshotResolver {
             context: Arc::new(self.read_context(session, false)),
-        });
-        let context = new_context(resolver);
+        }))
+    }
+
+    async fn run_query(&self, context: &SessionContext, sql: &str) -> RsResult<StatementResult> {
         let frame = context.sql(sql).await.map_err(query_error)?;
         // The analyzed plan's schema: analyzer rules may change result types.
         let plan = frame.clone().into_optimized_plan().map_err(query_error)?;

@@ -12,7 +12,7 @@ use datafusion::sql::sqlparser::tokenizer::Tokenizer;
 use rockstream_control::ObjectKind;
 use rockstream_pgwire::{Backend, CopyTarget, Described, StatementResult};
 use rockstream_planner::{
-    new_context, normalize_interval_literals, normalize_query, pg_column_names,
+    new_context, normalize_interval_literals, normalize_query, pg_column_names, rewrite_using_joins,
 };
 use rockstream_types::{codes, RsError, RsResult};
 
@@ -166,6 +166,7 @@ impl Backend for Gateway {
             Statement::Query(query) => {
                 let mut normalized = query.clone();
                 normalize_query(&mut normalized);
+                rewrite_using_joins(&context, &mut normalized).await;
                 normalized.to_string()
             }
             other => other.to_string(),

@@ -19,6 +19,7 @@ mod scalar_subquery;
 mod set_operations;
 mod system_catalog;
 mod translate;
+mod using_joins;
 
 pub use column_names::pg_column_names;
 pub use interval_literals::normalize_interval_literals;
@@ -27,3 +28,4 @@ pub use resolver::{new_context, SchemaOnlyTable, TableResolver};
 pub use set_operations::uses_bag_set_operation;
 pub use system_catalog::{ColumnInfo, RelationInfo, RelationKind};
 pub use translate::{plan_view, schema_of, undefined_relation};
+pub use using_joins::rewrite_using_joins;

@@ -25,6 +25,7 @@ use rockstream_types::{codes, ObjectId, RsError, RsResult};
 
 use crate::resolver::SchemaOnlyTable;
 use crate::set_operations;
+use crate::using_joins::rewrite_using_joins;
 
 /// Plans `query` (a SELECT) as the incremental plan of view `view_id`.
 pub async fn plan_view(
@@ -36,9 +37,11 @@ pub async fn plan_view(
         view_id,
         next_op: 0,
     };
-    let statements = Parser::parse_sql(&PostgreSqlDialect {}, query)
+    let mut statements = Parser::parse_sql(&PostgreSqlDialect {}, query)
         .map_err(|e| RsError::new(&codes::SYNTAX_ERROR, e.to_string()))?;
-    if let [Statement::Query(parsed)] = statements.as_slice() {
+    let mut query = query.to_string();
+    if let [Statement::Query(parsed)] = statements.as_mut_slice() {
+        rewrite_using_joins(context, parsed).await;
         if let Some((operator, all, left, right)) = set_operations::top_level_set_operation(parsed)
         {
             return Ok(
@@ -47,13 +50,14 @@ pub async fn plan_view(
                     .0,
             );
         }
+        query = parsed.to_string();
     }
-    if set_operations::uses_bag_set_operation(query) {
+    if set_operations::uses_bag_set_operation(&query) {
         return Err(RsError::unsupported(
             "EXCEPT ALL / INTERSECT ALL inside a subquery",
         ));
     }
-    let (node, _) = plan_branch(context, &mut translator, query).await?;
+    let (node, _) = plan_branch(context, &mut translator, &query).await?;
     Ok(node)
 }
 

@@ -182,6 +182,16 @@ fn constructs_scenario() -> Scenario {
         ),
         ("full_join", "SELECT c.id AS customer, o.id AS order_id FROM customers c FULL JOIN orders o ON c.id = o.customer_id"),
         (
+            "full_join_using",
+            "SELECT * FROM (SELECT customer_id AS cid, amount FROM orders) o \
+             FULL JOIN (SELECT id AS cid, tier FROM customers) c USING (cid)",
+        ),
+        (
+            "natural_right_join",
+            "SELECT cid, tier, amount FROM (SELECT customer_id AS cid, amount FROM orders WHERE amount > 100) o \
+             NATURAL RIGHT JOIN (SELECT id AS cid, tier FROM customers) c",
+        ),
+        (
             "exists_semi",
             "SELECT c.id, c.name FROM customers c WHERE EXISTS (SELECT 1 FROM orders o WHERE o.customer_id = c.id AND o.amount > 100)",
         ),
