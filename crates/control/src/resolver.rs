@@ -7,8 +7,11 @@ use datafusion::arrow::datatypes::{Field, Schema as ArrowSchema};
 use datafusion::catalog::TableProvider;
 use datafusion::datasource::ViewTable;
 use datafusion::logical_expr::LogicalPlan;
+use datafusion::sql::sqlparser::ast::Statement;
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::parser::Parser;
 use rockstream_plan::arrow_types::{arrow_type, datafusion_error};
-use rockstream_planner::{new_context, SchemaOnlyTable, TableResolver};
+use rockstream_planner::{new_context, rewrite_using_joins, SchemaOnlyTable, TableResolver};
 use rockstream_types::{ObjectId, RsError, RsResult};
 
 use crate::catalog::{CatalogEntry, ObjectKind};
@@ -72,9 +75,16 @@ pub async fn plan_inline_view(
     sql: &str,
 ) -> RsResult<LogicalPlan> {
     let context = new_context(resolver);
+    let mut sql = sql.to_string();
+    if let Ok(mut statements) = Parser::parse_sql(&PostgreSqlDialect {}, &sql) {
+        if let [Statement::Query(query)] = statements.as_mut_slice() {
+            rewrite_using_joins(&context, query).await;
+            sql = query.to_string();
+        }
+    }
     context
         .state()
-        .create_logical_plan(sql)
+        .create_logical_plan(&sql)
         .await
         .map_err(datafusion_error)
 }
