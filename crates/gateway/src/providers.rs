@@ -128,6 +128,27 @@ impl TableResolver for SnapshotResolver {
     }
 }
 
+/// The error a materialized view reports while a row of its inputs makes its
+/// definition fail (`None` for a healthy view or another kind of object).
+pub(crate) fn view_failure(engine: &Engine, entry: &CatalogEntry) -> Option<RsError> {
+    if entry.kind != ObjectKind::MaterializedView {
+        return None;
+    }
+    let ViewStatus::Failed(error) = engine.view_status(entry.id) else {
+        return None;
+    };
+    Some(
+        RsError::new(
+            &rockstream_types::codes::VIEW_EVALUATION_ERROR,
+            format!(
+                "materialized view \"{}\" cannot be maintained: {}",
+                entry.name, error.message
+            ),
+        )
+        .with_detail(error.to_string()),
+    )
+}
+
 #[derive(Debug)]
 pub struct SnapshotTable {
     entry: CatalogEntry,
@@ -197,17 +218,8 @@ impl SnapshotTable {
     /// Every visible row with its storage key (tables) and multiplicity.
     /// With `key_value`, only rows whose storage key starts with it.
     async fn rows(&self, key_value: Option<&Datum>) -> RsResult<Vec<(Vec<u8>, Row)>> {
-        if self.entry.kind == ObjectKind::MaterializedView {
-            if let ViewStatus::Failed(error) = self.context.engine.view_status(self.entry.id) {
-                return Err(RsError::new(
-                    &rockstream_types::codes::VIEW_EVALUATION_ERROR,
-                    format!(
-                        "materialized view \"{}\" cannot be maintained: {}",
-                        self.entry.name, error.message
-                    ),
-                )
-                .with_detail(error.to_string()));
-            }
+        if let Some(error) = view_failure(&self.context.engine, &self.entry) {
+            return Err(error);
         }
         let base = self.storage.prefix(self.entry.id);
         let mut key_prefix = Vec::new();

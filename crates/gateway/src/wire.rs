@@ -5,10 +5,13 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::DataType;
-use datafusion::sql::sqlparser::ast::{visit_expressions_mut, Expr as SqlExpr, Statement, Value};
+use datafusion::sql::sqlparser::ast::{
+    visit_expressions_mut, Expr as SqlExpr, ObjectName, Statement, Value,
+};
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
-use datafusion::sql::sqlparser::tokenizer::Tokenizer;
+use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
 use rockstream_control::ObjectKind;
 use rockstream_pgwire::{Backend, CopyTarget, Described, StatementResult};
 use rockstream_planner::{
@@ -22,24 +25,68 @@ use crate::dml::{self, query_error};
 use crate::providers::SnapshotResolver;
 use crate::session::GatewaySession;
 
+/// A statement as the gateway runs it: one sqlparser reads, or one of
+/// PostgreSQL's it lacks.
+pub(crate) enum Command {
+    Sql(Statement),
+    /// `REFRESH MATERIALIZED VIEW [CONCURRENTLY] name [WITH [NO] DATA]`.
+    RefreshMaterializedView {
+        name: ObjectName,
+        with_data: bool,
+    },
+}
+
 /// The statements of `sql`, with interval literals in the forms DataFusion
 /// reads ([`normalize_interval_literals`]); refused when they nest too
 /// deeply ([`check_nesting`]).
-pub(crate) fn parse(sql: &str) -> RsResult<Vec<Statement>> {
-    let syntax_error = |error: String| RsError::new(&codes::SYNTAX_ERROR, error);
+pub(crate) fn parse(sql: &str) -> RsResult<Vec<Command>> {
+    let syntax_error = |error: ParserError| RsError::new(&codes::SYNTAX_ERROR, error.to_string());
     let dialect = PostgreSqlDialect {};
     // Tokenized once, for the nesting bound and the parser alike (which
     // reports a tokenizer error just as `Parser::parse_sql` would).
     let tokens = Tokenizer::new(&dialect, sql)
         .tokenize_with_location()
-        .map_err(|error| syntax_error(ParserError::from(error).to_string()))?;
+        .map_err(|error| syntax_error(ParserError::from(error)))?;
     check_nesting(&tokens)?;
-    let mut statements = Parser::new(&dialect)
-        .with_tokens_with_locations(tokens)
-        .parse_statements()
-        .map_err(|error| syntax_error(error.to_string()))?;
-    normalize_interval_literals(&mut statements);
-    Ok(statements)
+    let mut parser = Parser::new(&dialect).with_tokens_with_locations(tokens);
+    let mut commands = Vec::new();
+    // `Parser::parse_statements`, with the statements it lacks.
+    loop {
+        while parser.consume_token(&Token::SemiColon) {}
+        if parser.peek_token_ref().token == Token::EOF {
+            break;
+        }
+        let command = if parser.parse_keyword(Keyword::REFRESH) {
+            parse_refresh(&mut parser).map_err(syntax_error)?
+        } else {
+            let mut statement = parser.parse_statement().map_err(syntax_error)?;
+            normalize_interval_literals(&mut statement);
+            Command::Sql(statement)
+        };
+        commands.push(command);
+        if !parser.consume_token(&Token::SemiColon) && parser.peek_token_ref().token != Token::EOF {
+            return Err(syntax_error(ParserError::ParserError(format!(
+                "Expected: end of statement, found: {}",
+                parser.peek_token_ref()
+            ))));
+        }
+    }
+    Ok(commands)
+}
+
+/// The rest of `REFRESH MATERIALIZED VIEW [CONCURRENTLY] name [WITH [NO] DATA]`.
+fn parse_refresh(parser: &mut Parser<'_>) -> Result<Command, ParserError> {
+    parser.expect_keywords(&[Keyword::MATERIALIZED, Keyword::VIEW])?;
+    let _ = parser.parse_keyword(Keyword::CONCURRENTLY);
+    let name = parser.parse_object_name(false)?;
+    let with_data = if parser.parse_keyword(Keyword::WITH) {
+        let no = parser.parse_keyword(Keyword::NO);
+        parser.expect_keyword_is(Keyword::DATA)?;
+        !no
+    } else {
+        true
+    };
+    Ok(Command::RefreshMaterializedView { name, with_data })
 }
 
 /// Replaces `$n` placeholders with typed literals.
@@ -136,7 +183,7 @@ impl Backend for Gateway {
         };
         let mut results = Vec::with_capacity(statements.len());
         for statement in &statements {
-            let result = self.execute_statement(session, statement).await;
+            let result = self.execute_command(session, statement).await;
             let failed = result.is_err();
             results.push(result);
             if failed {
@@ -152,7 +199,7 @@ impl Backend for Gateway {
         sql: &str,
     ) -> Result<Described, RsError> {
         let statements = parse(sql)?;
-        let Some(statement) = statements.first() else {
+        let Some(Command::Sql(statement)) = statements.first() else {
             return Ok(Described {
                 parameter_types: Vec::new(),
                 columns: None,
@@ -217,14 +264,14 @@ impl Backend for Gateway {
             Some(self.describe(session, sql).await?)
         };
         let mut statements = parse(sql)?;
-        let Some(statement) = statements.first_mut() else {
+        let Some(command) = statements.first_mut() else {
             return Ok(StatementResult::Command { tag: String::new() });
         };
-        if let Some(described) = described {
+        if let (Command::Sql(statement), Some(described)) = (&mut *command, described) {
             bind_parameters(statement, params, &described.parameter_types)?;
             normalize_interval_literals(statement);
         }
-        self.execute_statement(session, statement).await
+        self.execute_command(session, command).await
     }
 
     async fn copy_in(

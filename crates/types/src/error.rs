@@ -52,7 +52,7 @@ pub mod codes {
         UNDEFINED_COLUMN = (1506, "ddl.undefined_column", "42703",
             "List the columns with SELECT column_name FROM information_schema.columns WHERE table_name = 'NAME'; names are case-folded to lower case unless quoted.");
         WRONG_OBJECT_KIND = (1507, "ddl.wrong_object_kind", "42809",
-            "Use the DROP form that matches the object: DROP TABLE, DROP VIEW or DROP MATERIALIZED VIEW.");
+            "Use the statement that matches the object's kind (psql's \\d NAME shows it): DROP TABLE, DROP VIEW or DROP MATERIALIZED VIEW; writes go to tables; REFRESH names a materialized view.");
         // Gateway / SQL / session: 2000–2099.
         UNSUPPORTED_SQL_CONSTRUCT = (2001, "view.unsupported_sql_construct", "0A000",
             "Rewrite the view without the named construct; plain SELECT/JOIN/GROUP BY/UNION forms are maintained incrementally.");

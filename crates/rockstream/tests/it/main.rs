@@ -16,6 +16,7 @@ mod differential;
 mod isolation;
 mod limits;
 mod psql;
+mod refresh;
 mod slt;
 mod unsupported;
 mod waves;
