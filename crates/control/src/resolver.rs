@@ -78,7 +78,9 @@ pub async fn plan_inline_view(
     let mut sql = sql.to_string();
     if let Ok(mut statements) = Parser::parse_sql(&PostgreSqlDialect {}, &sql) {
         if let [Statement::Query(query)] = statements.as_mut_slice() {
-            rewrite_using_joins(&context, query).await;
+            rewrite_using_joins(&context, query)
+                .await
+                .map_err(datafusion_error)?;
             sql = query.to_string();
         }
     }

@@ -362,7 +362,7 @@ impl Gateway {
                     &object_name(&name.to_string()),
                     Some(ObjectKind::Table),
                 )?;
-                let count = dml::insert(self, session, &entry, &statement.to_string()).await?;
+                let count = dml::insert(self, session, &entry, statement).await?;
                 self.autocommit(session, in_explicit).await?;
                 command(&format!("INSERT 0 {count}"))
             }
@@ -610,7 +610,9 @@ impl Gateway {
         let context = self.query_context(session);
         let mut normalized = query.clone();
         normalize_query(&mut normalized);
-        rewrite_using_joins(&context, &mut normalized).await;
+        rewrite_using_joins(&context, &mut normalized)
+            .await
+            .map_err(query_error)?;
         self.run_query(&context, &normalized.to_string()).await
     }
 

@@ -12,12 +12,13 @@ use datafusion::arrow::array::{Array, ArrayRef, BinaryArray, StringArray};
 use datafusion::arrow::compute::{cast_with_options, CastOptions};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::logical_expr::LogicalPlan;
+use datafusion::sql::sqlparser::ast::Statement;
 use rockstream_control::{CatalogEntry, ColumnDef};
 use rockstream_ops::arrow_rows::{array_to_datums, arrow_type};
 use rockstream_ops::keys::table_prefix;
 use rockstream_plan::arrow_types::datafusion_error;
 use rockstream_plan::datetime_text::{arrow_datetime_texts, DatetimeInput};
-use rockstream_planner::new_context;
+use rockstream_planner::{new_context, rewrite_using_joins, uses_using_joins};
 use rockstream_types::encoding::encode_row;
 use rockstream_types::{codes, Datum, Row, RsError, RsResult, SqlType};
 
@@ -65,15 +66,27 @@ pub async fn insert(
     gateway: &Gateway,
     session: &mut GatewaySession,
     entry: &CatalogEntry,
-    sql: &str,
+    statement: &Statement,
 ) -> RsResult<u64> {
     let resolver = Arc::new(SnapshotResolver {
         context: Arc::new(gateway.read_context(session, false)),
     });
     let context = new_context(resolver);
+    let mut sql = statement.to_string();
+    if let Statement::Insert(insert) = statement {
+        if insert.source.as_deref().is_some_and(uses_using_joins) {
+            let mut rewritten = insert.clone();
+            if let Some(source) = rewritten.source.as_deref_mut() {
+                rewrite_using_joins(&context, source)
+                    .await
+                    .map_err(query_error)?;
+            }
+            sql = Statement::Insert(rewritten).to_string();
+        }
+    }
     let plan = context
         .state()
-        .create_logical_plan(sql)
+        .create_logical_plan(&sql)
         .await
         .map_err(query_error)?;
     let LogicalPlan::Dml(dml) = plan else {

@@ -28,7 +28,7 @@ use crate::session::GatewaySession;
 /// A statement as the gateway runs it: one sqlparser reads, or one of
 /// PostgreSQL's it lacks.
 pub(crate) enum Command {
-    Sql(Statement),
+    Sql(Box<Statement>),
     /// `REFRESH MATERIALIZED VIEW [CONCURRENTLY] name [WITH [NO] DATA]`.
     RefreshMaterializedView {
         name: ObjectName,
@@ -61,7 +61,7 @@ pub(crate) fn parse(sql: &str) -> RsResult<Vec<Command>> {
         } else {
             let mut statement = parser.parse_statement().map_err(syntax_error)?;
             normalize_interval_literals(&mut statement);
-            Command::Sql(statement)
+            Command::Sql(Box::new(statement))
         };
         commands.push(command);
         if !parser.consume_token(&Token::SemiColon) && parser.peek_token_ref().token != Token::EOF {
@@ -209,11 +209,13 @@ impl Backend for Gateway {
             context: Arc::new(self.read_context(session, false)),
         });
         let context = new_context(resolver);
-        let sql = match statement {
+        let sql = match &**statement {
             Statement::Query(query) => {
                 let mut normalized = query.clone();
                 normalize_query(&mut normalized);
-                rewrite_using_joins(&context, &mut normalized).await;
+                rewrite_using_joins(&context, &mut normalized)
+                    .await
+                    .map_err(query_error)?;
                 normalized.to_string()
             }
             other => other.to_string(),
@@ -224,7 +226,7 @@ impl Backend for Gateway {
                 columns: None,
             });
         };
-        let plan = match statement {
+        let plan = match &**statement {
             Statement::Query(_) => context.state().optimize(&plan).map_err(query_error)?,
             _ => plan,
         };
@@ -239,7 +241,7 @@ impl Backend for Gateway {
             })
             .collect();
         parameter_types.sort_by_key(|(index, _)| *index);
-        let columns = match statement {
+        let columns = match &**statement {
             Statement::Query(query) => Some(renamed_schema(
                 Arc::new(plan.schema().as_arrow().clone()),
                 pg_column_names(query),

@@ -14,6 +14,7 @@
 
 use std::borrow::Cow;
 
+use datafusion::arrow::array::timezone::Tz;
 use datafusion::arrow::array::{Array, StringArray};
 use datafusion::arrow::datatypes::DataType;
 
@@ -65,7 +66,8 @@ pub fn arrow_datetime_text(text: &str, input: DatetimeInput) -> Option<String> {
     let (time, zone) = if rest.is_empty() {
         (None, Zone::None)
     } else {
-        let (time, after) = Time::parse(rest)?;
+        let (mut time, after) = Time::parse(rest)?;
+        let after = time.read_meridiem(after.trim_start())?;
         (Some(time), Zone::parse(after.trim())?)
     };
     let mut out = format!("{}-{:02}-{:02}", date.year, date.month, date.day);
@@ -246,6 +248,33 @@ impl Time<'_> {
     }
 }
 
+impl Time<'_> {
+    /// Applies an `AM` / `PM` at the start of `text`; what follows it.
+    fn read_meridiem<'t>(&mut self, text: &'t str) -> Option<&'t str> {
+        let word = text.get(..2).filter(|word| {
+            let ends = text[2..]
+                .chars()
+                .next()
+                .is_none_or(|c| c.is_whitespace() || c == '+' || c == '-');
+            ends && (word.eq_ignore_ascii_case("am") || word.eq_ignore_ascii_case("pm"))
+        });
+        let Some(word) = word else {
+            return Some(text);
+        };
+        if !(1..=12).contains(&self.hour) {
+            return None;
+        }
+        let afternoon = word.eq_ignore_ascii_case("pm");
+        self.hour = match (self.hour, afternoon) {
+            (12, false) => 0,
+            (12, true) => 12,
+            (hour, false) => hour,
+            (hour, true) => hour + 12,
+        };
+        Some(&text[2..])
+    }
+}
+
 #[derive(Debug, PartialEq, Eq)]
 enum Zone<'a> {
     None,
@@ -260,7 +289,10 @@ impl Zone<'_> {
         if text.is_empty() {
             return Some(Zone::None);
         }
-        if text.eq_ignore_ascii_case("z") {
+        if ["z", "utc", "gmt"]
+            .iter()
+            .any(|name| text.eq_ignore_ascii_case(name))
+        {
             return Some(Zone::Utc);
         }
         if let Some(sign) = text.chars().next().filter(|c| *c == '+' || *c == '-') {
@@ -281,10 +313,9 @@ impl Zone<'_> {
                 minutes: hours * 60 + minutes,
             });
         }
-        let named = text
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'/' | b'_' | b'+' | b'-'));
-        named.then_some(Zone::Named(text))
+        // Only a zone Arrow knows: other words (`BC`, a typo) are left for
+        // Arrow to refuse rather than dropped with the zone.
+        text.parse::<Tz>().ok().map(|_| Zone::Named(text))
     }
 }
 
@@ -362,6 +393,29 @@ mod tests {
                 timestamptz(),
                 "2026-01-01T10:00:00Z",
             ),
+            ("2026-01-01 10:00 PM", timestamp(), "2026-01-01T22:00:00"),
+            ("2026-01-01 12:30:00 am", timestamp(), "2026-01-01T00:30:00"),
+            ("2026-01-01 12:30pm", timestamp(), "2026-01-01T12:30:00"),
+            (
+                "2026-01-01 1:00 pm+02",
+                timestamptz(),
+                "2026-01-01T11:00:00Z",
+            ),
+            (
+                "2026-01-01 10:00:00 utc",
+                timestamptz(),
+                "2026-01-01T10:00:00Z",
+            ),
+            (
+                "2026-01-01 10:00:00 Europe/Paris",
+                timestamptz(),
+                "2026-01-01T09:00:00Z",
+            ),
+            (
+                "2026-07-01 10:00:00 Europe/Paris",
+                timestamp(),
+                "2026-07-01T10:00:00",
+            ),
             ("epoch", timestamp(), "1970-01-01T00:00:00"),
             ("EPOCH", timestamptz(), "1970-01-01T00:00:00Z"),
             ("2026-1-2", DataType::Date32, "2026-01-02"),
@@ -427,6 +481,9 @@ mod tests {
             "26-01-01",
             "",
             "2026-001-01",
+            "2026-01-01 10:00:00 BC",
+            "2026-01-01 10:00:00 foo",
+            "2026-01-01 13:00 PM",
         ] {
             assert_eq!(
                 arrow_datetime_text(text, DatetimeInput::Timestamp),

@@ -28,4 +28,4 @@ pub use resolver::{new_context, SchemaOnlyTable, TableResolver};
 pub use set_operations::uses_bag_set_operation;
 pub use system_catalog::{ColumnInfo, RelationInfo, RelationKind};
 pub use translate::{plan_view, schema_of, undefined_relation};
-pub use using_joins::rewrite_using_joins;
+pub use using_joins::{rewrite_using_joins, uses_using_joins};

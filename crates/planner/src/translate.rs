@@ -41,7 +41,9 @@ pub async fn plan_view(
         .map_err(|e| RsError::new(&codes::SYNTAX_ERROR, e.to_string()))?;
     let mut query = query.to_string();
     if let [Statement::Query(parsed)] = statements.as_mut_slice() {
-        rewrite_using_joins(context, parsed).await;
+        rewrite_using_joins(context, parsed)
+            .await
+            .map_err(plan_error)?;
         if let Some((operator, all, left, right)) = set_operations::top_level_set_operation(parsed)
         {
             return Ok(

@@ -6,132 +6,253 @@
 //! a qualified one (`a.v`) to that input's own. The merged value is the left
 //! input's for an inner or left join, the right's for a right join, and
 //! `COALESCE(left, right)` for a full join. DataFusion keeps the left
-//! input's column where it stands instead, which differs in the order of
-//! `*`, in the value of a right or full join's column, and in what an
-//! unqualified name means after a chain of full joins.
+//! input's column where it stands instead: right for the values of inner and
+//! left joins, wrong for the order of `*`, and wrong for the values of right
+//! and full joins.
 //!
-//! So, before planning, each such join becomes a join `ON` the equalities of
-//! its columns, `*` is spelled out, and every unqualified reference to a
-//! merged column in the select list, `WHERE`, `GROUP BY`, `HAVING`, later
-//! join conditions and `ORDER BY` becomes the merged column's expression.
-//! The rewrite needs the columns of every relation joined: it asks
-//! DataFusion for the schema of `SELECT * FROM relation` (with the query's
-//! common table expressions), then rewrites. A query it cannot rewrite
-//! (a relation that does not plan, a join kind it does not know, a column
-//! name that is ambiguous) is left as written, for DataFusion to plan or to
-//! refuse.
+//! So, before planning:
+//! - `*` is spelled out in PostgreSQL's order wherever a FROM clause joins
+//!   with USING or NATURAL;
+//! - a right or full join (and any join on a column such a join merged)
+//!   becomes a join `ON` the equalities of its columns, and every
+//!   unqualified reference to its merged columns in the select list,
+//!   `WHERE`, `GROUP BY`, `HAVING`, `DISTINCT ON`, windows, later join
+//!   conditions and `ORDER BY` becomes the merged column's expression. A
+//!   chain of full joins merges into one flat `COALESCE`: a nested one would
+//!   grow exponentially once DataFusion rewrites each level into a `CASE`
+//!   repeating its first argument.
+//!
+//! Inner and left joins keep their USING, so DataFusion resolves their
+//! columns everywhere, subqueries included. Spelling out `*` needs the
+//! columns of every relation joined: the rewrite plans `SELECT * FROM
+//! relation` (with the common table expressions in scope, rewritten the same
+//! way) and reads its schema. A right or full join the rewrite cannot handle
+//! (a relation that does not plan, a name that is ambiguous on one side, a
+//! LATERAL subquery) fails the statement rather than being planned with
+//! DataFusion's meaning; elsewhere the query is left as written.
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::ops::ControlFlow;
+use std::pin::Pin;
 
+use datafusion::common::plan_datafusion_err;
+use datafusion::error::Result;
 use datafusion::execution::context::SessionContext;
 use datafusion::sql::sqlparser::ast::{
-    BinaryOperator, Cte, Expr, GroupByExpr, Ident, Join, JoinConstraint, JoinOperator, ObjectName,
-    OrderByKind, Query, Select, SelectItem, SetExpr, TableFactor, TableWithJoins, Value, VisitMut,
-    VisitorMut, With,
+    BinaryOperator, Cte, Distinct, Expr, GroupByExpr, Ident, Join, JoinConstraint, JoinOperator,
+    ObjectName, OrderByKind, Query, Select, SelectItem, SetExpr, Statement, TableFactor,
+    TableWithJoins, Value, Visit, VisitMut, Visitor, VisitorMut,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 
+type RewriteFuture<'a> = Pin<Box<dyn Future<Output = Result<()>> + Send + 'a>>;
+
+/// Whether `query`, or a query nested in it, joins with USING or NATURAL:
+/// a cheap test before cloning a statement to rewrite it.
+pub fn uses_using_joins(query: &Query) -> bool {
+    struct Finder;
+    impl Visitor for Finder {
+        type Break = ();
+
+        fn pre_visit_query(&mut self, query: &Query) -> ControlFlow<()> {
+            let mut found = false;
+            for_each_select(&query.body, &mut |select| {
+                found |= using_kind(select).is_some()
+            });
+            if found {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        }
+    }
+    query.visit(&mut Finder).is_break()
+}
+
 /// Rewrites the USING and NATURAL joins of `query`, and of every query
 /// nested in it, in place (see the module documentation).
-pub async fn rewrite_using_joins(context: &SessionContext, query: &mut Query) {
-    let mut collect = Walker::new(Mode::Collect(Vec::new()));
-    let _ = query.visit(&mut collect);
-    let Mode::Collect(requests) = collect.mode else {
-        unreachable!("collect mode stays collect")
-    };
-    if requests.is_empty() {
-        return;
-    }
-    let mut columns = HashMap::new();
-    for request in requests {
-        if columns.contains_key(&request) {
-            continue;
-        }
-        let Ok(plan) = context.state().create_logical_plan(&request).await else {
-            // Left as written: planning the query reports the problem.
-            return;
+pub fn rewrite_using_joins<'a>(
+    context: &'a SessionContext,
+    query: &'a mut Query,
+) -> RewriteFuture<'a> {
+    Box::pin(async move {
+        let mut collect = Walker::new(Mode::Collect(Vec::new()));
+        let _ = query.visit(&mut collect);
+        let Mode::Collect(requests) = collect.mode else {
+            unreachable!("collect mode stays collect")
         };
-        let names = plan
-            .schema()
-            .fields()
-            .iter()
-            .map(|field| field.name().clone())
-            .collect();
-        columns.insert(request, names);
-    }
-    let _ = query.visit(&mut Walker::new(Mode::Apply(columns)));
+        drop(collect.frames);
+        if requests.is_empty() {
+            return Ok(());
+        }
+        let mut columns = HashMap::new();
+        for Request { text, required } in requests {
+            if columns.contains_key(&text) {
+                continue;
+            }
+            match columns_of(context, &text).await {
+                Ok(names) => {
+                    columns.insert(text, names);
+                }
+                Err(error) if required => return Err(error),
+                // The SELECT stays as written.
+                Err(_) => {}
+            }
+        }
+        let mut apply = Walker::new(Mode::Apply(columns));
+        let _ = query.visit(&mut apply);
+        match apply.failure {
+            Some(message) => Err(plan_datafusion_err!("{message}")),
+            None => Ok(()),
+        }
+    })
+}
+
+/// The column names of `SELECT * FROM relation`, itself rewritten first.
+async fn columns_of(context: &SessionContext, text: &str) -> Result<Vec<String>> {
+    let statements = Parser::parse_sql(&PostgreSqlDialect {}, text)?;
+    let [Statement::Query(query)] = statements.as_slice() else {
+        return Err(plan_datafusion_err!("not a query: {text}"));
+    };
+    let mut query = query.clone();
+    rewrite_using_joins(context, &mut query).await?;
+    let plan = context
+        .state()
+        .create_logical_plan(&query.to_string())
+        .await?;
+    Ok(plan
+        .schema()
+        .fields()
+        .iter()
+        .map(|field| field.name().clone())
+        .collect())
+}
+
+/// A `SELECT * FROM relation` whose columns a rewrite needs; `required`
+/// when a right or full join depends on it.
+struct Request {
+    text: String,
+    required: bool,
 }
 
 enum Mode {
-    /// The `SELECT * FROM relation` texts whose columns the rewrite needs.
-    Collect(Vec<String>),
-    /// Their answers, by text.
+    Collect(Vec<Request>),
+    /// The columns of each request, by text.
     Apply(HashMap<String, Vec<String>>),
+}
+
+/// The common table expressions a query sees.
+struct Frame {
+    /// Those of the enclosing queries.
+    outer: Vec<Cte>,
+    /// The query's own, in order.
+    own: Vec<Cte>,
+    /// Where the query's own CTE bodies are in the tree, to know which of
+    /// its CTEs each of them sees.
+    bodies: Vec<usize>,
+    recursive: bool,
+}
+
+impl Frame {
+    /// The CTEs the query's body sees; an inner one hides an outer one of
+    /// the same name.
+    fn visible(&self, own_count: usize) -> Vec<Cte> {
+        let own = &self.own[..own_count];
+        let mut visible: Vec<Cte> = self
+            .outer
+            .iter()
+            .filter(|cte| own.iter().all(|inner| inner.alias.name != cte.alias.name))
+            .cloned()
+            .collect();
+        visible.extend(own.iter().cloned());
+        visible
+    }
 }
 
 struct Walker {
     mode: Mode,
-    /// The common table expressions in scope, outermost query first.
-    ctes: Vec<Vec<Cte>>,
+    frames: Vec<Frame>,
+    /// Why a right or full join could not be rewritten.
+    failure: Option<String>,
 }
 
 impl Walker {
     fn new(mode: Mode) -> Walker {
         Walker {
             mode,
-            ctes: Vec::new(),
+            frames: Vec::new(),
+            failure: None,
         }
     }
 
     /// The text whose schema gives the columns of `factor`.
     fn request(&self, factor: &TableFactor) -> String {
-        let ctes: Vec<&Cte> = self.ctes.iter().flatten().collect();
+        let Some(frame) = self.frames.last() else {
+            return format!("SELECT * FROM {factor}");
+        };
+        let ctes = frame.visible(frame.own.len());
         if ctes.is_empty() {
             return format!("SELECT * FROM {factor}");
         }
+        let recursive = self.frames.iter().any(|frame| frame.recursive);
         let list: Vec<String> = ctes.iter().map(ToString::to_string).collect();
-        format!("WITH {} SELECT * FROM {factor}", list.join(", "))
+        format!(
+            "WITH {}{} SELECT * FROM {factor}",
+            if recursive { "RECURSIVE " } else { "" },
+            list.join(", ")
+        )
     }
 
-    fn visit_set_expr(&mut self, body: &mut SetExpr, order_by: Option<&mut Vec<Expr>>) {
-        match body {
-            SetExpr::Select(select) if joins_using(select) => {
-                let mut factors = Vec::new();
-                for item in &select.from {
-                    leaves(item, &mut factors);
-                }
-                let requests: Vec<(String, String)> = factors
-                    .iter()
-                    .map(|factor| (factor.to_string(), self.request(factor)))
+    fn visit_select(&mut self, select: &mut Select, order_by: Option<&mut Vec<Expr>>) {
+        let Some(kind) = using_kind(select) else {
+            return;
+        };
+        let wildcard = select
+            .projection
+            .iter()
+            .any(|item| matches!(item, SelectItem::Wildcard(_)));
+        if kind == UsingKind::InnerOrLeft && !wildcard {
+            // DataFusion already reads these as PostgreSQL does.
+            return;
+        }
+        let required = kind == UsingKind::RightOrFull;
+        let mut factors = Vec::new();
+        for item in &select.from {
+            leaves(item, &mut factors);
+        }
+        let requests: Vec<(String, String)> = factors
+            .iter()
+            .map(|factor| (factor.to_string(), self.request(factor)))
+            .collect();
+        match &mut self.mode {
+            Mode::Collect(all) => all.extend(
+                requests
+                    .into_iter()
+                    .map(|(_, text)| Request { text, required }),
+            ),
+            Mode::Apply(known) => {
+                let columns: HashMap<String, Vec<String>> = requests
+                    .into_iter()
+                    .filter_map(|(factor, text)| Some((factor, known.get(&text)?.clone())))
                     .collect();
-                match &mut self.mode {
-                    Mode::Collect(all) => all.extend(requests.into_iter().map(|(_, text)| text)),
-                    Mode::Apply(known) => {
-                        let columns: HashMap<String, Vec<String>> = requests
-                            .into_iter()
-                            .filter_map(|(factor, text)| Some((factor, known.get(&text)?.clone())))
-                            .collect();
-                        // Rewritten on a copy, kept only when the whole SELECT could be.
-                        let mut candidate = select.clone();
-                        let mut candidate_order = order_by.as_deref().cloned();
-                        if rewrite_select(&mut candidate, candidate_order.as_mut(), &columns)
-                            .is_some()
-                        {
-                            *select = candidate;
-                            if let (Some(order_by), Some(rewritten)) = (order_by, candidate_order) {
-                                *order_by = rewritten;
-                            }
+                // Rewritten on a copy, kept only when the whole SELECT could be.
+                let mut candidate = select.clone();
+                let mut candidate_order = order_by.as_deref().cloned();
+                match rewrite_select(&mut candidate, candidate_order.as_mut(), &columns) {
+                    Ok(()) => {
+                        *select = candidate;
+                        if let (Some(order_by), Some(rewritten)) = (order_by, candidate_order) {
+                            *order_by = rewritten;
                         }
                     }
+                    Err(message) if required => {
+                        self.failure.get_or_insert(message);
+                    }
+                    Err(_) => {}
                 }
             }
-            SetExpr::SetOperation { left, right, .. } => {
-                self.visit_set_expr(left, None);
-                self.visit_set_expr(right, None);
-            }
-            _ => {}
         }
     }
 }
@@ -140,12 +261,32 @@ impl VisitorMut for Walker {
     type Break = ();
 
     fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
-        let ctes = query
-            .with
-            .as_ref()
-            .map(|With { cte_tables, .. }| cte_tables.clone())
-            .unwrap_or_default();
-        self.ctes.push(ctes);
+        let address = query as *const Query as usize;
+        // A CTE body sees the CTEs before it (all of them if recursive).
+        let outer = match self.frames.last() {
+            Some(frame) => match frame.bodies.iter().position(|body| *body == address) {
+                Some(index) if !frame.recursive => frame.visible(index),
+                _ => frame.visible(frame.own.len()),
+            },
+            None => Vec::new(),
+        };
+        let (own, bodies, recursive) = match &query.with {
+            Some(with) => (
+                with.cte_tables.clone(),
+                with.cte_tables
+                    .iter()
+                    .map(|cte| cte.query.as_ref() as *const Query as usize)
+                    .collect(),
+                with.recursive,
+            ),
+            None => (Vec::new(), Vec::new(), false),
+        };
+        self.frames.push(Frame {
+            outer,
+            own,
+            bodies,
+            recursive,
+        });
         let mut order_by: Option<Vec<Expr>> = match &query.order_by {
             Some(order_by) => match &order_by.kind {
                 OrderByKind::Expressions(exprs) => {
@@ -155,7 +296,10 @@ impl VisitorMut for Walker {
             },
             None => None,
         };
-        self.visit_set_expr(&mut query.body, order_by.as_mut());
+        match query.body.as_mut() {
+            SetExpr::Select(select) => self.visit_select(select, order_by.as_mut()),
+            body => for_each_select_mut(body, &mut |select| self.visit_select(select, None)),
+        }
         if let (Some(order_by), Some(rewritten)) = (&mut query.order_by, order_by) {
             if let OrderByKind::Expressions(exprs) = &mut order_by.kind {
                 for (expr, new) in exprs.iter_mut().zip(rewritten) {
@@ -167,31 +311,82 @@ impl VisitorMut for Walker {
     }
 
     fn post_visit_query(&mut self, _query: &mut Query) -> ControlFlow<()> {
-        self.ctes.pop();
+        self.frames.pop();
         ControlFlow::Continue(())
     }
 }
 
-/// Whether a FROM item of `select` joins with USING or NATURAL.
-fn joins_using(select: &Select) -> bool {
-    fn item_uses(item: &TableWithJoins) -> bool {
-        factor_uses(&item.relation)
-            || item.joins.iter().any(|join| {
-                matches!(
-                    constraint(&join.join_operator),
-                    Some(JoinConstraint::Using(_) | JoinConstraint::Natural)
-                ) || factor_uses(&join.relation)
-            })
+/// Each SELECT of a body made of set operations (not of nested queries,
+/// which the visitors reach on their own).
+fn for_each_select(body: &SetExpr, f: &mut dyn FnMut(&Select)) {
+    match body {
+        SetExpr::Select(select) => f(select),
+        SetExpr::SetOperation { left, right, .. } => {
+            for_each_select(left, f);
+            for_each_select(right, f);
+        }
+        _ => {}
     }
-    fn factor_uses(factor: &TableFactor) -> bool {
-        match factor {
-            TableFactor::NestedJoin {
-                table_with_joins, ..
-            } => item_uses(table_with_joins),
-            _ => false,
+}
+
+fn for_each_select_mut(body: &mut SetExpr, f: &mut dyn FnMut(&mut Select)) {
+    match body {
+        SetExpr::Select(select) => f(select),
+        SetExpr::SetOperation { left, right, .. } => {
+            for_each_select_mut(left, f);
+            for_each_select_mut(right, f);
+        }
+        _ => {}
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum UsingKind {
+    InnerOrLeft,
+    RightOrFull,
+}
+
+/// The strongest kind of join with USING or NATURAL in `select`'s FROM.
+fn using_kind(select: &Select) -> Option<UsingKind> {
+    fn item_kind(item: &TableWithJoins, kind: &mut Option<UsingKind>) {
+        factor_kind(&item.relation, kind);
+        for join in &item.joins {
+            factor_kind(&join.relation, kind);
+            if matches!(
+                constraint(&join.join_operator),
+                Some(JoinConstraint::Using(_) | JoinConstraint::Natural)
+            ) {
+                let this = match merge_side(&join.join_operator) {
+                    Some(Side::Left) => UsingKind::InnerOrLeft,
+                    _ => UsingKind::RightOrFull,
+                };
+                *kind = Some(kind.map_or(this, |kind| kind.max_with(this)));
+            }
         }
     }
-    select.from.iter().any(item_uses)
+    fn factor_kind(factor: &TableFactor, kind: &mut Option<UsingKind>) {
+        if let TableFactor::NestedJoin {
+            table_with_joins, ..
+        } = factor
+        {
+            item_kind(table_with_joins, kind);
+        }
+    }
+    let mut kind = None;
+    for item in &select.from {
+        item_kind(item, &mut kind);
+    }
+    kind
+}
+
+impl UsingKind {
+    fn max_with(self, other: UsingKind) -> UsingKind {
+        if self == UsingKind::RightOrFull || other == UsingKind::RightOrFull {
+            UsingKind::RightOrFull
+        } else {
+            UsingKind::InnerOrLeft
+        }
+    }
 }
 
 /// The relations (not joins) of a FROM item, left to right.
@@ -222,6 +417,41 @@ fn constraint(operator: &JoinOperator) -> Option<&JoinConstraint> {
     }
 }
 
+fn set_constraint(operator: &mut JoinOperator, new: JoinConstraint) {
+    match operator {
+        JoinOperator::Join(constraint)
+        | JoinOperator::Inner(constraint)
+        | JoinOperator::Left(constraint)
+        | JoinOperator::LeftOuter(constraint)
+        | JoinOperator::Right(constraint)
+        | JoinOperator::RightOuter(constraint)
+        | JoinOperator::FullOuter(constraint)
+        | JoinOperator::CrossJoin(constraint) => *constraint = new,
+        _ => {}
+    }
+}
+
+/// Which input a join's merged columns take their value from.
+#[derive(Clone, Copy, PartialEq)]
+enum Side {
+    Left,
+    Right,
+    /// The first of the two that is not NULL.
+    Both,
+}
+
+fn merge_side(operator: &JoinOperator) -> Option<Side> {
+    match operator {
+        JoinOperator::Join(_)
+        | JoinOperator::Inner(_)
+        | JoinOperator::Left(_)
+        | JoinOperator::LeftOuter(_) => Some(Side::Left),
+        JoinOperator::Right(_) | JoinOperator::RightOuter(_) => Some(Side::Right),
+        JoinOperator::FullOuter(_) => Some(Side::Both),
+        _ => None,
+    }
+}
+
 /// One column a FROM clause makes visible, in `*` order.
 #[derive(Clone)]
 struct Visible {
@@ -229,30 +459,33 @@ struct Visible {
     expr: Expr,
 }
 
-/// A merged column: the first of `parts` that is not NULL. A chain of full
-/// joins merges into one flat `COALESCE`, as a nested one would grow
-/// exponentially once DataFusion rewrites each level into a `CASE` that
-/// repeats its first argument.
+/// A merged column: the first of `parts` that is not NULL.
 #[derive(Clone)]
 struct Merged {
     parts: Vec<Expr>,
     expr: Expr,
+    /// Whether its join became a join ON, so that DataFusion no longer
+    /// knows the name and references to it must be replaced.
+    rewritten: bool,
 }
 
 impl Merged {
-    fn of(parts: Vec<Expr>) -> Option<Merged> {
+    fn of(parts: Vec<Expr>, rewritten: bool) -> std::result::Result<Merged, String> {
         let expr = match parts.as_slice() {
             [only] => only.clone(),
             _ => {
                 let list: Vec<String> = parts.iter().map(ToString::to_string).collect();
                 Parser::new(&PostgreSqlDialect {})
                     .try_with_sql(&format!("COALESCE({})", list.join(", ")))
-                    .ok()?
-                    .parse_expr()
-                    .ok()?
+                    .and_then(|mut parser| parser.parse_expr())
+                    .map_err(|error| error.to_string())?
             }
         };
-        Some(Merged { parts, expr })
+        Ok(Merged {
+            parts,
+            expr,
+            rewritten,
+        })
     }
 }
 
@@ -264,43 +497,45 @@ struct Scope {
 }
 
 impl Scope {
-    /// The unqualified names that refer to merged columns, and what they
-    /// stand for.
-    fn merged_exprs(&self) -> HashMap<String, Expr> {
+    /// The unqualified names that must be replaced, and by what.
+    fn replacements(&self) -> HashMap<String, Expr> {
         self.merged
             .iter()
+            .filter(|(_, merged)| merged.rewritten)
             .map(|(name, merged)| (name.clone(), merged.expr.clone()))
             .collect()
     }
+
+    fn extend(&mut self, other: Scope) {
+        self.columns.extend(other.columns);
+        self.merged.extend(other.merged);
+    }
 }
 
-/// Rewrites `select` (and its query's ORDER BY expressions); `None` when it
-/// cannot, in which case the caller keeps the original.
+type Rewrite<T> = std::result::Result<T, String>;
+
+/// What makes a join unfit for the rewrite, for the statement's error.
+const UNFIT: &str = "this RIGHT or FULL join with USING or NATURAL cannot be planned with \
+                     PostgreSQL's meaning yet; write its condition with ON";
+
+/// Rewrites `select` (and its query's ORDER BY expressions).
 fn rewrite_select(
     select: &mut Select,
     order_by: Option<&mut Vec<Expr>>,
     columns: &HashMap<String, Vec<String>>,
-) -> Option<()> {
+) -> Rewrite<()> {
     let mut scope = Scope::default();
     for item in &mut select.from {
         let item_scope = rewrite_item(item, columns)?;
-        for (name, expr) in item_scope.merged {
-            if scope.merged.insert(name, expr).is_some() {
-                return None;
+        for (name, merged) in item_scope.merged {
+            if scope.merged.insert(name.clone(), merged).is_some() {
+                return Err(format!("column reference \"{name}\" is ambiguous"));
             }
         }
         scope.columns.extend(item_scope.columns);
     }
-    let merged = scope.merged_exprs();
-    let output_names: HashSet<String> = select
-        .projection
-        .iter()
-        .filter_map(|item| match item {
-            SelectItem::ExprWithAlias { alias, .. } => Some(normalized(alias)),
-            SelectItem::UnnamedExpr(Expr::Identifier(ident)) => Some(normalized(ident)),
-            _ => None,
-        })
-        .collect();
+    let replacements = scope.replacements();
+    let mut output_names: HashSet<String> = HashSet::new();
     let mut projection = Vec::with_capacity(select.projection.len());
     for item in select.projection.drain(..) {
         match item {
@@ -312,9 +547,10 @@ fn rewrite_select(
                     && options.opt_rename.is_none()
                     && options.opt_alias.is_none();
                 if !plain {
-                    return None;
+                    return Err(UNFIT.to_string());
                 }
                 for column in &scope.columns {
+                    output_names.insert(column.name.clone());
                     projection.push(SelectItem::ExprWithAlias {
                         expr: column.expr.clone(),
                         alias: Ident::with_quote('"', &column.name),
@@ -322,22 +558,36 @@ fn rewrite_select(
                 }
             }
             SelectItem::UnnamedExpr(Expr::Identifier(ident))
-                if merged.contains_key(&normalized(&ident)) =>
+                if replacements.contains_key(&normalized(&ident)) =>
             {
+                output_names.insert(normalized(&ident));
                 projection.push(SelectItem::ExprWithAlias {
-                    expr: merged[&normalized(&ident)].clone(),
+                    expr: replacements[&normalized(&ident)].clone(),
                     alias: ident,
                 });
             }
             SelectItem::UnnamedExpr(mut expr) => {
-                replace_merged(&mut expr, &merged);
+                match &expr {
+                    Expr::Identifier(ident) => {
+                        output_names.insert(normalized(ident));
+                    }
+                    Expr::CompoundIdentifier(parts) => {
+                        output_names.extend(parts.last().map(normalized));
+                    }
+                    _ => {}
+                }
+                replace_merged(&mut expr, &replacements);
                 projection.push(SelectItem::UnnamedExpr(expr));
             }
             SelectItem::ExprWithAlias { mut expr, alias } => {
-                replace_merged(&mut expr, &merged);
+                output_names.insert(normalized(&alias));
+                replace_merged(&mut expr, &replacements);
                 projection.push(SelectItem::ExprWithAlias { expr, alias });
             }
-            other => projection.push(other),
+            mut other => {
+                replace_merged(&mut other, &replacements);
+                projection.push(other);
+            }
         }
     }
     select.projection = projection;
@@ -347,40 +597,50 @@ fn rewrite_select(
         .chain(select.having.iter_mut())
         .chain(select.qualify.iter_mut())
     {
-        replace_merged(expr, &merged);
+        replace_merged(expr, &replacements);
     }
     if let GroupByExpr::Expressions(exprs, _) = &mut select.group_by {
         for expr in exprs {
-            replace_merged(expr, &merged);
+            replace_merged(expr, &replacements);
         }
+    }
+    if let Some(Distinct::On(exprs)) = &mut select.distinct {
+        for expr in exprs {
+            replace_merged(expr, &replacements);
+        }
+    }
+    for window in &mut select.named_window {
+        replace_merged(window, &replacements);
     }
     if let Some(order_by) = order_by {
-        // An ORDER BY name refers to an output column first.
-        let merged: HashMap<String, Expr> = merged
-            .into_iter()
-            .filter(|(name, _)| !output_names.contains(name))
-            .collect();
         for expr in order_by {
-            replace_merged(expr, &merged);
+            // A bare ORDER BY name refers to an output column first.
+            let output = matches!(expr, Expr::Identifier(ident) if output_names.contains(&normalized(ident)));
+            if !output {
+                replace_merged(expr, &replacements);
+            }
         }
     }
-    Some(())
+    Ok(())
 }
 
 /// Rewrites the joins of one FROM item; its columns in `*` order.
 fn rewrite_item(
     item: &mut TableWithJoins,
     columns: &HashMap<String, Vec<String>>,
-) -> Option<Scope> {
+) -> Rewrite<Scope> {
     let mut scope = factor_scope(&mut item.relation, columns)?;
     for join in &mut item.joins {
         let right = factor_scope(&mut join.relation, columns)?;
         scope = join_scopes(join, scope, right)?;
     }
-    Some(scope)
+    Ok(scope)
 }
 
-fn factor_scope(factor: &mut TableFactor, columns: &HashMap<String, Vec<String>>) -> Option<Scope> {
+fn factor_scope(
+    factor: &mut TableFactor,
+    columns: &HashMap<String, Vec<String>>,
+) -> Rewrite<Scope> {
     if let TableFactor::NestedJoin {
         table_with_joins,
         alias: None,
@@ -388,7 +648,9 @@ fn factor_scope(factor: &mut TableFactor, columns: &HashMap<String, Vec<String>>
     {
         return rewrite_item(table_with_joins, columns);
     }
-    let names = columns.get(&factor.to_string())?;
+    let names = columns
+        .get(&factor.to_string())
+        .ok_or_else(|| UNFIT.to_string())?;
     let qualifier: Vec<Ident> = match factor {
         TableFactor::Table {
             alias: Some(alias), ..
@@ -406,8 +668,9 @@ fn factor_scope(factor: &mut TableFactor, columns: &HashMap<String, Vec<String>>
         } => parts
             .iter()
             .map(|part| part.as_ident().cloned())
-            .collect::<Option<_>>()?,
-        _ => return None,
+            .collect::<Option<_>>()
+            .ok_or_else(|| UNFIT.to_string())?,
+        _ => return Err(UNFIT.to_string()),
     };
     let columns = names
         .iter()
@@ -420,110 +683,118 @@ fn factor_scope(factor: &mut TableFactor, columns: &HashMap<String, Vec<String>>
             }
         })
         .collect();
-    Some(Scope {
+    Ok(Scope {
         columns,
         merged: HashMap::new(),
     })
 }
 
-#[derive(Clone, Copy, PartialEq)]
-enum Side {
-    Left,
-    Right,
-    Both,
-}
-
-/// The scope of `left JOIN right`, rewriting a USING or NATURAL constraint
-/// into ON.
-fn join_scopes(join: &mut Join, mut left: Scope, right: Scope) -> Option<Scope> {
-    let merge = match &join.join_operator {
-        JoinOperator::Join(_)
-        | JoinOperator::Inner(_)
-        | JoinOperator::Left(_)
-        | JoinOperator::LeftOuter(_) => Side::Left,
-        JoinOperator::Right(_) | JoinOperator::RightOuter(_) => Side::Right,
-        JoinOperator::FullOuter(_) => Side::Both,
-        JoinOperator::CrossJoin(_) => {
-            left.columns.extend(right.columns);
-            left.merged.extend(right.merged);
-            return Some(left);
+/// The scope of `left JOIN right`; a USING or NATURAL constraint that
+/// DataFusion would read differently from PostgreSQL becomes ON.
+fn join_scopes(join: &mut Join, mut left: Scope, right: Scope) -> Rewrite<Scope> {
+    let Some(merge) = merge_side(&join.join_operator) else {
+        if matches!(join.join_operator, JoinOperator::CrossJoin(_)) {
+            left.extend(right);
+            return Ok(left);
         }
-        _ => return None,
+        return Err(UNFIT.to_string());
     };
-    let names: Vec<String> = match constraint(&join.join_operator)? {
-        JoinConstraint::Using(names) => names
+    let names: Vec<String> = match constraint(&join.join_operator) {
+        Some(JoinConstraint::Using(names)) => names
             .iter()
             .map(|name| match name.0.as_slice() {
                 [part] => part.as_ident().map(normalized),
                 _ => None,
             })
-            .collect::<Option<_>>()?,
-        JoinConstraint::Natural => left
+            .collect::<Option<_>>()
+            .ok_or_else(|| UNFIT.to_string())?,
+        Some(JoinConstraint::Natural) => left
             .columns
             .iter()
             .filter(|column| right.columns.iter().any(|other| other.name == column.name))
             .map(|column| column.name.clone())
             .collect(),
-        JoinConstraint::On(condition) => {
+        Some(JoinConstraint::On(condition)) => {
             // Earlier joins' merged columns are visible in the condition.
-            let mut visible = left.merged_exprs();
-            visible.extend(right.merged_exprs());
+            let mut visible = left.replacements();
+            visible.extend(right.replacements());
             let mut condition = condition.clone();
             replace_merged(&mut condition, &visible);
             set_constraint(&mut join.join_operator, JoinConstraint::On(condition));
-            left.columns.extend(right.columns);
-            left.merged.extend(right.merged);
-            return Some(left);
+            left.extend(right);
+            return Ok(left);
         }
-        JoinConstraint::None => {
-            left.columns.extend(right.columns);
-            left.merged.extend(right.merged);
-            return Some(left);
+        _ => {
+            left.extend(right);
+            return Ok(left);
         }
     };
-    // A column of one side: its merged parts if it was merged.
-    let unique = |scope: &Scope, name: &str| {
+    // A column of one side, as its merged parts if it was merged.
+    let side_value = |scope: &Scope, name: &str, side: &str| -> Rewrite<Merged> {
         let mut found = scope.columns.iter().filter(|column| column.name == name);
         match (found.next(), found.next()) {
-            (Some(column), None) => Some(match scope.merged.get(name) {
-                Some(merged) => merged.clone(),
-                None => Merged::of(vec![column.expr.clone()])?,
-            }),
-            _ => None,
+            (Some(column), None) => match scope.merged.get(name) {
+                Some(merged) => Ok(merged.clone()),
+                None => Merged::of(vec![column.expr.clone()], false),
+            },
+            (Some(_), Some(_)) => Err(format!(
+                "common column name \"{name}\" appears more than once in {side} table"
+            )),
+            (None, _) => Err(format!(
+                "column \"{name}\" specified in USING clause does not exist in {side} table"
+            )),
         }
     };
-    let mut equalities = Vec::new();
-    let mut merged_columns = Vec::new();
-    let mut merged = HashMap::new();
-    for name in &names {
-        let left_value = unique(&left, name)?;
-        let right_value = unique(&right, name)?;
-        equalities.push(Expr::BinaryOp {
-            left: Box::new(left_value.expr.clone()),
-            op: BinaryOperator::Eq,
-            right: Box::new(right_value.expr.clone()),
-        });
+    let values: Vec<(Merged, Merged)> = names
+        .iter()
+        .map(|name| {
+            Ok((
+                side_value(&left, name, "left")?,
+                side_value(&right, name, "right")?,
+            ))
+        })
+        .collect::<Rewrite<_>>()?;
+    let rewrite = merge != Side::Left
+        || values
+            .iter()
+            .any(|(left, right)| left.rewritten || right.rewritten);
+    if rewrite {
+        let condition = values
+            .iter()
+            .map(|(left, right)| Expr::BinaryOp {
+                left: Box::new(left.expr.clone()),
+                op: BinaryOperator::Eq,
+                right: Box::new(right.expr.clone()),
+            })
+            .reduce(|a, b| Expr::BinaryOp {
+                left: Box::new(a),
+                op: BinaryOperator::And,
+                right: Box::new(b),
+            })
+            .unwrap_or(Expr::Value(Value::Boolean(true).into()));
+        set_constraint(&mut join.join_operator, JoinConstraint::On(condition));
+    }
+    let mut columns = Vec::with_capacity(left.columns.len() + right.columns.len());
+    let mut merged = left.merged;
+    merged.extend(right.merged);
+    for (name, (left_value, right_value)) in names.iter().zip(values) {
         let value = match merge {
-            Side::Left => left_value,
-            Side::Right => right_value,
-            Side::Both => Merged::of([left_value.parts, right_value.parts].concat())?,
+            Side::Left => Merged {
+                rewritten: rewrite,
+                ..left_value
+            },
+            Side::Right => Merged {
+                rewritten: rewrite,
+                ..right_value
+            },
+            Side::Both => Merged::of([left_value.parts, right_value.parts].concat(), true)?,
         };
-        merged_columns.push(Visible {
+        columns.push(Visible {
             name: name.clone(),
             expr: value.expr.clone(),
         });
         merged.insert(name.clone(), value);
     }
-    let condition = equalities
-        .into_iter()
-        .reduce(|a, b| Expr::BinaryOp {
-            left: Box::new(a),
-            op: BinaryOperator::And,
-            right: Box::new(b),
-        })
-        .unwrap_or(Expr::Value(Value::Boolean(true).into()));
-    set_constraint(&mut join.join_operator, JoinConstraint::On(condition));
-    let mut columns = merged_columns;
     let used: HashSet<&String> = names.iter().collect();
     columns.extend(
         left.columns
@@ -531,28 +802,7 @@ fn join_scopes(join: &mut Join, mut left: Scope, right: Scope) -> Option<Scope> 
             .chain(right.columns)
             .filter(|column| !used.contains(&column.name)),
     );
-    // A name merged earlier and joined again is now this join's column.
-    let mut all_merged = left.merged;
-    all_merged.extend(right.merged);
-    all_merged.extend(merged);
-    Some(Scope {
-        columns,
-        merged: all_merged,
-    })
-}
-
-fn set_constraint(operator: &mut JoinOperator, new: JoinConstraint) {
-    match operator {
-        JoinOperator::Join(constraint)
-        | JoinOperator::Inner(constraint)
-        | JoinOperator::Left(constraint)
-        | JoinOperator::LeftOuter(constraint)
-        | JoinOperator::Right(constraint)
-        | JoinOperator::RightOuter(constraint)
-        | JoinOperator::FullOuter(constraint)
-        | JoinOperator::CrossJoin(constraint) => *constraint = new,
-        _ => {}
-    }
+    Ok(Scope { columns, merged })
 }
 
 /// An identifier as the catalog spells it: folded to lower case unless
@@ -564,11 +814,11 @@ fn normalized(ident: &Ident) -> String {
     }
 }
 
-/// Replaces unqualified references to merged columns in `expr`, but not
+/// Replaces unqualified references to merged columns in `node`, but not
 /// inside its subqueries, which have scopes of their own.
-fn replace_merged(expr: &mut Expr, merged: &HashMap<String, Expr>) {
+fn replace_merged<T: VisitMut>(node: &mut T, replacements: &HashMap<String, Expr>) {
     struct Replace<'a> {
-        merged: &'a HashMap<String, Expr>,
+        replacements: &'a HashMap<String, Expr>,
         depth: usize,
     }
     impl VisitorMut for Replace<'_> {
@@ -587,7 +837,7 @@ fn replace_merged(expr: &mut Expr, merged: &HashMap<String, Expr>) {
         fn pre_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
             if self.depth == 0 {
                 if let Expr::Identifier(ident) = expr {
-                    if let Some(replacement) = self.merged.get(&normalized(ident)) {
+                    if let Some(replacement) = self.replacements.get(&normalized(ident)) {
                         *expr = Expr::Nested(Box::new(replacement.clone()));
                     }
                 }
@@ -595,8 +845,11 @@ fn replace_merged(expr: &mut Expr, merged: &HashMap<String, Expr>) {
             ControlFlow::Continue(())
         }
     }
-    if merged.is_empty() {
+    if replacements.is_empty() {
         return;
     }
-    let _ = expr.visit(&mut Replace { merged, depth: 0 });
+    let _ = node.visit(&mut Replace {
+        replacements,
+        depth: 0,
+    });
 }

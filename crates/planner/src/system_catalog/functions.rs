@@ -74,6 +74,15 @@ impl Function {
         }
     }
 
+    /// As PostgreSQL declares it: only a pure computation is immutable (and
+    /// so allowed in a materialized view); the others read the catalog.
+    fn volatility(&self) -> Volatility {
+        match self {
+            Function::SizePretty => Volatility::Immutable,
+            _ => Volatility::Stable,
+        }
+    }
+
     /// Whether it reads the relations (and so is built per query).
     fn reads_relations(&self) -> bool {
         matches!(
@@ -108,7 +117,7 @@ impl std::hash::Hash for CatalogFunction {
 fn udf(function: Function, resolver: Option<Arc<dyn TableResolver>>) -> ScalarUDF {
     ScalarUDF::from(CatalogFunction {
         function,
-        signature: Signature::variadic_any(Volatility::Stable),
+        signature: Signature::variadic_any(function.volatility()),
         resolver,
     })
 }
