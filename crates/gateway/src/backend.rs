@@ -24,7 +24,7 @@ use rockstream_planner::{
 use rockstream_runtime::{RowChange, TableChange};
 use rockstream_types::{codes, RsError, RsResult};
 
-use crate::ddl::table_columns;
+use crate::ddl::{ident_name, table_columns};
 use crate::dml::{self, query_error};
 use crate::providers::{view_failure, ReadContext, SnapshotResolver, ROW_KEY_COLUMN};
 use crate::session::{GatewaySession, Isolation, Transaction};
@@ -465,10 +465,7 @@ impl Gateway {
                     &object_name(&table_name.to_string()),
                     Some(ObjectKind::Table),
                 )?;
-                let columns: Vec<String> = columns
-                    .iter()
-                    .map(|column| column.value.to_lowercase())
-                    .collect();
+                let columns: Vec<String> = columns.iter().map(ident_name).collect();
                 let mut copy = CopyTarget::text(entry.name.clone(), columns.clone());
                 let legacy_csv = legacy_options
                     .iter()

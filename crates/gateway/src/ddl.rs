@@ -1,6 +1,8 @@
 //! `CREATE TABLE` column definitions → catalog columns.
 
-use datafusion::sql::sqlparser::ast::{ColumnOption, CreateTable, DataType, TableConstraint};
+use datafusion::sql::sqlparser::ast::{
+    ColumnOption, CreateTable, DataType, Expr as SqlExpr, Ident, TableConstraint,
+};
 use rockstream_control::ColumnDef;
 use rockstream_types::{codes, RsError, RsResult, SqlType};
 
@@ -97,12 +99,20 @@ pub fn sql_type(data_type: &DataType) -> RsResult<SqlType> {
     })
 }
 
+/// An identifier as PostgreSQL names it: folded to lower case unless quoted.
+pub(crate) fn ident_name(ident: &Ident) -> String {
+    match ident.quote_style {
+        Some(_) => ident.value.clone(),
+        None => ident.value.to_lowercase(),
+    }
+}
+
 /// Columns and primary-key positions of a CREATE TABLE.
 pub fn table_columns(create: &CreateTable) -> RsResult<(Vec<ColumnDef>, Vec<usize>)> {
     let mut columns = Vec::new();
     let mut primary_key = Vec::new();
     for (index, column) in create.columns.iter().enumerate() {
-        let name = column.name.value.to_lowercase();
+        let name = ident_name(&column.name);
         if columns
             .iter()
             .any(|existing: &ColumnDef| existing.name == name)
@@ -157,13 +167,10 @@ pub fn table_columns(create: &CreateTable) -> RsResult<(Vec<ColumnDef>, Vec<usiz
                     ));
                 }
                 for column in &key.columns {
-                    let name = column
-                        .column
-                        .expr
-                        .to_string()
-                        .to_lowercase()
-                        .trim_matches('"')
-                        .to_string();
+                    let name = match &column.column.expr {
+                        SqlExpr::Identifier(ident) => ident_name(ident),
+                        other => other.to_string(),
+                    };
                     let position = columns
                         .iter()
                         .position(|existing| existing.name == name)
