@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::StringArray;
+use datafusion::arrow::compute::{cast_with_options, CastOptions};
 use datafusion::arrow::datatypes::{
     DataType, Field, IntervalUnit, Schema as ArrowSchema, SchemaRef,
 };
@@ -19,7 +20,8 @@ use rockstream_control::{CatalogEntry, Database, ObjectKind};
 use rockstream_ops::arrow_rows::duration_to_interval;
 use rockstream_pgwire::{CopyTarget, StatementResult};
 use rockstream_planner::{
-    new_context, normalize_query, pg_column_names, rewrite_using_joins, uses_bag_set_operation,
+    alias_select_items, new_context, normalize_query, pg_column_names, rewrite_using_joins,
+    uses_bag_set_operation,
 };
 use rockstream_runtime::{RowChange, TableChange};
 use rockstream_types::{codes, RsError, RsResult};
@@ -610,7 +612,12 @@ impl Gateway {
         rewrite_using_joins(&context, &mut normalized)
             .await
             .map_err(query_error)?;
-        self.run_query(&context, &normalized.to_string()).await
+        match self.run_query(&context, &normalized.to_string()).await {
+            Err(error) if repeats_a_name(&error.message) && alias_select_items(&mut normalized) => {
+                self.run_query(&context, &normalized.to_string()).await
+            }
+            result => result,
+        }
     }
 
     async fn select(&self, session: &GatewaySession, sql: &str) -> RsResult<StatementResult> {
@@ -630,7 +637,7 @@ impl Gateway {
         let plan = frame.clone().into_optimized_plan().map_err(query_error)?;
         let schema = Arc::new(plan.schema().as_arrow().clone());
         let batches = frame.collect().await.map_err(query_error)?;
-        durations_as_intervals(schema, batches)
+        as_pg_result(schema, batches)
     }
 
     pub(crate) async fn autocommit(
@@ -694,38 +701,68 @@ fn rename_columns(
 }
 
 /// PostgreSQL has no duration type: `timestamp - timestamp` is an interval.
-fn durations_as_intervals(
-    schema: SchemaRef,
-    batches: Vec<RecordBatch>,
-) -> RsResult<StatementResult> {
-    if !schema
-        .fields()
-        .iter()
-        .any(|field| matches!(field.data_type(), DataType::Duration(_)))
-    {
-        return Ok(StatementResult::Query { schema, batches });
+/// Whether DataFusion refused a select list for naming two columns alike.
+pub(crate) fn repeats_a_name(message: &str) -> bool {
+    message.contains("require unique expression names")
+}
+
+/// The type a result column is sent as, when it is not its Arrow type:
+/// PostgreSQL has no durations (`timestamp - timestamp` is an interval) and
+/// no unsigned integers (DataFusion's `row_number()` is one; PostgreSQL's is
+/// a bigint).
+fn pg_result_type(data_type: &DataType) -> Option<DataType> {
+    match data_type {
+        DataType::Duration(_) => Some(DataType::Interval(IntervalUnit::MonthDayNano)),
+        DataType::UInt8 => Some(DataType::Int16),
+        DataType::UInt16 => Some(DataType::Int32),
+        DataType::UInt32 | DataType::UInt64 => Some(DataType::Int64),
+        _ => None,
     }
+}
+
+/// `schema` with each column as [`pg_result_type`] sends it.
+pub(crate) fn pg_result_schema(schema: &ArrowSchema) -> SchemaRef {
     let fields: Vec<Field> = schema
         .fields()
         .iter()
-        .map(|field| match field.data_type() {
-            DataType::Duration(_) => field
-                .as_ref()
-                .clone()
-                .with_data_type(DataType::Interval(IntervalUnit::MonthDayNano)),
-            _ => field.as_ref().clone(),
+        .map(|field| match pg_result_type(field.data_type()) {
+            Some(data_type) => field.as_ref().clone().with_data_type(data_type),
+            None => field.as_ref().clone(),
         })
         .collect();
-    let converted = Arc::new(ArrowSchema::new(fields));
+    Arc::new(ArrowSchema::new(fields))
+}
+
+/// A query's result, its columns converted as [`pg_result_type`] says.
+fn as_pg_result(schema: SchemaRef, batches: Vec<RecordBatch>) -> RsResult<StatementResult> {
+    if !schema
+        .fields()
+        .iter()
+        .any(|field| pg_result_type(field.data_type()).is_some())
+    {
+        return Ok(StatementResult::Query { schema, batches });
+    }
+    let converted = pg_result_schema(&schema);
     let batches = batches
         .into_iter()
         .map(|batch| {
             let columns = batch
                 .columns()
                 .iter()
-                .map(|column| match column.data_type() {
-                    DataType::Duration(_) => duration_to_interval(column),
-                    _ => Ok(column.clone()),
+                .map(|column| match pg_result_type(column.data_type()) {
+                    None => Ok(column.clone()),
+                    Some(_) if matches!(column.data_type(), DataType::Duration(_)) => {
+                        duration_to_interval(column)
+                    }
+                    Some(data_type) => cast_with_options(
+                        column,
+                        &data_type,
+                        &CastOptions {
+                            safe: false,
+                            ..CastOptions::default()
+                        },
+                    )
+                    .map_err(rockstream_ops::arrow_rows::arrow_error),
                 })
                 .collect::<RsResult<Vec<_>>>()?;
             RecordBatch::try_new(converted.clone(), columns)

@@ -16,13 +16,13 @@ use datafusion::sql::sqlparser::ast::Statement;
 use rockstream_control::{CatalogEntry, ColumnDef};
 use rockstream_ops::arrow_rows::{array_to_datums, arrow_type};
 use rockstream_ops::keys::table_prefix;
-use rockstream_plan::arrow_types::datafusion_error;
+use rockstream_plan::arrow_types::{cast_rounds, datafusion_error, round_to_whole};
 use rockstream_plan::datetime_text::{arrow_datetime_texts, DatetimeInput};
-use rockstream_planner::{new_context, rewrite_using_joins, uses_using_joins};
+use rockstream_planner::{alias_select_items, new_context, rewrite_using_joins, uses_using_joins};
 use rockstream_types::encoding::encode_row;
 use rockstream_types::{codes, Datum, Row, RsError, RsResult, SqlType};
 
-use crate::backend::Gateway;
+use crate::backend::{repeats_a_name, Gateway};
 use crate::providers::SnapshotResolver;
 use crate::session::{GatewaySession, PendingTable};
 
@@ -84,11 +84,32 @@ pub async fn insert(
             sql = Statement::Insert(rewritten).to_string();
         }
     }
-    let plan = context
-        .state()
-        .create_logical_plan(&sql)
-        .await
-        .map_err(query_error)?;
+    let plan = match context.state().create_logical_plan(&sql).await {
+        // The names of an inserted query's columns do not matter.
+        Err(error) if repeats_a_name(&error.to_string()) => {
+            let mut aliased = statement.clone();
+            let source = match &mut aliased {
+                Statement::Insert(insert) => insert.source.as_deref_mut(),
+                _ => None,
+            };
+            if !source.is_some_and(alias_select_items) {
+                return Err(query_error(error));
+            }
+            if let Statement::Insert(insert) = &mut aliased {
+                if let Some(source) = insert.source.as_deref_mut() {
+                    rewrite_using_joins(&context, source)
+                        .await
+                        .map_err(query_error)?;
+                }
+            }
+            context
+                .state()
+                .create_logical_plan(&aliased.to_string())
+                .await
+        }
+        planned => planned,
+    }
+    .map_err(query_error)?;
     let LogicalPlan::Dml(dml) = plan else {
         return Err(RsError::internal("INSERT did not plan as DML"));
     };
@@ -125,6 +146,14 @@ fn strict_cast(array: &ArrayRef, sql_type: SqlType) -> RsResult<ArrayRef> {
     if array.data_type() == &target {
         return Ok(array.clone());
     }
+    // PostgreSQL rounds a fraction stored in an integer column.
+    let rounded: ArrayRef;
+    let array = if cast_rounds(array.data_type(), &target) {
+        rounded = round_to_whole(array)?;
+        &rounded
+    } else {
+        array
+    };
     // PostgreSQL's date and time input forms that Arrow lacks.
     let rewritten: ArrayRef;
     let array = match (

@@ -15,11 +15,12 @@ use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
 use rockstream_control::ObjectKind;
 use rockstream_pgwire::{Backend, CopyTarget, Described, StatementResult};
 use rockstream_planner::{
-    new_context, normalize_interval_literals, normalize_query, pg_column_names, rewrite_using_joins,
+    alias_select_items, new_context, normalize_interval_literals, normalize_query, pg_column_names,
+    rewrite_using_joins,
 };
 use rockstream_types::{codes, RsError, RsResult};
 
-use crate::backend::{renamed_schema, Gateway};
+use crate::backend::{pg_result_schema, renamed_schema, repeats_a_name, Gateway};
 use crate::complexity::check_nesting;
 use crate::dml::{self, query_error};
 use crate::providers::SnapshotResolver;
@@ -220,7 +221,21 @@ impl Backend for Gateway {
             }
             other => other.to_string(),
         };
-        let Ok(plan) = context.state().create_logical_plan(&sql).await else {
+        let mut planned = context.state().create_logical_plan(&sql).await;
+        if let (Err(error), Statement::Query(query)) = (&planned, &**statement) {
+            let mut aliased = query.clone();
+            normalize_query(&mut aliased);
+            if repeats_a_name(&error.to_string()) && alias_select_items(&mut aliased) {
+                rewrite_using_joins(&context, &mut aliased)
+                    .await
+                    .map_err(query_error)?;
+                planned = context
+                    .state()
+                    .create_logical_plan(&aliased.to_string())
+                    .await;
+            }
+        }
+        let Ok(plan) = planned else {
             return Ok(Described {
                 parameter_types: Vec::new(),
                 columns: None,
@@ -243,7 +258,7 @@ impl Backend for Gateway {
         parameter_types.sort_by_key(|(index, _)| *index);
         let columns = match &**statement {
             Statement::Query(query) => Some(renamed_schema(
-                Arc::new(plan.schema().as_arrow().clone()),
+                pg_result_schema(plan.schema().as_arrow()),
                 pg_column_names(query),
             )),
             _ => None,

@@ -3,11 +3,14 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    Array, ArrayRef, Float64Array, Int64Array, IntervalMonthDayNanoArray,
+    Array, ArrayRef, AsArray, Float64Array, Int64Array, IntervalMonthDayNanoArray,
     IntervalMonthDayNanoBuilder,
 };
 use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, IntervalMonthDayNano, IntervalUnit, TimeUnit};
+use datafusion::arrow::datatypes::{
+    DataType, Decimal128Type, Float32Type, Float64Type, IntervalMonthDayNano, IntervalUnit,
+    TimeUnit,
+};
 use datafusion::common::DataFusionError;
 use rockstream_types::datum::{NUMERIC_DEFAULT_SCALE, NUMERIC_PRECISION_MAX};
 use rockstream_types::{codes, RsError, RsResult, SqlType};
@@ -261,6 +264,59 @@ pub fn duration_to_interval(array: &ArrayRef) -> RsResult<ArrayRef> {
         }
     }
     Ok(Arc::new(builder.finish()))
+}
+
+/// Numbers rounded to whole values as PostgreSQL rounds them when it casts
+/// to an integer type: a numeric half away from zero (`2.5` → 3, `-2.5` →
+/// -3), a float half to even (`2.5` → 2, `3.5` → 4), which is also its
+/// `round(double precision)`. Arrow's casts truncate instead. Other arrays
+/// are returned as they are.
+pub fn round_to_whole(array: &ArrayRef) -> RsResult<ArrayRef> {
+    Ok(match array.data_type() {
+        DataType::Float64 => Arc::new(
+            array
+                .as_primitive::<Float64Type>()
+                .unary::<_, Float64Type>(f64::round_ties_even),
+        ),
+        DataType::Float32 => Arc::new(
+            array
+                .as_primitive::<Float32Type>()
+                .unary::<_, Float32Type>(f32::round_ties_even),
+        ),
+        DataType::Decimal128(precision, scale) if *scale > 0 => {
+            let unit = 10_i128.pow(u32::from(scale.unsigned_abs()));
+            let rounded = array
+                .as_primitive::<Decimal128Type>()
+                .unary::<_, Decimal128Type>(|value| {
+                    let whole = value / unit;
+                    let rest = value % unit;
+                    if rest.abs() * 2 >= unit {
+                        whole + value.signum()
+                    } else {
+                        whole
+                    }
+                });
+            let digits = (*precision as i8 - *scale + 1).clamp(1, 38) as u8;
+            Arc::new(
+                rounded
+                    .with_precision_and_scale(digits, 0)
+                    .map_err(arrow_error)?,
+            )
+        }
+        _ => array.clone(),
+    })
+}
+
+/// Whether a cast from `from` to `to` rounds in PostgreSQL where Arrow
+/// truncates (see [`round_to_whole`]).
+pub fn cast_rounds(from: &DataType, to: &DataType) -> bool {
+    let integer = matches!(to, DataType::Int16 | DataType::Int32 | DataType::Int64);
+    let fractional = match from {
+        DataType::Float32 | DataType::Float64 => true,
+        DataType::Decimal128(_, scale) => *scale > 0,
+        _ => false,
+    };
+    integer && fractional
 }
 
 #[cfg(test)]

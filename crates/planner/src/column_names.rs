@@ -5,12 +5,57 @@
 //! for a function call, the target type for a bare cast, a scalar
 //! subquery's own column name, and `?column?` otherwise. Names are taken from the first branch of a set operation.
 
-use datafusion::sql::sqlparser::ast::{Expr, Query, SelectItem, SetExpr};
+use datafusion::sql::sqlparser::ast::{Expr, Ident, Query, SelectItem, SetExpr};
 
 /// PostgreSQL's name for each output column of `query`, or `None` when the
 /// select list has a wildcard (whose names DataFusion already gets right).
 pub fn pg_column_names(query: &Query) -> Option<Vec<String>> {
     set_expr_names(&query.body)
+}
+
+/// Gives every item of `query`'s select list an alias of its own, for
+/// DataFusion, which refuses two output columns of one name (`SELECT id,
+/// id`, `SELECT x::int, x::float8`) where PostgreSQL allows them; the
+/// result's columns are then renamed with [`pg_column_names`]. `false` when
+/// there is nothing to alias (a wildcard, or not a plain SELECT).
+pub fn alias_select_items(query: &mut Query) -> bool {
+    let SetExpr::Select(select) = query.body.as_mut() else {
+        return false;
+    };
+    if select.projection.iter().any(|item| {
+        !matches!(
+            item,
+            SelectItem::UnnamedExpr(_) | SelectItem::ExprWithAlias { .. }
+        )
+    }) {
+        return false;
+    }
+    // An alias written once keeps its name, for ORDER BY to refer to.
+    let aliases: Vec<String> = select
+        .projection
+        .iter()
+        .filter_map(|item| match item {
+            SelectItem::ExprWithAlias { alias, .. } => {
+                Some(identifier(&alias.value, alias.quote_style.is_some()))
+            }
+            _ => None,
+        })
+        .collect();
+    for (index, item) in select.projection.iter_mut().enumerate() {
+        let keep = matches!(item, SelectItem::ExprWithAlias { alias, .. }
+            if aliases.iter().filter(|name| **name == identifier(&alias.value, alias.quote_style.is_some())).count() == 1);
+        if keep {
+            continue;
+        }
+        let (SelectItem::UnnamedExpr(expr) | SelectItem::ExprWithAlias { expr, .. }) = item else {
+            unreachable!("only expressions, checked above")
+        };
+        *item = SelectItem::ExprWithAlias {
+            expr: expr.clone(),
+            alias: Ident::with_quote('"', format!("__rs_column_{index}")),
+        };
+    }
+    true
 }
 
 fn set_expr_names(body: &SetExpr) -> Option<Vec<String>> {

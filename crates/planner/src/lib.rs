@@ -11,6 +11,7 @@
 mod column_names;
 mod interval_literals;
 mod pg_aggregates;
+mod pg_casts;
 mod pg_compat;
 mod pg_datetime_literals;
 mod pg_intervals;
@@ -21,7 +22,7 @@ mod system_catalog;
 mod translate;
 mod using_joins;
 
-pub use column_names::pg_column_names;
+pub use column_names::{alias_select_items, pg_column_names};
 pub use interval_literals::normalize_interval_literals;
 pub use pg_compat::normalize_query;
 pub use resolver::{new_context, SchemaOnlyTable, TableResolver};

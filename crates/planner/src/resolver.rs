@@ -53,6 +53,7 @@ pub fn new_context(resolver: Arc<dyn TableResolver>) -> SessionContext {
     let mut context = SessionContext::new_with_config(config);
     context.add_analyzer_rule(Arc::new(crate::pg_aggregates::PostgresAggregateTypes));
     context.add_analyzer_rule(Arc::new(crate::pg_intervals::PostgresIntervals));
+    context.add_analyzer_rule(Arc::new(crate::pg_casts::PostgresRounding));
     context.add_analyzer_rule(Arc::new(
         crate::pg_datetime_literals::PostgresDatetimeLiterals,
     ));
