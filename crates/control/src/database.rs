@@ -55,7 +55,11 @@ impl Database {
             let catalog = database.entries(&entry.namespace);
             database.catalog_mut().push(entry.clone());
             database
-                .follow(CatalogChange::Created { entry, catalog })
+                .follow(CatalogChange::Created {
+                    entry,
+                    catalog,
+                    replay: true,
+                })
                 .await?;
         }
         Ok(database)
@@ -317,6 +321,7 @@ impl Database {
             .follow(CatalogChange::Created {
                 entry: entry.clone(),
                 catalog,
+                replay: false,
             })
             .await
         {
@@ -431,7 +436,7 @@ mod tests {
     //! start, leaving neither the objects nor any of their state; a view
     //! with a unique key stores each row under it, for good.
     use rockstream_ops::keys;
-    use rockstream_runtime::{RowChange, TableChange};
+    use rockstream_runtime::{RowChange, TableChange, ViewStatus};
     use rockstream_types::Datum;
 
     use super::*;
@@ -711,5 +716,69 @@ mod tests {
         }
         let entries = load_entries(&reopened.control).await.unwrap();
         assert!(entries.is_empty(), "the marked entries are deleted too");
+    }
+
+    /// A stored view this version cannot plan (here: one calling random(),
+    /// which an older version accepted) must not keep the database from
+    /// opening; it and the views reading it report why, and can be dropped.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stored_view_that_no_longer_plans_does_not_stop_the_start() {
+        let directory = tempfile::tempdir().unwrap();
+        let location = directory.path().to_str().unwrap().to_string();
+        let database = Database::open(&location, Runtime::system()).await.unwrap();
+        database
+            .create_table(
+                "default",
+                "t",
+                vec![bigint("k"), bigint("v")],
+                vec![0],
+                false,
+            )
+            .await
+            .unwrap();
+        for (name, query) in [
+            ("old", "SELECT k, v FROM t"),
+            ("above", "SELECT k FROM old"),
+            ("fine", "SELECT SUM(v) AS total FROM t"),
+        ] {
+            database
+                .create_view("default", name, query, None, true, false)
+                .await
+                .unwrap();
+        }
+        let old = database.lookup("default", "old").unwrap();
+        let rewritten = CatalogEntry {
+            definition: Some("SELECT k, random() AS v FROM t".to_string()),
+            ..old.clone()
+        };
+        database
+            .durable_put(&rewritten.key(), &entry_json(&rewritten).unwrap())
+            .await
+            .unwrap();
+        drop(database);
+
+        let reopened = Database::open(&location, Runtime::system()).await.unwrap();
+        for (name, reason) in [("old", "random()"), ("above", "it reads \"old\"")] {
+            let entry = reopened.lookup("default", name).unwrap();
+            let ViewStatus::Failed(error) = reopened.engine().view_status(entry.id) else {
+                panic!("{name} is reported healthy");
+            };
+            assert_eq!(error.code, &codes::VIEW_NOT_MAINTAINABLE, "{error}");
+            assert!(error.message.contains(reason), "{error}");
+        }
+        let fine = reopened.lookup("default", "fine").unwrap();
+        assert!(matches!(
+            reopened.engine().view_status(fine.id),
+            ViewStatus::Healthy
+        ));
+        reopened
+            .drop_object("default", "old", ObjectKind::MaterializedView, true, false)
+            .await
+            .unwrap();
+        assert!(reopened.lookup("default", "above").is_none());
+        assert!(matches!(
+            reopened.engine().view_status(old.id),
+            ViewStatus::Healthy
+        ));
     }
 }

@@ -5,11 +5,13 @@
 //! restart the same task replays the whole catalog, so an installed dataflow
 //! is always an implication of a committed catalog entry.
 
+use std::collections::HashSet;
+
 use rockstream_common::Runtime;
 use rockstream_ops::Dataflow;
 use rockstream_planner::{new_context, plan_view};
 use rockstream_runtime::{Engine, InstallView};
-use rockstream_types::{RsError, RsResult};
+use rockstream_types::{codes, ObjectId, RsError, RsResult};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::catalog::{CatalogEntry, ObjectKind};
@@ -20,6 +22,8 @@ pub(crate) enum CatalogChange {
     Created {
         entry: CatalogEntry,
         catalog: Vec<CatalogEntry>,
+        /// Replayed from the catalog on start, rather than just created.
+        replay: bool,
     },
     Dropped {
         entry: CatalogEntry,
@@ -35,7 +39,10 @@ pub(crate) fn start(runtime: &Runtime, engine: Engine) -> FollowerSender {
     let (sender, mut receiver) =
         mpsc::channel::<(CatalogChange, oneshot::Sender<RsResult<()>>)>(FOLLOWER_QUEUE_MAX);
     runtime.spawn(async move {
-        let mut follower = Follower { engine };
+        let mut follower = Follower {
+            engine,
+            not_maintainable: HashSet::new(),
+        };
         while let Some((change, reply)) = receiver.recv().await {
             let _ = reply.send(follower.apply(change).await);
         }
@@ -45,20 +52,60 @@ pub(crate) fn start(runtime: &Runtime, engine: Engine) -> FollowerSender {
 
 struct Follower {
     engine: Engine,
+    /// Stored views this binary could not plan on start (see
+    /// [`Follower::not_maintainable`]).
+    not_maintainable: HashSet<ObjectId>,
 }
 
 impl Follower {
+    /// A stored view that no longer plans (a definition an older version
+    /// accepted) does not stop the database from opening: it is left
+    /// uninstalled and reports why on every read, until it is dropped.
+    fn not_maintainable(&mut self, entry: &CatalogEntry, reason: &str) {
+        tracing::error!(view = %entry.name, %reason, "materialized view cannot be maintained; drop it and create it again");
+        self.not_maintainable.insert(entry.id);
+        self.engine.mark_not_maintainable(
+            entry.id,
+            RsError::new(
+                &codes::VIEW_NOT_MAINTAINABLE,
+                format!(
+                    "materialized view \"{}\" cannot be maintained: {reason}",
+                    entry.name
+                ),
+            ),
+        );
+    }
+
     async fn apply(&mut self, change: CatalogChange) -> RsResult<()> {
         match change {
-            CatalogChange::Created { entry, catalog } => {
+            CatalogChange::Created {
+                entry,
+                catalog,
+                replay,
+            } => {
                 if entry.kind != ObjectKind::MaterializedView {
                     return Ok(());
                 }
                 let resolver = CatalogResolver::new(catalog.clone());
                 let context = new_context(resolver);
                 let sql = entry.definition.clone().unwrap_or_default();
-                let plan = plan_view(&context, entry.id, &sql).await?;
+                let plan = match plan_view(&context, entry.id, &sql).await {
+                    Ok(plan) => plan,
+                    Err(error) if replay && error.code != &codes::STORAGE_IO => {
+                        self.not_maintainable(&entry, &error.message);
+                        return Ok(());
+                    }
+                    Err(error) => return Err(error),
+                };
                 let sources = plan.sources();
+                if let Some(broken) = catalog.iter().find(|other| {
+                    sources.contains(&other.id) && self.not_maintainable.contains(&other.id)
+                }) {
+                    let reason =
+                        format!("it reads \"{}\", which cannot be maintained", broken.name);
+                    self.not_maintainable(&entry, &reason);
+                    return Ok(());
+                }
                 let source_storage = sources
                     .iter()
                     .map(|source| {
@@ -88,6 +135,7 @@ impl Follower {
                 Ok(())
             }
             CatalogChange::Dropped { entry } => {
+                self.not_maintainable.remove(&entry.id);
                 if entry.kind == ObjectKind::View {
                     return Ok(());
                 }

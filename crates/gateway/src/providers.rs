@@ -137,6 +137,9 @@ pub(crate) fn view_failure(engine: &Engine, entry: &CatalogEntry) -> Option<RsEr
     let ViewStatus::Failed(error) = engine.view_status(entry.id) else {
         return None;
     };
+    if error.code == &rockstream_types::codes::VIEW_NOT_MAINTAINABLE {
+        return Some(error);
+    }
     Some(
         RsError::new(
             &rockstream_types::codes::VIEW_EVALUATION_ERROR,

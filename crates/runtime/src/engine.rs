@@ -156,6 +156,15 @@ impl Engine {
         receiver.await.map_err(|_| stopped())?
     }
 
+    /// Records that a view stored in the catalog cannot be maintained any
+    /// more (its definition no longer plans): it stays uninstalled, and
+    /// reads of it report `error` until it is dropped.
+    pub fn mark_not_maintainable(&self, view_id: ObjectId, error: RsError) {
+        if let Ok(mut statuses) = self.statuses.write() {
+            statuses.insert(view_id, ViewStatus::Failed(error));
+        }
+    }
+
     pub fn view_status(&self, view_id: ObjectId) -> ViewStatus {
         self.statuses
             .read()
