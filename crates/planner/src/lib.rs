@@ -12,6 +12,7 @@ mod column_names;
 mod interval_literals;
 mod pg_aggregates;
 mod pg_casts;
+mod pg_clock;
 mod pg_compat;
 mod pg_datetime_literals;
 mod pg_intervals;

@@ -66,6 +66,9 @@ pub fn new_context(resolver: Arc<dyn TableResolver>) -> SessionContext {
     for function in CATALOG_FUNCTIONS.iter() {
         context.register_udf(function.clone());
     }
+    for function in crate::pg_clock::CLOCK_FUNCTIONS.iter() {
+        context.register_udf(function.as_ref().clone());
+    }
     context.register_udaf(crate::scalar_subquery::SUBQUERY_ROWS.clone());
     context.register_udf(crate::scalar_subquery::SUBQUERY_VALUE.clone());
     for function in catalog_functions(resolver.clone()) {

@@ -22,6 +22,7 @@ const REFUSED: &[(&str, &str)] = &[
     ("SELECT id FROM t WHERE at > now() - INTERVAL '1 hour'", "now()"),
     ("SELECT id, CURRENT_TIMESTAMP AS seen FROM t", "now()"),
     ("SELECT id, current_date AS day FROM t", "current_date()"),
+    ("SELECT id, LOCALTIMESTAMP AS seen FROM t", "localtimestamp()"),
     ("SELECT id FROM recent", "now()"),
     (
         "SELECT id FROM t WHERE EXISTS (SELECT 1 FROM t u WHERE u.at < now())",

@@ -1,0 +1,89 @@
+//! `LOCALTIMESTAMP` and `LOCALTIME`, which DataFusion lacks.
+//!
+//! Like `now()`, each is the statement's start time, the same wherever it
+//! appears in the statement; sessions run in UTC, so the local time is UTC's.
+//! They depend on when the statement runs, so a materialized view refuses
+//! them as it refuses `now()`.
+
+use std::sync::{Arc, LazyLock};
+
+use datafusion::arrow::datatypes::{DataType, TimeUnit};
+use datafusion::common::{plan_err, Result, ScalarValue};
+use datafusion::logical_expr::simplify::{ExprSimplifyResult, SimplifyContext};
+use datafusion::logical_expr::{
+    ColumnarValue, Expr, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
+};
+
+const NANOS_PER_DAY: i64 = 86_400_000_000_000;
+
+/// The functions, registered in every session.
+pub static CLOCK_FUNCTIONS: LazyLock<Vec<Arc<ScalarUDF>>> = LazyLock::new(|| {
+    [Clock::Timestamp, Clock::Time]
+        .into_iter()
+        .map(|clock| {
+            Arc::new(ScalarUDF::from(LocalClock {
+                clock,
+                signature: Signature::nullary(Volatility::Stable),
+            }))
+        })
+        .collect()
+});
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Clock {
+    Timestamp,
+    Time,
+}
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct LocalClock {
+    clock: Clock,
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for LocalClock {
+    fn name(&self) -> &str {
+        match self.clock {
+            Clock::Timestamp => "localtimestamp",
+            Clock::Time => "localtime",
+        }
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arguments: &[DataType]) -> Result<DataType> {
+        Ok(match self.clock {
+            // Nanoseconds, as `now()` has them, so the two compare equal.
+            Clock::Timestamp => DataType::Timestamp(TimeUnit::Nanosecond, None),
+            Clock::Time => DataType::Time64(TimeUnit::Nanosecond),
+        })
+    }
+
+    fn invoke_with_args(&self, _args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        plan_err!(
+            "{}() is replaced by the statement's start time while planning",
+            self.name()
+        )
+    }
+
+    fn simplify(&self, args: Vec<Expr>, info: &SimplifyContext) -> Result<ExprSimplifyResult> {
+        let Some(start) = info.query_execution_start_time() else {
+            return Ok(ExprSimplifyResult::Original(args));
+        };
+        let Some(nanos) = start.timestamp_nanos_opt() else {
+            return plan_err!("the statement's start time is out of range");
+        };
+        let value = match self.clock {
+            Clock::Timestamp => ScalarValue::TimestampNanosecond(Some(nanos), None),
+            // Whole microseconds, PostgreSQL's precision, as a time prints
+            // every digit it has.
+            Clock::Time => {
+                let time = nanos.rem_euclid(NANOS_PER_DAY);
+                ScalarValue::Time64Nanosecond(Some(time - time % 1_000))
+            }
+        };
+        Ok(ExprSimplifyResult::Simplified(Expr::Literal(value, None)))
+    }
+}
