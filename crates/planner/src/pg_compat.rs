@@ -26,7 +26,9 @@
 //! - a scalar subquery that does not aggregate, which DataFusion plans only
 //!   when uncorrelated, aggregates with the functions of
 //!   [`crate::scalar_subquery`], keeping PostgreSQL's meaning (NULL for no
-//!   row, an error for more than one).
+//!   row, an error for more than one);
+//! - `[NOT] EXISTS (...)` in a select list, which DataFusion plans only as a
+//!   filter, counts the subquery's rows instead.
 //!
 //! Only queries are rewritten, never the definition of a materialized view.
 
@@ -36,8 +38,8 @@ use std::sync::LazyLock;
 
 use datafusion::sql::sqlparser::ast::{
     BinaryOperator, DataType, Expr, Function, FunctionArg, FunctionArgExpr, FunctionArgumentList,
-    FunctionArguments, Ident, JoinOperator, ObjectName, Query, SelectItem, SetExpr, SetOperator,
-    Statement, TableFactor, TableWithJoins, Value, VisitMut, VisitorMut,
+    FunctionArguments, GroupByExpr, Ident, JoinOperator, ObjectName, Query, Select, SelectItem,
+    SetExpr, SetOperator, Statement, TableFactor, TableWithJoins, Value, VisitMut, VisitorMut,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
@@ -73,8 +75,13 @@ impl VisitorMut for Normalizer {
         ControlFlow::Continue(())
     }
 
-    fn post_visit_query(&mut self, _query: &mut Query) -> ControlFlow<()> {
+    fn post_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
         self.scope.pop();
+        // After the subqueries are normalized (one over an empty catalog
+        // table is a constant by now).
+        for_each_select(&mut query.body, &mut |select| {
+            exists_as_counts(&mut select.projection)
+        });
         ControlFlow::Continue(())
     }
 
@@ -274,7 +281,7 @@ fn relation_names(body: &SetExpr) -> Vec<(String, bool)> {
     }
 }
 
-fn select_relation_names(select: &datafusion::sql::sqlparser::ast::Select) -> Vec<(String, bool)> {
+fn select_relation_names(select: &Select) -> Vec<(String, bool)> {
     select
         .from
         .iter()
@@ -595,7 +602,7 @@ fn replace_empty_selects(body: &mut SetExpr, scope: &Scope) -> bool {
 /// Whether a `SELECT` has no rows because it inner-joins an empty catalog
 /// table; one that aggregates still has a row, and is left alone. `scope`
 /// names the catalog tables of the queries around it.
-fn select_is_empty(select: &datafusion::sql::sqlparser::ast::Select, scope: &Scope) -> bool {
+fn select_is_empty(select: &Select, scope: &Scope) -> bool {
     let grouped = !matches!(
         &select.group_by,
         datafusion::sql::sqlparser::ast::GroupByExpr::Expressions(expressions, _)
@@ -614,7 +621,7 @@ fn select_is_empty(select: &datafusion::sql::sqlparser::ast::Select, scope: &Sco
 
 /// Whether a `SELECT` keeps only rows where an always-NULL catalog array is
 /// not NULL (`WHERE ... AND attacl IS NOT NULL`): none.
-fn requires_null_array(select: &datafusion::sql::sqlparser::ast::Select, scope: &Scope) -> bool {
+fn requires_null_array(select: &Select, scope: &Scope) -> bool {
     let Some(selection) = &select.selection else {
         return false;
     };
@@ -781,6 +788,95 @@ impl VisitorMut for AggregateFinder {
         }
         ControlFlow::Continue(())
     }
+}
+
+fn for_each_select(body: &mut SetExpr, f: &mut dyn FnMut(&mut Select)) {
+    match body {
+        SetExpr::Select(select) => f(select),
+        SetExpr::SetOperation { left, right, .. } => {
+            for_each_select(left, f);
+            for_each_select(right, f);
+        }
+        _ => {}
+    }
+}
+
+/// `[NOT] EXISTS (SELECT ... FROM f WHERE w)` in a select list becomes
+/// `(SELECT count(*) FROM f WHERE w) > 0` (`= 0`): DataFusion plans EXISTS
+/// only as a filter, but decorrelates a scalar subquery that counts, with a
+/// count of 0 where nothing matches. A subquery whose row count is not that
+/// of its FROM and WHERE (grouped, aggregated, distinct, limited, or with
+/// a window or set-returning function) is left as written.
+fn exists_as_counts(projection: &mut [SelectItem]) {
+    struct Counts {
+        depth: usize,
+    }
+    impl VisitorMut for Counts {
+        type Break = ();
+
+        fn pre_visit_query(&mut self, _query: &mut Query) -> ControlFlow<()> {
+            self.depth += 1;
+            ControlFlow::Continue(())
+        }
+
+        fn post_visit_query(&mut self, _query: &mut Query) -> ControlFlow<()> {
+            self.depth -= 1;
+            ControlFlow::Continue(())
+        }
+
+        fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+            if self.depth > 0 {
+                return ControlFlow::Continue(());
+            }
+            if let Expr::Exists { subquery, negated } = expr {
+                if let Some(count) = counting(subquery) {
+                    *expr = Expr::Nested(Box::new(Expr::BinaryOp {
+                        left: Box::new(Expr::Subquery(count)),
+                        op: if *negated {
+                            BinaryOperator::Eq
+                        } else {
+                            BinaryOperator::Gt
+                        },
+                        right: Box::new(Expr::value(Value::Number("0".to_string(), false))),
+                    }));
+                }
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let mut counts = Counts { depth: 0 };
+    for item in projection {
+        let _ = item.visit(&mut counts);
+    }
+}
+
+/// `query` counting its rows, when they are those of its FROM and WHERE.
+fn counting(query: &Query) -> Option<Box<Query>> {
+    let SetExpr::Select(select) = query.body.as_ref() else {
+        return None;
+    };
+    let ungrouped =
+        matches!(&select.group_by, GroupByExpr::Expressions(exprs, _) if exprs.is_empty());
+    if query.limit_clause.is_some()
+        || query.fetch.is_some()
+        || select.distinct.is_some()
+        || !ungrouped
+        || select.having.is_some()
+        || aggregates(&select.projection)
+        || calls_window_or_set_function(&select.projection)
+    {
+        return None;
+    }
+    let count = Parser::new(&PostgreSqlDialect {})
+        .try_with_sql("count(*)")
+        .and_then(|mut parser| parser.parse_expr())
+        .ok()?;
+    let mut counting = query.clone();
+    counting.order_by = None;
+    if let SetExpr::Select(select) = counting.body.as_mut() {
+        select.projection = vec![SelectItem::UnnamedExpr(count)];
+    }
+    Some(Box::new(counting))
 }
 
 /// `SELECT CAST(NULL AS text) AS <name>, ... WHERE false`, named as
