@@ -8,7 +8,9 @@
 //! plan into a [`PlanNode`] tree, rejecting anything without an incremental
 //! form with `RS-2001`.
 
+mod ast_walk;
 mod column_names;
+mod columnar;
 mod interval_literals;
 mod pg_aggregates;
 mod pg_casts;
@@ -16,6 +18,7 @@ mod pg_clock;
 mod pg_compat;
 mod pg_datetime_literals;
 mod pg_intervals;
+mod plan_rewrite;
 mod resolver;
 mod scalar_subquery;
 mod set_operations;

@@ -12,16 +12,18 @@ use std::sync::{Arc, LazyLock};
 
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::common::{DFSchema, Result, ScalarValue};
+use datafusion::common::tree_node::Transformed;
+use datafusion::common::{DFSchema, Result};
 use datafusion::logical_expr::expr::{Cast, ScalarFunction, TryCast};
-use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::{
     ColumnarValue, Expr, ExprSchemable, LogicalPlan, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
     Signature, Volatility,
 };
 use datafusion::optimizer::AnalyzerRule;
 use rockstream_plan::arrow_types::{cast_rounds, round_to_whole};
+
+use crate::columnar::invoke_on_arrays;
+use crate::plan_rewrite::rewrite_exprs;
 
 /// `round_to_whole(x)` as a function of plans.
 pub static ROUND_TO_WHOLE: LazyLock<Arc<ScalarUDF>> = LazyLock::new(|| {
@@ -55,16 +57,7 @@ impl ScalarUDFImpl for RoundToWhole {
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let scalar = matches!(args.args.as_slice(), [ColumnarValue::Scalar(_)]);
-        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
-        let rounded = round_to_whole(&arrays[0])
-            .map_err(|error| datafusion::error::DataFusionError::External(Box::new(error)))?;
-        if scalar {
-            return Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(
-                &rounded, 0,
-            )?));
-        }
-        Ok(ColumnarValue::Array(rounded))
+        invoke_on_arrays(&args.args, |arrays| round_to_whole(&arrays[0]))
     }
 }
 
@@ -77,25 +70,7 @@ impl AnalyzerRule for PostgresRounding {
     }
 
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
-        let transformed = plan.transform_up_with_subqueries(|node| {
-            let mut schema = DFSchema::empty();
-            for input in node.inputs() {
-                schema.merge(input.schema());
-            }
-            let names = NamePreserver::new(&node);
-            let rewritten = node.map_expressions(|expr| {
-                let name = names.save(&expr);
-                Ok(expr
-                    .transform_up(|expr| rewrite(expr, &schema))?
-                    .update_data(|expr| name.restore(expr)))
-            })?;
-            if rewritten.transformed {
-                Ok(Transformed::yes(rewritten.data.recompute_schema()?))
-            } else {
-                Ok(rewritten)
-            }
-        })?;
-        Ok(transformed.data)
+        rewrite_exprs(plan, &rewrite)
     }
 }
 

@@ -44,6 +44,7 @@ use datafusion::sql::sqlparser::ast::{
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 
+use crate::ast_walk::{for_each_select_mut, for_each_unnested_expr};
 use crate::column_names::expr_name;
 use crate::scalar_subquery::{ROWS_FUNCTION, VALUE_FUNCTION};
 use crate::system_catalog::{is_empty_table, is_pg_catalog_table, NULL_ARRAY_COLUMNS, PG_CATALOG};
@@ -79,7 +80,7 @@ impl VisitorMut for Normalizer {
         self.scope.pop();
         // After the subqueries are normalized (one over an empty catalog
         // table is a constant by now).
-        for_each_select(&mut query.body, &mut |select| {
+        for_each_select_mut(&mut query.body, &mut |select| {
             exists_as_counts(&mut select.projection)
         });
         ControlFlow::Continue(())
@@ -753,52 +754,17 @@ const SET_RETURNING: [&str; 2] = ["unnest", "generate_series"];
 /// Whether a select list calls an aggregate outside any subquery: it gives
 /// one row even over no rows.
 fn aggregates(projection: &[SelectItem]) -> bool {
-    let mut finder = AggregateFinder {
-        depth: 0,
-        found: false,
-    };
-    let _ = projection.to_vec().visit(&mut finder);
-    finder.found
-}
-
-struct AggregateFinder {
-    /// How many subqueries deep the visit is.
-    depth: usize,
-    found: bool,
-}
-
-impl VisitorMut for AggregateFinder {
-    type Break = ();
-
-    fn pre_visit_query(&mut self, _query: &mut Query) -> ControlFlow<()> {
-        self.depth += 1;
-        ControlFlow::Continue(())
-    }
-
-    fn post_visit_query(&mut self, _query: &mut Query) -> ControlFlow<()> {
-        self.depth -= 1;
-        ControlFlow::Continue(())
-    }
-
-    fn pre_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
-        if let Expr::Function(function) = expr {
-            if let Some((name, _)) = name_parts(&function.name) {
-                self.found |= self.depth == 0 && AGGREGATE_NAMES.contains(name.as_str());
+    let mut found = false;
+    for mut item in projection.iter().cloned() {
+        for_each_unnested_expr(&mut item, &mut |expr| {
+            if let Expr::Function(function) = expr {
+                if let Some((name, _)) = name_parts(&function.name) {
+                    found |= AGGREGATE_NAMES.contains(name.as_str());
+                }
             }
-        }
-        ControlFlow::Continue(())
+        });
     }
-}
-
-fn for_each_select(body: &mut SetExpr, f: &mut dyn FnMut(&mut Select)) {
-    match body {
-        SetExpr::Select(select) => f(select),
-        SetExpr::SetOperation { left, right, .. } => {
-            for_each_select(left, f);
-            for_each_select(right, f);
-        }
-        _ => {}
-    }
+    found
 }
 
 /// `[NOT] EXISTS (SELECT ... FROM f WHERE w)` in a select list becomes
@@ -808,26 +774,8 @@ fn for_each_select(body: &mut SetExpr, f: &mut dyn FnMut(&mut Select)) {
 /// of its FROM and WHERE (grouped, aggregated, distinct, limited, or with
 /// a window or set-returning function) is left as written.
 fn exists_as_counts(projection: &mut [SelectItem]) {
-    struct Counts {
-        depth: usize,
-    }
-    impl VisitorMut for Counts {
-        type Break = ();
-
-        fn pre_visit_query(&mut self, _query: &mut Query) -> ControlFlow<()> {
-            self.depth += 1;
-            ControlFlow::Continue(())
-        }
-
-        fn post_visit_query(&mut self, _query: &mut Query) -> ControlFlow<()> {
-            self.depth -= 1;
-            ControlFlow::Continue(())
-        }
-
-        fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
-            if self.depth > 0 {
-                return ControlFlow::Continue(());
-            }
+    for item in projection {
+        for_each_unnested_expr(item, &mut |expr| {
             if let Expr::Exists { subquery, negated } = expr {
                 if let Some(count) = counting(subquery) {
                     *expr = Expr::Nested(Box::new(Expr::BinaryOp {
@@ -841,12 +789,7 @@ fn exists_as_counts(projection: &mut [SelectItem]) {
                     }));
                 }
             }
-            ControlFlow::Continue(())
-        }
-    }
-    let mut counts = Counts { depth: 0 };
-    for item in projection {
-        let _ = item.visit(&mut counts);
+        });
     }
 }
 

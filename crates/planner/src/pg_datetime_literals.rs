@@ -7,13 +7,14 @@
 //! `'2026-01-31 10:00:00+02'::timestamp` mean what they mean in PostgreSQL.
 
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::tree_node::Transformed;
 use datafusion::common::{Result, ScalarValue};
 use datafusion::logical_expr::expr::{Cast, TryCast};
-use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::{Expr, LogicalPlan};
 use datafusion::optimizer::AnalyzerRule;
 use rockstream_plan::datetime_text::{arrow_datetime_text, DatetimeInput};
+
+use crate::plan_rewrite::rewrite_exprs;
 
 #[derive(Debug, Default)]
 pub struct PostgresDatetimeLiterals;
@@ -24,17 +25,7 @@ impl AnalyzerRule for PostgresDatetimeLiterals {
     }
 
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
-        let transformed = plan.transform_up_with_subqueries(|node| {
-            // A projected literal keeps the column name it was written with.
-            let names = NamePreserver::new(&node);
-            node.map_expressions(|expr| {
-                let name = names.save(&expr);
-                Ok(expr
-                    .transform_up(|expr| Ok(rewrite(expr)))?
-                    .update_data(|expr| name.restore(expr)))
-            })
-        })?;
-        Ok(transformed.data)
+        rewrite_exprs(plan, &|expr, _schema| Ok(rewrite(expr)))
     }
 }
 

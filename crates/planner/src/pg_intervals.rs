@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::tree_node::Transformed;
 use datafusion::common::{DFSchema, Result};
 use datafusion::logical_expr::planner::{ExprPlanner, PlannerResult, RawBinaryExpr};
 use datafusion::logical_expr::{
@@ -27,6 +27,9 @@ use datafusion::logical_expr::{
 use datafusion::optimizer::AnalyzerRule;
 use datafusion::sql::sqlparser::ast::BinaryOperator;
 use rockstream_plan::arrow_types::{duration_to_interval, scale_intervals};
+
+use crate::columnar::invoke_on_arrays;
+use crate::plan_rewrite::rewrite_exprs;
 
 /// What an [`IntervalFunction`] computes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -79,23 +82,11 @@ impl ScalarUDFImpl for IntervalFunction {
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let scalar = args
-            .args
-            .iter()
-            .all(|arg| matches!(arg, ColumnarValue::Scalar(_)));
-        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
-        let result = match self.operation {
+        invoke_on_arrays(&args.args, |arrays| match self.operation {
             IntervalOperation::FromDuration => duration_to_interval(&arrays[0]),
             IntervalOperation::Multiply => scale_intervals(&arrays[0], &arrays[1], false),
             IntervalOperation::Divide => scale_intervals(&arrays[0], &arrays[1], true),
-        }
-        .map_err(|error| datafusion::error::DataFusionError::External(Box::new(error)))?;
-        if scalar {
-            return Ok(ColumnarValue::Scalar(
-                datafusion::common::ScalarValue::try_from_array(&result, 0)?,
-            ));
-        }
-        Ok(ColumnarValue::Array(result))
+        })
     }
 }
 
@@ -109,31 +100,17 @@ impl AnalyzerRule for PostgresIntervals {
 
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
         let function = Arc::new(IntervalFunction::udf(IntervalOperation::FromDuration));
-        let transformed = plan.transform_up_with_subqueries(|node| {
-            let mut schema = DFSchema::empty();
-            for input in node.inputs() {
-                schema.merge(input.schema());
+        rewrite_exprs(plan, &|expr, schema| match &expr {
+            Expr::Cast(cast)
+                if matches!(cast.field.data_type(), DataType::Interval(_))
+                    && matches!(cast.expr.get_type(schema), Ok(DataType::Duration(_))) =>
+            {
+                Ok(Transformed::yes(
+                    function.call(vec![cast.expr.as_ref().clone()]),
+                ))
             }
-            let rewritten = node.map_expressions(|expr| {
-                expr.transform_up(|expr| match &expr {
-                    Expr::Cast(cast)
-                        if matches!(cast.field.data_type(), DataType::Interval(_))
-                            && matches!(cast.expr.get_type(&schema), Ok(DataType::Duration(_))) =>
-                    {
-                        Ok(Transformed::yes(
-                            function.call(vec![cast.expr.as_ref().clone()]),
-                        ))
-                    }
-                    _ => Ok(Transformed::no(expr)),
-                })
-            })?;
-            if rewritten.transformed {
-                Ok(Transformed::yes(rewritten.data.recompute_schema()?))
-            } else {
-                Ok(rewritten)
-            }
-        })?;
-        Ok(transformed.data)
+            _ => Ok(Transformed::no(expr)),
+        })
     }
 }
 

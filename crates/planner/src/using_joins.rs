@@ -47,6 +47,8 @@ use datafusion::sql::sqlparser::ast::{
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 
+use crate::ast_walk::{for_each_select, for_each_select_mut, for_each_unnested_expr};
+
 type RewriteFuture<'a> = Pin<Box<dyn Future<Output = Result<()>> + Send + 'a>>;
 
 /// Whether `query`, or a query nested in it, joins with USING or NATURAL:
@@ -313,30 +315,6 @@ impl VisitorMut for Walker {
     fn post_visit_query(&mut self, _query: &mut Query) -> ControlFlow<()> {
         self.frames.pop();
         ControlFlow::Continue(())
-    }
-}
-
-/// Each SELECT of a body made of set operations (not of nested queries,
-/// which the visitors reach on their own).
-fn for_each_select(body: &SetExpr, f: &mut dyn FnMut(&Select)) {
-    match body {
-        SetExpr::Select(select) => f(select),
-        SetExpr::SetOperation { left, right, .. } => {
-            for_each_select(left, f);
-            for_each_select(right, f);
-        }
-        _ => {}
-    }
-}
-
-fn for_each_select_mut(body: &mut SetExpr, f: &mut dyn FnMut(&mut Select)) {
-    match body {
-        SetExpr::Select(select) => f(select),
-        SetExpr::SetOperation { left, right, .. } => {
-            for_each_select_mut(left, f);
-            for_each_select_mut(right, f);
-        }
-        _ => {}
     }
 }
 
@@ -817,39 +795,14 @@ fn normalized(ident: &Ident) -> String {
 /// Replaces unqualified references to merged columns in `node`, but not
 /// inside its subqueries, which have scopes of their own.
 fn replace_merged<T: VisitMut>(node: &mut T, replacements: &HashMap<String, Expr>) {
-    struct Replace<'a> {
-        replacements: &'a HashMap<String, Expr>,
-        depth: usize,
-    }
-    impl VisitorMut for Replace<'_> {
-        type Break = ();
-
-        fn pre_visit_query(&mut self, _query: &mut Query) -> ControlFlow<()> {
-            self.depth += 1;
-            ControlFlow::Continue(())
-        }
-
-        fn post_visit_query(&mut self, _query: &mut Query) -> ControlFlow<()> {
-            self.depth -= 1;
-            ControlFlow::Continue(())
-        }
-
-        fn pre_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
-            if self.depth == 0 {
-                if let Expr::Identifier(ident) = expr {
-                    if let Some(replacement) = self.replacements.get(&normalized(ident)) {
-                        *expr = Expr::Nested(Box::new(replacement.clone()));
-                    }
-                }
-            }
-            ControlFlow::Continue(())
-        }
-    }
     if replacements.is_empty() {
         return;
     }
-    let _ = node.visit(&mut Replace {
-        replacements,
-        depth: 0,
+    for_each_unnested_expr(node, &mut |expr| {
+        if let Expr::Identifier(ident) = expr {
+            if let Some(replacement) = replacements.get(&normalized(ident)) {
+                *expr = Expr::Nested(Box::new(replacement.clone()));
+            }
+        }
     });
 }
