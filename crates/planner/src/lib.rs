@@ -18,6 +18,7 @@ mod pg_clock;
 mod pg_compat;
 mod pg_datetime_literals;
 mod pg_intervals;
+mod pg_to_char;
 mod plan_rewrite;
 mod resolver;
 mod scalar_subquery;
