@@ -766,6 +766,13 @@ mod tests {
             assert_eq!(error.code, &codes::VIEW_NOT_MAINTAINABLE, "{error}");
             assert!(error.message.contains(reason), "{error}");
         }
+        // A new view over it is refused rather than created dead.
+        let error = reopened
+            .create_view("default", "newer", "SELECT k FROM old", None, true, false)
+            .await
+            .expect_err("reads a view that cannot be maintained");
+        assert_eq!(error.code, &codes::VIEW_NOT_MAINTAINABLE, "{error}");
+        assert!(reopened.lookup("default", "newer").is_none());
         let fine = reopened.lookup("default", "fine").unwrap();
         assert!(matches!(
             reopened.engine().view_status(fine.id),

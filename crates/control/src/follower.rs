@@ -103,6 +103,15 @@ impl Follower {
                 }) {
                     let reason =
                         format!("it reads \"{}\", which cannot be maintained", broken.name);
+                    if !replay {
+                        return Err(RsError::new(
+                            &codes::VIEW_NOT_MAINTAINABLE,
+                            format!(
+                                "materialized view \"{}\" cannot be created: {reason}",
+                                entry.name
+                            ),
+                        ));
+                    }
                     self.not_maintainable(&entry, &reason);
                     return Ok(());
                 }
@@ -121,7 +130,14 @@ impl Follower {
                             })
                     })
                     .collect::<RsResult<Vec<_>>>()?;
-                let dataflow = std::sync::Arc::new(Dataflow::compile(&plan)?);
+                let dataflow = match Dataflow::compile(&plan) {
+                    Ok(dataflow) => std::sync::Arc::new(dataflow),
+                    Err(error) if replay => {
+                        self.not_maintainable(&entry, &error.message);
+                        return Ok(());
+                    }
+                    Err(error) => return Err(error),
+                };
                 self.engine
                     .install(InstallView {
                         view_id: entry.id,

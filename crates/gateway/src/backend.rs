@@ -119,45 +119,59 @@ impl Gateway {
         match command {
             Command::Sql(statement) => self.execute_statement(session, statement).await,
             Command::RefreshMaterializedView { name, with_data } => {
-                if session
-                    .transaction
-                    .as_ref()
-                    .is_some_and(|transaction| transaction.aborted)
-                {
-                    return Err(RsError::new(
-                        &codes::TRANSACTION_ABORTED,
-                        "current transaction is aborted, commands ignored until end of transaction block",
-                    ));
+                let result = self.refresh(session, name, *with_data);
+                if result.is_err() {
+                    session.statement_failed(None);
                 }
-                let name = object_name(&name.to_string());
-                let entry = self.entry(session, &name, None)?;
-                if entry.kind != ObjectKind::MaterializedView {
-                    return Err(RsError::new(
-                        &codes::WRONG_OBJECT_KIND,
-                        format!("\"{name}\" is not a materialized view"),
-                    ));
-                }
-                if !with_data {
-                    return Err(RsError::new(
-                        &codes::UNSUPPORTED_STATEMENT,
-                        format!(
-                            "REFRESH MATERIALIZED VIEW {name} WITH NO DATA is not supported: \
-                             materialized views are always kept current"
-                        ),
-                    ));
-                }
-                // Every acknowledged commit is already in the view: an
-                // epoch writes its changes to every view it touches in the
-                // same batch as the tables. As in PostgreSQL, a definition
-                // failing on the current rows fails the refresh.
-                if let Some(error) = view_failure(self.database.engine(), &entry) {
-                    return Err(error);
-                }
-                Ok(StatementResult::Command {
-                    tag: "REFRESH MATERIALIZED VIEW".to_string(),
-                })
+                result
             }
         }
+    }
+
+    /// `REFRESH MATERIALIZED VIEW`: checks, then nothing to do.
+    fn refresh(
+        &self,
+        session: &GatewaySession,
+        name: &ObjectName,
+        with_data: bool,
+    ) -> RsResult<StatementResult> {
+        if session
+            .transaction
+            .as_ref()
+            .is_some_and(|transaction| transaction.aborted)
+        {
+            return Err(RsError::new(
+                &codes::TRANSACTION_ABORTED,
+                "current transaction is aborted, commands ignored until end of transaction block",
+            ));
+        }
+        let name = object_name(&name.to_string());
+        let entry = self.entry(session, &name, None)?;
+        if entry.kind != ObjectKind::MaterializedView {
+            return Err(RsError::new(
+                &codes::WRONG_OBJECT_KIND,
+                format!("\"{name}\" is not a materialized view"),
+            ));
+        }
+        if !with_data {
+            return Err(RsError::new(
+                &codes::UNSUPPORTED_STATEMENT,
+                format!(
+                    "REFRESH MATERIALIZED VIEW {name} WITH NO DATA is not supported: \
+                     materialized views are always kept current"
+                ),
+            ));
+        }
+        // Every acknowledged commit is already in the view: an epoch writes
+        // its changes to every view it touches in the same batch as the
+        // tables. As in PostgreSQL, a definition failing on the current
+        // rows fails the refresh.
+        if let Some(error) = view_failure(self.database.engine(), &entry) {
+            return Err(error);
+        }
+        Ok(StatementResult::Command {
+            tag: "REFRESH MATERIALIZED VIEW".to_string(),
+        })
     }
 
     pub(crate) async fn execute_statement(

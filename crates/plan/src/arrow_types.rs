@@ -290,7 +290,8 @@ pub fn round_to_whole(array: &ArrayRef) -> RsResult<ArrayRef> {
                 .unary::<_, Decimal128Type>(|value| {
                     let whole = value / unit;
                     let rest = value % unit;
-                    if rest.abs() * 2 >= unit {
+                    // `2 * |rest| >= unit` without overflowing at scale 38.
+                    if rest.abs() >= unit - rest.abs() {
                         whole + value.signum()
                     } else {
                         whole

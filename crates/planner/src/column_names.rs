@@ -30,21 +30,23 @@ pub fn alias_select_items(query: &mut Query) -> bool {
     }) {
         return false;
     }
-    // An alias written once keeps its name, for ORDER BY to refer to.
-    let aliases: Vec<String> = select
-        .projection
-        .iter()
-        .filter_map(|item| match item {
+    // The first alias or column reference of each name keeps it, for ORDER
+    // BY and GROUP BY to refer to; the others, and every other unaliased
+    // expression (DataFusion names `x::int` and `x::float8` alike), get
+    // names of their own.
+    let mut seen: Vec<String> = Vec::new();
+    for (index, item) in select.projection.iter_mut().enumerate() {
+        let name = match item {
             SelectItem::ExprWithAlias { alias, .. } => {
                 Some(identifier(&alias.value, alias.quote_style.is_some()))
             }
+            SelectItem::UnnamedExpr(expr @ (Expr::Identifier(_) | Expr::CompoundIdentifier(_))) => {
+                Some(expr_name(expr))
+            }
             _ => None,
-        })
-        .collect();
-    for (index, item) in select.projection.iter_mut().enumerate() {
-        let keep = matches!(item, SelectItem::ExprWithAlias { alias, .. }
-            if aliases.iter().filter(|name| **name == identifier(&alias.value, alias.quote_style.is_some())).count() == 1);
-        if keep {
+        };
+        if let Some(name) = name.filter(|name| !seen.contains(name)) {
+            seen.push(name);
             continue;
         }
         let (SelectItem::UnnamedExpr(expr) | SelectItem::ExprWithAlias { expr, .. }) = item else {

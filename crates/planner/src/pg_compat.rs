@@ -772,7 +772,7 @@ fn aggregates(projection: &[SelectItem]) -> bool {
 /// only as a filter, but decorrelates a scalar subquery that counts, with a
 /// count of 0 where nothing matches. A subquery whose row count is not that
 /// of its FROM and WHERE (grouped, aggregated, distinct, limited, or with
-/// a window or set-returning function) is left as written.
+/// a window or set-returning function), or that joins, is left as written.
 fn exists_as_counts(projection: &mut [SelectItem]) {
     for item in projection {
         for_each_unnested_expr(item, &mut |expr| {
@@ -800,10 +800,21 @@ fn counting(query: &Query) -> Option<Box<Query>> {
     };
     let ungrouped =
         matches!(&select.group_by, GroupByExpr::Expressions(exprs, _) if exprs.is_empty());
+    // DataFusion miscounts when an outer column is referred to in a join
+    // condition, so only relations without joins (where outer references
+    // can only be in WHERE).
+    let plain_from = select.from.iter().all(|item| {
+        item.joins.is_empty()
+            && matches!(
+                item.relation,
+                TableFactor::Table { .. } | TableFactor::Derived { lateral: false, .. }
+            )
+    });
     if query.limit_clause.is_some()
         || query.fetch.is_some()
         || select.distinct.is_some()
         || !ungrouped
+        || !plain_from
         || select.having.is_some()
         || aggregates(&select.projection)
         || calls_window_or_set_function(&select.projection)

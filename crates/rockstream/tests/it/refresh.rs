@@ -49,6 +49,20 @@ async fn refresh_materialized_view_is_accepted_and_changes_nothing() {
         let error = client.batch_execute(statement).await.expect_err(statement);
         assert_eq!(sqlstate(&error), code, "{statement}: {error}");
     }
+    // A failed refresh aborts its transaction, as any failed statement does.
+    client.batch_execute("BEGIN").await.expect("a transaction");
+    let error = client
+        .batch_execute("REFRESH MATERIALIZED VIEW missing")
+        .await
+        .expect_err("no such view");
+    assert_eq!(sqlstate(&error), "42P01", "{error}");
+    let error = client
+        .batch_execute("SELECT 1")
+        .await
+        .expect_err("the transaction is aborted");
+    assert_eq!(sqlstate(&error), "25P02", "{error}");
+    client.batch_execute("ROLLBACK").await.expect("rollback");
+
     // A definition failing on the current rows fails the refresh, as in PostgreSQL.
     client
         .batch_execute("INSERT INTO t VALUES (0)")
