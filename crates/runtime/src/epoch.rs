@@ -1,7 +1,10 @@
 //! The engine task: groups commands into epochs and commits each atomically.
 
 use std::collections::{BTreeMap, HashMap};
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, RwLock};
+
+use futures::FutureExt;
 
 use rockstream_common::Runtime;
 
@@ -303,7 +306,19 @@ impl EpochLoop {
                     .view
                     .dataflow
                     .step(&mut layer, inputs, false);
-                results.push(step.await.map(|output| (output, layer.into_writes())));
+                // A bug in one view fails that view, as on the parallel
+                // path, rather than the epoch task and every later commit;
+                // its writes stay in the discarded layer.
+                let stepped = AssertUnwindSafe(step)
+                    .catch_unwind()
+                    .await
+                    .unwrap_or_else(|panic| {
+                        Err(RsError::internal(format!(
+                            "a view step panicked: {}",
+                            panic_message(panic.as_ref())
+                        )))
+                    });
+                results.push(stepped.map(|output| (output, layer.into_writes())));
             }
             results
         };
@@ -734,4 +749,13 @@ fn write_pending<S: StateStore>(
             store.put(key, encode_weight(*weight));
         }
     }
+}
+
+/// The message a panic was raised with, when it is text.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("no message")
 }
