@@ -1,8 +1,9 @@
-//! `to_char(date or timestamp, pattern)` with PostgreSQL's patterns.
+//! `to_char(date or timestamp, pattern)`, `to_timestamp(text, pattern)` and
+//! `to_date(text, pattern)` with PostgreSQL's patterns.
 //!
-//! DataFusion's `to_char` reads chrono's `%` patterns and copies anything
-//! else, so `to_char(at, 'YYYY-MM-DD')` printed `YYYY-MM-DD`. This analyzer
-//! rule translates a constant PostgreSQL pattern into chrono's. Patterns
+//! DataFusion's functions read chrono's `%` patterns, and `to_char` copies
+//! anything else, so `to_char(at, 'YYYY-MM-DD')` printed `YYYY-MM-DD`. This
+//! analyzer rule translates a constant PostgreSQL pattern into chrono's. Patterns
 //! without a chrono equivalent (blank-padded `Month`, upper-case `MON`,
 //! quarters, ...) are refused with a coded error rather than printed wrong.
 
@@ -38,17 +39,27 @@ fn rewrite(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
     let [value, Expr::Literal(ScalarValue::Utf8(Some(pattern)), metadata)] = args.as_slice() else {
         return Ok(Transformed::no(expr));
     };
-    let dated = matches!(
-        value.get_type(schema),
-        Ok(DataType::Date32 | DataType::Date64 | DataType::Timestamp(..) | DataType::Time64(_))
-    );
-    if !matches!(func.name(), "to_char" | "date_format") || !dated {
+    let input = value.get_type(schema);
+    let applies = match func.name() {
+        // Formatting a date or timestamp.
+        "to_char" | "date_format" => matches!(
+            input,
+            Ok(DataType::Date32 | DataType::Date64 | DataType::Timestamp(..) | DataType::Time64(_))
+        ),
+        // Reading one from text.
+        "to_timestamp" | "to_date" => matches!(input, Ok(DataType::Utf8 | DataType::Utf8View)),
+        _ => false,
+    };
+    if !applies {
         return Ok(Transformed::no(expr));
     }
     let chrono = chrono_pattern(pattern).map_err(|unsupported| {
         DataFusionError::External(Box::new(RsError::new(
             &codes::UNSUPPORTED_STATEMENT,
-            format!("to_char pattern \"{unsupported}\" (in '{pattern}') is not supported yet"),
+            format!(
+                "{} pattern \"{unsupported}\" (in '{pattern}') is not supported yet",
+                func.name()
+            ),
         )))
     })?;
     let args = vec![
