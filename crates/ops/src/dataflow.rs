@@ -10,10 +10,14 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 
+use datafusion::arrow::compute::cast;
+use datafusion::logical_expr::Expr;
+use rockstream_plan::arrow_types::{arrow_error, datafusion_error};
 use rockstream_plan::{AggregateCall, JoinKind, PlanNode, SetOperator};
 use rockstream_types::{ObjectId, Row, RsError, RsResult, SqlType, ZSet};
 
 use crate::aggregate;
+use crate::arrow_rows::{array_to_datums, arrow_type};
 use crate::distinct;
 use crate::expr::CompiledExprs;
 use crate::join;
@@ -29,6 +33,10 @@ pub struct Dataflow {
 pub(crate) enum Node {
     Source {
         object_id: ObjectId,
+    },
+    /// Emitted once, by the first step.
+    Constant {
+        rows: ZSet,
     },
     Map {
         input: Box<Node>,
@@ -91,10 +99,36 @@ impl Dataflow {
     }
 }
 
+/// The rows of a constant relation, each literal read as its column's type.
+fn constant_rows(rows: &[Vec<Expr>], types: &[SqlType]) -> RsResult<ZSet> {
+    let mut zset = ZSet::new();
+    for row in rows {
+        let datums = row
+            .iter()
+            .zip(types)
+            .map(|(expr, sql_type)| {
+                let Expr::Literal(value, _) = expr else {
+                    return Err(RsError::unsupported(format!(
+                        "the non-constant VALUES expression {expr}"
+                    )));
+                };
+                let array = value.to_array().map_err(datafusion_error)?;
+                let array = cast(&array, &arrow_type(*sql_type)).map_err(arrow_error)?;
+                Ok(array_to_datums(&array, *sql_type)?.remove(0))
+            })
+            .collect::<RsResult<Row>>()?;
+        zset.push(datums, 1);
+    }
+    Ok(zset.consolidate())
+}
+
 fn compile_node(plan: &PlanNode) -> RsResult<Node> {
     Ok(match plan {
         PlanNode::Source { object_id, .. } => Node::Source {
             object_id: *object_id,
+        },
+        PlanNode::Constant { rows, schema } => Node::Constant {
+            rows: constant_rows(rows, &schema.types())?,
         },
         PlanNode::Map {
             input,
@@ -168,6 +202,8 @@ pub(crate) fn step_node<'a, S: StateStore>(
             Node::Source { object_id } => {
                 Ok(context.inputs.get(object_id).cloned().unwrap_or_default())
             }
+            Node::Constant { rows } if context.initial => Ok(rows.clone()),
+            Node::Constant { .. } => Ok(ZSet::new()),
             Node::Map {
                 input,
                 exprs,

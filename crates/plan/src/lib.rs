@@ -100,6 +100,12 @@ pub enum PlanNode {
         /// The source's unique key, if it has one (see [`PlanNode::unique_key`]).
         unique_key: Option<Vec<usize>>,
     },
+    /// Rows that never change (`VALUES`, a `SELECT` without `FROM`), as
+    /// literals: emitted once, by the view's first step.
+    Constant {
+        rows: Vec<Vec<Expr>>,
+        schema: Schema,
+    },
     /// Projection: one expression per output column.
     Map {
         input: Box<PlanNode>,
@@ -169,6 +175,7 @@ impl PlanNode {
     pub fn schema(&self) -> &Schema {
         match self {
             PlanNode::Source { schema, .. }
+            | PlanNode::Constant { schema, .. }
             | PlanNode::Map { schema, .. }
             | PlanNode::Join { schema, .. }
             | PlanNode::Aggregate { schema, .. }
@@ -181,7 +188,7 @@ impl PlanNode {
     /// The children, left to right.
     pub fn inputs(&self) -> Vec<&PlanNode> {
         match self {
-            PlanNode::Source { .. } => vec![],
+            PlanNode::Source { .. } | PlanNode::Constant { .. } => vec![],
             PlanNode::Map { input, .. }
             | PlanNode::Filter { input, .. }
             | PlanNode::Aggregate { input, .. }
@@ -271,6 +278,7 @@ impl PlanNode {
         let indent = "  ".repeat(depth);
         let line = match self {
             PlanNode::Source { name, .. } => format!("Source {name}"),
+            PlanNode::Constant { rows, .. } => format!("Constant {} row(s)", rows.len()),
             PlanNode::Map { exprs, .. } => {
                 format!(
                     "Map [{}]",

@@ -240,9 +240,18 @@ impl Translator {
             }),
             LogicalPlan::Window(_) => Err(RsError::unsupported("a window function")),
             LogicalPlan::RecursiveQuery(_) => Err(RsError::unsupported("WITH RECURSIVE")),
-            LogicalPlan::Values(_) | LogicalPlan::EmptyRelation(_) => Err(RsError::unsupported(
-                "a query without a FROM table (VALUES or constant SELECT)",
-            )),
+            LogicalPlan::Values(values) => Ok(PlanNode::Constant {
+                rows: values.values.clone(),
+                schema: schema_of(&values.schema)?,
+            }),
+            LogicalPlan::EmptyRelation(empty) => Ok(PlanNode::Constant {
+                rows: if empty.produce_one_row {
+                    vec![Vec::new()]
+                } else {
+                    Vec::new()
+                },
+                schema: schema_of(&empty.schema)?,
+            }),
             LogicalPlan::Unnest(_) => Err(RsError::unsupported("UNNEST")),
             other => Err(RsError::unsupported(format!(
                 "the plan node {}",

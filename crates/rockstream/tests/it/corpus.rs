@@ -20,6 +20,7 @@ const PASSING: &[&str] = &[
     "aggregate/selective_agg.slt",
     "bug_fixes/issue_12299.slt",
     "bug_fixes/issue_13094.slt",
+    "bug_fixes/issue_15302.slt",
     "bug_fixes/issue_7698.slt",
     "bug_fixes/stack_overflow_17342.slt",
     "delta_join/delta_join_snapshot_no_index.slt",

@@ -241,6 +241,11 @@ fn constructs_scenario() -> Scenario {
              BOOL_AND(amount > 0) AS all_positive FROM orders",
         ),
         ("distinct_events", "SELECT DISTINCT kind, weight FROM events"),
+        (
+            "values_join",
+            "SELECT o.id, v.label FROM orders o JOIN (VALUES ('eu', 'Europe'), ('us', 'Americas'), ('us', 'USA')) v(region, label) \
+             ON o.region = v.region UNION ALL SELECT 0, 'constant'",
+        ),
         ("revenue_by_region", "SELECT region, COUNT(*) AS orders, SUM(amount) AS revenue FROM orders GROUP BY region"),
         ("view_over_view", "SELECT region, revenue FROM revenue_by_region WHERE orders > 2"),
     ];
