@@ -17,6 +17,7 @@ mod pg_casts;
 mod pg_clock;
 mod pg_compat;
 mod pg_datetime_literals;
+mod pg_integer_arithmetic;
 mod pg_intervals;
 mod pg_to_char;
 mod plan_rewrite;

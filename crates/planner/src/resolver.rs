@@ -54,6 +54,9 @@ pub fn new_context(resolver: Arc<dyn TableResolver>) -> SessionContext {
     context.add_analyzer_rule(Arc::new(crate::pg_aggregates::PostgresAggregateTypes));
     context.add_analyzer_rule(Arc::new(crate::pg_intervals::PostgresIntervals));
     context.add_analyzer_rule(Arc::new(crate::pg_casts::PostgresRounding));
+    context.add_analyzer_rule(Arc::new(
+        crate::pg_integer_arithmetic::PostgresIntegerArithmetic,
+    ));
     context.add_analyzer_rule(Arc::new(crate::pg_to_char::PostgresToChar));
     context.add_analyzer_rule(Arc::new(
         crate::pg_datetime_literals::PostgresDatetimeLiterals,
