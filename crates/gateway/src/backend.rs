@@ -621,11 +621,7 @@ impl Gateway {
         query: &Query,
     ) -> RsResult<StatementResult> {
         let context = self.query_context(session);
-        let mut normalized = query.clone();
-        normalize_query(&mut normalized);
-        rewrite_using_joins(&context, &mut normalized)
-            .await
-            .map_err(query_error)?;
+        let mut normalized = as_postgres_reads_it(&context, query).await?;
         match self.run_query(&context, &normalized.to_string()).await {
             Err(error) if repeats_a_name(&error.message) && alias_select_items(&mut normalized) => {
                 self.run_query(&context, &normalized.to_string()).await
@@ -715,6 +711,20 @@ fn rename_columns(
 }
 
 /// PostgreSQL has no duration type: `timestamp - timestamp` is an interval.
+/// `query` rewritten into what DataFusion plans with PostgreSQL's meaning
+/// (`normalize_query`, `rewrite_using_joins`).
+pub(crate) async fn as_postgres_reads_it(
+    context: &SessionContext,
+    query: &Query,
+) -> RsResult<Query> {
+    let mut normalized = query.clone();
+    normalize_query(&mut normalized);
+    rewrite_using_joins(context, &mut normalized)
+        .await
+        .map_err(query_error)?;
+    Ok(normalized)
+}
+
 /// Whether DataFusion refused a select list for naming two columns alike.
 pub(crate) fn repeats_a_name(message: &str) -> bool {
     message.contains("require unique expression names")

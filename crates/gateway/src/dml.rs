@@ -6,6 +6,7 @@
 //! tables without one). At commit the engine checks that every first-read
 //! row is still current, so concurrent transactions never lose updates.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, BinaryArray, StringArray};
@@ -72,39 +73,34 @@ pub async fn insert(
         context: Arc::new(gateway.read_context(session, false)),
     });
     let context = new_context(resolver);
-    let mut sql = statement.to_string();
-    if let Statement::Insert(insert) = statement {
-        if insert.source.as_deref().is_some_and(uses_using_joins) {
-            let mut rewritten = insert.clone();
-            if let Some(source) = rewritten.source.as_deref_mut() {
-                rewrite_using_joins(&context, source)
-                    .await
-                    .map_err(query_error)?;
-            }
-            sql = Statement::Insert(rewritten).to_string();
+    let Statement::Insert(written) = statement else {
+        return Err(RsError::internal("not an INSERT"));
+    };
+    let mut insert = Cow::Borrowed(written);
+    if written.source.as_deref().is_some_and(uses_using_joins) {
+        if let Some(source) = insert.to_mut().source.as_deref_mut() {
+            rewrite_using_joins(&context, source)
+                .await
+                .map_err(query_error)?;
         }
     }
-    let plan = match context.state().create_logical_plan(&sql).await {
+    let plan = match context
+        .state()
+        .create_logical_plan(&insert.to_string())
+        .await
+    {
         // The names of an inserted query's columns do not matter.
-        Err(error) if repeats_a_name(&error.to_string()) => {
-            let mut aliased = statement.clone();
-            let source = match &mut aliased {
-                Statement::Insert(insert) => insert.source.as_deref_mut(),
-                _ => None,
-            };
-            if !source.is_some_and(alias_select_items) {
-                return Err(query_error(error));
-            }
-            if let Statement::Insert(insert) = &mut aliased {
-                if let Some(source) = insert.source.as_deref_mut() {
-                    rewrite_using_joins(&context, source)
-                        .await
-                        .map_err(query_error)?;
-                }
-            }
+        Err(error)
+            if repeats_a_name(&error.to_string())
+                && insert
+                    .to_mut()
+                    .source
+                    .as_deref_mut()
+                    .is_some_and(alias_select_items) =>
+        {
             context
                 .state()
-                .create_logical_plan(&aliased.to_string())
+                .create_logical_plan(&insert.to_string())
                 .await
         }
         planned => planned,

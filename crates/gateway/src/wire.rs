@@ -15,12 +15,13 @@ use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
 use rockstream_control::ObjectKind;
 use rockstream_pgwire::{Backend, CopyTarget, Described, StatementResult};
 use rockstream_planner::{
-    alias_select_items, new_context, normalize_interval_literals, normalize_query, pg_column_names,
-    rewrite_using_joins,
+    alias_select_items, new_context, normalize_interval_literals, pg_column_names,
 };
 use rockstream_types::{codes, RsError, RsResult};
 
-use crate::backend::{pg_result_schema, renamed_schema, repeats_a_name, Gateway};
+use crate::backend::{
+    as_postgres_reads_it, pg_result_schema, renamed_schema, repeats_a_name, Gateway,
+};
 use crate::complexity::check_nesting;
 use crate::dml::{self, query_error};
 use crate::providers::SnapshotResolver;
@@ -210,28 +211,20 @@ impl Backend for Gateway {
             context: Arc::new(self.read_context(session, false)),
         });
         let context = new_context(resolver);
-        let sql = match &**statement {
-            Statement::Query(query) => {
-                let mut normalized = query.clone();
-                normalize_query(&mut normalized);
-                rewrite_using_joins(&context, &mut normalized)
-                    .await
-                    .map_err(query_error)?;
-                normalized.to_string()
-            }
-            other => other.to_string(),
+        let mut normalized = match &**statement {
+            Statement::Query(query) => Some(as_postgres_reads_it(&context, query).await?),
+            _ => None,
+        };
+        let sql = match &normalized {
+            Some(query) => query.to_string(),
+            None => statement.to_string(),
         };
         let mut planned = context.state().create_logical_plan(&sql).await;
-        if let (Err(error), Statement::Query(query)) = (&planned, &**statement) {
-            let mut aliased = query.clone();
-            normalize_query(&mut aliased);
-            if repeats_a_name(&error.to_string()) && alias_select_items(&mut aliased) {
-                rewrite_using_joins(&context, &mut aliased)
-                    .await
-                    .map_err(query_error)?;
+        if let (Err(error), Some(query)) = (&planned, &mut normalized) {
+            if repeats_a_name(&error.to_string()) && alias_select_items(query) {
                 planned = context
                     .state()
-                    .create_logical_plan(&aliased.to_string())
+                    .create_logical_plan(&query.to_string())
                     .await;
             }
         }
