@@ -740,6 +740,7 @@ mod tests {
             ("old", "SELECT k, v FROM t"),
             ("above", "SELECT k FROM old"),
             ("fine", "SELECT SUM(v) AS total FROM t"),
+            ("retyped", "SELECT k, v / 3.0 AS third FROM t"),
         ] {
             database
                 .create_view("default", name, query, None, true, false)
@@ -755,10 +756,27 @@ mod tests {
             .durable_put(&rewritten.key(), &entry_json(&rewritten).unwrap())
             .await
             .unwrap();
+        // A view whose column an older version typed otherwise: its stored
+        // numerics have the old scale.
+        let retyped = database.lookup("default", "retyped").unwrap();
+        let mut columns = retyped.columns.clone();
+        columns[1].type_name = "numeric(38,5)".to_string();
+        let retyped = CatalogEntry { columns, ..retyped };
+        database
+            .durable_put(&retyped.key(), &entry_json(&retyped).unwrap())
+            .await
+            .unwrap();
         drop(database);
 
         let reopened = Database::open(&location, Runtime::system()).await.unwrap();
-        for (name, reason) in [("old", "random()"), ("above", "it reads \"old\"")] {
+        for (name, reason) in [
+            ("old", "random()"),
+            ("above", "it reads \"old\""),
+            (
+                "retyped",
+                "column \"third\" as numeric(38,16), where it was created as numeric(38,5)",
+            ),
+        ] {
             let entry = reopened.lookup("default", name).unwrap();
             let ViewStatus::Failed(error) = reopened.engine().view_status(entry.id) else {
                 panic!("{name} is reported healthy");

@@ -97,6 +97,13 @@ impl Follower {
                     }
                     Err(error) => return Err(error),
                 };
+                if let Some(reason) = changed_column_type(&entry, &plan) {
+                    // The stored output holds values of the old type
+                    // (a numeric's scale is not stored with each value):
+                    // reading them as the new one would give wrong results.
+                    self.not_maintainable(&entry, &reason);
+                    return Ok(());
+                }
                 let sources = plan.sources();
                 if let Some(broken) = catalog.iter().find(|other| {
                     sources.contains(&other.id) && self.not_maintainable.contains(&other.id)
@@ -159,4 +166,31 @@ impl Follower {
             }
         }
     }
+}
+
+/// Why `plan`, this build's plan of view `entry`, cannot maintain the view's
+/// stored output: a column whose type differs from the type it was created
+/// with (a later build computing the expression with PostgreSQL's type).
+fn changed_column_type(entry: &CatalogEntry, plan: &rockstream_plan::PlanNode) -> Option<String> {
+    let planned = &plan.schema().columns;
+    if planned.len() != entry.columns.len() {
+        return Some(format!(
+            "this version plans {} columns for it, where it was created with {}",
+            planned.len(),
+            entry.columns.len()
+        ));
+    }
+    entry
+        .columns
+        .iter()
+        .zip(planned)
+        .find(|(stored, planned)| stored.type_name != planned.sql_type.pg_name())
+        .map(|(stored, planned)| {
+            format!(
+                "this version computes its column \"{}\" as {}, where it was created as {}",
+                stored.name,
+                planned.sql_type.pg_name(),
+                stored.type_name
+            )
+        })
 }

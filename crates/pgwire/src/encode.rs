@@ -17,7 +17,8 @@ use datafusion::arrow::array::{
 use datafusion::arrow::datatypes::{
     DataType, Date32Type, Decimal128Type, Float32Type, Float64Type, Int16Type, Int32Type,
     Int64Type, IntervalDayTime, IntervalDayTimeType, IntervalMonthDayNano,
-    IntervalMonthDayNanoType, IntervalUnit, IntervalYearMonthType, TimeUnit,
+    IntervalMonthDayNanoType, IntervalUnit, IntervalYearMonthType, Time32MillisecondType,
+    Time32SecondType, Time64MicrosecondType, Time64NanosecondType, TimeUnit,
     TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
     TimestampSecondType,
 };
@@ -27,7 +28,7 @@ use pgwire::api::results::FieldFormat;
 use pgwire::messages::data::DataRow;
 use rockstream_types::{codes, RsError};
 
-use crate::text;
+use rockstream_types::pg_text as text;
 
 /// Days from 1970-01-01 (Arrow's epoch) to 2000-01-01 (PostgreSQL's epoch).
 pub(crate) const POSTGRES_EPOCH_DAYS: i32 = 10_957;
@@ -138,6 +139,8 @@ enum Column<'a> {
         with_zone: bool,
     },
     Interval(&'a dyn Array, Intervals<'a>),
+    /// Microseconds since midnight.
+    Time(&'a dyn Array, Vec<i64>),
     Display(&'a dyn Array, ArrayFormatter<'a>),
 }
 
@@ -183,6 +186,9 @@ impl<'a> Column<'a> {
             DataType::Interval(unit) => {
                 interval_values(array, *unit).map(|values| Column::Interval(array, values))
             }
+            DataType::Time32(unit) | DataType::Time64(unit) => {
+                time_micros(array, *unit).map(|micros| Column::Time(array, micros))
+            }
             _ => return display_column(array),
         };
         column.ok_or_else(|| mismatch(data_type))
@@ -202,6 +208,7 @@ impl<'a> Column<'a> {
             Column::Text(array, _)
             | Column::Timestamp { array, .. }
             | Column::Interval(array, _)
+            | Column::Time(array, _)
             | Column::Display(array, _) => Some(*array),
         }
     }
@@ -231,6 +238,7 @@ impl<'a> Column<'a> {
                 let (months, days, micros) = values.parts(row);
                 text::interval(months, days, micros)
             }
+            Column::Time(_, micros) => text::time(micros[row]),
             Column::Display(_, formatter) => {
                 formatter.value(row).try_to_string().map_err(|error| {
                     RsError::new(
@@ -301,6 +309,7 @@ impl<'a> Column<'a> {
                 out.put_i32(days);
                 out.put_i32(months);
             }
+            Column::Time(_, micros) => out.put_i64(micros[row]),
             Column::Display(..) => out.put_slice(self.text(row)?.as_bytes()),
         }
         Ok(())
@@ -332,6 +341,29 @@ fn timestamp_values(array: &dyn Array, unit: TimeUnit) -> Option<&[i64]> {
             .values(),
     };
     Some(&values[..])
+}
+
+fn time_micros(array: &dyn Array, unit: TimeUnit) -> Option<Vec<i64>> {
+    Some(match unit {
+        TimeUnit::Second => (array
+            .as_primitive_opt::<Time32SecondType>()?
+            .values()
+            .iter())
+        .map(|seconds| i64::from(*seconds) * 1_000_000)
+        .collect(),
+        TimeUnit::Millisecond => (array.as_primitive_opt::<Time32MillisecondType>()?.values())
+            .iter()
+            .map(|millis| i64::from(*millis) * 1_000)
+            .collect(),
+        TimeUnit::Microsecond => array
+            .as_primitive_opt::<Time64MicrosecondType>()?
+            .values()
+            .to_vec(),
+        TimeUnit::Nanosecond => (array.as_primitive_opt::<Time64NanosecondType>()?.values())
+            .iter()
+            .map(|nanos| nanos.div_euclid(1_000))
+            .collect(),
+    })
 }
 
 fn interval_values(array: &dyn Array, unit: IntervalUnit) -> Option<Intervals<'_>> {

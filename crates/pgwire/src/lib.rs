@@ -35,7 +35,6 @@ mod encode;
 mod handlers;
 mod params;
 mod server;
-mod text;
 mod types;
 mod wire_error;
 

@@ -15,8 +15,8 @@ use pgwire::api::Type;
 use rockstream_types::{codes, RsError};
 
 use crate::encode::{POSTGRES_EPOCH_DAYS, POSTGRES_EPOCH_MICROS};
-use crate::text;
 use crate::types::format_at;
+use rockstream_types::pg_text as text;
 
 /// `numeric` sign words.
 const NUMERIC_NEGATIVE: u16 = 0x4000;

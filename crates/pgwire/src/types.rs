@@ -26,6 +26,7 @@ pub fn pg_type(data_type: &DataType) -> Type {
         DataType::Timestamp(_, None) => Type::TIMESTAMP,
         DataType::Timestamp(_, Some(_)) => Type::TIMESTAMPTZ,
         DataType::Interval(_) => Type::INTERVAL,
+        DataType::Time32(_) | DataType::Time64(_) => Type::TIME,
         _ => Type::TEXT,
     }
 }
@@ -36,7 +37,7 @@ fn type_size(pg_type: &Type) -> i16 {
         Type::BOOL => 1,
         Type::INT2 => 2,
         Type::INT4 | Type::FLOAT4 | Type::DATE => 4,
-        Type::INT8 | Type::FLOAT8 | Type::TIMESTAMP | Type::TIMESTAMPTZ => 8,
+        Type::INT8 | Type::FLOAT8 | Type::TIME | Type::TIMESTAMP | Type::TIMESTAMPTZ => 8,
         Type::INTERVAL => 16,
         _ => -1,
     }

@@ -103,12 +103,7 @@ pub(crate) fn expr_name(expr: &Expr) -> String {
             .unwrap_or_else(|| "?column?".to_string()),
         Expr::Cast {
             expr, data_type, ..
-        } => match expr.as_ref() {
-            Expr::Identifier(_) | Expr::CompoundIdentifier(_) | Expr::Function(_) => {
-                expr_name(expr)
-            }
-            _ => pg_type_name(&data_type.to_string()),
-        },
+        } => strong_name(expr).unwrap_or_else(|| pg_type_name(&data_type.to_string())),
         Expr::Nested(inner) => expr_name(inner),
         Expr::Subquery(query) => pg_column_names(query)
             .and_then(|names| names.into_iter().next())
@@ -116,12 +111,27 @@ pub(crate) fn expr_name(expr: &Expr) -> String {
         Expr::Exists { negated: false, .. } => "exists".to_string(),
         Expr::Case { .. } => "case".to_string(),
         Expr::Extract { .. } => "extract".to_string(),
+        Expr::Substring {
+            shorthand: true, ..
+        } => "substr".to_string(),
         Expr::Substring { .. } => "substring".to_string(),
         Expr::Trim { .. } => "btrim".to_string(),
         Expr::Position { .. } => "position".to_string(),
         Expr::Ceil { .. } => "ceil".to_string(),
         Expr::Floor { .. } => "floor".to_string(),
         _ => "?column?".to_string(),
+    }
+}
+
+/// The name a cast keeps from what it casts: a column's, a function's, a
+/// nested cast's kept name; not `case`, and nothing for an operator.
+/// (PostgreSQL's `FigureColnameInternal` ranks those names weaker than the
+/// cast's type name.)
+fn strong_name(expr: &Expr) -> Option<String> {
+    match expr {
+        Expr::Case { .. } => None,
+        Expr::Cast { expr, .. } | Expr::Nested(expr) => strong_name(expr),
+        other => Some(expr_name(other)).filter(|name| name != "?column?"),
     }
 }
 
@@ -181,6 +191,18 @@ mod tests {
                 "top".to_string(),
                 "exists".to_string()
             ])
+        );
+        // Each name is what PostgreSQL 15 reports.
+        assert_eq!(
+            names(
+                "SELECT ts::time::text, 1::int::text, (a + 1)::int, CASE WHEN a THEN 1 END::text, \
+                 upper(x)::text, substr(x, 2), substring(x from 2)"
+            ),
+            Some(
+                ["ts", "text", "int4", "text", "upper", "substr", "substring"]
+                    .map(String::from)
+                    .to_vec()
+            )
         );
         assert_eq!(
             names("SELECT a FROM t UNION SELECT b FROM u"),

@@ -19,6 +19,8 @@ mod pg_compat;
 mod pg_datetime_literals;
 mod pg_integer_arithmetic;
 mod pg_intervals;
+mod pg_numeric;
+mod pg_text_casts;
 mod pg_to_char;
 mod plan_rewrite;
 mod resolver;

@@ -1,5 +1,5 @@
-//! PostgreSQL semantics for `timestamp - timestamp`, and `interval *
-//! number`, `number * interval` and `interval / number`.
+//! PostgreSQL semantics for `timestamp - timestamp`, `date ± interval`, and
+//! `interval * number`, `number * interval` and `interval / number`.
 //!
 //! DataFusion subtracts timestamps into a `Duration` and, to compare it with
 //! an interval, casts it into an interval of nanoseconds only (`0 days,
@@ -21,8 +21,8 @@ use datafusion::common::tree_node::Transformed;
 use datafusion::common::{DFSchema, Result};
 use datafusion::logical_expr::planner::{ExprPlanner, PlannerResult, RawBinaryExpr};
 use datafusion::logical_expr::{
-    ColumnarValue, Expr, ExprSchemable, LogicalPlan, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
-    Signature, Volatility,
+    cast, ColumnarValue, Expr, ExprSchemable, LogicalPlan, ScalarFunctionArgs, ScalarUDF,
+    ScalarUDFImpl, Signature, Volatility,
 };
 use datafusion::optimizer::AnalyzerRule;
 use datafusion::sql::sqlparser::ast::BinaryOperator;
@@ -132,7 +132,31 @@ impl ExprPlanner for PostgresIntervalArithmetic {
                 IntervalFunction::udf(operation).call(vec![interval, factor]),
             ))
         };
+        let is_date = |expr: &Expr| matches!(expr.get_type(schema), Ok(DataType::Date32));
+        let as_timestamp = |expr: Expr| {
+            cast(
+                expr,
+                DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Microsecond, None),
+            )
+        };
         match expr.op {
+            // PostgreSQL adds an interval to a date as to midnight of that
+            // day, giving a timestamp; DataFusion gives a date and drops the
+            // interval's time of day.
+            BinaryOperator::Plus | BinaryOperator::Minus
+                if is_date(&expr.left) && is_interval(&expr.right) =>
+            {
+                Ok(PlannerResult::Original(RawBinaryExpr {
+                    left: as_timestamp(expr.left),
+                    ..expr
+                }))
+            }
+            BinaryOperator::Plus if is_interval(&expr.left) && is_date(&expr.right) => {
+                Ok(PlannerResult::Original(RawBinaryExpr {
+                    right: as_timestamp(expr.right),
+                    ..expr
+                }))
+            }
             BinaryOperator::Multiply if is_interval(&expr.left) && is_number(&expr.right) => {
                 scale(IntervalOperation::Multiply, expr.left, expr.right)
             }

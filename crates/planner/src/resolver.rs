@@ -45,6 +45,9 @@ pub fn new_context(resolver: Arc<dyn TableResolver>) -> SessionContext {
         .with_target_partitions(1);
     {
         let options = config.options_mut();
+        // PostgreSQL's grammar: `^` is exponentiation (the generic dialect
+        // reads it as XOR), `#` is XOR.
+        options.sql_parser.dialect = datafusion::common::config::Dialect::PostgreSQL;
         options.sql_parser.parse_float_as_decimal = true;
         options.sql_parser.map_string_types_to_utf8view = false;
         options.sql_parser.enable_ident_normalization = true;
@@ -57,9 +60,17 @@ pub fn new_context(resolver: Arc<dyn TableResolver>) -> SessionContext {
     context.add_analyzer_rule(Arc::new(
         crate::pg_integer_arithmetic::PostgresIntegerArithmetic,
     ));
+    context.add_analyzer_rule(Arc::new(crate::pg_numeric::PostgresNumericDivision));
+    context.add_analyzer_rule(Arc::new(crate::pg_text_casts::PostgresTextCasts));
     context.add_analyzer_rule(Arc::new(crate::pg_to_char::PostgresToChar));
     context.add_analyzer_rule(Arc::new(
         crate::pg_datetime_literals::PostgresDatetimeLiterals,
+    ));
+    // The rules above change some result types (AVG's scale, a quotient's
+    // scale) after DataFusion coerced the expressions around them to the
+    // old ones: coerce once more.
+    context.add_analyzer_rule(Arc::new(
+        datafusion::optimizer::analyzer::type_coercion::TypeCoercion::new(),
     ));
     // Registered after DataFusion's own planners, which leave these
     // operators alone.

@@ -4,6 +4,7 @@
 pub mod datum;
 pub mod encoding;
 pub mod error;
+pub mod pg_text;
 pub mod zset;
 
 pub use datum::{Datum, Interval, Row, SqlType};

@@ -14,7 +14,7 @@ const DEFAULT_COLLATION_OID: i64 = 100;
 
 /// The built-in types RockStream reports, by PostgreSQL's fixed oids:
 /// `(oid, typname, format_type's name, byte length or -1, collatable)`.
-const TYPES: [(i64, &str, &str, i64, bool); 15] = [
+const TYPES: [(i64, &str, &str, i64, bool); 16] = [
     (16, "bool", "boolean", 1, false),
     (19, "name", "name", 64, true),
     (20, "int8", "bigint", 8, false),
@@ -26,6 +26,7 @@ const TYPES: [(i64, &str, &str, i64, bool); 15] = [
     (701, "float8", "double precision", 8, false),
     (1043, "varchar", "character varying", -1, true),
     (1082, "date", "date", 4, false),
+    (1083, "time", "time without time zone", 8, false),
     (1114, "timestamp", "timestamp without time zone", 8, false),
     (1184, "timestamptz", "timestamp with time zone", 8, false),
     (1186, "interval", "interval", 16, false),
@@ -192,6 +193,7 @@ mod tests {
             "character varying",
             "character varying(20)",
             "date",
+            "time without time zone",
             "timestamp without time zone",
             "timestamp with time zone",
             "interval",

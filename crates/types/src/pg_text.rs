@@ -22,7 +22,7 @@ const UNIX_EPOCH_DAYS_FROM_CE: i32 = 719_163;
 const MICROS_PER_SECOND: i64 = 1_000_000;
 const MICROS_PER_MINUTE: i64 = 60 * MICROS_PER_SECOND;
 const MICROS_PER_HOUR: i64 = 60 * MICROS_PER_MINUTE;
-pub(crate) const MICROS_PER_DAY: i64 = 24 * MICROS_PER_HOUR;
+pub const MICROS_PER_DAY: i64 = 24 * MICROS_PER_HOUR;
 
 /// `float4out`.
 pub fn float4(value: f32) -> String {
@@ -191,6 +191,15 @@ fn clock_time(micros: u64) -> String {
         out.push_str(digits.trim_end_matches('0'));
     }
     out
+}
+
+/// `time_out` for microseconds since midnight.
+pub fn time(micros_since_midnight: i64) -> String {
+    clock_time(
+        micros_since_midnight
+            .rem_euclid(MICROS_PER_DAY)
+            .unsigned_abs(),
+    )
 }
 
 /// `interval_out` with `IntervalStyle=postgres`.
