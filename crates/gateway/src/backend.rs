@@ -710,7 +710,6 @@ fn rename_columns(
     })
 }
 
-/// PostgreSQL has no duration type: `timestamp - timestamp` is an interval.
 /// `query` rewritten into what DataFusion plans with PostgreSQL's meaning
 /// (`normalize_query`, `rewrite_using_joins`).
 pub(crate) async fn as_postgres_reads_it(

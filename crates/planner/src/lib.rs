@@ -8,6 +8,7 @@
 //! plan into a [`PlanNode`] tree, rejecting anything without an incremental
 //! form with `RS-2001`.
 
+mod aggregate_casts;
 mod ast_walk;
 mod column_names;
 mod columnar;
@@ -17,9 +18,11 @@ mod pg_casts;
 mod pg_clock;
 mod pg_compat;
 mod pg_datetime_literals;
+mod pg_functions;
 mod pg_integer_arithmetic;
 mod pg_intervals;
 mod pg_numeric;
+mod pg_similar_to;
 mod pg_text_casts;
 mod pg_to_char;
 mod plan_rewrite;

@@ -62,6 +62,7 @@ pub fn new_context(resolver: Arc<dyn TableResolver>) -> SessionContext {
     ));
     context.add_analyzer_rule(Arc::new(crate::pg_numeric::PostgresNumericDivision));
     context.add_analyzer_rule(Arc::new(crate::pg_text_casts::PostgresTextCasts));
+    context.add_analyzer_rule(Arc::new(crate::pg_similar_to::PostgresSimilarTo));
     context.add_analyzer_rule(Arc::new(crate::pg_to_char::PostgresToChar));
     context.add_analyzer_rule(Arc::new(
         crate::pg_datetime_literals::PostgresDatetimeLiterals,
@@ -78,9 +79,17 @@ pub fn new_context(resolver: Arc<dyn TableResolver>) -> SessionContext {
         &mut context,
         Arc::new(crate::pg_intervals::PostgresIntervalArithmetic),
     );
+    let _ = datafusion::execution::FunctionRegistry::register_expr_planner(
+        &mut context,
+        Arc::new(crate::aggregate_casts::NamedAggregateCasts),
+    );
     for function in CATALOG_FUNCTIONS.iter() {
         context.register_udf(function.clone());
     }
+    for function in crate::pg_functions::FUNCTIONS.iter() {
+        context.register_udf(function.as_ref().clone());
+    }
+    context.register_udaf(crate::pg_functions::variance());
     for function in crate::pg_clock::CLOCK_FUNCTIONS.iter() {
         context.register_udf(function.as_ref().clone());
     }

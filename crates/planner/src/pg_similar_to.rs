@@ -1,0 +1,169 @@
+//! `SIMILAR TO` with PostgreSQL's meaning.
+//!
+//! DataFusion matches a SIMILAR TO pattern as an unanchored regular
+//! expression as written: `'Bob' SIMILAR TO '%o%'` was false and
+//! `'abc' SIMILAR TO 'b'` true. PostgreSQL translates the pattern into an
+//! anchored regular expression first (`similar_to_escape`): `%` matches any
+//! string, `_` any character, `.` `^` `$` are literal, and `|` `*` `+` `?`
+//! `{m,n}`, parentheses and bracket expressions keep their regex meaning.
+//! This analyzer rule does the same translation and plans a regex match.
+
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::Transformed;
+use datafusion::common::{not_impl_err, plan_err, DFSchema, Result, ScalarValue};
+use datafusion::logical_expr::expr::{BinaryExpr, Like};
+use datafusion::logical_expr::{lit, Expr, LogicalPlan, Operator};
+use datafusion::optimizer::AnalyzerRule;
+
+use crate::plan_rewrite::rewrite_exprs;
+
+#[derive(Debug, Default)]
+pub struct PostgresSimilarTo;
+
+impl AnalyzerRule for PostgresSimilarTo {
+    fn name(&self) -> &str {
+        "postgres_similar_to"
+    }
+
+    fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
+        rewrite_exprs(plan, &rewrite)
+    }
+}
+
+fn rewrite(expr: Expr, _schema: &DFSchema) -> Result<Transformed<Expr>> {
+    let Expr::SimilarTo(Like {
+        negated,
+        expr,
+        pattern,
+        escape_char,
+        case_insensitive,
+    }) = expr
+    else {
+        return Ok(Transformed::no(expr));
+    };
+    let pattern = match pattern.as_ref() {
+        Expr::Literal(
+            ScalarValue::Utf8(text) | ScalarValue::LargeUtf8(text) | ScalarValue::Utf8View(text),
+            _,
+        ) => text.clone(),
+        Expr::Literal(ScalarValue::Null, _) => None,
+        _ => return not_impl_err!("SIMILAR TO with a pattern that is not a constant"),
+    };
+    let Some(pattern) = pattern else {
+        // x SIMILAR TO NULL is NULL.
+        return Ok(Transformed::yes(lit(ScalarValue::Boolean(None))));
+    };
+    let regex = similar_to_regex(&pattern, escape_char.unwrap_or('\\'))?;
+    let op = match (negated, case_insensitive) {
+        (false, false) => Operator::RegexMatch,
+        (true, false) => Operator::RegexNotMatch,
+        (false, true) => Operator::RegexIMatch,
+        (true, true) => Operator::RegexNotIMatch,
+    };
+    Ok(Transformed::yes(Expr::BinaryExpr(BinaryExpr::new(
+        expr,
+        op,
+        Box::new(lit(regex)),
+    ))))
+}
+
+/// PostgreSQL's `similar_to_escape`: the anchored regular expression (in
+/// Rust's syntax) that a SIMILAR TO pattern stands for.
+fn similar_to_regex(pattern: &str, escape: char) -> Result<String> {
+    // `(?s)`: `%` and `_` match line breaks too.
+    let mut out = String::from("(?s)^(?:");
+    let mut after_escape = false;
+    let mut in_brackets = false;
+    let mut chars = pattern.chars().peekable();
+    while let Some(c) = chars.next() {
+        if after_escape {
+            if c == '"' {
+                return plan_err!(
+                    "SIMILAR TO patterns with escaped double quotes (substring markers) are not supported"
+                );
+            }
+            push_literal(&mut out, c);
+            after_escape = false;
+        } else if c == escape {
+            after_escape = true;
+        } else if in_brackets {
+            if c == '\\' {
+                out.push('\\');
+            }
+            out.push(c);
+            if c == ']' {
+                in_brackets = false;
+            }
+        } else {
+            match c {
+                '[' => {
+                    out.push('[');
+                    in_brackets = true;
+                    // A leading `^` negates and a leading `]` is literal.
+                    if chars.peek() == Some(&'^') {
+                        out.push('^');
+                        chars.next();
+                    }
+                    if chars.peek() == Some(&']') {
+                        out.push_str("\\]");
+                        chars.next();
+                    }
+                }
+                '%' => out.push_str(".*"),
+                '_' => out.push('.'),
+                '(' => out.push_str("(?:"),
+                '.' | '^' | '$' | '\\' => push_literal(&mut out, c),
+                other => out.push(other),
+            }
+        }
+    }
+    if after_escape {
+        return plan_err!("SIMILAR TO pattern must not end with the escape character");
+    }
+    out.push_str(")$");
+    Ok(out)
+}
+
+fn push_literal(out: &mut String, c: char) {
+    if c.is_ascii_punctuation() {
+        out.push('\\');
+    }
+    out.push(c);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::similar_to_regex;
+
+    fn matches(text: &str, pattern: &str) -> bool {
+        let regex = similar_to_regex(pattern, '\\').expect("translates");
+        regex::Regex::new(&regex).expect("compiles").is_match(text)
+    }
+
+    #[test]
+    fn patterns_match_as_in_postgresql() {
+        // Each expectation is PostgreSQL 15's answer.
+        for (text, pattern, expected) in [
+            ("Bob", "%o%", true),
+            ("abc", "a_c", true),
+            ("abc", "(a|x)bc", true),
+            ("abc", "b", false),
+            ("a.c", "a.c", true),
+            ("abc", "a.c", false),
+            ("aaa", "a{2,3}", true),
+            ("ab", "[a-b]+", true),
+            ("a%", "a\\%", true),
+            ("ab", "a\\%", false),
+            ("line\nbreak", "line%", true),
+            ("x^y", "x^y", true),
+            ("]", "[]]", true),
+            ("b", "[^a]", true),
+        ] {
+            assert_eq!(
+                matches(text, pattern),
+                expected,
+                "{text:?} SIMILAR TO {pattern:?}"
+            );
+        }
+    }
+}
