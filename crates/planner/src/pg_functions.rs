@@ -1,5 +1,6 @@
-//! PostgreSQL functions DataFusion lacks: `mod(a, b)`, `pg_typeof(x)`, and
-//! the aggregate `variance(x)` (DataFusion's `var_samp`).
+//! PostgreSQL functions DataFusion lacks: `mod(a, b)`, `pg_typeof(x)`,
+//! `sign(x)` (DataFusion's `signum`) and the aggregate `variance(x)`
+//! (DataFusion's `var_samp`).
 
 use std::sync::{Arc, LazyLock};
 
@@ -27,6 +28,14 @@ pub static FUNCTIONS: LazyLock<[Arc<ScalarUDF>; 2]> = LazyLock::new(|| {
         })),
     ]
 });
+
+/// `sign(x)`: PostgreSQL's name for DataFusion's `signum`.
+pub fn sign() -> ScalarUDF {
+    datafusion::functions::math::signum()
+        .as_ref()
+        .clone()
+        .with_aliases(["sign"])
+}
 
 /// `variance(x)`: PostgreSQL's name for the sample variance.
 pub fn variance() -> AggregateUDF {

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::Transformed;
-use datafusion::common::{DFSchema, Result};
+use datafusion::common::{DFSchema, Result, ScalarValue};
 use datafusion::logical_expr::planner::{ExprPlanner, PlannerResult, RawBinaryExpr};
 use datafusion::logical_expr::{
     cast, ColumnarValue, Expr, ExprSchemable, LogicalPlan, ScalarFunctionArgs, ScalarUDF,
@@ -139,7 +139,60 @@ impl ExprPlanner for PostgresIntervalArithmetic {
                 DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Microsecond, None),
             )
         };
+        let is_text_literal = |expr: &Expr| {
+            matches!(
+                expr,
+                Expr::Literal(
+                    ScalarValue::Utf8(Some(_))
+                        | ScalarValue::LargeUtf8(Some(_))
+                        | ScalarValue::Utf8View(Some(_)),
+                    _
+                )
+            )
+        };
+        let is_timestamp =
+            |expr: &Expr| matches!(expr.get_type(schema), Ok(DataType::Timestamp(..)));
+        let as_interval = |expr: Expr| {
+            cast(
+                expr,
+                DataType::Interval(datafusion::arrow::datatypes::IntervalUnit::MonthDayNano),
+            )
+        };
         match expr.op {
+            // A quoted literal added to an interval or a timestamp, or
+            // subtracted from an interval, is an interval, as PostgreSQL
+            // resolves its unknown-typed literals (`ts + '1 day'`).
+            BinaryOperator::Plus | BinaryOperator::Minus
+                if is_text_literal(&expr.right)
+                    && (is_interval(&expr.left)
+                        || (expr.op == BinaryOperator::Plus && is_timestamp(&expr.left))) =>
+            {
+                Ok(PlannerResult::Original(RawBinaryExpr {
+                    right: as_interval(expr.right),
+                    ..expr
+                }))
+            }
+            // `ts - '2024-01-01'`, `date - '2024-01-01'`: the literal has
+            // the other side's type.
+            BinaryOperator::Minus
+                if is_text_literal(&expr.right)
+                    && (is_timestamp(&expr.left) || is_date(&expr.left)) =>
+            {
+                let data_type = expr.left.get_type(schema)?;
+                Ok(PlannerResult::Original(RawBinaryExpr {
+                    right: cast(expr.right, data_type),
+                    ..expr
+                }))
+            }
+            BinaryOperator::Plus
+                if is_text_literal(&expr.left)
+                    && (is_interval(&expr.right) || is_timestamp(&expr.right)) =>
+            {
+                Ok(PlannerResult::Original(RawBinaryExpr {
+                    left: as_interval(expr.left),
+                    ..expr
+                }))
+            }
             // PostgreSQL adds an interval to a date as to midnight of that
             // day, giving a timestamp; DataFusion gives a date and drops the
             // interval's time of day.

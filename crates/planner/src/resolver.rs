@@ -89,6 +89,7 @@ pub fn new_context(resolver: Arc<dyn TableResolver>) -> SessionContext {
     for function in crate::pg_functions::FUNCTIONS.iter() {
         context.register_udf(function.as_ref().clone());
     }
+    context.register_udf(crate::pg_functions::sign());
     context.register_udaf(crate::pg_functions::variance());
     for function in crate::pg_clock::CLOCK_FUNCTIONS.iter() {
         context.register_udf(function.as_ref().clone());
