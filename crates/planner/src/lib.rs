@@ -21,6 +21,7 @@ mod pg_datetime_literals;
 mod pg_functions;
 mod pg_integer_arithmetic;
 mod pg_intervals;
+mod pg_number_format;
 mod pg_numeric;
 mod pg_similar_to;
 mod pg_text_casts;

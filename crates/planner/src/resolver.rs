@@ -90,6 +90,7 @@ pub fn new_context(resolver: Arc<dyn TableResolver>) -> SessionContext {
         context.register_udf(function.as_ref().clone());
     }
     context.register_udf(crate::pg_functions::sign());
+    context.register_udf(crate::pg_number_format::to_char());
     context.register_udaf(crate::pg_functions::variance());
     for function in crate::pg_clock::CLOCK_FUNCTIONS.iter() {
         context.register_udf(function.as_ref().clone());
