@@ -1,0 +1,107 @@
+//! Float division that fails on a zero divisor, as PostgreSQL's does.
+//!
+//! Arrow divides floats as IEEE 754 does: `1 / 0.0::float8` gave
+//! `Infinity` and `0 / 0.0::float8` `NaN`, where PostgreSQL raises
+//! "division by zero" (SQLSTATE 22012). This analyzer rule, run after type
+//! coercion, plans float division as [`FloatDivision`], which checks the
+//! divisor first. Infinite or NaN operands still divide as before
+//! (`'inf'::float8 / 2` is `Infinity`, as in PostgreSQL).
+
+use std::sync::{Arc, LazyLock};
+
+use datafusion::arrow::array::{Array, AsArray};
+use datafusion::arrow::compute::kernels::numeric;
+use datafusion::arrow::datatypes::{DataType, Float32Type, Float64Type};
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::Transformed;
+use datafusion::common::{DFSchema, Result};
+use datafusion::logical_expr::expr::BinaryExpr;
+use datafusion::logical_expr::{
+    ColumnarValue, Expr, ExprSchemable, LogicalPlan, Operator, ScalarFunctionArgs, ScalarUDF,
+    ScalarUDFImpl, Signature, Volatility,
+};
+use datafusion::optimizer::AnalyzerRule;
+use rockstream_plan::arrow_types::arrow_error;
+use rockstream_types::error::{codes, RsError};
+
+use crate::columnar::invoke_on_arrays;
+use crate::plan_rewrite::rewrite_exprs;
+
+static DIVISION: LazyLock<Arc<ScalarUDF>> = LazyLock::new(|| {
+    Arc::new(ScalarUDF::from(FloatDivision {
+        signature: Signature::any(2, Volatility::Immutable),
+    }))
+});
+
+#[derive(Debug, Default)]
+pub struct PostgresFloatDivision;
+
+impl AnalyzerRule for PostgresFloatDivision {
+    fn name(&self) -> &str {
+        "postgres_float_division"
+    }
+
+    fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
+        rewrite_exprs(plan, &rewrite)
+    }
+}
+
+fn rewrite(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
+    let Expr::BinaryExpr(BinaryExpr {
+        left,
+        op: Operator::Divide,
+        right,
+    }) = &expr
+    else {
+        return Ok(Transformed::no(expr));
+    };
+    let float = |side: &Expr| {
+        matches!(
+            side.get_type(schema),
+            Ok(DataType::Float32 | DataType::Float64)
+        )
+    };
+    let same_type = left.get_type(schema).ok() == right.get_type(schema).ok();
+    if !(float(left) && float(right) && same_type) {
+        return Ok(Transformed::no(expr));
+    }
+    Ok(Transformed::yes(
+        DIVISION.call(vec![left.as_ref().clone(), right.as_ref().clone()]),
+    ))
+}
+
+/// `pg_float_div(a, b)`: `a / b`, failing when `b` is zero.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct FloatDivision {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for FloatDivision {
+    fn name(&self) -> &str {
+        "pg_float_div"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, arguments: &[DataType]) -> Result<DataType> {
+        Ok(arguments.first().cloned().unwrap_or(DataType::Float64))
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        invoke_on_arrays(&args.args, |arrays| {
+            let (dividend, divisor) = (&arrays[0], &arrays[1]);
+            let zero_divisor = |row: usize| match divisor.data_type() {
+                DataType::Float32 => divisor.as_primitive::<Float32Type>().value(row) == 0.0,
+                _ => divisor.as_primitive::<Float64Type>().value(row) == 0.0,
+            };
+            let divides_by_zero = (0..divisor.len())
+                .any(|row| divisor.is_valid(row) && dividend.is_valid(row) && zero_divisor(row));
+            if divides_by_zero {
+                return Err(RsError::new(&codes::DIVISION_BY_ZERO, "division by zero"));
+            }
+            numeric::div(dividend, divisor).map_err(arrow_error)
+        })
+    }
+}
