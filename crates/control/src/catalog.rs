@@ -77,6 +77,10 @@ pub struct CatalogEntry {
     /// changes how stored output is read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_key: Option<Vec<usize>>,
+    /// A materialized view's [`rockstream_plan::PlanNode::state_layout`]
+    /// when it was created (absent for views created before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_layout: Option<String>,
     /// Set, durably, before a DROP starts removing the object's state; a
     /// restart finishes the drop of every entry so marked.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

@@ -134,6 +134,7 @@ impl Database {
             definition: None,
             dependencies: Vec::new(),
             output_key: None,
+            state_layout: None,
             dropping: false,
         };
         self.commit_created(entry).await?;
@@ -167,13 +168,17 @@ impl Database {
         let catalog = self.entries(namespace);
         let id = self.allocate_id().await?;
         let resolver = CatalogResolver::new(catalog);
-        let (schema, output_key) = if materialized {
+        let (schema, output_key, state_layout) = if materialized {
             let context = new_context(resolver.clone());
             let plan = plan_view(&context, id, query).await?;
-            (plan.schema().clone(), plan.unique_key())
+            (
+                plan.schema().clone(),
+                plan.unique_key(),
+                Some(plan.state_layout()),
+            )
         } else {
             let plan = plan_inline_view(resolver.clone(), query).await?;
-            (schema_of(plan.schema())?, None)
+            (schema_of(plan.schema())?, None, None)
         };
         let mut columns: Vec<ColumnDef> = schema
             .columns
@@ -221,6 +226,7 @@ impl Database {
             definition: Some(query.to_string()),
             dependencies: resolver.resolved(),
             output_key,
+            state_layout,
             dropping: false,
         };
         self.commit_created(entry).await?;
@@ -741,6 +747,10 @@ mod tests {
             ("above", "SELECT k FROM old"),
             ("fine", "SELECT SUM(v) AS total FROM t"),
             ("retyped", "SELECT k, v / 3.0 AS third FROM t"),
+            (
+                "relaid",
+                "SELECT k, count(DISTINCT v + 1) AS n FROM t GROUP BY k",
+            ),
         ] {
             database
                 .create_view("default", name, query, None, true, false)
@@ -766,6 +776,19 @@ mod tests {
             .durable_put(&retyped.key(), &entry_json(&retyped).unwrap())
             .await
             .unwrap();
+        // A view whose state an older version laid out otherwise (here: its
+        // DISTINCT multiset kept `v + 1` as an integer).
+        let relaid = database.lookup("default", "relaid").unwrap();
+        let layout = relaid.state_layout.clone().expect("kept at CREATE");
+        assert!(layout.contains("Some(\"bigint\")"), "{layout}");
+        let relaid = CatalogEntry {
+            state_layout: Some(layout.replace("Some(\"bigint\")", "Some(\"integer\")")),
+            ..relaid
+        };
+        database
+            .durable_put(&relaid.key(), &entry_json(&relaid).unwrap())
+            .await
+            .unwrap();
         drop(database);
 
         let reopened = Database::open(&location, Runtime::system()).await.unwrap();
@@ -776,6 +799,7 @@ mod tests {
                 "retyped",
                 "column \"third\" as numeric(38,16), where it was created as numeric(38,5)",
             ),
+            ("relaid", "keeps its state in another layout"),
         ] {
             let entry = reopened.lookup("default", name).unwrap();
             let ViewStatus::Failed(error) = reopened.engine().view_status(entry.id) else {

@@ -97,7 +97,7 @@ impl Follower {
                     }
                     Err(error) => return Err(error),
                 };
-                if let Some(reason) = changed_column_type(&entry, &plan) {
+                if let Some(reason) = changed_layout(&entry, &plan) {
                     // The stored output holds values of the old type
                     // (a numeric's scale is not stored with each value):
                     // reading them as the new one would give wrong results.
@@ -169,9 +169,20 @@ impl Follower {
 }
 
 /// Why `plan`, this build's plan of view `entry`, cannot maintain the view's
-/// stored output: a column whose type differs from the type it was created
-/// with (a later build computing the expression with PostgreSQL's type).
-fn changed_column_type(entry: &CatalogEntry, plan: &rockstream_plan::PlanNode) -> Option<String> {
+/// stored state: its operators keep their state in another layout, or a
+/// column's type differs from the type it was created with (a later build
+/// computing the expression with PostgreSQL's type).
+fn changed_layout(entry: &CatalogEntry, plan: &rockstream_plan::PlanNode) -> Option<String> {
+    if entry
+        .state_layout
+        .as_ref()
+        .is_some_and(|stored| *stored != plan.state_layout())
+    {
+        return Some(
+            "this version keeps its state in another layout than the version that created it"
+                .to_string(),
+        );
+    }
     let planned = &plan.schema().columns;
     if planned.len() != entry.columns.len() {
         return Some(format!(

@@ -267,6 +267,92 @@ impl PlanNode {
         }
     }
 
+    /// What the plan's stateful operators store, in a form that changes
+    /// when the layout of their state would: each one's kind, operator id
+    /// (its key prefix), keys and the types it keeps. A view's stored state
+    /// is readable by a plan with the same layout only: the catalog keeps
+    /// it, and a later build that plans the view otherwise leaves the view
+    /// unmaintained rather than misreading its state.
+    pub fn state_layout(&self) -> String {
+        let types = |node: &PlanNode| {
+            node.schema()
+                .columns
+                .iter()
+                .map(|column| column.sql_type.pg_name())
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let mut out = String::new();
+        self.visit(&mut |node| match node {
+            PlanNode::Join {
+                op_id,
+                left,
+                right,
+                kind,
+                left_keys,
+                right_keys,
+                nulls_equal,
+                null_aware,
+                ..
+            } => {
+                let _ = write!(
+                    out,
+                    "join {op_id} {kind:?} {left_keys:?}={right_keys:?} \
+                     nulls_equal={nulls_equal} null_aware={null_aware} [{}] [{}]; ",
+                    types(left),
+                    types(right)
+                );
+            }
+            PlanNode::Aggregate {
+                op_id,
+                input,
+                group_count,
+                aggregates,
+                ..
+            } => {
+                let _ = write!(
+                    out,
+                    "aggregate {op_id} groups={group_count} [{}]",
+                    types(input)
+                );
+                for call in aggregates {
+                    let _ = write!(
+                        out,
+                        " {:?}(distinct={} {:?} {:?})->{}",
+                        call.function,
+                        call.distinct,
+                        call.argument,
+                        call.input_type.as_ref().map(SqlType::pg_name),
+                        call.output_type.pg_name()
+                    );
+                }
+                out.push_str("; ");
+            }
+            PlanNode::Distinct { op_id, input } => {
+                let _ = write!(out, "distinct {op_id} [{}]; ", types(input));
+            }
+            PlanNode::SetOperation {
+                op_id,
+                left,
+                operator,
+                all,
+                ..
+            } => {
+                let _ = write!(
+                    out,
+                    "set {op_id} {operator:?} all={all} [{}]; ",
+                    types(left)
+                );
+            }
+            PlanNode::Source { .. }
+            | PlanNode::Constant { .. }
+            | PlanNode::Map { .. }
+            | PlanNode::Filter { .. }
+            | PlanNode::UnionAll { .. } => {}
+        });
+        out
+    }
+
     /// `EXPLAIN`-style rendering, one operator per line.
     pub fn explain(&self) -> String {
         let mut out = String::new();

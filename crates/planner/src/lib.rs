@@ -21,6 +21,7 @@ mod pg_datetime_literals;
 mod pg_float_division;
 mod pg_functions;
 mod pg_integer_arithmetic;
+mod pg_integer_literals;
 mod pg_intervals;
 mod pg_number_format;
 mod pg_numeric;

@@ -13,7 +13,19 @@ pub(crate) fn rewrite_exprs(
     plan: LogicalPlan,
     rewrite: &dyn Fn(Expr, &DFSchema) -> Result<Transformed<Expr>>,
 ) -> Result<LogicalPlan> {
+    rewrite_exprs_of(plan, &|_| true, rewrite)
+}
+
+/// [`rewrite_exprs`], for the nodes `applies` accepts only.
+pub(crate) fn rewrite_exprs_of(
+    plan: LogicalPlan,
+    applies: &dyn Fn(&LogicalPlan) -> bool,
+    rewrite: &dyn Fn(Expr, &DFSchema) -> Result<Transformed<Expr>>,
+) -> Result<LogicalPlan> {
     let transformed = plan.transform_up_with_subqueries(|node| {
+        if !applies(&node) {
+            return Ok(Transformed::no(node));
+        }
         let mut schema = DFSchema::empty();
         for input in node.inputs() {
             schema.merge(input.schema());

@@ -53,7 +53,19 @@ pub fn new_context(resolver: Arc<dyn TableResolver>) -> SessionContext {
         options.sql_parser.enable_ident_normalization = true;
         options.execution.time_zone = Some("+00:00".to_string());
     }
-    let mut context = SessionContext::new_with_config(config);
+    // Integer literals are typed before DataFusion's own rules coerce
+    // anything around them.
+    let mut analyzer_rules: Vec<Arc<dyn datafusion::optimizer::AnalyzerRule + Send + Sync>> =
+        vec![Arc::new(
+            crate::pg_integer_literals::PostgresIntegerLiterals,
+        )];
+    analyzer_rules.extend(datafusion::optimizer::Analyzer::new().rules);
+    let state = datafusion::execution::SessionStateBuilder::new()
+        .with_config(config)
+        .with_default_features()
+        .with_analyzer_rules(analyzer_rules)
+        .build();
+    let mut context = SessionContext::new_with_state(state);
     context.add_analyzer_rule(Arc::new(crate::pg_aggregates::PostgresAggregateTypes));
     context.add_analyzer_rule(Arc::new(crate::pg_intervals::PostgresIntervals));
     context.add_analyzer_rule(Arc::new(crate::pg_casts::PostgresRounding));
