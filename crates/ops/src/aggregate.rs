@@ -11,6 +11,9 @@
 //! (MIN) or descending (MAX) order — one short scan, never the whole group.
 //! Calls over the same argument (`MIN(x)` and `MAX(x)`) share one multiset,
 //! stored under the first such call's `agg`.
+//! `string_agg` keeps its values in the same kind of multiset, keyed by
+//! their `ORDER BY` keys first; after a change the group's result is joined
+//! again from the whole multiset (one scan of the group).
 //! `DISTINCT` aggregates keep `AD op_id agg key value -> count` and feed the
 //! accumulator only when a value's count crosses zero.
 //!
@@ -29,7 +32,7 @@ use rockstream_types::encoding::{
 use rockstream_types::{codes, Datum, ObjectId, Row, RsError, RsResult, SqlType, ZSet};
 
 use crate::dataflow::{aggregate_calls_valid, step_node, Node, StepContext};
-use crate::keys::{op_prefix, AGGREGATE, AGGREGATE_DISTINCT, MIN_MAX};
+use crate::keys::{decode_weight, op_prefix, AGGREGATE, AGGREGATE_DISTINCT, MIN_MAX};
 use crate::state::{add_to_count, ScanOrder, StateStore};
 
 #[derive(Debug)]
@@ -52,6 +55,8 @@ enum Partial {
     ExactSum(i64, i128),
     FloatSum(i64, f64),
     Extremum(Datum),
+    /// `string_agg`'s current result (NULL: no values).
+    Concatenation(Datum),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -168,6 +173,9 @@ impl AggregateNode {
         // Per multiset owner: its value changes, summed per value below
         // (a delta may repeat values), so each value is written once.
         let mut multiset_changes: Vec<Vec<(&Datum, i64)>> = vec![Vec::new(); self.calls.len()];
+        // Per string_agg call: its multiset's entry changes.
+        let mut concatenation_changes: Vec<Vec<(Vec<u8>, i64)>> =
+            vec![Vec::new(); self.calls.len()];
         for (row, weight) in &rows {
             state.count_star += weight;
             for (index, call) in self.calls.iter().enumerate() {
@@ -176,6 +184,12 @@ impl AggregateNode {
                     None => &Datum::Null,
                 };
                 if call.function != AggregateFunction::CountStar && value.is_null() {
+                    continue;
+                }
+                if call.function == AggregateFunction::StringAgg {
+                    // DISTINCT applies when the values are joined.
+                    concatenation_changes[index]
+                        .push((self.concatenation_key(index, key, call, row), *weight));
                     continue;
                 }
                 let weight = if call.distinct {
@@ -222,6 +236,23 @@ impl AggregateNode {
                     store.add_count(self.multiset_key(MIN_MAX, index, key, value), weight);
                 }
             }
+        }
+        for (index, mut changes) in concatenation_changes.into_iter().enumerate() {
+            if changes.is_empty() {
+                continue;
+            }
+            changes.sort();
+            let mut changes = changes.into_iter().peekable();
+            while let Some((entry, mut weight)) = changes.next() {
+                while let Some((_, more)) = changes.next_if(|(next, _)| *next == entry) {
+                    weight += more;
+                }
+                if weight != 0 {
+                    store.add_count(entry, weight);
+                }
+            }
+            let joined = self.concatenation(store, index, key).await?;
+            state.partials[index] = Partial::Concatenation(joined);
         }
         for (index, call) in self.calls.iter().enumerate() {
             if !extremum_changed[index] {
@@ -314,6 +345,98 @@ impl AggregateNode {
         value_key
     }
 
+    /// `MM op_id agg group order value delimiter len(order)`: one value's
+    /// entry in a `string_agg` multiset. The `ORDER BY` keys lead, so a scan
+    /// of the group's entries meets the values in order (ties by value);
+    /// the length of their encoding ends the key, so the value and the
+    /// delimiter can be read back without decoding the keys.
+    fn concatenation_key(
+        &self,
+        index: usize,
+        key: &[u8],
+        call: &AggregateCall,
+        row: &Row,
+    ) -> Vec<u8> {
+        let mut entry = self.value_key(MIN_MAX, index, key);
+        let start = entry.len();
+        for sort in &call.order_by {
+            let datum = &row[sort.column];
+            if datum.is_null() {
+                entry.push(if sort.nulls_first { 0x00 } else { 0x02 });
+                continue;
+            }
+            entry.push(0x01);
+            let at = entry.len();
+            encode_datum(datum, &mut entry);
+            if sort.descending {
+                // The encoding is prefix-free, so its complement sorts in
+                // the opposite order.
+                for byte in &mut entry[at..] {
+                    *byte = !*byte;
+                }
+            }
+        }
+        let order_len = (entry.len() - start) as u32;
+        let value = call
+            .argument
+            .map_or(Datum::Null, |column| row[column].clone());
+        let delimiter = call
+            .delimiter
+            .map_or(Datum::Null, |column| row[column].clone());
+        encode_row_into(&[value, delimiter], &mut entry);
+        entry.extend_from_slice(&order_len.to_be_bytes());
+        entry
+    }
+
+    /// A `string_agg` call's result over its group's multiset: each value
+    /// (as often as it occurs, or once under DISTINCT), each after the first
+    /// preceded by its own delimiter (none when that is NULL). NULL when the
+    /// group has no values. Reads the whole group's multiset.
+    async fn concatenation<S: StateStore>(
+        &self,
+        store: &mut S,
+        index: usize,
+        key: &[u8],
+    ) -> RsResult<Datum> {
+        let prefix = self.value_key(MIN_MAX, index, key);
+        let entries = store
+            .scan_prefix(&prefix, ScanOrder::Ascending, usize::MAX)
+            .await?;
+        let corrupt = || RsError::internal("corrupt string_agg multiset entry");
+        let mut joined: Option<String> = None;
+        let mut last_value: Option<String> = None;
+        for (entry, count) in entries {
+            let suffix = entry.get(prefix.len()..).ok_or_else(corrupt)?;
+            let split = suffix.len().checked_sub(4).ok_or_else(corrupt)?;
+            let order_len = u32::from_be_bytes(suffix[split..].try_into().map_err(|_| corrupt())?);
+            let row = decode_row(suffix.get(order_len as usize..split).ok_or_else(corrupt)?)?;
+            let (Some(Datum::Text(value)), Some(delimiter)) = (row.first(), row.get(1)) else {
+                return Err(corrupt());
+            };
+            let repeats = if self.calls[index].distinct {
+                if last_value.as_ref() == Some(value) {
+                    continue;
+                }
+                1
+            } else {
+                decode_weight(&count)
+            };
+            for _ in 0..repeats {
+                match &mut joined {
+                    None => joined = Some(value.clone()),
+                    Some(text) => {
+                        if let Datum::Text(delimiter) = delimiter {
+                            text.push_str(delimiter);
+                        }
+                        text.push_str(value);
+                    }
+                }
+            }
+            last_value = Some(value.clone());
+        }
+        Ok(joined.map_or(Datum::Null, Datum::Text))
+    }
+
     async fn extremum<S: StateStore>(
         &self,
         store: &mut S,
@@ -340,6 +463,7 @@ impl AggregateNode {
                 }
                 AggregateFunction::Sum | AggregateFunction::Avg => Partial::ExactSum(0, 0),
                 AggregateFunction::Min | AggregateFunction::Max => Partial::Extremum(Datum::Null),
+                AggregateFunction::StringAgg => Partial::Concatenation(Datum::Null),
             })
             .collect();
         GroupState {
@@ -359,7 +483,7 @@ impl AggregateNode {
                 Partial::FloatSum(count, sum) => {
                     row.extend([Datum::Int64(*count), Datum::Float64(*sum)])
                 }
-                Partial::Extremum(value) => row.push(value.clone()),
+                Partial::Extremum(value) | Partial::Concatenation(value) => row.push(value.clone()),
             }
         }
         let mut bytes = Vec::new();
@@ -394,6 +518,9 @@ impl AggregateNode {
                     }
                 }
                 Partial::Extremum(_) => Partial::Extremum(values.next().ok_or_else(corrupt)?),
+                Partial::Concatenation(_) => {
+                    Partial::Concatenation(values.next().ok_or_else(corrupt)?)
+                }
             };
         }
         Ok(state)
@@ -419,7 +546,7 @@ impl AggregateNode {
                 (AggregateFunction::Avg, Partial::FloatSum(count, sum)) => {
                     float_to_output(*sum / *count as f64, output_type)
                 }
-                (_, Partial::Extremum(value)) => value.clone(),
+                (_, Partial::Extremum(value) | Partial::Concatenation(value)) => value.clone(),
                 _ => {
                     return Err(RsError::internal(
                         "aggregate partial does not match its function",
@@ -491,7 +618,7 @@ fn accumulate(
             *count += weight;
             *sum += float * weight as f64;
         }
-        Partial::Extremum(_) => {}
+        Partial::Extremum(_) | Partial::Concatenation(_) => {}
     }
     Ok(())
 }

@@ -282,7 +282,11 @@ pub(crate) fn unsupported_join(kind: JoinKind) -> RsError {
 }
 
 pub(crate) fn aggregate_calls_valid(calls: &[AggregateCall], input_width: usize) -> bool {
-    calls
-        .iter()
-        .all(|call| call.argument.is_none_or(|argument| argument < input_width))
+    calls.iter().all(|call| {
+        call.argument
+            .into_iter()
+            .chain(call.delimiter)
+            .chain(call.order_by.iter().map(|key| key.column))
+            .all(|column| column < input_width)
+    })
 }

@@ -5,6 +5,8 @@
 //! 0x01 'J' 'R' op_id(16) join_key row         -> weight      right join arrangement
 //! 0x01 'A' 'G' op_id(16) group_key            -> state row   aggregate accumulators
 //! 0x01 'M' 'M' op_id(16) agg(2) group value   -> count       MIN/MAX multiset (per argument)
+//! 0x01 'M' 'M' op_id(16) agg(2) group order value delimiter len
+//!                                              -> count       string_agg multiset
 //! 0x01 'A' 'D' op_id(16) agg(2) group value   -> count       DISTINCT-aggregate multiset
 //! 0x01 'D' 'S' op_id(16) row                  -> weight      DISTINCT
 //! 0x01 'S' 'O' op_id(16) row                  -> (l, r)      EXCEPT / INTERSECT counts

@@ -11,7 +11,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema as ArrowSchema};
 use datafusion::common::DFSchema;
 use proptest::prelude::*;
 use rockstream_plan::{
-    AggregateCall, AggregateFunction, Column, JoinKind, PlanNode, Schema, SetOperator,
+    AggregateCall, AggregateFunction, Column, JoinKind, PlanNode, Schema, SetOperator, SortKey,
 };
 use rockstream_types::{Datum, ObjectId, Row, SqlType, ZSet};
 
@@ -126,6 +126,8 @@ fn aggregate_of(group_count: usize, input: PlanNode) -> PlanNode {
         } else {
             SqlType::Int64
         },
+        delimiter: None,
+        order_by: Vec::new(),
     };
     let calls = vec![
         call(AggregateFunction::CountStar, None, false),
@@ -152,6 +154,82 @@ fn aggregate_of(group_count: usize, input: PlanNode) -> PlanNode {
         group_count,
         aggregates: calls,
         schema: int_schema(&columns),
+    }
+}
+
+/// `SELECT k, string_agg(v::text, k::text ORDER BY v DESC NULLS FIRST),
+/// string_agg(DISTINCT v::text, ',' ORDER BY v::text) FROM t GROUP BY k`
+/// (grouped when `group_count` is 1, else global).
+fn string_aggregate(group_count: usize) -> PlanNode {
+    use datafusion::prelude::{cast, col, lit};
+    let fields: Vec<Field> = ["k", "v"]
+        .iter()
+        .map(|name| Field::new(*name, DataType::Int64, true))
+        .collect();
+    let text = |name: &str| Column {
+        name: name.to_string(),
+        sql_type: SqlType::Text,
+    };
+    let input = PlanNode::Map {
+        input: Box::new(source(LEFT)),
+        exprs: vec![
+            col("k"),
+            cast(col("v"), DataType::Utf8),
+            cast(col("k"), DataType::Utf8),
+            col("v"),
+            lit(","),
+        ],
+        input_schema: Arc::new(DFSchema::try_from(ArrowSchema::new(fields)).expect("schema")),
+        schema: Schema {
+            columns: vec![
+                int_schema(&["k"]).columns.remove(0),
+                text("s"),
+                text("d"),
+                int_schema(&["o"]).columns.remove(0),
+                text("comma"),
+            ],
+        },
+    };
+    let call = |delimiter, order_by, distinct| AggregateCall {
+        function: AggregateFunction::StringAgg,
+        argument: Some(1),
+        distinct,
+        input_type: Some(SqlType::Text),
+        output_type: SqlType::Text,
+        delimiter: Some(delimiter),
+        order_by,
+    };
+    let mut columns = if group_count == 1 {
+        vec![text("k")]
+    } else {
+        vec![]
+    };
+    columns.extend([text("by_value_desc"), text("distinct")]);
+    PlanNode::Aggregate {
+        op_id: 60,
+        input: Box::new(input),
+        group_count,
+        aggregates: vec![
+            call(
+                2,
+                vec![SortKey {
+                    column: 3,
+                    descending: true,
+                    nulls_first: true,
+                }],
+                false,
+            ),
+            call(
+                4,
+                vec![SortKey {
+                    column: 1,
+                    descending: false,
+                    nulls_first: false,
+                }],
+                true,
+            ),
+        ],
+        schema: Schema { columns },
     }
 }
 
@@ -352,6 +430,11 @@ proptest! {
     }
 
     #[test]
+    fn string_agg_matches_recomputation(history in history(), grouped: bool) {
+        check(string_aggregate(usize::from(grouped)), history)?;
+    }
+
+    #[test]
     fn distinct_matches_recomputation(history in history()) {
         check(PlanNode::Distinct { op_id: 30, input: Box::new(source(LEFT)) }, history)?;
     }
@@ -377,6 +460,8 @@ fn global_aggregate_emits_one_row_on_empty_input() {
                 distinct: false,
                 input_type: None,
                 output_type: SqlType::Int64,
+                delimiter: None,
+                order_by: Vec::new(),
             },
             AggregateCall {
                 function: AggregateFunction::Sum,
@@ -384,6 +469,8 @@ fn global_aggregate_emits_one_row_on_empty_input() {
                 distinct: false,
                 input_type: Some(SqlType::Int64),
                 output_type: SqlType::Int64,
+                delimiter: None,
+                order_by: Vec::new(),
             },
         ],
         schema: int_schema(&["count", "sum"]),
@@ -399,5 +486,27 @@ fn global_aggregate_emits_one_row_on_empty_input() {
     assert_eq!(
         incremental.updates,
         vec![(vec![Datum::Int64(0), Datum::Null], 1)]
+    );
+}
+
+#[test]
+fn string_agg_joins_values_in_order_with_their_delimiters() {
+    // Goal: PostgreSQL's string_agg: each value after the first is preceded
+    // by its own row's delimiter; ORDER BY v DESC NULLS FIRST; DISTINCT
+    // keeps one of each value; NULL values are skipped.
+    let plan = string_aggregate(0);
+    let row = |k: i64, v: Option<i64>| vec![Datum::Int64(k), v.map_or(Datum::Null, Datum::Int64)];
+    let (incremental, _) = run(
+        &plan,
+        &[
+            vec![(LEFT, row(1, Some(2)), 1), (LEFT, row(7, Some(5)), 1)],
+            vec![(LEFT, row(3, Some(2)), 1), (LEFT, row(4, None), 1)],
+            vec![(LEFT, row(7, Some(5)), -1), (LEFT, row(9, Some(10)), 1)],
+        ],
+    );
+    let text = |value: &str| Datum::Text(value.to_string());
+    assert_eq!(
+        incremental.updates,
+        vec![(vec![text("101232"), text("10,2")], 1)]
     );
 }

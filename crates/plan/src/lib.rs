@@ -76,6 +76,17 @@ pub enum AggregateFunction {
     Avg,
     Min,
     Max,
+    /// `string_agg(value, delimiter [ORDER BY ...])`.
+    StringAgg,
+}
+
+/// One `ORDER BY` key of an ordered aggregate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SortKey {
+    /// Input column holding the key.
+    pub column: usize,
+    pub descending: bool,
+    pub nulls_first: bool,
 }
 
 /// One aggregate of an [`PlanNode::Aggregate`].
@@ -87,6 +98,10 @@ pub struct AggregateCall {
     pub distinct: bool,
     pub input_type: Option<SqlType>,
     pub output_type: SqlType,
+    /// `string_agg`: the input column holding each value's delimiter.
+    pub delimiter: Option<usize>,
+    /// `string_agg ... ORDER BY`: the order of the values.
+    pub order_by: Vec<SortKey>,
 }
 
 /// A node of the incremental plan.
@@ -325,6 +340,13 @@ impl PlanNode {
                         call.input_type.as_ref().map(SqlType::pg_name),
                         call.output_type.pg_name()
                     );
+                    if call.delimiter.is_some() || !call.order_by.is_empty() {
+                        let _ = write!(
+                            out,
+                            " delimiter={:?} order={:?}",
+                            call.delimiter, call.order_by
+                        );
+                    }
                 }
                 out.push_str("; ");
             }

@@ -19,7 +19,7 @@ use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 use rockstream_plan::arrow_types::{datafusion_error, sql_type_of};
 use rockstream_plan::{
-    AggregateCall, AggregateFunction, Column, JoinKind, PlanNode, Schema, SetOperator,
+    AggregateCall, AggregateFunction, Column, JoinKind, PlanNode, Schema, SetOperator, SortKey,
 };
 use rockstream_types::{codes, ObjectId, RsError, RsResult};
 
@@ -449,16 +449,48 @@ impl Translator {
                 // and the disjunction the maximum, with the same NULLs.
                 "min" | "bool_and" => AggregateFunction::Min,
                 "max" | "bool_or" => AggregateFunction::Max,
+                "string_agg" => AggregateFunction::StringAgg,
                 other => {
                     return Err(RsError::unsupported(format!(
                         "the aggregate function {other}"
                     )))
                 }
             };
+            let mut delimiter = None;
+            let mut order_by = Vec::new();
             let (argument, input_type) = if function == AggregateFunction::CountStar {
                 (None, None)
             } else {
-                let [arg] = params.args.as_slice() else {
+                let arguments = match (function, params.args.as_slice()) {
+                    (AggregateFunction::StringAgg, [value, separator]) => {
+                        delimiter = Some(push_column(
+                            &mut exprs,
+                            &mut columns,
+                            format!("__delimiter_{index}"),
+                            separator.clone(),
+                            &input_schema,
+                        )?);
+                        for (position, sort) in params.order_by.iter().enumerate() {
+                            order_by.push(SortKey {
+                                column: push_column(
+                                    &mut exprs,
+                                    &mut columns,
+                                    format!("__order_{index}_{position}"),
+                                    sort.expr.clone(),
+                                    &input_schema,
+                                )?,
+                                descending: !sort.asc,
+                                nulls_first: sort.nulls_first,
+                            });
+                        }
+                        std::slice::from_ref(value)
+                    }
+                    _ if !params.order_by.is_empty() => {
+                        return Err(RsError::unsupported(format!("{name} with ORDER BY")));
+                    }
+                    (_, arguments) => arguments,
+                };
+                let [arg] = arguments else {
                     return Err(RsError::unsupported(format!(
                         "{name} with {} arguments",
                         params.args.len()
@@ -487,6 +519,8 @@ impl Translator {
                 distinct: params.distinct,
                 input_type,
                 output_type: output_schema.columns[group_count + index].sql_type,
+                delimiter,
+                order_by,
             });
         }
         let mapped = PlanNode::Map {
@@ -503,6 +537,24 @@ impl Translator {
             schema: output_schema,
         })
     }
+}
+
+/// Adds `expr` as a column of the projection below an aggregate; returns
+/// its position.
+fn push_column(
+    exprs: &mut Vec<Expr>,
+    columns: &mut Vec<Column>,
+    name: String,
+    expr: Expr,
+    input_schema: &DFSchema,
+) -> RsResult<usize> {
+    let data_type = expr.get_type(input_schema).map_err(datafusion_error)?;
+    columns.push(Column {
+        name,
+        sql_type: sql_type_of(&data_type)?,
+    });
+    exprs.push(expr);
+    Ok(columns.len() - 1)
 }
 
 fn unalias(expr: &Expr) -> &Expr {

@@ -18,6 +18,7 @@ const PASSING: &[&str] = &[
     "aggregate/count_star.slt",
     "aggregate/distinct_agg.slt",
     "aggregate/selective_agg.slt",
+    "aggregate/string_agg.slt",
     "bug_fixes/issue_12299.slt",
     "bug_fixes/issue_13094.slt",
     "bug_fixes/issue_15302.slt",

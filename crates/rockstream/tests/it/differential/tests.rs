@@ -242,6 +242,13 @@ fn constructs_scenario() -> Scenario {
         ),
         ("distinct_events", "SELECT DISTINCT kind, weight FROM events"),
         (
+            "string_aggregates",
+            "SELECT region, string_agg(id::text, ',' ORDER BY id) AS ids, \
+             string_agg(DISTINCT customer_id::text, ';' ORDER BY customer_id::text) AS customers, \
+             string_agg(id::text, customer_id::text ORDER BY amount DESC, id) FILTER (WHERE amount > 100) AS big \
+             FROM orders GROUP BY region",
+        ),
+        (
             "values_join",
             "SELECT o.id, v.label FROM orders o JOIN (VALUES ('eu', 'Europe'), ('us', 'Americas'), ('us', 'USA')) v(region, label) \
              ON o.region = v.region UNION ALL SELECT 0, 'constant'",
