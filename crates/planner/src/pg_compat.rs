@@ -142,6 +142,15 @@ impl VisitorMut for Normalizer {
                         function.name.0 = vec![last];
                     }
                 }
+                // `age(x)` is the age at midnight today: `age(CURRENT_DATE, x)`.
+                if matches!(name_parts(&function.name), Some((name, _)) if name == "age") {
+                    if let FunctionArguments::List(list) = &mut function.args {
+                        if list.args.len() == 1 {
+                            list.args
+                                .insert(0, FunctionArg::Unnamed(FunctionArgExpr::Expr(today())));
+                        }
+                    }
+                }
             }
             Expr::BinaryOp { op, .. } => {
                 if let BinaryOperator::PGCustomBinaryOperator(parts) = op {
@@ -522,6 +531,20 @@ fn plain_type(data_type: &DataType) -> Option<DataType> {
             .ok()
             .filter(|parsed| !matches!(parsed, DataType::Custom(..))),
     }
+}
+
+/// `CURRENT_DATE`.
+fn today() -> Expr {
+    Expr::Function(Function {
+        name: ObjectName::from(vec![Ident::new("current_date")]),
+        uses_odbc_syntax: false,
+        parameters: FunctionArguments::None,
+        args: FunctionArguments::None,
+        filter: None,
+        null_treatment: None,
+        over: None,
+        within_group: Vec::new(),
+    })
 }
 
 fn function_call(name: &str, argument: Expr) -> Expr {

@@ -1,11 +1,15 @@
 //! PostgreSQL functions DataFusion lacks: `mod(a, b)`, `pg_typeof(x)`,
-//! `sign(x)` (DataFusion's `signum`) and the aggregate `variance(x)`
-//! (DataFusion's `var_samp`).
+//! `age(a, b)`, `sign(x)` (DataFusion's `signum`) and the aggregate
+//! `variance(x)` (DataFusion's `var_samp`).
 
 use std::sync::{Arc, LazyLock};
 
+use chrono::{DateTime, Datelike, NaiveDate, Timelike};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, IntervalMonthDayNanoBuilder};
 use datafusion::arrow::compute::kernels::numeric;
-use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::datatypes::{
+    DataType, IntervalMonthDayNano, IntervalUnit, TimeUnit, TimestampMicrosecondType,
+};
 use datafusion::common::{exec_err, plan_err, Result, ScalarValue};
 use datafusion::logical_expr::simplify::{ExprSimplifyResult, SimplifyContext};
 use datafusion::logical_expr::type_coercion::binary::BinaryTypeCoercer;
@@ -14,12 +18,17 @@ use datafusion::logical_expr::{
     ScalarUDFImpl, Signature, Volatility,
 };
 use rockstream_plan::arrow_types::{arrow_error, sql_type_of};
+use rockstream_types::error::{codes, RsError};
+use rockstream_types::RsResult;
 
 use crate::columnar::invoke_on_arrays;
 
 /// The scalar functions of this module.
-pub static FUNCTIONS: LazyLock<[Arc<ScalarUDF>; 2]> = LazyLock::new(|| {
+pub static FUNCTIONS: LazyLock<[Arc<ScalarUDF>; 3]> = LazyLock::new(|| {
     [
+        Arc::new(ScalarUDF::from(Age {
+            signature: Signature::user_defined(Volatility::Immutable),
+        })),
         Arc::new(ScalarUDF::from(Modulo {
             signature: Signature::user_defined(Volatility::Immutable),
         })),
@@ -139,5 +148,196 @@ impl ScalarUDFImpl for TypeOf {
             },
         };
         Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(name))))
+    }
+}
+
+/// `age(a, b)`: `a - b` as years, months and days, then time, as
+/// PostgreSQL's `timestamp_age` counts them (a month is counted when the
+/// day of month comes round again). Dates count from midnight.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Age {
+    signature: Signature,
+}
+
+const TIMESTAMP: DataType = DataType::Timestamp(TimeUnit::Microsecond, None);
+
+impl ScalarUDFImpl for Age {
+    fn name(&self) -> &str {
+        "age"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn coerce_types(&self, arguments: &[DataType]) -> Result<Vec<DataType>> {
+        if arguments.len() != 2 {
+            return plan_err!(
+                "age() with one argument (age from today's date) is not supported yet: \
+                 write age(CURRENT_DATE, value)"
+            );
+        }
+        arguments
+            .iter()
+            .map(|argument| match argument {
+                DataType::Date32
+                | DataType::Date64
+                | DataType::Timestamp(..)
+                | DataType::Utf8
+                | DataType::LargeUtf8
+                | DataType::Utf8View
+                | DataType::Null => Ok(TIMESTAMP),
+                other => plan_err!("function age({other}) does not exist"),
+            })
+            .collect()
+    }
+
+    fn return_type(&self, _arguments: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Interval(IntervalUnit::MonthDayNano))
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        invoke_on_arrays(&args.args, |arrays| {
+            let cast = |array: &ArrayRef| {
+                datafusion::arrow::compute::cast(array, &TIMESTAMP).map_err(arrow_error)
+            };
+            let (later, earlier) = (cast(&arrays[0])?, cast(&arrays[1])?);
+            let later = later.as_primitive::<TimestampMicrosecondType>();
+            let earlier = earlier.as_primitive::<TimestampMicrosecondType>();
+            let mut out = IntervalMonthDayNanoBuilder::with_capacity(later.len());
+            for row in 0..later.len() {
+                if later.is_null(row) || earlier.is_null(row) {
+                    out.append_null();
+                    continue;
+                }
+                out.append_value(timestamp_age(later.value(row), earlier.value(row))?);
+            }
+            Ok(Arc::new(out.finish()) as ArrayRef)
+        })
+    }
+}
+
+/// PostgreSQL's `timestamp_age` over microseconds since 1970.
+fn timestamp_age(later: i64, earlier: i64) -> RsResult<IntervalMonthDayNano> {
+    let fields = |micros: i64| {
+        let at = DateTime::from_timestamp_micros(micros)
+            .ok_or_else(|| RsError::new(&codes::NUMERIC_OUT_OF_RANGE, "timestamp out of range"))?
+            .naive_utc();
+        Ok::<_, RsError>((
+            [
+                i64::from(at.year()),
+                i64::from(at.month()),
+                i64::from(at.day()),
+                i64::from(at.hour()),
+                i64::from(at.minute()),
+                i64::from(at.second()),
+                i64::from(at.nanosecond() / 1_000),
+            ],
+            at,
+        ))
+    };
+    let (first, first_at) = fields(later)?;
+    let (second, second_at) = fields(earlier)?;
+    let negative = later < earlier;
+    let sign = if negative { -1 } else { 1 };
+    let [mut years, mut months, mut days, mut hours, mut minutes, mut seconds, mut micros] =
+        std::array::from_fn(|field| sign * (first[field] - second[field]));
+    while micros < 0 {
+        micros += 1_000_000;
+        seconds -= 1;
+    }
+    while seconds < 0 {
+        seconds += 60;
+        minutes -= 1;
+    }
+    while minutes < 0 {
+        minutes += 60;
+        hours -= 1;
+    }
+    while hours < 0 {
+        hours += 24;
+        days -= 1;
+    }
+    // Borrowed days are the days of the earlier timestamp's month (of the
+    // later one's when the result is negative, as PostgreSQL borrows).
+    let borrowed_month = if negative { first_at } else { second_at };
+    while days < 0 {
+        days += days_in_month(borrowed_month.year(), borrowed_month.month());
+        months -= 1;
+    }
+    while months < 0 {
+        months += 12;
+        years -= 1;
+    }
+    let time = ((hours * 60 + minutes) * 60 + seconds) * 1_000_000 + micros;
+    let out_of_range = || RsError::new(&codes::NUMERIC_OUT_OF_RANGE, "interval out of range");
+    Ok(IntervalMonthDayNano {
+        months: i32::try_from(sign * (years * 12 + months)).map_err(|_| out_of_range())?,
+        days: i32::try_from(sign * days).map_err(|_| out_of_range())?,
+        nanoseconds: (sign * time).checked_mul(1_000).ok_or_else(out_of_range)?,
+    })
+}
+
+fn days_in_month(year: i32, month: u32) -> i64 {
+    let (next_year, next_month) = if month == 12 {
+        (year + 1, 1)
+    } else {
+        (year, month + 1)
+    };
+    match (
+        NaiveDate::from_ymd_opt(year, month, 1),
+        NaiveDate::from_ymd_opt(next_year, next_month, 1),
+    ) {
+        (Some(first), Some(next)) => (next - first).num_days(),
+        _ => 30,
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // Tests may unwrap: a panic is the failure report.
+mod tests {
+    use super::*;
+
+    fn age(later: &str, earlier: &str) -> (i32, i32, i64) {
+        let micros = |text: &str| {
+            chrono::NaiveDateTime::parse_from_str(text, "%Y-%m-%d %H:%M:%S%.f")
+                .unwrap()
+                .and_utc()
+                .timestamp_micros()
+        };
+        let interval = timestamp_age(micros(later), micros(earlier)).unwrap();
+        (interval.months, interval.days, interval.nanoseconds / 1_000)
+    }
+
+    #[test]
+    fn ages_count_as_postgresql_counts_them() {
+        // PostgreSQL 15: 1 year 1 mon 17 days.
+        assert_eq!(
+            age("2024-03-01 00:00:00", "2023-01-15 00:00:00"),
+            (13, 17, 0)
+        );
+        assert_eq!(
+            age("2023-01-15 00:00:00", "2024-03-01 00:00:00"),
+            (-13, -17, 0)
+        );
+        // 1 mon 1 day 21:29:44.5
+        assert_eq!(
+            age("2024-03-31 10:00:00", "2024-02-29 12:30:15.5"),
+            (1, 1, 77_384_500_000)
+        );
+        // -1 mons -2 days; -11 mons -28 days
+        assert_eq!(
+            age("2024-02-29 00:00:00", "2024-03-31 00:00:00"),
+            (-1, -2, 0)
+        );
+        assert_eq!(
+            age("2020-02-29 00:00:00", "2021-02-28 00:00:00"),
+            (-11, -28, 0)
+        );
+        // 6 mons 15 days 12:00:00
+        assert_eq!(
+            age("2024-01-01 00:00:00", "2023-06-15 12:00:00"),
+            (6, 15, 43_200_000_000)
+        );
     }
 }
