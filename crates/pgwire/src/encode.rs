@@ -141,6 +141,8 @@ enum Column<'a> {
     Interval(&'a dyn Array, Intervals<'a>),
     /// Microseconds since midnight.
     Time(&'a dyn Array, Vec<i64>),
+    /// An array (Arrow list), as PostgreSQL's array text: `{1,2,NULL}`.
+    List(&'a dyn Array),
     Display(&'a dyn Array, ArrayFormatter<'a>),
 }
 
@@ -189,6 +191,7 @@ impl<'a> Column<'a> {
             DataType::Time32(unit) | DataType::Time64(unit) => {
                 time_micros(array, *unit).map(|micros| Column::Time(array, micros))
             }
+            DataType::List(_) | DataType::LargeList(_) => Some(Column::List(array)),
             _ => return display_column(array),
         };
         column.ok_or_else(|| mismatch(data_type))
@@ -209,6 +212,7 @@ impl<'a> Column<'a> {
             | Column::Timestamp { array, .. }
             | Column::Interval(array, _)
             | Column::Time(array, _)
+            | Column::List(array)
             | Column::Display(array, _) => Some(*array),
         }
     }
@@ -239,6 +243,7 @@ impl<'a> Column<'a> {
                 text::interval(months, days, micros)
             }
             Column::Time(_, micros) => text::time(micros[row]),
+            Column::List(array) => array_text(*array, row)?,
             Column::Display(_, formatter) => {
                 formatter.value(row).try_to_string().map_err(|error| {
                     RsError::new(
@@ -310,7 +315,8 @@ impl<'a> Column<'a> {
                 out.put_i32(months);
             }
             Column::Time(_, micros) => out.put_i64(micros[row]),
-            Column::Display(..) => out.put_slice(self.text(row)?.as_bytes()),
+            // Announced as text (types.rs): text's binary form is its bytes.
+            Column::List(_) | Column::Display(..) => out.put_slice(self.text(row)?.as_bytes()),
         }
         Ok(())
     }
@@ -341,6 +347,64 @@ fn timestamp_values(array: &dyn Array, unit: TimeUnit) -> Option<&[i64]> {
             .values(),
     };
     Some(&values[..])
+}
+
+/// PostgreSQL's `array_out` of one list value: elements separated by
+/// commas, NULL as `NULL`, an element quoted (with `"` and `\` escaped)
+/// when it is empty, is `NULL`, or holds a brace, comma, quote, backslash
+/// or white space; nested lists nest braces.
+fn array_text(array: &dyn Array, row: usize) -> Result<String, RsError> {
+    let (values, elements) = match array.data_type() {
+        DataType::List(_) => {
+            let list = array.as_list::<i32>();
+            let offsets = list.value_offsets();
+            (
+                list.values(),
+                offsets[row] as usize..offsets[row + 1] as usize,
+            )
+        }
+        DataType::LargeList(_) => {
+            let list = array.as_list::<i64>();
+            let offsets = list.value_offsets();
+            (
+                list.values(),
+                offsets[row] as usize..offsets[row + 1] as usize,
+            )
+        }
+        other => return Err(mismatch(other)),
+    };
+    let column = Column::new(values)?;
+    let mut out = String::from("{");
+    for (position, element) in elements.enumerate() {
+        if position > 0 {
+            out.push(',');
+        }
+        if column.is_null(element) {
+            out.push_str("NULL");
+            continue;
+        }
+        let text = column.text(element)?;
+        let quote = !matches!(column, Column::List(_))
+            && (text.is_empty()
+                || text.eq_ignore_ascii_case("NULL")
+                || text
+                    .chars()
+                    .any(|c| matches!(c, '{' | '}' | ',' | '"' | '\\') || c.is_ascii_whitespace()));
+        if quote {
+            out.push('"');
+            for c in text.chars() {
+                if matches!(c, '"' | '\\') {
+                    out.push('\\');
+                }
+                out.push(c);
+            }
+            out.push('"');
+        } else {
+            out.push_str(&text);
+        }
+    }
+    out.push('}');
+    Ok(out)
 }
 
 fn time_micros(array: &dyn Array, unit: TimeUnit) -> Option<Vec<i64>> {

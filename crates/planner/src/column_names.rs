@@ -110,6 +110,7 @@ pub(crate) fn expr_name(expr: &Expr) -> String {
             .unwrap_or_else(|| "?column?".to_string()),
         Expr::Exists { negated: false, .. } => "exists".to_string(),
         Expr::Case { .. } => "case".to_string(),
+        Expr::Array(_) => "array".to_string(),
         Expr::Extract { .. } => "extract".to_string(),
         Expr::Substring {
             shorthand: true, ..
