@@ -751,6 +751,10 @@ mod tests {
                 "relaid",
                 "SELECT k, count(DISTINCT v + 1) AS n FROM t GROUP BY k",
             ),
+            (
+                "unrecorded",
+                "SELECT v + 1 AS next, count(*) AS n FROM t GROUP BY v + 1",
+            ),
         ] {
             database
                 .create_view("default", name, query, None, true, false)
@@ -789,6 +793,15 @@ mod tests {
             .durable_put(&relaid.key(), &entry_json(&relaid).unwrap())
             .await
             .unwrap();
+        // A view an earlier version created, without a recorded layout.
+        let unrecorded = CatalogEntry {
+            state_layout: None,
+            ..database.lookup("default", "unrecorded").unwrap()
+        };
+        database
+            .durable_put(&unrecorded.key(), &entry_json(&unrecorded).unwrap())
+            .await
+            .unwrap();
         drop(database);
 
         let reopened = Database::open(&location, Runtime::system()).await.unwrap();
@@ -799,7 +812,8 @@ mod tests {
                 "retyped",
                 "column \"third\" as numeric(38,16), where it was created as numeric(38,5)",
             ),
-            ("relaid", "keeps its state in another layout"),
+            ("relaid", "computes it or keeps its state otherwise"),
+            ("unrecorded", "created by an earlier version"),
         ] {
             let entry = reopened.lookup("default", name).unwrap();
             let ViewStatus::Failed(error) = reopened.engine().view_status(entry.id) else {

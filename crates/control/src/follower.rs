@@ -173,15 +173,25 @@ impl Follower {
 /// column's type differs from the type it was created with (a later build
 /// computing the expression with PostgreSQL's type).
 fn changed_layout(entry: &CatalogEntry, plan: &rockstream_plan::PlanNode) -> Option<String> {
-    if entry
-        .state_layout
-        .as_ref()
-        .is_some_and(|stored| *stored != plan.state_layout())
-    {
-        return Some(
-            "this version keeps its state in another layout than the version that created it"
-                .to_string(),
-        );
+    match &entry.state_layout {
+        Some(stored) if *stored != plan.state_layout() => {
+            return Some(
+                "this version computes it or keeps its state otherwise than the version that \
+                 created it"
+                    .to_string(),
+            );
+        }
+        Some(_) => {}
+        // Its state may hold values an earlier computation gave (a group
+        // key of another type, a timestamp printed otherwise): retracting
+        // rows computed anew would not find them.
+        None => {
+            return Some(
+                "it was created by an earlier version, which did not record how it computes \
+                 and keeps its state"
+                    .to_string(),
+            );
+        }
     }
     let planned = &plan.schema().columns;
     if planned.len() != entry.columns.len() {

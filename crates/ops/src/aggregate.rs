@@ -222,7 +222,11 @@ impl AggregateNode {
                 }
             }
         }
-        assert!(state.count_star >= 0, "aggregate group count went negative");
+        if state.count_star < 0 {
+            // The state disagrees with the input: a retraction of a row the
+            // group never held.
+            return Err(RsError::internal("aggregate group count went negative"));
+        }
         for (index, mut changes) in multiset_changes.into_iter().enumerate() {
             changes.sort_by(|(a, _), (b, _)| compare_datum(a, b));
             let mut changes = changes.into_iter().peekable();
@@ -389,7 +393,7 @@ impl AggregateNode {
     }
 
     /// A `string_agg` call's result over its group's multiset: each value
-    /// (as often as it occurs, or once under DISTINCT), each after the first
+    /// (as often as it occurs, or each distinct pair once), each after the first
     /// preceded by its own delimiter (none when that is NULL). NULL when the
     /// group has no values. Reads the whole group's multiset.
     async fn concatenation<S: StateStore>(
@@ -404,7 +408,6 @@ impl AggregateNode {
             .await?;
         let corrupt = || RsError::internal("corrupt string_agg multiset entry");
         let mut joined: Option<String> = None;
-        let mut last_value: Option<String> = None;
         for (entry, count) in entries {
             let suffix = entry.get(prefix.len()..).ok_or_else(corrupt)?;
             let split = suffix.len().checked_sub(4).ok_or_else(corrupt)?;
@@ -413,10 +416,10 @@ impl AggregateNode {
             let (Some(Datum::Text(value)), Some(delimiter)) = (row.first(), row.get(1)) else {
                 return Err(corrupt());
             };
+            // Under DISTINCT the ORDER BY keys are the value or the
+            // delimiter (the planner checks), so an entry is one distinct
+            // (value, delimiter) pair.
             let repeats = if self.calls[index].distinct {
-                if last_value.as_ref() == Some(value) {
-                    continue;
-                }
                 1
             } else {
                 decode_weight(&count)
@@ -432,7 +435,6 @@ impl AggregateNode {
                     }
                 }
             }
-            last_value = Some(value.clone());
         }
         Ok(joined.map_or(Datum::Null, Datum::Text))
     }

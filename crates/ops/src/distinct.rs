@@ -65,10 +65,9 @@ pub(crate) async fn set_operation<S: StateStore>(
             None => (0, 0),
         };
         let (left_new, right_new) = (left_old + left_change, right_old + right_change);
-        assert!(
-            left_new >= 0 && right_new >= 0,
-            "set-operation count went negative"
-        );
+        if left_new < 0 || right_new < 0 {
+            return Err(RsError::internal("set-operation count went negative"));
+        }
         if left_new == 0 && right_new == 0 {
             store.delete(key);
         } else {

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 
-use rockstream_types::RsResult;
+use rockstream_types::{RsError, RsResult};
 
 /// Direction of a prefix scan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -158,7 +158,9 @@ pub async fn add_to_count<S: StateStore>(
         .map(|bytes| crate::keys::decode_weight(&bytes))
         .unwrap_or(0);
     let new = old + change;
-    assert!(new >= 0, "{what} count went negative");
+    if new < 0 {
+        return Err(RsError::internal(format!("{what} count went negative")));
+    }
     if new == 0 {
         store.delete(key);
     } else {

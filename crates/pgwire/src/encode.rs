@@ -141,8 +141,9 @@ enum Column<'a> {
     Interval(&'a dyn Array, Intervals<'a>),
     /// Microseconds since midnight.
     Time(&'a dyn Array, Vec<i64>),
-    /// An array (Arrow list), as PostgreSQL's array text: `{1,2,NULL}`.
-    List(&'a dyn Array),
+    /// An array (Arrow list), as PostgreSQL's array text: `{1,2,NULL}`;
+    /// with the column of all lists' elements.
+    List(&'a dyn Array, Box<Column<'a>>),
     Display(&'a dyn Array, ArrayFormatter<'a>),
 }
 
@@ -191,7 +192,14 @@ impl<'a> Column<'a> {
             DataType::Time32(unit) | DataType::Time64(unit) => {
                 time_micros(array, *unit).map(|micros| Column::Time(array, micros))
             }
-            DataType::List(_) | DataType::LargeList(_) => Some(Column::List(array)),
+            DataType::List(_) => {
+                let values = array.as_list::<i32>().values();
+                Some(Column::List(array, Box::new(Column::new(values)?)))
+            }
+            DataType::LargeList(_) => {
+                let values = array.as_list::<i64>().values();
+                Some(Column::List(array, Box::new(Column::new(values)?)))
+            }
             _ => return display_column(array),
         };
         column.ok_or_else(|| mismatch(data_type))
@@ -212,7 +220,7 @@ impl<'a> Column<'a> {
             | Column::Timestamp { array, .. }
             | Column::Interval(array, _)
             | Column::Time(array, _)
-            | Column::List(array)
+            | Column::List(array, _)
             | Column::Display(array, _) => Some(*array),
         }
     }
@@ -243,7 +251,7 @@ impl<'a> Column<'a> {
                 text::interval(months, days, micros)
             }
             Column::Time(_, micros) => text::time(micros[row]),
-            Column::List(array) => array_text(*array, row)?,
+            Column::List(array, elements) => array_text(*array, elements, row)?,
             Column::Display(_, formatter) => {
                 formatter.value(row).try_to_string().map_err(|error| {
                     RsError::new(
@@ -316,7 +324,7 @@ impl<'a> Column<'a> {
             }
             Column::Time(_, micros) => out.put_i64(micros[row]),
             // Announced as text (types.rs): text's binary form is its bytes.
-            Column::List(_) | Column::Display(..) => out.put_slice(self.text(row)?.as_bytes()),
+            Column::List(..) | Column::Display(..) => out.put_slice(self.text(row)?.as_bytes()),
         }
         Ok(())
     }
@@ -353,27 +361,18 @@ fn timestamp_values(array: &dyn Array, unit: TimeUnit) -> Option<&[i64]> {
 /// commas, NULL as `NULL`, an element quoted (with `"` and `\` escaped)
 /// when it is empty, is `NULL`, or holds a brace, comma, quote, backslash
 /// or white space; nested lists nest braces.
-fn array_text(array: &dyn Array, row: usize) -> Result<String, RsError> {
-    let (values, elements) = match array.data_type() {
+fn array_text(array: &dyn Array, column: &Column<'_>, row: usize) -> Result<String, RsError> {
+    let elements = match array.data_type() {
         DataType::List(_) => {
-            let list = array.as_list::<i32>();
-            let offsets = list.value_offsets();
-            (
-                list.values(),
-                offsets[row] as usize..offsets[row + 1] as usize,
-            )
+            let offsets = array.as_list::<i32>().value_offsets();
+            offsets[row] as usize..offsets[row + 1] as usize
         }
         DataType::LargeList(_) => {
-            let list = array.as_list::<i64>();
-            let offsets = list.value_offsets();
-            (
-                list.values(),
-                offsets[row] as usize..offsets[row + 1] as usize,
-            )
+            let offsets = array.as_list::<i64>().value_offsets();
+            offsets[row] as usize..offsets[row + 1] as usize
         }
         other => return Err(mismatch(other)),
     };
-    let column = Column::new(values)?;
     let mut out = String::from("{");
     for (position, element) in elements.enumerate() {
         if position > 0 {
@@ -384,7 +383,7 @@ fn array_text(array: &dyn Array, row: usize) -> Result<String, RsError> {
             continue;
         }
         let text = column.text(element)?;
-        let quote = !matches!(column, Column::List(_))
+        let quote = !matches!(column, Column::List(..))
             && (text.is_empty()
                 || text.eq_ignore_ascii_case("NULL")
                 || text

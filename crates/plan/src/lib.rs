@@ -282,11 +282,12 @@ impl PlanNode {
         }
     }
 
-    /// What the plan's stateful operators store, in a form that changes
-    /// when the layout of their state would: each one's kind, operator id
-    /// (its key prefix), keys and the types it keeps. A view's stored state
-    /// is readable by a plan with the same layout only: the catalog keeps
-    /// it, and a later build that plans the view otherwise leaves the view
+    /// What the plan computes and stores, in a form that changes when
+    /// either would: every operator's kind, each stateful one's operator id
+    /// (its key prefix), keys and the types it keeps, and every expression
+    /// as DataFusion prints it. A view's stored state (and output) is
+    /// readable by a plan with the same layout only: the catalog keeps it,
+    /// and a later build that plans the view otherwise leaves the view
     /// unmaintained rather than misreading its state.
     pub fn state_layout(&self) -> String {
         let types = |node: &PlanNode| {
@@ -308,15 +309,20 @@ impl PlanNode {
                 right_keys,
                 nulls_equal,
                 null_aware,
+                residual,
                 ..
             } => {
                 let _ = write!(
                     out,
                     "join {op_id} {kind:?} {left_keys:?}={right_keys:?} \
-                     nulls_equal={nulls_equal} null_aware={null_aware} [{}] [{}]; ",
+                     nulls_equal={nulls_equal} null_aware={null_aware} [{}] [{}]",
                     types(left),
                     types(right)
                 );
+                if let Some(residual) = residual {
+                    let _ = write!(out, " on {residual}");
+                }
+                out.push_str("; ");
             }
             PlanNode::Aggregate {
                 op_id,
@@ -366,11 +372,25 @@ impl PlanNode {
                     types(left)
                 );
             }
-            PlanNode::Source { .. }
-            | PlanNode::Constant { .. }
-            | PlanNode::Map { .. }
-            | PlanNode::Filter { .. }
-            | PlanNode::UnionAll { .. } => {}
+            PlanNode::Source { object_id, .. } => {
+                let _ = write!(out, "source {object_id} [{}]; ", types(node));
+            }
+            PlanNode::Constant { rows, .. } => {
+                let _ = write!(out, "constant [{}] {rows:?}; ", types(node));
+            }
+            PlanNode::Map { exprs, .. } => {
+                out.push_str("map");
+                for expr in exprs {
+                    let _ = write!(out, " {expr},");
+                }
+                let _ = write!(out, " [{}]; ", types(node));
+            }
+            PlanNode::Filter { predicate, .. } => {
+                let _ = write!(out, "filter {predicate}; ");
+            }
+            PlanNode::UnionAll { inputs, .. } => {
+                let _ = write!(out, "union {}; ", inputs.len());
+            }
         });
         out
     }

@@ -66,6 +66,14 @@ impl VisitorMut for IntervalLiterals {
     }
 }
 
+/// `text` as DataFusion reads it: in the unit form where it uses one of the
+/// forms this module rewrites, else unchanged.
+pub(crate) fn readable_interval(text: &str) -> String {
+    unit_form(text)
+        .filter(|unit| parses(unit))
+        .unwrap_or_else(|| text.to_string())
+}
+
 fn parses(text: &str) -> bool {
     datafusion::arrow::compute::kernels::cast_utils::parse_interval_month_day_nano(text).is_ok()
 }

@@ -2,7 +2,8 @@
 //!
 //! PostgreSQL returns `numeric` for `SUM(bigint)` and for `AVG` of any
 //! integer or numeric, where DataFusion returns `bigint` and `double`. This
-//! analyzer rule (run after type coercion) casts such arguments to a
+//! analyzer rule (run before type coercion, so that the expressions around
+//! such an aggregate are coerced to its PostgreSQL type) casts such arguments to a
 //! decimal, so DataFusion's own typing yields `numeric`: `SUM(bigint)` sums
 //! `numeric(38,0)`, and `AVG` averages `numeric(38,s)` with `s >= 12`, which
 //! DataFusion reports at scale `s + 4` — the 16 fraction digits PostgreSQL

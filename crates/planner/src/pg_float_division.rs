@@ -5,11 +5,12 @@
 //! "division by zero" (SQLSTATE 22012). This analyzer rule, run after type
 //! coercion, plans float division as [`FloatDivision`], which checks the
 //! divisor first. Infinite or NaN operands still divide as before
-//! (`'inf'::float8 / 2` is `Infinity`, as in PostgreSQL).
+//! (`'inf'::float8 / 2` is `Infinity`, `'NaN'::float8 / 0` is `NaN`, as in
+//! PostgreSQL).
 
 use std::sync::{Arc, LazyLock};
 
-use datafusion::arrow::array::{Array, AsArray};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray};
 use datafusion::arrow::compute::kernels::numeric;
 use datafusion::arrow::datatypes::{DataType, Float32Type, Float64Type};
 use datafusion::common::config::ConfigOptions;
@@ -92,12 +93,17 @@ impl ScalarUDFImpl for FloatDivision {
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         invoke_on_arrays(&args.args, |arrays| {
             let (dividend, divisor) = (&arrays[0], &arrays[1]);
-            let zero_divisor = |row: usize| match divisor.data_type() {
-                DataType::Float32 => divisor.as_primitive::<Float32Type>().value(row) == 0.0,
-                _ => divisor.as_primitive::<Float64Type>().value(row) == 0.0,
+            let value = |array: &ArrayRef, row: usize| match array.data_type() {
+                DataType::Float32 => f64::from(array.as_primitive::<Float32Type>().value(row)),
+                _ => array.as_primitive::<Float64Type>().value(row),
             };
-            let divides_by_zero = (0..divisor.len())
-                .any(|row| divisor.is_valid(row) && dividend.is_valid(row) && zero_divisor(row));
+            // NaN / 0 is NaN in PostgreSQL too.
+            let divides_by_zero = (0..divisor.len()).any(|row| {
+                divisor.is_valid(row)
+                    && dividend.is_valid(row)
+                    && value(divisor, row) == 0.0
+                    && !value(dividend, row).is_nan()
+            });
             if divides_by_zero {
                 return Err(RsError::new(&codes::DIVISION_BY_ZERO, "division by zero"));
             }

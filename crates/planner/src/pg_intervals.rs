@@ -153,6 +153,14 @@ impl ExprPlanner for PostgresIntervalArithmetic {
         let is_timestamp =
             |expr: &Expr| matches!(expr.get_type(schema), Ok(DataType::Timestamp(..)));
         let as_interval = |expr: Expr| {
+            // In PostgreSQL's forms too (`'01:30:00'`).
+            let expr = match expr {
+                Expr::Literal(ScalarValue::Utf8(Some(text)), metadata) => Expr::Literal(
+                    ScalarValue::Utf8(Some(crate::interval_literals::readable_interval(&text))),
+                    metadata,
+                ),
+                other => other,
+            };
             cast(
                 expr,
                 DataType::Interval(datafusion::arrow::datatypes::IntervalUnit::MonthDayNano),

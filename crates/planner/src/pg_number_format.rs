@@ -141,6 +141,13 @@ fn format_array(values: &ArrayRef, patterns: &ArrayRef) -> RsResult<ArrayRef> {
     Ok(Arc::new(out.finish()))
 }
 
+/// Digit places a pattern may have (a numeric has at most 38 digits).
+const MAX_DIGITS: usize = 64;
+
+/// Significant digits a float keeps (C's `DBL_DIG`), as PostgreSQL's
+/// `to_char` of a float keeps them.
+const FLOAT_DIGITS: usize = 15;
+
 /// One element of a number pattern.
 #[derive(Debug, Clone, PartialEq)]
 enum Part {
@@ -199,6 +206,7 @@ impl Pattern {
                     Part::Point
                 }
                 ',' | 'G' => Part::Group,
+                'S' if next == Some('G') => return Err(unsupported("SG")),
                 'S' => Part::Sign,
                 'F' if next == Some('M') => {
                     index += 1;
@@ -238,6 +246,9 @@ impl Pattern {
                 _ => Part::Text(c.to_string()),
             };
             parts.push(part);
+        }
+        if integer_digits + fraction_digits > MAX_DIGITS {
+            return Err(unsupported(&format!("more than {MAX_DIGITS} digits")));
         }
         Ok(Pattern {
             parts,
@@ -307,12 +318,13 @@ impl Pattern {
                 }
                 Part::Digit { zero } => {
                     digit += 1;
+                    // A float's digits beyond 15 significant ones print
+                    // nothing, as in PostgreSQL.
+                    let Some(shown) = (if overflow { Some('#') } else { fraction.next() }) else {
+                        continue;
+                    };
                     fraction_places.push((out.len(), *zero));
-                    out.push(if overflow {
-                        '#'
-                    } else {
-                        fraction.next().unwrap_or('0')
-                    });
+                    out.push(shown);
                 }
                 Part::Point => out.push('.'),
                 Part::Group if printed || overflow => out.push(','),
@@ -324,12 +336,16 @@ impl Pattern {
             }
         }
         if self.fill_mode {
-            // Trailing zeros in `9` places go.
+            // Trailing zeros in `9` places go (and an `S` after them moves
+            // back with the rest).
             for (at, zero) in fraction_places.iter().rev() {
                 if *zero || out.as_bytes()[*at] != b'0' {
                     break;
                 }
                 out.remove(*at);
+                if let Some(sign) = sign_at.as_mut().filter(|sign| **sign > *at) {
+                    *sign -= 1;
+                }
             }
         }
         let has_sign_place = self.parts.contains(&Part::Sign);
@@ -398,9 +414,13 @@ impl Number {
                 fraction: String::new(),
             };
         }
-        let text = format!("{:.*}", fraction_digits, value.abs());
+        // As PostgreSQL: no more fraction digits than leave 15 significant
+        // ones; the pattern's places beyond them print nothing.
+        let integer_len = format!("{:.0}", value.abs()).len();
+        let kept = fraction_digits.min(FLOAT_DIGITS.saturating_sub(integer_len));
+        let text = format!("{:.*}", kept, value.abs());
         let digits: String = text.chars().filter(char::is_ascii_digit).collect();
-        Number::from_digits(value < 0.0, &digits, fraction_digits)
+        Number::from_digits(value < 0.0, &digits, kept)
     }
 
     /// `digits`: the absolute value times 10^fraction_digits.
@@ -480,11 +500,19 @@ mod tests {
         }
         assert_eq!(float(1234.5, "9999.99"), " 1234.50");
         assert_eq!(float(2.5, "9"), " 2");
+        assert_eq!(float(0.1, "0.99999999999999999999"), " 0.10000000000000");
+        // An `S` after fill mode's trimmed zeros.
+        assert_eq!(decimal(1, 0, "FM9.9S"), "1.+");
+        assert_eq!(decimal(15, 1, "FM9.99S"), "1.5+");
+        assert_eq!(decimal(-15, 1, "FM9.99S\"é\""), "1.5-é");
     }
 
     #[test]
     fn unknown_patterns_are_refused() {
-        for pattern in ["9.99EEEE", "RN", "999PR", "L999", "99V9", "999TH"] {
+        let long = format!("9.{}", "9".repeat(80));
+        for pattern in [
+            "9.99EEEE", "RN", "999PR", "L999", "99V9", "999TH", "SG999", &long,
+        ] {
             let error = Pattern::parse(pattern).unwrap_err();
             assert_eq!(error.code, &codes::UNSUPPORTED_STATEMENT, "{pattern}");
         }

@@ -11,7 +11,7 @@
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::Transformed;
 use datafusion::common::{not_impl_err, plan_err, DFSchema, Result, ScalarValue};
-use datafusion::logical_expr::expr::{BinaryExpr, Like};
+use datafusion::logical_expr::expr::{BinaryExpr, Cast, Like, TryCast};
 use datafusion::logical_expr::{lit, Expr, LogicalPlan, Operator};
 use datafusion::optimizer::AnalyzerRule;
 
@@ -41,7 +41,12 @@ fn rewrite(expr: Expr, _schema: &DFSchema) -> Result<Transformed<Expr>> {
     else {
         return Ok(Transformed::no(expr));
     };
-    let pattern = match pattern.as_ref() {
+    // Type coercion may have cast the literal pattern.
+    let mut constant = pattern.as_ref();
+    while let Expr::Cast(Cast { expr, .. }) | Expr::TryCast(TryCast { expr, .. }) = constant {
+        constant = expr;
+    }
+    let pattern = match constant {
         Expr::Literal(
             ScalarValue::Utf8(text) | ScalarValue::LargeUtf8(text) | ScalarValue::Utf8View(text),
             _,
@@ -82,12 +87,19 @@ fn similar_to_regex(pattern: &str, escape: char) -> Result<String> {
                     "SIMILAR TO patterns with escaped double quotes (substring markers) are not supported"
                 );
             }
-            push_literal(&mut out, c);
+            if c.is_ascii_alphanumeric() {
+                // `\d`, `\w`, ...: passed on to the regex, as PostgreSQL does.
+                out.push('\\');
+                out.push(c);
+            } else {
+                push_literal(&mut out, c);
+            }
             after_escape = false;
         } else if c == escape {
             after_escape = true;
         } else if in_brackets {
-            if c == '\\' {
+            // Rust reads these as nested classes and set operators.
+            if matches!(c, '\\' | '[' | '&' | '~') {
                 out.push('\\');
             }
             out.push(c);
@@ -124,8 +136,29 @@ fn similar_to_regex(pattern: &str, escape: char) -> Result<String> {
     Ok(out)
 }
 
+/// `c` as itself in a Rust regex: its metacharacters escaped (and only
+/// those: `\<` is a word boundary there).
 fn push_literal(out: &mut String, c: char) {
-    if c.is_ascii_punctuation() {
+    if matches!(
+        c,
+        '\\' | '.'
+            | '+'
+            | '*'
+            | '?'
+            | '('
+            | ')'
+            | '|'
+            | '['
+            | ']'
+            | '{'
+            | '}'
+            | '^'
+            | '$'
+            | '#'
+            | '&'
+            | '-'
+            | '~'
+    ) {
         out.push('\\');
     }
     out.push(c);
@@ -158,6 +191,10 @@ mod tests {
             ("x^y", "x^y", true),
             ("]", "[]]", true),
             ("b", "[^a]", true),
+            ("a<b", "a\\<b", true),
+            ("a1", "a\\d", true),
+            ("[", "[[]", true),
+            ("a&&b", "a[&]&b", true),
         ] {
             assert_eq!(
                 matches(text, pattern),

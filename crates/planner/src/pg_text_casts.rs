@@ -24,7 +24,7 @@ use datafusion::logical_expr::{
     Signature, Volatility,
 };
 use datafusion::optimizer::AnalyzerRule;
-use rockstream_plan::arrow_types::arrow_error;
+use rockstream_plan::arrow_types::{arrow_error, duration_to_interval};
 use rockstream_types::error::{codes, RsError};
 use rockstream_types::{pg_text, RsResult};
 
@@ -172,7 +172,12 @@ fn print_array(array: &ArrayRef) -> RsResult<ArrayRef> {
             each(&|row| Ok(pg_text::time(values.value(row))))?;
         }
         DataType::Interval(_) | DataType::Duration(_) => {
-            let intervals = canonical(DataType::Interval(IntervalUnit::MonthDayNano))?;
+            // A duration (`timestamp - timestamp`) splits into days and
+            // time as PostgreSQL's interval does.
+            let intervals = match array.data_type() {
+                DataType::Duration(_) => duration_to_interval(array)?,
+                _ => canonical(DataType::Interval(IntervalUnit::MonthDayNano))?,
+            };
             let values = intervals.as_primitive::<IntervalMonthDayNanoType>();
             each(&|row| {
                 let value = values.value(row);

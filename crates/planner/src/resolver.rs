@@ -53,12 +53,12 @@ pub fn new_context(resolver: Arc<dyn TableResolver>) -> SessionContext {
         options.sql_parser.enable_ident_normalization = true;
         options.execution.time_zone = Some("+00:00".to_string());
     }
-    // Integer literals are typed before DataFusion's own rules coerce
-    // anything around them.
-    let mut analyzer_rules: Vec<Arc<dyn datafusion::optimizer::AnalyzerRule + Send + Sync>> =
-        vec![Arc::new(
-            crate::pg_integer_literals::PostgresIntegerLiterals,
-        )];
+    // Integer literals, SUM and AVG get PostgreSQL's types before
+    // DataFusion's own rules coerce anything around them.
+    let mut analyzer_rules: Vec<Arc<dyn datafusion::optimizer::AnalyzerRule + Send + Sync>> = vec![
+        Arc::new(crate::pg_integer_literals::PostgresIntegerLiterals),
+        Arc::new(crate::pg_aggregates::PostgresAggregateTypes),
+    ];
     analyzer_rules.extend(datafusion::optimizer::Analyzer::new().rules);
     let state = datafusion::execution::SessionStateBuilder::new()
         .with_config(config)
@@ -66,7 +66,6 @@ pub fn new_context(resolver: Arc<dyn TableResolver>) -> SessionContext {
         .with_analyzer_rules(analyzer_rules)
         .build();
     let mut context = SessionContext::new_with_state(state);
-    context.add_analyzer_rule(Arc::new(crate::pg_aggregates::PostgresAggregateTypes));
     context.add_analyzer_rule(Arc::new(crate::pg_intervals::PostgresIntervals));
     context.add_analyzer_rule(Arc::new(crate::pg_casts::PostgresRounding));
     context.add_analyzer_rule(Arc::new(
@@ -80,9 +79,9 @@ pub fn new_context(resolver: Arc<dyn TableResolver>) -> SessionContext {
     context.add_analyzer_rule(Arc::new(
         crate::pg_datetime_literals::PostgresDatetimeLiterals,
     ));
-    // The rules above change some result types (AVG's scale, a quotient's
-    // scale) after DataFusion coerced the expressions around them to the
-    // old ones: coerce once more.
+    // The rules above change some result types (a quotient's scale) after
+    // DataFusion coerced the expressions around them to the old ones:
+    // coerce once more.
     context.add_analyzer_rule(Arc::new(
         datafusion::optimizer::analyzer::type_coercion::TypeCoercion::new(),
     ));

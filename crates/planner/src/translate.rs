@@ -463,6 +463,15 @@ impl Translator {
             } else {
                 let arguments = match (function, params.args.as_slice()) {
                     (AggregateFunction::StringAgg, [value, separator]) => {
+                        let listed = |expr: &Expr| expr == value || expr == separator;
+                        if params.distinct && !params.order_by.iter().all(|sort| listed(&sort.expr))
+                        {
+                            return Err(RsError::new(
+                                &codes::PLAN_ERROR,
+                                "in an aggregate with DISTINCT, ORDER BY expressions must appear \
+                                 in argument list",
+                            ));
+                        }
                         delimiter = Some(push_column(
                             &mut exprs,
                             &mut columns,
@@ -485,9 +494,7 @@ impl Translator {
                         }
                         std::slice::from_ref(value)
                     }
-                    _ if !params.order_by.is_empty() => {
-                        return Err(RsError::unsupported(format!("{name} with ORDER BY")));
-                    }
+                    // The other aggregates do not depend on the order.
                     (_, arguments) => arguments,
                 };
                 let [arg] = arguments else {
