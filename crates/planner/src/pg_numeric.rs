@@ -11,9 +11,10 @@
 //! `max(16, dividend scale, divisor scale)` fraction digits. Each quotient is
 //! rounded at PostgreSQL's scale for its operands, or at the column's scale
 //! where that is smaller. A quotient of 1 or more therefore has exactly
-//! PostgreSQL's value; a smaller one is rounded at 16 digits where
-//! PostgreSQL keeps up to 20. The trailing zeros a quotient of 10 000 or
-//! more shows beyond PostgreSQL's 12 digits do not change its value.
+//! PostgreSQL's value; a smaller one is rounded at the 16th fraction digit
+//! where PostgreSQL keeps 16 significant digits. The trailing zeros a
+//! quotient of 10 000 or more shows beyond PostgreSQL's 12 digits do not
+//! change its value.
 
 use std::sync::{Arc, LazyLock};
 
@@ -309,7 +310,8 @@ mod tests {
         assert_eq!(quotient("120000.50", "1"), "120000.500000000000");
         assert_eq!(quotient("70000.25", "3"), "23333.416666666667");
         assert_eq!(quotient("2.50", "0.000005"), "500000.000000000000");
-        // Below 1 PostgreSQL keeps up to 20 digits, the column 16.
+        // Below 1 PostgreSQL keeps 16 significant digits, the column 16
+        // fraction digits.
         assert_eq!(quotient("1", "3"), "0.3333333333333333");
         assert_eq!(quotient("0", "7"), "0.0000000000000000");
     }
