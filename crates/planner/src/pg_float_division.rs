@@ -2,9 +2,9 @@
 //!
 //! Arrow divides floats as IEEE 754 does: `1 / 0.0::float8` gave
 //! `Infinity` and `0 / 0.0::float8` `NaN`, where PostgreSQL raises
-//! "division by zero" (SQLSTATE 22012). This analyzer rule, run after type
-//! coercion, plans float division as [`FloatDivision`], which checks the
-//! divisor first. Infinite or NaN operands still divide as before
+//! "division by zero" (SQLSTATE 22012). [`FloatDivision`] checks the
+//! divisor first; `crate::pg_numeric::PostgresDivision` plans float
+//! division as it. Infinite or NaN operands still divide as before
 //! (`'inf'::float8 / 2` is `Infinity`, `'NaN'::float8 / 0` is `NaN`, as in
 //! PostgreSQL).
 
@@ -13,63 +13,20 @@ use std::sync::{Arc, LazyLock};
 use datafusion::arrow::array::{Array, ArrayRef, AsArray};
 use datafusion::arrow::compute::kernels::numeric;
 use datafusion::arrow::datatypes::{DataType, Float32Type, Float64Type};
-use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::Transformed;
-use datafusion::common::{DFSchema, Result};
-use datafusion::logical_expr::expr::BinaryExpr;
+use datafusion::common::Result;
 use datafusion::logical_expr::{
-    ColumnarValue, Expr, ExprSchemable, LogicalPlan, Operator, ScalarFunctionArgs, ScalarUDF,
-    ScalarUDFImpl, Signature, Volatility,
+    ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
 };
-use datafusion::optimizer::AnalyzerRule;
 use rockstream_plan::arrow_types::arrow_error;
 use rockstream_types::error::{codes, RsError};
 
 use crate::columnar::invoke_on_arrays;
-use crate::plan_rewrite::rewrite_exprs;
 
-static DIVISION: LazyLock<Arc<ScalarUDF>> = LazyLock::new(|| {
+pub(crate) static DIVISION: LazyLock<Arc<ScalarUDF>> = LazyLock::new(|| {
     Arc::new(ScalarUDF::from(FloatDivision {
         signature: Signature::any(2, Volatility::Immutable),
     }))
 });
-
-#[derive(Debug, Default)]
-pub struct PostgresFloatDivision;
-
-impl AnalyzerRule for PostgresFloatDivision {
-    fn name(&self) -> &str {
-        "postgres_float_division"
-    }
-
-    fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
-        rewrite_exprs(plan, &rewrite)
-    }
-}
-
-fn rewrite(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
-    let Expr::BinaryExpr(BinaryExpr {
-        left,
-        op: Operator::Divide,
-        right,
-    }) = &expr
-    else {
-        return Ok(Transformed::no(expr));
-    };
-    let float = |side: &Expr| {
-        matches!(
-            side.get_type(schema),
-            Ok(DataType::Float32 | DataType::Float64)
-        )
-    };
-    let same_type = left.get_type(schema).ok() == right.get_type(schema).ok();
-    if !(float(left) && float(right) && same_type) {
-        return Ok(Transformed::no(expr));
-    }
-    Ok(Transformed::yes(
-        DIVISION.call(vec![left.as_ref().clone(), right.as_ref().clone()]),
-    ))
-}
 
 /// `pg_float_div(a, b)`: `a / b`, failing when `b` is zero.
 #[derive(Debug, PartialEq, Eq, Hash)]

@@ -46,14 +46,15 @@ static DIVISION: LazyLock<Arc<ScalarUDF>> = LazyLock::new(|| {
     }))
 });
 
-/// Plans `numeric / numeric` as [`NumericDivision`]. Runs after type
-/// coercion, which has made both operands decimals.
+/// Plans `numeric / numeric` as [`NumericDivision`], and float division as
+/// [`crate::pg_float_division`]'s. Runs after type coercion, which has given
+/// both operands one type.
 #[derive(Debug, Default)]
-pub struct PostgresNumericDivision;
+pub struct PostgresDivision;
 
-impl AnalyzerRule for PostgresNumericDivision {
+impl AnalyzerRule for PostgresDivision {
     fn name(&self) -> &str {
-        "postgres_numeric_division"
+        "postgres_division"
     }
 
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
@@ -70,12 +71,15 @@ fn rewrite(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
     else {
         return Ok(Transformed::no(expr));
     };
-    let decimal = |side: &Expr| matches!(side.get_type(schema), Ok(DataType::Decimal128(..)));
-    if !(decimal(left) && decimal(right)) {
-        return Ok(Transformed::no(expr));
-    }
+    let division = match (left.get_type(schema), right.get_type(schema)) {
+        (Ok(DataType::Decimal128(..)), Ok(DataType::Decimal128(..))) => &DIVISION,
+        (Ok(left @ (DataType::Float32 | DataType::Float64)), Ok(right)) if left == right => {
+            &crate::pg_float_division::DIVISION
+        }
+        _ => return Ok(Transformed::no(expr)),
+    };
     Ok(Transformed::yes(
-        DIVISION.call(vec![left.as_ref().clone(), right.as_ref().clone()]),
+        division.call(vec![left.as_ref().clone(), right.as_ref().clone()]),
     ))
 }
 

@@ -71,8 +71,7 @@ pub fn new_context(resolver: Arc<dyn TableResolver>) -> SessionContext {
     context.add_analyzer_rule(Arc::new(
         crate::pg_integer_arithmetic::PostgresIntegerArithmetic,
     ));
-    context.add_analyzer_rule(Arc::new(crate::pg_numeric::PostgresNumericDivision));
-    context.add_analyzer_rule(Arc::new(crate::pg_float_division::PostgresFloatDivision));
+    context.add_analyzer_rule(Arc::new(crate::pg_numeric::PostgresDivision));
     context.add_analyzer_rule(Arc::new(crate::pg_text_casts::PostgresTextCasts));
     context.add_analyzer_rule(Arc::new(crate::pg_similar_to::PostgresSimilarTo));
     context.add_analyzer_rule(Arc::new(crate::pg_to_char::PostgresToChar));
