@@ -2,7 +2,8 @@
 //!
 //! Per group the operator stores one accumulator row under `AG op_id key`:
 //! `COUNT(*)`, then per aggregate its partial state (a count; a count and an
-//! exact sum for `SUM`/`AVG`; the current extremum for `MIN`/`MAX`). Sums of
+//! exact sum for `SUM`/`AVG`; the current extremum for `MIN`/`MAX`; a count
+//! and the exclusive or of the values for `BIT_XOR`). Sums of
 //! integers and numerics are exact `i128`; float sums are `f64`.
 //!
 //! `MIN`/`MAX` cannot be updated from a retraction alone, so their values are
@@ -57,6 +58,8 @@ enum Partial {
     Extremum(Datum),
     /// `string_agg`'s current result (NULL: no values).
     Concatenation(Datum),
+    /// `bit_xor`: non-null inputs and the exclusive or of them all.
+    Xor(i64, i64),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -466,6 +469,7 @@ impl AggregateNode {
                 AggregateFunction::Sum | AggregateFunction::Avg => Partial::ExactSum(0, 0),
                 AggregateFunction::Min | AggregateFunction::Max => Partial::Extremum(Datum::Null),
                 AggregateFunction::StringAgg => Partial::Concatenation(Datum::Null),
+                AggregateFunction::BitXor => Partial::Xor(0, 0),
             })
             .collect();
         GroupState {
@@ -486,6 +490,9 @@ impl AggregateNode {
                     row.extend([Datum::Int64(*count), Datum::Float64(*sum)])
                 }
                 Partial::Extremum(value) | Partial::Concatenation(value) => row.push(value.clone()),
+                Partial::Xor(count, bits) => {
+                    row.extend([Datum::Int64(*count), Datum::Int64(*bits)])
+                }
             }
         }
         let mut bytes = Vec::new();
@@ -523,6 +530,11 @@ impl AggregateNode {
                 Partial::Concatenation(_) => {
                     Partial::Concatenation(values.next().ok_or_else(corrupt)?)
                 }
+                Partial::Xor(..) => {
+                    let count = as_i64(&values.next().ok_or_else(corrupt)?).ok_or_else(corrupt)?;
+                    let bits = as_i64(&values.next().ok_or_else(corrupt)?).ok_or_else(corrupt)?;
+                    Partial::Xor(count, bits)
+                }
             };
         }
         Ok(state)
@@ -549,6 +561,12 @@ impl AggregateNode {
                     float_to_output(*sum / *count as f64, output_type)
                 }
                 (_, Partial::Extremum(value) | Partial::Concatenation(value)) => value.clone(),
+                (_, Partial::Xor(0, _)) => Datum::Null,
+                (_, Partial::Xor(_, bits)) => match output_type {
+                    SqlType::Int16 => Datum::Int16(*bits as i16),
+                    SqlType::Int32 => Datum::Int32(*bits as i32),
+                    _ => Datum::Int64(*bits),
+                },
                 _ => {
                     return Err(RsError::internal(
                         "aggregate partial does not match its function",
@@ -569,6 +587,16 @@ fn input_scale(sql_type: Option<SqlType>) -> i8 {
     match sql_type {
         Some(SqlType::Numeric { scale, .. }) => scale,
         _ => 0,
+    }
+}
+
+/// An integer of any width, sign-extended.
+fn as_i64_widened(datum: &Datum) -> Option<i64> {
+    match datum {
+        Datum::Int16(value) => Some(i64::from(*value)),
+        Datum::Int32(value) => Some(i64::from(*value)),
+        Datum::Int64(value) => Some(*value),
+        _ => None,
     }
 }
 
@@ -619,6 +647,15 @@ fn accumulate(
             };
             *count += weight;
             *sum += float * weight as f64;
+        }
+        Partial::Xor(count, bits) => {
+            let value = as_i64_widened(value)
+                .ok_or_else(|| RsError::internal(format!("{:?} over {value:?}", call.function)))?;
+            *count += weight;
+            // x ^ x = 0: a value applied an even number of times cancels.
+            if weight % 2 != 0 {
+                *bits ^= value;
+            }
         }
         Partial::Extremum(_) | Partial::Concatenation(_) => {}
     }

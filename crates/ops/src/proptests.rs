@@ -137,6 +137,8 @@ fn aggregate_of(group_count: usize, input: PlanNode) -> PlanNode {
         call(AggregateFunction::Max, Some(1), false),
         call(AggregateFunction::Count, Some(1), true),
         call(AggregateFunction::Sum, Some(1), true),
+        call(AggregateFunction::BitXor, Some(1), false),
+        call(AggregateFunction::BitXor, Some(1), true),
     ];
     let mut columns = if group_count == 1 { vec!["k"] } else { vec![] };
     columns.extend([
@@ -147,6 +149,8 @@ fn aggregate_of(group_count: usize, input: PlanNode) -> PlanNode {
         "max",
         "count_distinct",
         "sum_distinct",
+        "bit_xor",
+        "bit_xor_distinct",
     ]);
     PlanNode::Aggregate {
         op_id: 20,

@@ -78,6 +78,8 @@ pub enum AggregateFunction {
     Max,
     /// `string_agg(value, delimiter [ORDER BY ...])`.
     StringAgg,
+    /// `bit_xor(integer)`: its own inverse, so retractions just apply again.
+    BitXor,
 }
 
 /// One `ORDER BY` key of an ordered aggregate.

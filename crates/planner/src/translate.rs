@@ -450,6 +450,7 @@ impl Translator {
                 "min" | "bool_and" => AggregateFunction::Min,
                 "max" | "bool_or" => AggregateFunction::Max,
                 "string_agg" => AggregateFunction::StringAgg,
+                "bit_xor" => AggregateFunction::BitXor,
                 other => {
                     return Err(RsError::unsupported(format!(
                         "the aggregate function {other}"

@@ -227,7 +227,11 @@ fn constructs_scenario() -> Scenario {
             "SELECT COUNT(*) AS n, MAX(amount) AS top, AVG(amount) AS mean, SUM(customer_id) AS customers FROM orders \
              WHERE region = 'latam' AND amount > 45000",
         ),
-        ("events_by_kind", "SELECT kind, COUNT(*) AS events, SUM(weight) AS weight, MIN(weight) AS low FROM events GROUP BY kind"),
+        (
+            "events_by_kind",
+            "SELECT kind, COUNT(*) AS events, SUM(weight) AS weight, MIN(weight) AS low, \
+             BIT_XOR(weight) AS xor_weight, BIT_XOR(DISTINCT weight) AS xor_distinct FROM events GROUP BY kind",
+        ),
         (
             "filtered_aggregates",
             "SELECT kind, COUNT(*) FILTER (WHERE flagged) AS flagged, COUNT(DISTINCT weight) FILTER (WHERE weight > 0) AS positive, \
