@@ -131,6 +131,18 @@ pub fn datafusion_error(error: DataFusionError) -> RsError {
             RsError::new(&codes::PLAN_ERROR, error.to_string())
         }
         DataFusionError::SQL(error, _) => RsError::new(&codes::SYNTAX_ERROR, error.to_string()),
+        // What DataFusion leaves of a correlated subquery it could not
+        // turn into a join (a correlation other than equality).
+        DataFusionError::NotImplemented(message)
+            if message.contains("Physical plan does not support logical expression")
+                && (message.contains("ScalarSubquery") || message.contains("Exists")) =>
+        {
+            RsError::new(
+                &codes::UNSUPPORTED_STATEMENT,
+                "a correlated subquery in this position whose correlation is not an equality \
+                 (e.g. inner.a <> outer.b) is not supported yet",
+            )
+        }
         DataFusionError::NotImplemented(message) => {
             RsError::new(&codes::UNSUPPORTED_STATEMENT, message)
         }

@@ -81,7 +81,8 @@ impl VisitorMut for Normalizer {
         // After the subqueries are normalized (one over an empty catalog
         // table is a constant by now).
         for_each_select_mut(&mut query.body, &mut |select| {
-            exists_as_counts(&mut select.projection)
+            exists_as_counts(&mut select.projection);
+            expand_series(&mut select.projection);
         });
         ControlFlow::Continue(())
     }
@@ -813,6 +814,25 @@ fn exists_as_counts(projection: &mut [SelectItem]) {
                 }
             }
         });
+    }
+}
+
+/// `generate_series(...)` as a select-list item returns rows in PostgreSQL,
+/// one per value; DataFusion's returns one array. `unnest` expands it.
+fn expand_series(projection: &mut [SelectItem]) {
+    for item in projection {
+        let (SelectItem::UnnamedExpr(expr) | SelectItem::ExprWithAlias { expr, .. }) = item else {
+            continue;
+        };
+        let Expr::Function(function) = expr else {
+            continue;
+        };
+        if matches!(name_parts(&function.name), Some((name, _)) if name == "generate_series")
+            && function.over.is_none()
+        {
+            let series = std::mem::replace(expr, Expr::value(Value::Null));
+            *expr = function_call("unnest", series);
+        }
     }
 }
 

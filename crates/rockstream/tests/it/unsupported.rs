@@ -1,6 +1,7 @@
 //! Goal: a materialized view the engine cannot maintain is refused at `CREATE` with
 //! RS-2001 / 0A000 naming the construct, and nothing of it is left behind. Method: one
 //! definition per construct, then the same name with a definition that is maintained.
+//! Ad hoc queries DataFusion cannot plan are refused with a code as well.
 
 use crate::harness::compare::fetch_text_rows;
 use crate::harness::server::TestServer;
@@ -70,4 +71,35 @@ async fn views_outside_the_maintained_forms_are_refused_by_name() {
         .await
         .expect("the inline view, ad hoc");
     assert_eq!(format!("{rows:?}"), r#"[[Some("0")]]"#);
+}
+
+/// Goal: an ad hoc query DataFusion cannot plan is refused with a coded
+/// error that names what is missing, and the session goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ad_hoc_queries_outside_the_supported_forms_are_refused_by_name() {
+    let server = TestServer::start().await;
+    let client = server.client().await;
+    client
+        .batch_execute(
+            "CREATE TABLE t (id BIGINT PRIMARY KEY, k TEXT);
+             INSERT INTO t VALUES (1, 'a'), (2, 'a'), (3, 'b');",
+        )
+        .await
+        .expect("setup");
+    let error = client
+        .simple_query(
+            "SELECT id, EXISTS (SELECT 1 FROM t u WHERE u.k = t.k AND u.id <> t.id) FROM t",
+        )
+        .await
+        .expect_err("a correlation other than equality");
+    assert_eq!(sqlstate(&error), "0A000", "{error}");
+    let message = error.as_db_error().expect("a server error").message();
+    assert!(
+        message.starts_with("RS-2024 ") && message.contains("correlation is not an equality"),
+        "{message}"
+    );
+    let rows = fetch_text_rows(&client, "SELECT count(*) FROM t")
+        .await
+        .expect("the session goes on");
+    assert_eq!(format!("{rows:?}"), r#"[[Some("3")]]"#);
 }
