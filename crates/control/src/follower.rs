@@ -98,9 +98,17 @@ impl Follower {
                     Err(error) => return Err(error),
                 };
                 if let Some(reason) = changed_layout(&entry, &plan) {
-                    // The stored output holds values of the old type
-                    // (a numeric's scale is not stored with each value):
-                    // reading them as the new one would give wrong results.
+                    if !replay {
+                        // Planned twice for one CREATE, and differently.
+                        return Err(RsError::internal(format!(
+                            "materialized view \"{}\" planned differently at CREATE: {reason}",
+                            entry.name
+                        )));
+                    }
+                    // The stored state and output hold what the earlier
+                    // plan computed (a numeric's scale is not stored with
+                    // each value): reading them with this plan would give
+                    // wrong results.
                     self.not_maintainable(&entry, &reason);
                     return Ok(());
                 }

@@ -132,15 +132,17 @@ pub fn datafusion_error(error: DataFusionError) -> RsError {
         }
         DataFusionError::SQL(error, _) => RsError::new(&codes::SYNTAX_ERROR, error.to_string()),
         // What DataFusion leaves of a correlated subquery it could not
-        // turn into a join (a correlation other than equality).
+        // turn into a join (a correlation other than equality, a LIMIT, ...).
         DataFusionError::NotImplemented(message)
             if message.contains("Physical plan does not support logical expression")
-                && (message.contains("ScalarSubquery") || message.contains("Exists")) =>
+                && ["ScalarSubquery", "Exists", "InSubquery"]
+                    .iter()
+                    .any(|kind| message.contains(kind)) =>
         {
             RsError::new(
                 &codes::UNSUPPORTED_STATEMENT,
-                "a correlated subquery in this position whose correlation is not an equality \
-                 (e.g. inner.a <> outer.b) is not supported yet",
+                "this correlated subquery is not supported yet here (DataFusion could not turn it \
+                 into a join: its correlation is not an equality, or it has a LIMIT)",
             )
         }
         DataFusionError::NotImplemented(message) => {

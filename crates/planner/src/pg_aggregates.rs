@@ -15,9 +15,11 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::Transformed;
+use datafusion::common::tree_node::TreeNode;
 use datafusion::common::{DFSchema, Result};
 use datafusion::logical_expr::expr::AggregateFunction;
 use datafusion::logical_expr::{cast, Aggregate, Expr, ExprSchemable, LogicalPlan};
+use datafusion::optimizer::analyzer::type_coercion::TypeCoercionRewriter;
 use datafusion::optimizer::AnalyzerRule;
 
 /// Minimum scale an AVG argument is given (result scale is this + 4).
@@ -75,11 +77,12 @@ fn rewrite_expr(expr: &Expr, schema: &Arc<DFSchema>) -> Result<Option<Expr>> {
     let [argument] = params.args.as_slice() else {
         return Ok(None);
     };
-    // Type coercion casts AVG's integer argument to double; look through it.
-    let argument = match argument {
-        Expr::Cast(cast) if cast.expr.get_type(schema)?.is_integer() => cast.expr.as_ref(),
-        other => other,
-    };
+    // The argument's type as coercion will make it (a CASE's branches
+    // coerced to their common type, ...): this rule runs before coercion.
+    let argument = argument
+        .clone()
+        .rewrite(&mut TypeCoercionRewriter::new(schema))?
+        .data;
     let argument_type = argument.get_type(schema)?;
     let target = match (func.name().to_lowercase().as_str(), &argument_type) {
         ("sum", DataType::Int64 | DataType::UInt32 | DataType::UInt64) => {
@@ -94,7 +97,7 @@ fn rewrite_expr(expr: &Expr, schema: &Arc<DFSchema>) -> Result<Option<Expr>> {
         _ => return Ok(None),
     };
     let mut params = params.clone();
-    params.args = vec![cast(argument.clone(), target)];
+    params.args = vec![cast(argument, target)];
     let rewritten = Expr::AggregateFunction(AggregateFunction {
         func: func.clone(),
         params,

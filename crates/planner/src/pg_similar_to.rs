@@ -88,9 +88,9 @@ fn similar_to_regex(pattern: &str, escape: char) -> Result<String> {
                 );
             }
             if c.is_ascii_alphanumeric() {
-                // `\d`, `\w`, ...: passed on to the regex, as PostgreSQL does.
-                out.push('\\');
-                out.push(c);
+                // PostgreSQL passes `\d`, `\y`, ... on to its regex engine;
+                // each in Rust's spelling.
+                out.push_str(class_escape(c)?);
             } else {
                 push_literal(&mut out, c);
             }
@@ -98,6 +98,22 @@ fn similar_to_regex(pattern: &str, escape: char) -> Result<String> {
         } else if c == escape {
             after_escape = true;
         } else if in_brackets {
+            if c == '[' && chars.peek() == Some(&':') {
+                // A POSIX class (`[:alpha:]`), which Rust reads alike.
+                out.push('[');
+                for next in chars.by_ref() {
+                    out.push(next);
+                    if next == ']' {
+                        break;
+                    }
+                }
+                continue;
+            }
+            if c == '[' && matches!(chars.peek(), Some('.' | '=')) {
+                return plan_err!(
+                    "SIMILAR TO collating elements and equivalence classes ([. .], [= =]) are not supported"
+                );
+            }
             // Rust reads these as nested classes and set operators.
             if matches!(c, '\\' | '[' | '&' | '~') {
                 out.push('\\');
@@ -134,6 +150,35 @@ fn similar_to_regex(pattern: &str, escape: char) -> Result<String> {
     }
     out.push_str(")$");
     Ok(out)
+}
+
+/// The Rust regex for PostgreSQL's escape `\c` (a letter or digit).
+fn class_escape(c: char) -> Result<&'static str> {
+    Ok(match c {
+        'd' => "\\d",
+        'D' => "\\D",
+        's' => "\\s",
+        'S' => "\\S",
+        'w' => "\\w",
+        'W' => "\\W",
+        'n' => "\\n",
+        't' => "\\t",
+        'r' => "\\r",
+        'f' => "\\f",
+        'v' => "\\v",
+        'A' => "\\A",
+        'Z' => "\\z",
+        'y' => "\\b",
+        'Y' => "\\B",
+        'm' => "\\b{start}",
+        'M' => "\\b{end}",
+        // PostgreSQL's `\b` is a backspace, `\B` a backslash.
+        'b' => "\\x08",
+        'B' => "\\\\",
+        other => {
+            return plan_err!("SIMILAR TO escape \\{other} is not supported");
+        }
+    })
 }
 
 /// `c` as itself in a Rust regex: its metacharacters escaped (and only
@@ -193,6 +238,10 @@ mod tests {
             ("b", "[^a]", true),
             ("a<b", "a\\<b", true),
             ("a1", "a\\d", true),
+            ("abc", "[[:alpha:]]+", true),
+            ("a]", "[[:alpha:]]+", false),
+            ("a b", "a\\yb%", false),
+            ("a b", "a\\y %", true),
             ("[", "[[]", true),
             ("a&&b", "a[&]&b", true),
         ] {

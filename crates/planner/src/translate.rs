@@ -457,6 +457,17 @@ impl Translator {
                     )))
                 }
             };
+            if params.distinct
+                && !params
+                    .order_by
+                    .iter()
+                    .all(|sort| params.args.contains(&sort.expr))
+            {
+                return Err(RsError::new(
+                    &codes::PLAN_ERROR,
+                    "in an aggregate with DISTINCT, ORDER BY expressions must appear in argument list",
+                ));
+            }
             let mut delimiter = None;
             let mut order_by = Vec::new();
             let (argument, input_type) = if function == AggregateFunction::CountStar {
@@ -464,15 +475,6 @@ impl Translator {
             } else {
                 let arguments = match (function, params.args.as_slice()) {
                     (AggregateFunction::StringAgg, [value, separator]) => {
-                        let listed = |expr: &Expr| expr == value || expr == separator;
-                        if params.distinct && !params.order_by.iter().all(|sort| listed(&sort.expr))
-                        {
-                            return Err(RsError::new(
-                                &codes::PLAN_ERROR,
-                                "in an aggregate with DISTINCT, ORDER BY expressions must appear \
-                                 in argument list",
-                            ));
-                        }
                         delimiter = Some(push_column(
                             &mut exprs,
                             &mut columns,

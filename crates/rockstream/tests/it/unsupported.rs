@@ -95,7 +95,7 @@ async fn ad_hoc_queries_outside_the_supported_forms_are_refused_by_name() {
     assert_eq!(sqlstate(&error), "0A000", "{error}");
     let message = error.as_db_error().expect("a server error").message();
     assert!(
-        message.starts_with("RS-2024 ") && message.contains("correlation is not an equality"),
+        message.starts_with("RS-2024 ") && message.contains("correlated subquery is not supported"),
         "{message}"
     );
     let rows = fetch_text_rows(&client, "SELECT count(*) FROM t")
