@@ -649,8 +649,9 @@ mod tests {
         );
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_marked_drop_finishes_on_restart() {
+    /// A database in a fresh directory holding table `t (k bigint primary
+    /// key, v bigint)`.
+    async fn database_with_table() -> (tempfile::TempDir, Arc<Database>) {
         let directory = tempfile::tempdir().unwrap();
         let location = directory.path().to_str().unwrap().to_string();
         let database = Database::open(&location, Runtime::system()).await.unwrap();
@@ -664,6 +665,13 @@ mod tests {
             )
             .await
             .unwrap();
+        (directory, database)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_marked_drop_finishes_on_restart() {
+        let (directory, database) = database_with_table().await;
+        let location = directory.path().to_str().unwrap().to_string();
         database
             .create_view(
                 "default",
@@ -729,19 +737,8 @@ mod tests {
     /// opening; it and the views reading it report why, and can be dropped.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_stored_view_that_no_longer_plans_does_not_stop_the_start() {
-        let directory = tempfile::tempdir().unwrap();
+        let (directory, database) = database_with_table().await;
         let location = directory.path().to_str().unwrap().to_string();
-        let database = Database::open(&location, Runtime::system()).await.unwrap();
-        database
-            .create_table(
-                "default",
-                "t",
-                vec![bigint("k"), bigint("v")],
-                vec![0],
-                false,
-            )
-            .await
-            .unwrap();
         for (name, query) in [
             ("old", "SELECT k, v FROM t"),
             ("above", "SELECT k FROM old"),
