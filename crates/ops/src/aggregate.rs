@@ -22,6 +22,9 @@
 //! `(new_output, +1)` when they differ. A global aggregate (no `GROUP BY`)
 //! always has exactly one output row, as in PostgreSQL: its first row is
 //! emitted by the view's initial step, even over empty input.
+//!
+//! The operator is handed its input's delta by the dataflow and steps
+//! nothing else.
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
@@ -32,14 +35,13 @@ use rockstream_types::encoding::{
 };
 use rockstream_types::{codes, Datum, ObjectId, Row, RsError, RsResult, SqlType, ZSet};
 
-use crate::dataflow::{aggregate_calls_valid, step_node, Node, StepContext};
+use crate::dataflow::aggregate_calls_valid;
 use crate::keys::{decode_weight, op_prefix, AGGREGATE, AGGREGATE_DISTINCT, MIN_MAX};
 use crate::state::{add_to_count, ScanOrder, StateStore};
 
 #[derive(Debug)]
-pub(crate) struct AggregateNode {
+pub(crate) struct AggregateOperator {
     op_id: ObjectId,
-    input: Node,
     group_count: usize,
     calls: Vec<AggregateCall>,
     /// Per call: the call whose `MM` multiset it reads (itself, or an
@@ -68,10 +70,9 @@ struct GroupState {
     partials: Vec<Partial>,
 }
 
-impl AggregateNode {
+impl AggregateOperator {
     pub fn new(
         op_id: ObjectId,
-        input: Node,
         group_count: usize,
         calls: Vec<AggregateCall>,
         input_types: Vec<SqlType>,
@@ -103,9 +104,8 @@ impl AggregateNode {
                     .unwrap_or(index)
             })
             .collect();
-        Ok(AggregateNode {
+        Ok(AggregateOperator {
             op_id,
-            input,
             group_count,
             calls,
             multiset_owner,
@@ -113,18 +113,25 @@ impl AggregateNode {
         })
     }
 
+    /// Without `GROUP BY`: one output row always, even over empty input.
+    pub fn is_global(&self) -> bool {
+        self.group_count == 0
+    }
+
+    /// The aggregate's output delta for its input's delta. `initial` is true
+    /// for the view's first step, when a global aggregate emits its row.
     pub async fn step<S: StateStore>(
         &self,
         store: &mut S,
-        context: &StepContext<'_>,
+        delta: ZSet,
+        initial: bool,
     ) -> RsResult<ZSet> {
-        let delta = step_node(&self.input, store, context).await?;
         let mut groups: BTreeMap<Vec<u8>, Vec<(Row, i64)>> = BTreeMap::new();
         for (row, weight) in delta.updates {
             let key = encode_row(&row[..self.group_count]);
             groups.entry(key).or_default().push((row, weight));
         }
-        if self.group_count == 0 && context.initial {
+        if self.is_global() && initial {
             groups.entry(Vec::new()).or_default();
         }
         // Each group touches only its own state: read all of it in one batch.

@@ -1,14 +1,37 @@
 //! A materialized view's compiled dataflow and its per-epoch step.
 //!
-//! [`Dataflow::step`] takes the epoch's input deltas (one Z-set per source
-//! object) and returns the view's output delta, reading and writing operator
-//! state through a [`StateStore`]. Each operator implements the DBSP
-//! incremental form of its relational operator, so the work done is
-//! proportional to the delta and the state it touches.
+//! [`Dataflow::compile`] flattens a [`PlanNode`] tree into a list of
+//! operators in topological order: every operator comes after its inputs,
+//! which it names by index, and the root (the view's output) comes last.
+//! Operators are push-style: [`Dataflow::step`] walks the list once, hands
+//! each operator its input batches by value and keeps the output in a slot
+//! until its one consumer takes it (the plan is a tree, so no batch is
+//! copied). Each operator implements the DBSP incremental form of its
+//! relational operator, reading and writing its state through a
+//! [`StateStore`], so the work done is proportional to the delta and the
+//! state it touches.
+//!
+//! Invariants:
+//! - operators never step one another: only the walk here calls an
+//!   operator's step;
+//! - the list is a tree in topological order: inputs are earlier entries and
+//!   every output but the root's has exactly one consumer (checked when the
+//!   plan is compiled, and again as each batch is taken);
+//! - an operator whose input batches are all empty emits nothing, except on
+//!   the initial step (the view's backfill), where a `Constant` emits its
+//!   rows and a global aggregate its empty-input row; a `Source`'s batch is
+//!   its object's delta (checked on every step);
+//! - the output is consolidated (maps and filters pass repeats on).
+//!
+//! Toward exchanges: a later `Exchange` operator will cut a view into
+//! fragments, the operators between exchanges, each its own list in
+//! topological order; a fragment's batch at a cut arrives from a channel (a
+//! repartition between shards) instead of from an earlier slot. Since an
+//! operator sees only the batches it is handed, no operator changes when a
+//! view is cut, and at one worker an exchange passes its batch through. Not
+//! implemented yet: a view is one fragment.
 
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
 
 use datafusion::arrow::compute::cast;
 use datafusion::logical_expr::Expr;
@@ -16,21 +39,32 @@ use rockstream_plan::arrow_types::{arrow_error, datafusion_error};
 use rockstream_plan::{AggregateCall, JoinKind, PlanNode, SetOperator};
 use rockstream_types::{ObjectId, Row, RsError, RsResult, SqlType, ZSet};
 
-use crate::aggregate;
+use crate::aggregate::AggregateOperator;
 use crate::arrow_rows::{array_to_datums, arrow_type};
 use crate::distinct;
 use crate::expr::CompiledExprs;
-use crate::join;
+use crate::join::JoinOperator;
 use crate::state::StateStore;
 
 /// A view's plan, compiled for execution.
 #[derive(Debug)]
 pub struct Dataflow {
-    root: Node,
+    /// In topological order, the root last.
+    operators: Vec<Entry>,
+}
+
+/// One operator of a dataflow and where its input batches come from.
+#[derive(Debug)]
+struct Entry {
+    /// Indices of the input operators (earlier entries), in the order the
+    /// operator takes its inputs.
+    inputs: Vec<usize>,
+    operator: Operator,
 }
 
 #[derive(Debug)]
-pub(crate) enum Node {
+enum Operator {
+    /// Its batch is the epoch's delta of `object_id`.
     Source {
         object_id: ObjectId,
     },
@@ -39,44 +73,35 @@ pub(crate) enum Node {
         rows: ZSet,
     },
     Map {
-        input: Box<Node>,
         exprs: CompiledExprs,
         output_types: Vec<SqlType>,
     },
     Filter {
-        input: Box<Node>,
         predicate: CompiledExprs,
     },
-    Join(Box<join::JoinNode>),
-    Aggregate(Box<aggregate::AggregateNode>),
+    Join(Box<JoinOperator>),
+    Aggregate(Box<AggregateOperator>),
     Distinct {
         op_id: ObjectId,
-        input: Box<Node>,
     },
-    UnionAll {
-        inputs: Vec<Node>,
-    },
+    UnionAll,
     SetOperation {
         op_id: ObjectId,
-        left: Box<Node>,
-        right: Box<Node>,
         operator: SetOperator,
         all: bool,
     },
 }
 
-/// Output of one step: the delta, plus whether global aggregates must emit
-/// their first row (true once, when the view is created).
-pub(crate) struct StepContext<'a> {
-    pub inputs: &'a HashMap<ObjectId, ZSet>,
-    pub initial: bool,
-}
-
 impl Dataflow {
     pub fn compile(plan: &PlanNode) -> RsResult<Dataflow> {
-        Ok(Dataflow {
-            root: compile_node(plan)?,
-        })
+        let mut operators = Vec::new();
+        push_operators(plan, &mut operators)?;
+        if !is_tree_in_topological_order(&operators) {
+            return Err(RsError::internal(
+                "a compiled dataflow is not a tree in topological order",
+            ));
+        }
+        Ok(Dataflow { operators })
     }
 
     /// Processes one epoch. `initial` is true for the first step of a new
@@ -87,16 +112,215 @@ impl Dataflow {
         inputs: &HashMap<ObjectId, ZSet>,
         initial: bool,
     ) -> RsResult<ZSet> {
-        let context = StepContext { inputs, initial };
+        // Per operator stepped so far, its output until its consumer takes it.
+        let mut outputs: Vec<Option<ZSet>> = Vec::with_capacity(self.operators.len());
+        for entry in &self.operators {
+            let batches = entry
+                .inputs
+                .iter()
+                .map(|&input| take_output(&mut outputs, input))
+                .collect::<RsResult<Vec<ZSet>>>()?;
+            let idle = batches.iter().all(ZSet::is_empty);
+            let output = entry.operator.step(store, inputs, batches, initial).await?;
+            if idle && !output.is_empty() && !entry.operator.emits_when_idle(initial) {
+                return Err(RsError::internal(format!(
+                    "operator {} emitted rows from empty inputs",
+                    outputs.len()
+                )));
+            }
+            outputs.push(Some(output));
+        }
         // Maps and filters pass their input's repeats on; the output is
         // consolidated here (cheaply when already in order).
-        let output = step_node(&self.root, store, &context).await?.consolidate();
+        let output = outputs
+            .pop()
+            .flatten()
+            .ok_or_else(|| RsError::internal("a dataflow without operators"))?
+            .consolidate();
         debug_assert!(
             output.is_consolidated(),
             "operator output must be consolidated"
         );
         Ok(output)
     }
+}
+
+/// Moves an earlier operator's output to its consumer: the plan is a tree,
+/// so no output is wanted twice.
+fn take_output(outputs: &mut [Option<ZSet>], input: usize) -> RsResult<ZSet> {
+    outputs
+        .get_mut(input)
+        .and_then(Option::take)
+        .ok_or_else(|| RsError::internal("an operator input is not an earlier, unconsumed output"))
+}
+
+/// Appends the operators of `plan` (its inputs first, left to right) and
+/// returns the index of its root.
+fn push_operators(plan: &PlanNode, operators: &mut Vec<Entry>) -> RsResult<usize> {
+    // A node's own compile errors are reported before its inputs'.
+    let operator = Operator::compile(plan)?;
+    let inputs = plan
+        .inputs()
+        .into_iter()
+        .map(|input| push_operators(input, operators))
+        .collect::<RsResult<Vec<usize>>>()?;
+    operators.push(Entry { inputs, operator });
+    Ok(operators.len() - 1)
+}
+
+/// Every input is an earlier entry, every entry but the last is the input
+/// of exactly one entry, and the last (the root) of none.
+fn is_tree_in_topological_order(operators: &[Entry]) -> bool {
+    let mut consumers = vec![0usize; operators.len()];
+    for (index, entry) in operators.iter().enumerate() {
+        for &input in &entry.inputs {
+            if input >= index {
+                return false;
+            }
+            consumers[input] += 1;
+        }
+    }
+    match consumers.split_last() {
+        Some((root, others)) => *root == 0 && others.iter().all(|&count| count == 1),
+        None => false,
+    }
+}
+
+impl Operator {
+    /// The operator of one plan node, without its inputs.
+    fn compile(plan: &PlanNode) -> RsResult<Operator> {
+        Ok(match plan {
+            PlanNode::Source { object_id, .. } => Operator::Source {
+                object_id: *object_id,
+            },
+            PlanNode::Constant { rows, schema } => Operator::Constant {
+                rows: constant_rows(rows, &schema.types())?,
+            },
+            PlanNode::Map {
+                input,
+                exprs,
+                input_schema,
+                schema,
+            } => Operator::Map {
+                exprs: CompiledExprs::compile(exprs, input_schema, input.schema().types())?,
+                output_types: schema.types(),
+            },
+            PlanNode::Filter {
+                input,
+                predicate,
+                input_schema,
+            } => Operator::Filter {
+                predicate: CompiledExprs::compile(
+                    std::slice::from_ref(predicate),
+                    input_schema,
+                    input.schema().types(),
+                )?,
+            },
+            PlanNode::Join { .. } => Operator::Join(Box::new(JoinOperator::compile(plan)?)),
+            PlanNode::Aggregate {
+                op_id,
+                input,
+                group_count,
+                aggregates,
+                schema,
+            } => Operator::Aggregate(Box::new(AggregateOperator::new(
+                *op_id,
+                *group_count,
+                aggregates.clone(),
+                input.schema().types(),
+                schema.types(),
+            )?)),
+            PlanNode::Distinct { op_id, .. } => Operator::Distinct { op_id: *op_id },
+            PlanNode::UnionAll { .. } => Operator::UnionAll,
+            PlanNode::SetOperation {
+                op_id,
+                operator,
+                all,
+                ..
+            } => Operator::SetOperation {
+                op_id: *op_id,
+                operator: *operator,
+                all: *all,
+            },
+        })
+    }
+
+    /// The operator's output delta for its input batches; a source reads
+    /// its batch from `sources`.
+    async fn step<S: StateStore>(
+        &self,
+        store: &mut S,
+        sources: &HashMap<ObjectId, ZSet>,
+        inputs: Vec<ZSet>,
+        initial: bool,
+    ) -> RsResult<ZSet> {
+        match self {
+            Operator::Source { object_id } => {
+                Ok(sources.get(object_id).cloned().unwrap_or_default())
+            }
+            Operator::Constant { rows } if initial => Ok(rows.clone()),
+            Operator::Constant { .. } => Ok(ZSet::new()),
+            Operator::Map {
+                exprs,
+                output_types,
+            } => {
+                let [input] = exactly(inputs)?;
+                map(exprs, output_types, input)
+            }
+            Operator::Filter { predicate } => {
+                let [input] = exactly(inputs)?;
+                filter(predicate, input)
+            }
+            Operator::Join(join) => {
+                let [left, right] = exactly(inputs)?;
+                join.step(store, left, right).await
+            }
+            Operator::Aggregate(aggregate) => {
+                let [input] = exactly(inputs)?;
+                aggregate.step(store, input, initial).await
+            }
+            Operator::Distinct { op_id } => {
+                let [input] = exactly(inputs)?;
+                distinct::distinct(store, *op_id, input).await
+            }
+            Operator::UnionAll => {
+                let mut out = ZSet::new();
+                for input in inputs {
+                    out.extend(input);
+                }
+                Ok(out.consolidate())
+            }
+            Operator::SetOperation {
+                op_id,
+                operator,
+                all,
+            } => {
+                let [left, right] = exactly(inputs)?;
+                distinct::set_operation(store, *op_id, left, right, *operator, *all).await
+            }
+        }
+    }
+
+    /// Whether the operator may emit rows when its input batches are all
+    /// empty (a source's batch comes from outside the dataflow).
+    fn emits_when_idle(&self, initial: bool) -> bool {
+        match self {
+            Operator::Source { .. } => true,
+            Operator::Constant { .. } => initial,
+            Operator::Aggregate(aggregate) => initial && aggregate.is_global(),
+            _ => false,
+        }
+    }
+}
+
+/// An operator's input batches as an array of the operator's arity.
+fn exactly<const N: usize>(inputs: Vec<ZSet>) -> RsResult<[ZSet; N]> {
+    inputs.try_into().map_err(|inputs: Vec<ZSet>| {
+        RsError::internal(format!(
+            "an operator of {N} inputs was handed {}",
+            inputs.len()
+        ))
+    })
 }
 
 /// The rows of a constant relation, each literal read as its column's type.
@@ -120,129 +344,6 @@ fn constant_rows(rows: &[Vec<Expr>], types: &[SqlType]) -> RsResult<ZSet> {
         zset.push(datums, 1);
     }
     Ok(zset.consolidate())
-}
-
-fn compile_node(plan: &PlanNode) -> RsResult<Node> {
-    Ok(match plan {
-        PlanNode::Source { object_id, .. } => Node::Source {
-            object_id: *object_id,
-        },
-        PlanNode::Constant { rows, schema } => Node::Constant {
-            rows: constant_rows(rows, &schema.types())?,
-        },
-        PlanNode::Map {
-            input,
-            exprs,
-            input_schema,
-            schema,
-        } => Node::Map {
-            exprs: CompiledExprs::compile(exprs, input_schema, input.schema().types())?,
-            output_types: schema.types(),
-            input: Box::new(compile_node(input)?),
-        },
-        PlanNode::Filter {
-            input,
-            predicate,
-            input_schema,
-        } => Node::Filter {
-            predicate: CompiledExprs::compile(
-                std::slice::from_ref(predicate),
-                input_schema,
-                input.schema().types(),
-            )?,
-            input: Box::new(compile_node(input)?),
-        },
-        PlanNode::Join { .. } => Node::Join(Box::new(join::JoinNode::compile(plan, compile_node)?)),
-        PlanNode::Aggregate {
-            op_id,
-            input,
-            group_count,
-            aggregates,
-            schema,
-        } => Node::Aggregate(Box::new(aggregate::AggregateNode::new(
-            *op_id,
-            compile_node(input)?,
-            *group_count,
-            aggregates.clone(),
-            input.schema().types(),
-            schema.types(),
-        )?)),
-        PlanNode::Distinct { op_id, input } => Node::Distinct {
-            op_id: *op_id,
-            input: Box::new(compile_node(input)?),
-        },
-        PlanNode::UnionAll { inputs, .. } => Node::UnionAll {
-            inputs: inputs.iter().map(compile_node).collect::<RsResult<_>>()?,
-        },
-        PlanNode::SetOperation {
-            op_id,
-            left,
-            right,
-            operator,
-            all,
-        } => Node::SetOperation {
-            op_id: *op_id,
-            left: Box::new(compile_node(left)?),
-            right: Box::new(compile_node(right)?),
-            operator: *operator,
-            all: *all,
-        },
-    })
-}
-
-type StepFuture<'a> = Pin<Box<dyn Future<Output = RsResult<ZSet>> + Send + 'a>>;
-
-pub(crate) fn step_node<'a, S: StateStore>(
-    node: &'a Node,
-    store: &'a mut S,
-    context: &'a StepContext<'a>,
-) -> StepFuture<'a> {
-    Box::pin(async move {
-        match node {
-            Node::Source { object_id } => {
-                Ok(context.inputs.get(object_id).cloned().unwrap_or_default())
-            }
-            Node::Constant { rows } if context.initial => Ok(rows.clone()),
-            Node::Constant { .. } => Ok(ZSet::new()),
-            Node::Map {
-                input,
-                exprs,
-                output_types,
-            } => {
-                let delta = step_node(input, store, context).await?;
-                map(exprs, output_types, delta)
-            }
-            Node::Filter { input, predicate } => {
-                let delta = step_node(input, store, context).await?;
-                filter(predicate, delta)
-            }
-            Node::Join(join) => join.step(store, context).await,
-            Node::Aggregate(aggregate) => aggregate.step(store, context).await,
-            Node::Distinct { op_id, input } => {
-                let delta = step_node(input, store, context).await?;
-                distinct::distinct(store, *op_id, delta).await
-            }
-            Node::UnionAll { inputs } => {
-                let mut out = ZSet::new();
-                for input in inputs {
-                    out.extend(step_node(input, store, context).await?);
-                }
-                Ok(out.consolidate())
-            }
-            Node::SetOperation {
-                op_id,
-                left,
-                right,
-                operator,
-                all,
-            } => {
-                let left_delta = step_node(left, store, context).await?;
-                let right_delta = step_node(right, store, context).await?;
-                distinct::set_operation(store, *op_id, left_delta, right_delta, *operator, *all)
-                    .await
-            }
-        }
-    })
 }
 
 fn map(exprs: &CompiledExprs, output_types: &[SqlType], delta: ZSet) -> RsResult<ZSet> {
@@ -289,4 +390,79 @@ pub(crate) fn aggregate_calls_valid(calls: &[AggregateCall], input_width: usize)
             .chain(call.order_by.iter().map(|key| key.column))
             .all(|column| column < input_width)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    //! Goal: a compiled dataflow is a tree in topological order, and its
+    //! step can run on another thread. Method: compile an aggregate over a
+    //! join over two sources and read the list back; feed the order check
+    //! lists that break it.
+    use rockstream_plan::JoinKind;
+
+    use super::*;
+    use crate::proptests::{aggregate_of, join, LEFT, RIGHT};
+    use crate::MemoryStore;
+
+    fn nested() -> Dataflow {
+        Dataflow::compile(&aggregate_of(1, join(JoinKind::Inner))).expect("compiles")
+    }
+
+    #[test]
+    fn operators_come_after_their_inputs_and_the_root_last() {
+        let dataflow = nested();
+        assert!(matches!(
+            dataflow.operators.as_slice(),
+            [
+                Entry {
+                    operator: Operator::Source { object_id: LEFT },
+                    ..
+                },
+                Entry {
+                    operator: Operator::Source { object_id: RIGHT },
+                    ..
+                },
+                Entry {
+                    operator: Operator::Join(_),
+                    ..
+                },
+                Entry {
+                    operator: Operator::Aggregate(_),
+                    ..
+                },
+            ]
+        ));
+        let inputs: Vec<&[usize]> = dataflow
+            .operators
+            .iter()
+            .map(|entry| entry.inputs.as_slice())
+            .collect();
+        assert_eq!(inputs, [&[][..], &[], &[0, 1], &[2]]);
+        assert!(is_tree_in_topological_order(&dataflow.operators));
+    }
+
+    #[test]
+    fn the_order_check_refuses_what_is_not_a_tree_in_order() {
+        let entry = |inputs: Vec<usize>| Entry {
+            inputs,
+            operator: Operator::UnionAll,
+        };
+        let valid = |inputs: [Vec<usize>; 2]| is_tree_in_topological_order(&inputs.map(entry));
+        assert!(valid([vec![], vec![0]]));
+        // An input that is not earlier; one output taken twice; one never taken.
+        assert!(!valid([vec![1], vec![]]));
+        assert!(!valid([vec![], vec![0, 0]]));
+        assert!(!valid([vec![], vec![]]));
+        assert!(!is_tree_in_topological_order(&[]));
+    }
+
+    #[test]
+    fn a_step_can_be_spawned() {
+        // The runtime spawns view steps onto its worker threads.
+        fn assert_send<T: Send>(_: &T) {}
+        let dataflow = nested();
+        let mut store = MemoryStore::default();
+        let inputs = HashMap::new();
+        assert_send(&dataflow.step(&mut store, &inputs, false));
+    }
 }

@@ -14,6 +14,9 @@
 //!
 //! Rows whose key has a NULL never match (unless `nulls_equal`, used for set
 //! operations) and hold no state: their padded output is decided on arrival.
+//!
+//! The operator is handed both inputs' deltas by the dataflow and steps
+//! nothing else.
 
 use std::collections::BTreeMap;
 
@@ -21,7 +24,7 @@ use rockstream_plan::{JoinKind, PlanNode};
 use rockstream_types::encoding::{decode_prefix, decode_row, encode_row, encode_row_into};
 use rockstream_types::{Datum, ObjectId, Row, RsResult, SqlType, ZSet};
 
-use crate::dataflow::{step_node, unsupported_join, Node, StepContext};
+use crate::dataflow::unsupported_join;
 use crate::expr::{any_null, CompiledExprs};
 use crate::keys::{decode_weight, op_prefix, JOIN_LEFT, JOIN_RIGHT, SET_OPERATION};
 use crate::state::{ScanOrder, StateStore};
@@ -30,10 +33,8 @@ use crate::state::{ScanOrder, StateStore};
 pub const KEY_ROWS_MAX: usize = 10_000_000;
 
 #[derive(Debug)]
-pub(crate) struct JoinNode {
+pub(crate) struct JoinOperator {
     op_id: ObjectId,
-    left: Node,
-    right: Node,
     kind: JoinKind,
     left_keys: Vec<usize>,
     right_keys: Vec<usize>,
@@ -52,11 +53,9 @@ enum Side {
     Right,
 }
 
-impl JoinNode {
-    pub fn compile(
-        plan: &PlanNode,
-        compile: impl Fn(&PlanNode) -> RsResult<Node>,
-    ) -> RsResult<JoinNode> {
+impl JoinOperator {
+    /// The operator of a `PlanNode::Join`; its inputs are compiled apart.
+    pub fn compile(plan: &PlanNode) -> RsResult<JoinOperator> {
         let PlanNode::Join {
             op_id,
             left,
@@ -74,7 +73,7 @@ impl JoinNode {
         } = plan
         else {
             return Err(rockstream_types::RsError::internal(
-                "JoinNode::compile on a non-join",
+                "JoinOperator::compile on a non-join",
             ));
         };
         let mut joined_types: Vec<SqlType> = left.schema().types()[..*left_width].to_vec();
@@ -92,10 +91,8 @@ impl JoinNode {
         {
             return Err(unsupported_join(*kind));
         }
-        Ok(JoinNode {
+        Ok(JoinOperator {
             op_id: *op_id,
-            left: compile(left)?,
-            right: compile(right)?,
             kind: *kind,
             left_keys: left_keys.clone(),
             right_keys: right_keys.clone(),
@@ -107,13 +104,13 @@ impl JoinNode {
         })
     }
 
+    /// The join's output delta for its inputs' deltas.
     pub async fn step<S: StateStore>(
         &self,
         store: &mut S,
-        context: &StepContext<'_>,
+        left_delta: ZSet,
+        right_delta: ZSet,
     ) -> RsResult<ZSet> {
-        let left_delta = step_node(&self.left, store, context).await?;
-        let right_delta = step_node(&self.right, store, context).await?;
         if left_delta.is_empty() && right_delta.is_empty() {
             return Ok(ZSet::new());
         }

@@ -2,6 +2,10 @@
 //! await state reads), written against the [`StateStore`] trait so it runs on
 //! SlateDB in production and on a `BTreeMap` in tests.
 //!
+//! Operators are push-style: each is handed its input batches and returns
+//! its output batch, and none steps another; a [`Dataflow`] is the view's
+//! operators in topological order, walked once per epoch.
+//!
 //! Invariants kept by every operator: any operator accepts a delta that
 //! repeats a row (maps and filters pass repeats on rather than sort their
 //! output; operators that group their input sum them), and a dataflow's

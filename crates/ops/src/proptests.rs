@@ -17,8 +17,8 @@ use rockstream_types::{Datum, ObjectId, Row, SqlType, ZSet};
 
 use crate::{Dataflow, MemoryStore};
 
-const LEFT: ObjectId = 1;
-const RIGHT: ObjectId = 2;
+pub(crate) const LEFT: ObjectId = 1;
+pub(crate) const RIGHT: ObjectId = 2;
 
 fn int_schema(names: &[&str]) -> Schema {
     Schema {
@@ -66,7 +66,7 @@ fn joined_schema() -> Arc<DFSchema> {
     Arc::new(DFSchema::try_from(ArrowSchema::new(fields)).expect("schema"))
 }
 
-fn join(kind: JoinKind) -> PlanNode {
+pub(crate) fn join(kind: JoinKind) -> PlanNode {
     join_of(kind, source(LEFT), source(RIGHT))
 }
 
@@ -115,7 +115,7 @@ fn aggregate(group_count: usize) -> PlanNode {
     aggregate_of(group_count, source(LEFT))
 }
 
-fn aggregate_of(group_count: usize, input: PlanNode) -> PlanNode {
+pub(crate) fn aggregate_of(group_count: usize, input: PlanNode) -> PlanNode {
     let call = |function, argument: Option<usize>, distinct| AggregateCall {
         function,
         argument,
@@ -436,6 +436,12 @@ proptest! {
     #[test]
     fn string_agg_matches_recomputation(history in history(), grouped: bool) {
         check(string_aggregate(usize::from(grouped)), history)?;
+    }
+
+    #[test]
+    fn aggregate_over_join_matches_recomputation(history in history(), kind in prop_oneof![
+        Just(JoinKind::Inner), Just(JoinKind::Left), Just(JoinKind::Full)]) {
+        check(aggregate_of(1, join(kind)), history)?;
     }
 
     #[test]
