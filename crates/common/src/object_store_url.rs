@@ -31,11 +31,16 @@ pub fn object_store_for(location: &str) -> RsResult<Arc<dyn ObjectStore>> {
             format!("cannot create storage directory '{path}': {error}"),
         )
     })?;
-    let store = LocalFileSystem::new_with_prefix(&path).map_err(|error| {
-        RsError::new(
-            &codes::STORAGE_IO,
-            format!("cannot open storage directory '{path}': {error}"),
-        )
-    })?;
+    // Acknowledged means on disk: every file SlateDB writes (WAL, tables,
+    // manifests) is fsynced, with its directory, before the write returns,
+    // so an acknowledged commit survives a power loss, not only `kill -9`.
+    let store = LocalFileSystem::new_with_prefix(&path)
+        .map_err(|error| {
+            RsError::new(
+                &codes::STORAGE_IO,
+                format!("cannot open storage directory '{path}': {error}"),
+            )
+        })?
+        .with_fsync(true);
     Ok(Arc::new(store))
 }
