@@ -153,7 +153,8 @@ impl Follower {
                     }
                     Err(error) => return Err(error),
                 };
-                self.engine
+                let build = self
+                    .engine
                     .install(InstallView {
                         view_id: entry.id,
                         name: entry.name.clone(),
@@ -163,6 +164,13 @@ impl Follower {
                         output: entry.row_storage(),
                     })
                     .await?;
+                // A CREATE returns once its view is complete. On start the
+                // database opens at once: a view whose build a crash cut
+                // short is built again in the background, reporting that it
+                // is building (or why its build failed) to readers.
+                if !replay {
+                    build.finished().await?;
+                }
                 Ok(())
             }
             CatalogChange::Dropped { entry } => {

@@ -119,6 +119,7 @@ impl TableResolver for SnapshotResolver {
                 .collect(),
             definition: entry.definition.clone(),
             primary_key: entry.primary_key.clone(),
+            populated: self.context.engine.view_status(entry.id).is_populated(),
         };
         Some(self.context.entries.iter().map(relation).collect())
     }
@@ -134,10 +135,22 @@ pub(crate) fn view_failure(engine: &Engine, entry: &CatalogEntry) -> Option<RsEr
     if entry.kind != ObjectKind::MaterializedView {
         return None;
     }
-    let ViewStatus::Failed(error) = engine.view_status(entry.id) else {
-        return None;
+    let error = match engine.view_status(entry.id) {
+        ViewStatus::Healthy => return None,
+        ViewStatus::Building { rows_done } => {
+            return Some(RsError::new(
+                &rockstream_types::codes::VIEW_BUILDING,
+                format!(
+                    "materialized view \"{}\" is being built: {rows_done} input rows done",
+                    entry.name
+                ),
+            ))
+        }
+        ViewStatus::Failed(error) => error,
     };
-    if error.code == &rockstream_types::codes::VIEW_NOT_MAINTAINABLE {
+    if error.code == &rockstream_types::codes::VIEW_NOT_MAINTAINABLE
+        || error.code == &rockstream_types::codes::VIEW_BACKFILL_FAILED
+    {
         return Some(error);
     }
     Some(

@@ -17,8 +17,10 @@ pub const COMMAND_QUEUE_MAX: usize = 1024;
 /// Bound on commits grouped into one epoch.
 pub const EPOCH_COMMITS_MAX: usize = 512;
 /// Source rows a new view's backfill feeds through its dataflow per epoch:
-/// bounds what a backfill holds in memory, however large its sources are.
-pub const BACKFILL_EPOCH_ROWS: usize = 65_536;
+/// bounds what a backfill holds in memory, however large its sources are,
+/// and how long a commit arriving meanwhile waits for the engine (one such
+/// step, tens of milliseconds).
+pub const BACKFILL_EPOCH_ROWS: usize = 8_192;
 
 /// Epochs between two memtable flushes requested by the engine (SlateDB
 /// also flushes a memtable when it reaches its size). Many small epochs
@@ -69,7 +71,25 @@ pub struct InstallView {
 #[derive(Debug, Clone, PartialEq)]
 pub enum ViewStatus {
     Healthy,
+    /// Its backfill is running: its output is incomplete. `rows_done` of its
+    /// sources' rows have gone through its dataflow so far.
+    Building {
+        rows_done: u64,
+    },
     Failed(RsError),
+}
+
+impl ViewStatus {
+    /// Whether the view's stored output is complete (PostgreSQL's
+    /// `pg_matviews.ispopulated`): not while it is built, nor after its
+    /// build failed. A view failing on a later change keeps its output.
+    pub fn is_populated(&self) -> bool {
+        match self {
+            ViewStatus::Healthy => true,
+            ViewStatus::Building { .. } => false,
+            ViewStatus::Failed(error) => error.code != &codes::VIEW_BACKFILL_FAILED,
+        }
+    }
 }
 
 pub(crate) enum Command {
@@ -79,7 +99,11 @@ pub(crate) enum Command {
     },
     Install {
         view: Box<InstallView>,
-        reply: oneshot::Sender<RsResult<()>>,
+        /// Told once the engine has taken the view on (it then steps or
+        /// builds it in every later epoch).
+        registered: oneshot::Sender<RsResult<()>>,
+        /// Told once the view is complete, or its build failed.
+        built: oneshot::Sender<RsResult<()>>,
     },
     Drop {
         object_id: ObjectId,
@@ -138,15 +162,23 @@ impl Engine {
         receiver.await.map_err(|_| stopped())?
     }
 
-    /// Installs a view's dataflow, backfilling it if it has no state yet.
-    pub async fn install(&self, view: InstallView) -> RsResult<()> {
-        let (reply, receiver) = oneshot::channel();
+    /// Installs a view's dataflow. A view without state yet (new, or whose
+    /// backfill a crash cut short) is built in the background, between
+    /// epochs, while commits go on; the returned [`ViewBuild`] tells when it
+    /// is complete. Until then [`Engine::view_status`] says it is building.
+    pub async fn install(&self, view: InstallView) -> RsResult<ViewBuild> {
+        let (registered, registered_receiver) = oneshot::channel();
+        let (built, built_receiver) = oneshot::channel();
         self.send(Command::Install {
             view: Box::new(view),
-            reply,
+            registered,
+            built,
         })
         .await?;
-        receiver.await.map_err(|_| stopped())?
+        registered_receiver.await.map_err(|_| stopped())??;
+        Ok(ViewBuild {
+            built: built_receiver,
+        })
     }
 
     /// Removes a table's rows or a view's dataflow, output and state.
@@ -179,6 +211,18 @@ impl Engine {
 
     async fn send(&self, command: Command) -> RsResult<()> {
         self.commands.send(command).await.map_err(|_| stopped())
+    }
+}
+
+/// A view's build in the background (see [`Engine::install`]).
+pub struct ViewBuild {
+    built: oneshot::Receiver<RsResult<()>>,
+}
+
+impl ViewBuild {
+    /// Waits until the view is complete, or returns why its build failed.
+    pub async fn finished(self) -> RsResult<()> {
+        self.built.await.map_err(|_| stopped())?
     }
 }
 

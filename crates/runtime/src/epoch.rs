@@ -10,22 +10,29 @@ use rockstream_common::Runtime;
 
 use rockstream_ops::keys::{self, decode_weight, encode_weight, RowStorage};
 use rockstream_ops::{OverlayStore, ScanOrder, StateRead, StateStore, Write};
-use rockstream_storage::{EpochStore, ShardDb, Snapshot};
+use rockstream_storage::{EpochStore, ShardDb};
 use rockstream_types::encoding::{decode_row, encode_datum, encode_row, encode_row_into};
 use rockstream_types::{codes, Epoch, ObjectId, Row, RsError, RsResult, ZSet};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::engine::{
-    Command, InstallView, Published, TableChange, ViewStatus, BACKFILL_EPOCH_ROWS,
-    EPOCH_COMMITS_MAX, MEMTABLE_FLUSH_EPOCHS, MEMTABLE_FLUSH_INTERVAL_MICROS,
-    PARALLEL_STEP_ROWS_MIN,
+    Command, InstallView, Published, TableChange, ViewStatus, EPOCH_COMMITS_MAX,
+    MEMTABLE_FLUSH_EPOCHS, MEMTABLE_FLUSH_INTERVAL_MICROS, PARALLEL_STEP_ROWS_MIN,
 };
 
-type Reply = oneshot::Sender<RsResult<Epoch>>;
+mod backfill;
+
+use backfill::Phase;
+
+type Reply<T = Epoch> = oneshot::Sender<RsResult<T>>;
 
 struct Installed {
     view: InstallView,
+    /// Why its last step failed, while it holds its input back.
     failed: Option<RsError>,
+    phase: Phase,
+    /// Told when its build ends (taken then).
+    built: Option<Reply<()>>,
 }
 
 /// A view's step over a shared epoch store: its output and its writes, not
@@ -44,13 +51,6 @@ pub(crate) struct EpochLoop {
     /// requested, and that flush while it runs.
     flushed_at: (Epoch, i64),
     flushing: Option<tokio::task::JoinHandle<RsResult<()>>>,
-}
-
-/// Marks a view whose backfill committed: `0x06 'V' 'I' view_id`.
-fn installed_marker(view_id: ObjectId) -> Vec<u8> {
-    let mut key = vec![keys::SHARD_META, b'V', b'I'];
-    key.extend_from_slice(&view_id.to_be_bytes());
-    key
 }
 
 impl EpochLoop {
@@ -73,57 +73,32 @@ impl EpochLoop {
         }
     }
 
+    /// Serves commands until every handle is gone. While a view is being
+    /// built, commands and build steps take turns: a commit waits for at
+    /// most one build step, and a busy commit stream cannot starve a build.
     pub async fn run(mut self, mut receiver: mpsc::Receiver<Command>) {
         let mut deferred: Option<Command> = None;
         loop {
+            let building = self.has_build_work();
             let command = match deferred.take() {
-                Some(command) => command,
+                Some(command) => Some(command),
+                None if building => match receiver.try_recv() {
+                    Ok(command) => Some(command),
+                    Err(mpsc::error::TryRecvError::Empty) => None,
+                    Err(mpsc::error::TryRecvError::Disconnected) => break,
+                },
                 None => match receiver.recv().await {
-                    Some(command) => command,
+                    Some(command) => Some(command),
                     None => break,
                 },
             };
             let result = match command {
-                Command::Commit { changes, reply } => {
-                    let mut commits = vec![(changes, reply)];
-                    while commits.len() < EPOCH_COMMITS_MAX {
-                        match receiver.try_recv() {
-                            Ok(Command::Commit { changes, reply }) => {
-                                commits.push((changes, reply))
-                            }
-                            Ok(other) => {
-                                deferred = Some(other);
-                                break;
-                            }
-                            Err(_) => break,
-                        }
-                    }
-                    let result = self.run_commits(commits).await;
-                    if result.is_ok() {
-                        self.maybe_flush_memtable().await;
-                    }
-                    result
-                }
-                Command::Install { view, reply } => {
-                    let result = self.install(*view).await;
-                    let fatal = matches!(&result, Err(error) if error.code == &codes::STORAGE_IO);
-                    let _ = reply.send(result);
-                    if fatal {
-                        Err(RsError::new(&codes::STORAGE_IO, "install failed"))
-                    } else {
-                        Ok(())
-                    }
-                }
-                Command::Drop { object_id, reply } => {
-                    let result = self.drop_object(object_id).await;
-                    let fatal = result.is_err();
-                    let _ = reply.send(result);
-                    if fatal {
-                        Err(RsError::new(&codes::STORAGE_IO, "drop failed"))
-                    } else {
-                        Ok(())
-                    }
-                }
+                Some(command) => self.serve(command, &mut receiver, &mut deferred).await,
+                None => Ok(()),
+            };
+            let result = match result {
+                Ok(()) if building => self.build_turn().await,
+                other => other,
             };
             if let Err(error) = result {
                 tracing::error!(%error, "engine stopped after a storage failure");
@@ -131,6 +106,62 @@ impl EpochLoop {
             }
         }
         let _ = self.shard.close().await;
+    }
+
+    /// Serves one command; a commit takes every commit queued behind it
+    /// into its epoch, up to [`EPOCH_COMMITS_MAX`], and leaves the first
+    /// other command in `deferred`. `Err`: a storage failure, after which
+    /// the engine stops.
+    async fn serve(
+        &mut self,
+        command: Command,
+        receiver: &mut mpsc::Receiver<Command>,
+        deferred: &mut Option<Command>,
+    ) -> RsResult<()> {
+        match command {
+            Command::Commit { changes, reply } => {
+                let mut commits = vec![(changes, reply)];
+                while commits.len() < EPOCH_COMMITS_MAX {
+                    match receiver.try_recv() {
+                        Ok(Command::Commit { changes, reply }) => commits.push((changes, reply)),
+                        Ok(other) => {
+                            *deferred = Some(other);
+                            break;
+                        }
+                        Err(_) => break,
+                    }
+                }
+                let result = self.run_commits(commits).await;
+                if result.is_ok() {
+                    self.maybe_flush_memtable().await;
+                }
+                result
+            }
+            Command::Install {
+                view,
+                registered,
+                built,
+            } => {
+                let result = self.install(*view, built).await;
+                let fatal = matches!(&result, Err(error) if error.code == &codes::STORAGE_IO);
+                let _ = registered.send(result);
+                if fatal {
+                    Err(RsError::new(&codes::STORAGE_IO, "install failed"))
+                } else {
+                    Ok(())
+                }
+            }
+            Command::Drop { object_id, reply } => {
+                let result = self.drop_object(object_id).await;
+                let fatal = result.is_err();
+                let _ = reply.send(result);
+                if fatal {
+                    Err(RsError::new(&codes::STORAGE_IO, "drop failed"))
+                } else {
+                    Ok(())
+                }
+            }
+        }
     }
 
     /// Starts a memtable flush on a task of its own once enough epochs and
@@ -222,6 +253,11 @@ impl EpochLoop {
     /// becomes input of the views reading it. Views are stepped in waves of
     /// views that do not read one another, concurrently when the epoch is
     /// large enough to be worth a task each.
+    ///
+    /// A view being built is not stepped: its sources' deltas join its
+    /// pending input, which its build steps once it has read its pinned
+    /// snapshot. A view whose build has not begun ignores them (the snapshot
+    /// it pins later holds them), and so does one whose build failed.
     async fn propagate(
         &mut self,
         mut store: EpochStore,
@@ -236,12 +272,18 @@ impl EpochLoop {
                 if sources.iter().any(|source| wave_outputs.contains(source)) {
                     break;
                 }
-                if sources
+                let has_input = sources
                     .iter()
-                    .any(|source| deltas.get(source).is_some_and(|d| !d.is_empty()))
-                {
-                    wave.push(next);
-                    wave_outputs.push(installed.view.view_id);
+                    .any(|source| deltas.get(source).is_some_and(|d| !d.is_empty()));
+                match installed.phase {
+                    Phase::Maintained if has_input => {
+                        wave.push(next);
+                        wave_outputs.push(installed.view.view_id);
+                    }
+                    Phase::Building(_) if has_input => {
+                        add_pending(&mut store, installed.view.view_id, sources, &deltas);
+                    }
+                    _ => {}
                 }
                 next += 1;
             }
@@ -370,109 +412,60 @@ impl EpochLoop {
             None => ViewStatus::Healthy,
         };
         self.views[index].failed = error;
+        self.set_status(view_id, status);
+    }
+
+    fn set_status(&self, view_id: ObjectId, status: ViewStatus) {
         if let Ok(mut statuses) = self.statuses.write() {
             statuses.insert(view_id, status);
         }
     }
 
-    async fn install(&mut self, view: InstallView) -> RsResult<()> {
+    /// Takes a view on. One whose backfill committed resumes at once
+    /// (retrying the input it held back, if any); any other is built in
+    /// the background ([`backfill`]), and `built` is told when that ends.
+    async fn install(&mut self, view: InstallView, built: Reply<()>) -> RsResult<()> {
         let snapshot = self.shard.snapshot()?;
-        let marker = installed_marker(view.view_id);
-        let already_installed = snapshot.get(&marker).await?.is_some();
+        let already_installed = snapshot
+            .get(&backfill::installed_marker(view.view_id))
+            .await?
+            .is_some();
         let view_id = view.view_id;
         self.views
             .retain(|installed| installed.view.view_id != view_id);
-        self.views.push(Installed { view, failed: None });
-        let index = self.views.len() - 1;
-        if already_installed {
-            let store = EpochStore::new(snapshot);
-            let has_pending = !store
-                .scan_prefix(&keys::pending_prefix(view_id), ScanOrder::Ascending, 1)
-                .await?
-                .is_empty();
-            if has_pending {
-                // Re-derive the failure (or heal) by retrying the pending input.
-                self.views[index].failed = Some(RsError::internal("pending"));
-                let store = self.step_wave(store, &[index], &mut HashMap::new()).await?;
-                self.commit_epoch(store).await?;
-            }
+        if !already_installed {
+            // A backfill cut short by a crash left part of the view's state
+            // behind: it is deleted first, and the build starts over.
+            self.set_status(view_id, ViewStatus::Building { rows_done: 0 });
+            self.views.push(Installed {
+                view,
+                failed: None,
+                phase: Phase::Preparing {
+                    stale: view_prefixes(view_id),
+                },
+                built: Some(built),
+            });
             return Ok(());
         }
-        // A backfill cut short by a crash leaves part of the view's state
-        // behind: start from nothing.
-        let prefixes = view_prefixes(view_id);
-        self.delete_prefixes(&prefixes).await?;
-        match self.backfill(index).await {
-            Ok(()) => Ok(()),
-            Err(error) => {
-                self.views.pop();
-                if error.code != &codes::STORAGE_IO {
-                    self.delete_prefixes(&prefixes).await?;
-                }
-                Err(error)
-            }
-        }
-    }
-
-    /// Feeds the rows of the new view's sources, read from one pinned
-    /// snapshot, through its dataflow, at most [`BACKFILL_EPOCH_ROWS`] of
-    /// each source per epoch, so memory stays bounded. The sources advance
-    /// together: a small dimension table is read whole in the first epoch,
-    /// and each chunk of a large fact table then joins against it, instead
-    /// of the last source's rows joining against everything at once. Until
-    /// the final epoch writes the installed marker the view is not in the
-    /// catalog readers see, and a restart starts the backfill over.
-    async fn backfill(&mut self, index: usize) -> RsResult<()> {
-        let pinned = self.shard.snapshot()?;
-        let view = &self.views[index].view;
-        let view_id = view.view_id;
-        let mut readers: Vec<(ObjectId, CollectionReader)> = view
-            .sources
-            .iter()
-            .zip(&view.source_storage)
-            .map(|(source, storage)| (*source, CollectionReader::new(*source, storage.clone())))
-            .collect();
-        let mut initial = true;
-        let mut rows_done = 0;
-        loop {
-            let mut inputs = HashMap::new();
-            for (source, reader) in &mut readers {
-                if let Some(chunk) = reader.next_chunk(&pinned, BACKFILL_EPOCH_ROWS).await? {
-                    rows_done += chunk.len();
-                    inputs.insert(*source, chunk);
-                }
-            }
-            if inputs.is_empty() {
-                break;
-            }
-            let mut store = EpochStore::new(self.shard.snapshot()?);
-            self.backfill_step(&mut store, index, &inputs, initial)
-                .await?;
+        self.views.push(Installed {
+            view,
+            failed: None,
+            phase: Phase::Maintained,
+            built: None,
+        });
+        let index = self.views.len() - 1;
+        let store = EpochStore::new(snapshot);
+        let has_pending = !store
+            .scan_prefix(&keys::pending_prefix(view_id), ScanOrder::Ascending, 1)
+            .await?
+            .is_empty();
+        if has_pending {
+            // Re-derive the failure (or heal) by retrying the pending input.
+            self.views[index].failed = Some(RsError::internal("pending"));
+            let store = self.step_wave(store, &[index], &mut HashMap::new()).await?;
             self.commit_epoch(store).await?;
-            initial = false;
-            tracing::info!(view = %self.views[index].view.name, rows = rows_done, "backfill in progress");
         }
-        let mut store = EpochStore::new(self.shard.snapshot()?);
-        if initial {
-            // No source rows: the one step global aggregates need.
-            self.backfill_step(&mut store, index, &HashMap::new(), true)
-                .await?;
-        }
-        store.put(installed_marker(view_id), vec![1]);
-        self.commit_epoch(store).await?;
-        Ok(())
-    }
-
-    async fn backfill_step(
-        &self,
-        store: &mut EpochStore,
-        index: usize,
-        inputs: &HashMap<ObjectId, ZSet>,
-        initial: bool,
-    ) -> RsResult<()> {
-        let view = &self.views[index].view;
-        let output = view.dataflow.step(store, inputs, initial).await?;
-        apply_view_output(store, view, &output);
+        let _ = built.send(Ok(()));
         Ok(())
     }
 
@@ -490,27 +483,35 @@ impl EpochLoop {
     /// Deletes every key under `prefixes`, a bounded chunk per epoch.
     async fn delete_prefixes(&mut self, prefixes: &[Vec<u8>]) -> RsResult<()> {
         for prefix in prefixes {
-            loop {
-                let snapshot = self.shard.snapshot()?;
-                let chunk = snapshot.scan_chunk(prefix, None).await?;
-                if chunk.is_empty() {
-                    break;
-                }
-                let mut store = EpochStore::new(snapshot);
-                for (key, _) in chunk {
-                    store.delete(key);
-                }
-                self.commit_epoch(store).await?;
-            }
+            while self.delete_chunk(prefix).await? {}
         }
         Ok(())
+    }
+
+    /// Deletes one bounded chunk of the keys under `prefix` in an epoch of
+    /// its own; false once none is left.
+    async fn delete_chunk(&mut self, prefix: &[u8]) -> RsResult<bool> {
+        let snapshot = self.shard.snapshot()?;
+        let chunk = snapshot.scan_chunk(prefix, None).await?;
+        if chunk.is_empty() {
+            return Ok(false);
+        }
+        let mut store = EpochStore::new(snapshot);
+        for (key, _) in chunk {
+            store.delete(key);
+        }
+        self.commit_epoch(store).await?;
+        Ok(true)
     }
 }
 
 /// Every key prefix a materialized view's state lives under: its held-back
 /// input, installed marker, output and operator state.
 fn view_prefixes(view_id: ObjectId) -> Vec<Vec<u8>> {
-    let mut prefixes = vec![keys::pending_prefix(view_id), installed_marker(view_id)];
+    let mut prefixes = vec![
+        keys::pending_prefix(view_id),
+        backfill::installed_marker(view_id),
+    ];
     prefixes.extend(keys::view_output_prefixes(view_id));
     prefixes.extend(keys::view_op_prefixes(view_id));
     prefixes
@@ -633,52 +634,6 @@ fn apply_view_output<S: StateStore>(store: &mut S, view: &InstallView, output: &
     }
 }
 
-/// Reads the rows of a table or view from a snapshot as a sequence of
-/// bounded Z-sets.
-struct CollectionReader {
-    storage: RowStorage,
-    prefix: Vec<u8>,
-    after: Option<Vec<u8>>,
-    exhausted: bool,
-}
-
-impl CollectionReader {
-    fn new(object_id: ObjectId, storage: RowStorage) -> Self {
-        CollectionReader {
-            prefix: storage.prefix(object_id),
-            storage,
-            after: None,
-            exhausted: false,
-        }
-    }
-
-    /// The next rows in key order, about `rows_max` of them (whole storage
-    /// chunks); `None` once every row was read.
-    async fn next_chunk(&mut self, snapshot: &Snapshot, rows_max: usize) -> RsResult<Option<ZSet>> {
-        let mut rows = ZSet::new();
-        while !self.exhausted && rows.len() < rows_max {
-            let chunk = snapshot
-                .scan_chunk(&self.prefix, self.after.as_deref())
-                .await?;
-            let Some((last, _)) = chunk.last() else {
-                self.exhausted = true;
-                break;
-            };
-            self.after = Some(last.clone());
-            for (key, value) in chunk {
-                match self.storage {
-                    RowStorage::Counted => rows.push(
-                        decode_row(&key[self.prefix.len()..])?,
-                        decode_weight(&value),
-                    ),
-                    RowStorage::Table | RowStorage::Keyed(_) => rows.push(decode_row(&value)?, 1),
-                }
-            }
-        }
-        Ok((!rows.is_empty()).then_some(rows))
-    }
-}
-
 /// A failed view's input for a retry: the epoch's deltas of its sources
 /// plus the input it holds back.
 async fn inputs_with_pending(
@@ -735,6 +690,30 @@ async fn clear_pending<S: StateStore>(store: &mut S, view_id: ObjectId) -> RsRes
     Ok(())
 }
 
+/// Adds the deltas of a view's sources to its pending input, blindly.
+fn add_pending<S: StateStore>(
+    store: &mut S,
+    view_id: ObjectId,
+    sources: &[ObjectId],
+    deltas: &HashMap<ObjectId, ZSet>,
+) {
+    for source in sources {
+        let Some(delta) = deltas.get(source) else {
+            continue;
+        };
+        for (row, weight) in &delta.updates {
+            store.add_count(pending_key(view_id, *source, row), *weight);
+        }
+    }
+}
+
+fn pending_key(view_id: ObjectId, source: ObjectId, row: &Row) -> Vec<u8> {
+    let mut key = keys::pending_prefix(view_id);
+    key.extend_from_slice(&source.to_be_bytes());
+    encode_row_into(row, &mut key);
+    key
+}
+
 fn write_pending<S: StateStore>(
     store: &mut S,
     view_id: ObjectId,
@@ -743,10 +722,7 @@ fn write_pending<S: StateStore>(
 ) {
     for (source, delta) in inputs.iter().filter(|(id, _)| sources.contains(id)) {
         for (row, weight) in &delta.clone().consolidate().updates {
-            let mut key = keys::pending_prefix(view_id);
-            key.extend_from_slice(&source.to_be_bytes());
-            encode_row_into(row, &mut key);
-            store.put(key, encode_weight(*weight));
+            store.put(pending_key(view_id, *source, row), encode_weight(*weight));
         }
     }
 }

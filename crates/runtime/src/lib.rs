@@ -15,8 +15,12 @@
 //! a durable pending Z-set, and every epoch retries the step over the pending
 //! changes. When the offending rows are gone the retry succeeds and the view
 //! heals; meanwhile reading it returns the coded error.
+//!
+//! A new view is built in the background: its backfill reads one pinned
+//! snapshot a bounded chunk per turn, taking turns with commits, while the
+//! changes committed meanwhile wait in its pending input (`epoch::backfill`).
 
 mod engine;
 mod epoch;
 
-pub use engine::{Engine, InstallView, RowChange, TableChange, ViewStatus};
+pub use engine::{Engine, InstallView, RowChange, TableChange, ViewBuild, ViewStatus};

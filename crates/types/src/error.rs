@@ -104,6 +104,10 @@ pub mod codes {
         // Shard / runtime: 3000–3499.
         ENGINE_STOPPED = (3003, "runtime.engine_stopped", "57P01",
             "The server's engine stopped after a storage failure; check the server log and restart it.");
+        VIEW_BUILDING = (3004, "runtime.view_building", "55000",
+            "The materialized view is still being computed from its inputs (after a restart that interrupted its CREATE); the server log shows its progress and pg_matviews.ispopulated turns true when it is done. Retry the read then.");
+        VIEW_BACKFILL_FAILED = (3005, "runtime.view_backfill_failed", "22000",
+            "A row of the view's inputs made its first computation fail (the message names the cause). DROP MATERIALIZED VIEW it, fix or delete the row, and create it again.");
         // Storage format: 5000–5499.
         FORMAT_VERSION_INCOMPATIBLE = (5001, "storage.format_version_incompatible", "XX002",
             "Open this storage with a RockStream binary that supports its format version, or point --storage elsewhere.");

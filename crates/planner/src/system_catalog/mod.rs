@@ -50,6 +50,9 @@ pub struct RelationInfo {
     /// PostgreSQL reports as a unique index and a constraint named
     /// `<table>_pkey`.
     pub primary_key: Vec<usize>,
+    /// False while a materialized view is being built (PostgreSQL's
+    /// `pg_matviews.ispopulated`).
+    pub populated: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -301,6 +304,10 @@ pub(crate) fn flags(value: bool, count: usize) -> ArrayRef {
     Arc::new(BooleanArray::from(vec![value; count]))
 }
 
+pub(crate) fn booleans(values: impl Iterator<Item = bool>) -> ArrayRef {
+    Arc::new(BooleanArray::from(values.collect::<Vec<_>>()))
+}
+
 pub(crate) fn batch(columns: Vec<(&str, ArrayRef)>) -> DataFusionResult<RecordBatch> {
     let fields: Vec<Field> = columns
         .iter()
@@ -334,6 +341,7 @@ mod tests {
                 ],
                 definition: None,
                 primary_key: vec![0],
+                populated: true,
             },
             RelationInfo {
                 object_id: 2,
@@ -342,6 +350,7 @@ mod tests {
                 columns: vec![column("total", "numeric(38,2)", false)],
                 definition: Some("SELECT SUM(amount) AS total FROM orders".into()),
                 primary_key: Vec::new(),
+                populated: false,
             },
         ]
     }

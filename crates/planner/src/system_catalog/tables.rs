@@ -9,7 +9,7 @@ use datafusion::error::Result as DataFusionResult;
 
 use super::types::{type_identity, type_storage};
 use super::{
-    batch, flags, repeated, text, ColumnInfo, RelationInfo, RelationKind, BTREE_AM_OID,
+    batch, booleans, flags, repeated, text, ColumnInfo, RelationInfo, RelationKind, BTREE_AM_OID,
     HEAP_AM_OID, OWNER, OWNER_OID, PUBLIC_OID, SCHEMA,
 };
 
@@ -358,7 +358,10 @@ pub(crate) fn pg_views(
         ("matviewowner", repeated(OWNER, count)),
         ("tablespace", text(vec![None; count])),
         ("hasindexes", flags(false, count)),
-        ("ispopulated", flags(true, count)),
+        (
+            "ispopulated",
+            booleans(views.iter().map(|view| view.populated)),
+        ),
         ("definition", definitions),
     ])
 }
