@@ -3,7 +3,10 @@
 //!
 //! A table's rows are read from the snapshot and overlaid with the session's
 //! uncommitted writes, so statements inside a transaction see their own
-//! changes. A materialized view's rows are its stored output (a row with
+//! changes. Scans stream: each poll of a scan reads one bounded storage
+//! chunk, so a scan's memory does not grow with the relation, a `LIMIT`
+//! stops the reads, and an equality on the leading key column reads only
+//! the rows under that key. A materialized view's rows are its stored output (a row with
 //! weight `n` appears `n` times); reading a failed view returns its error.
 //! For UPDATE/DELETE the table also exposes its storage key as a hidden
 //! trailing column, [`ROW_KEY_COLUMN`].
@@ -16,11 +19,13 @@ use datafusion::arrow::array::{ArrayRef, BinaryBuilder};
 use datafusion::arrow::datatypes::{DataType, Field, Schema as ArrowSchema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::catalog::{Session, TableProvider};
-use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::datasource::TableType;
 use datafusion::datasource::ViewTable;
 use datafusion::error::{DataFusionError, Result as DataFusionResult};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::{Expr, Operator, TableProviderFilterPushDown};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::physical_plan::ExecutionPlan;
 use rockstream_control::{plan_inline_view, CatalogEntry, ObjectKind};
 use rockstream_ops::arrow_rows::{array_to_datums, rows_to_batch};
@@ -165,7 +170,7 @@ pub(crate) fn view_failure(engine: &Engine, entry: &CatalogEntry) -> Option<RsEr
     )
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct SnapshotTable {
     entry: CatalogEntry,
     types: Vec<SqlType>,
@@ -231,60 +236,48 @@ impl SnapshotTable {
         (!datum.is_null()).then_some(datum)
     }
 
-    /// Every visible row with its storage key (tables) and multiplicity.
-    /// With `key_value`, only rows whose storage key starts with it.
-    async fn rows(&self, key_value: Option<&Datum>) -> RsResult<Vec<(Vec<u8>, Row)>> {
-        if let Some(error) = view_failure(&self.context.engine, &self.entry) {
-            return Err(error);
-        }
-        let base = self.storage.prefix(self.entry.id);
-        let mut key_prefix = Vec::new();
-        if let Some(value) = key_value {
-            encode_datum(value, &mut key_prefix);
-        }
-        let mut prefix = base.clone();
-        prefix.extend_from_slice(&key_prefix);
+    /// The visible rows of one storage chunk of the scan, with their
+    /// storage keys (tables) and multiplicities; a table's rows that the
+    /// session overwrote are left out (its overlay supplies them).
+    fn decode_chunk(
+        &self,
+        base_len: usize,
+        chunk: Vec<(Vec<u8>, Vec<u8>)>,
+    ) -> RsResult<Vec<(Vec<u8>, Row)>> {
         let overlay = self.context.overlays.get(&self.entry.id);
-        let mut rows = Vec::new();
-        let mut after: Option<Vec<u8>> = None;
-        loop {
-            let chunk = self
-                .context
-                .snapshot
-                .scan_chunk(&prefix, after.as_deref())
-                .await?;
-            let Some((last, _)) = chunk.last() else { break };
-            after = Some(last.clone());
-            for (key, value) in chunk {
-                let suffix = &key[base.len()..];
-                match self.storage {
-                    RowStorage::Table => {
-                        if overlay.is_some_and(|overlay| overlay.contains_key(suffix)) {
-                            continue;
-                        }
-                        rows.push((suffix.to_vec(), decode_row(&value)?));
+        let mut rows = Vec::with_capacity(chunk.len());
+        for (key, value) in chunk {
+            let suffix = &key[base_len..];
+            match self.storage {
+                RowStorage::Table => {
+                    if overlay.is_some_and(|overlay| overlay.contains_key(suffix)) {
+                        continue;
                     }
-                    RowStorage::Counted => {
-                        let row = decode_row(suffix)?;
-                        for _ in 0..decode_weight(&value) {
-                            rows.push((Vec::new(), row.clone()));
-                        }
+                    rows.push((suffix.to_vec(), decode_row(&value)?));
+                }
+                RowStorage::Counted => {
+                    let row = decode_row(suffix)?;
+                    for _ in 0..decode_weight(&value) {
+                        rows.push((Vec::new(), row.clone()));
                     }
-                    RowStorage::Keyed(_) => rows.push((Vec::new(), decode_row(&value)?)),
                 }
-            }
-        }
-        if let Some(overlay) = overlay {
-            for (key, row) in overlay
-                .range(key_prefix.clone()..)
-                .take_while(|(key, _)| key.starts_with(&key_prefix))
-            {
-                if let Some(row) = row {
-                    rows.push((key.clone(), row.clone()));
-                }
+                RowStorage::Keyed(_) => rows.push((Vec::new(), decode_row(&value)?)),
             }
         }
         Ok(rows)
+    }
+
+    /// The session's uncommitted rows of this table whose storage key
+    /// starts with `key_prefix`.
+    fn overlay_rows(&self, key_prefix: &[u8]) -> Vec<(Vec<u8>, Row)> {
+        let Some(overlay) = self.context.overlays.get(&self.entry.id) else {
+            return Vec::new();
+        };
+        overlay
+            .range(key_prefix.to_vec()..)
+            .take_while(|(key, _)| key.starts_with(key_prefix))
+            .filter_map(|(key, row)| row.as_ref().map(|row| (key.clone(), row.clone())))
+            .collect()
     }
 
     fn batches(&self, rows: &[(Vec<u8>, Row)]) -> RsResult<Vec<RecordBatch>> {
@@ -348,13 +341,114 @@ impl TableProvider for SnapshotTable {
         _state: &dyn Session,
         projection: Option<&Vec<usize>>,
         filters: &[Expr],
-        _limit: Option<usize>,
+        limit: Option<usize>,
     ) -> DataFusionResult<Arc<dyn ExecutionPlan>> {
-        let key_value = filters.iter().find_map(|filter| self.key_equality(filter));
-        let rows = self.rows(key_value.as_ref()).await.map_err(external)?;
-        let batches = self.batches(&rows).map_err(external)?;
-        let exec =
-            MemorySourceConfig::try_new_exec(&[batches], self.schema.clone(), projection.cloned())?;
-        Ok(exec)
+        if let Some(error) = view_failure(&self.context.engine, &self.entry) {
+            return Err(external(error));
+        }
+        let mut key_prefix = Vec::new();
+        if let Some(value) = filters.iter().find_map(|filter| self.key_equality(filter)) {
+            encode_datum(&value, &mut key_prefix);
+        }
+        let scan = SnapshotScan {
+            table: self.clone(),
+            key_prefix,
+        };
+        let exec = StreamingTableExec::try_new(
+            self.schema.clone(),
+            vec![Arc::new(scan)],
+            projection,
+            Vec::new(),
+            false,
+            limit,
+        )?;
+        Ok(Arc::new(exec))
+    }
+}
+
+/// One scan of a table's or view's rows at the pinned snapshot, streamed:
+/// each poll reads one bounded storage chunk, so a scan holds at most a
+/// chunk's rows whatever the relation's size, and a consumer that stops
+/// early (`LIMIT`) stops the reads. With a key prefix (the encoded value of
+/// the leading key column), only the rows under it are read.
+#[derive(Debug)]
+struct SnapshotScan {
+    table: SnapshotTable,
+    key_prefix: Vec<u8>,
+}
+
+/// Where a [`SnapshotScan`]'s stream is.
+struct ScanCursor {
+    table: SnapshotTable,
+    base_len: usize,
+    prefix: Vec<u8>,
+    key_prefix: Vec<u8>,
+    /// The last stored key read.
+    after: Option<Vec<u8>>,
+    stored_done: bool,
+    overlay_done: bool,
+    /// Batches decoded and not yet handed on.
+    ready: std::collections::VecDeque<RecordBatch>,
+}
+
+impl ScanCursor {
+    /// The next batch of rows, reading storage chunks until one has a
+    /// visible row; then the session's own uncommitted rows; `None` at the
+    /// end.
+    async fn next_batch(&mut self) -> RsResult<Option<RecordBatch>> {
+        loop {
+            if let Some(batch) = self.ready.pop_front() {
+                return Ok(Some(batch));
+            }
+            let rows = if !self.stored_done {
+                let chunk = self
+                    .table
+                    .context
+                    .snapshot
+                    .scan_chunk(&self.prefix, self.after.as_deref())
+                    .await?;
+                match chunk.last() {
+                    Some((last, _)) => self.after = Some(last.clone()),
+                    None => self.stored_done = true,
+                }
+                self.table.decode_chunk(self.base_len, chunk)?
+            } else if !self.overlay_done {
+                self.overlay_done = true;
+                self.table.overlay_rows(&self.key_prefix)
+            } else {
+                return Ok(None);
+            };
+            self.ready.extend(self.table.batches(&rows)?);
+        }
+    }
+}
+
+impl PartitionStream for SnapshotScan {
+    fn schema(&self) -> &SchemaRef {
+        &self.table.schema
+    }
+
+    fn execute(&self, _context: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let base = self.table.storage.prefix(self.table.entry.id);
+        let mut prefix = base.clone();
+        prefix.extend_from_slice(&self.key_prefix);
+        let cursor = ScanCursor {
+            table: self.table.clone(),
+            base_len: base.len(),
+            prefix,
+            key_prefix: self.key_prefix.clone(),
+            after: None,
+            stored_done: false,
+            overlay_done: false,
+            ready: std::collections::VecDeque::new(),
+        };
+        let batches = futures::stream::try_unfold(cursor, |mut cursor| async move {
+            let batch = cursor.next_batch().await.map_err(external)?;
+            Ok(batch.map(|batch| (batch, cursor)))
+        });
+        Box::pin(RecordBatchStreamAdapter::new(
+            self.table.schema.clone(),
+            batches,
+        ))
     }
 }
