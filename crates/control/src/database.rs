@@ -574,6 +574,69 @@ mod tests {
         panic!("view {name} is still building after 20 s");
     }
 
+    /// Waits (bounded) until every dropped object's keys are deleted.
+    async fn reclaimed(database: &Database) {
+        for _ in 0..2_000 {
+            if database.engine().reclaims_pending() == 0 {
+                return;
+            }
+            Runtime::system()
+                .sleep(std::time::Duration::from_millis(10))
+                .await;
+        }
+        panic!("dropped objects still hold keys after 20 s");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_drop_returns_at_once_and_its_state_goes_in_the_background() {
+        // Goal: DROP does not wait for its state to be deleted, and the
+        // deletion finishes even when the server stops in the middle.
+        // Method: drop a 40 000-row table (several deletion turns) and its
+        // view, stop the engine right after the DROP returns, reopen, and
+        // wait until no key of either is left; a commit meanwhile works.
+        let directory = tempfile::tempdir().unwrap();
+        let location = directory.path().to_str().unwrap().to_string();
+        let database = Database::open(&location, Runtime::system()).await.unwrap();
+        table_t(&database).await;
+        insert_rows(&database, (0..40_000).map(|k| (k, k))).await;
+        database
+            .create_view(
+                "default",
+                "by_g",
+                "SELECT g, COUNT(*) AS n FROM t GROUP BY g",
+                None,
+                true,
+                false,
+            )
+            .await
+            .unwrap();
+        let table = database.lookup("default", "t").unwrap();
+        let view = database.lookup("default", "by_g").unwrap();
+        let mut prefixes = vec![keys::table_prefix(table.id)];
+        prefixes.extend(keys::view_output_prefixes(view.id));
+        prefixes.extend(keys::view_op_prefixes(view.id));
+        database
+            .drop_object("default", "t", ObjectKind::Table, true, false)
+            .await
+            .unwrap();
+        assert!(database.lookup("default", "t").is_none());
+        assert!(database.lookup("default", "by_g").is_none());
+        assert!(
+            keys_under(&database, &keys::table_prefix(table.id)).await > 0,
+            "the rows are deleted after the DROP returns"
+        );
+        drop(database);
+
+        let reopened = Database::open(&location, Runtime::system()).await.unwrap();
+        table_t(&reopened).await;
+        insert_rows(&reopened, (0..10).map(|k| (k, k))).await;
+        reclaimed(&reopened).await;
+        for prefix in &prefixes {
+            assert_eq!(keys_under(&reopened, prefix).await, 0, "{prefix:?}");
+        }
+        assert_eq!(stored_rows(&reopened, "t").await.len(), 10);
+    }
+
     async fn table_t(database: &Database) {
         database
             .create_table(
@@ -936,6 +999,7 @@ mod tests {
         let reopened = Database::open(&location, Runtime::system()).await.unwrap();
         assert!(reopened.lookup("default", "t").is_none());
         assert!(reopened.lookup("default", "totals").is_none());
+        reclaimed(&reopened).await;
         for prefix in &state_prefixes {
             assert_eq!(keys_under(&reopened, prefix).await, 0, "{prefix:?}");
         }

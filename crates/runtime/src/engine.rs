@@ -1,6 +1,7 @@
 //! The engine handle and its command queue.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
 use rockstream_common::Runtime;
@@ -124,6 +125,7 @@ pub struct Engine {
     commands: mpsc::Sender<Command>,
     published: watch::Receiver<Published>,
     statuses: Arc<RwLock<HashMap<ObjectId, ViewStatus>>>,
+    reclaiming: Arc<AtomicUsize>,
 }
 
 impl Engine {
@@ -134,18 +136,21 @@ impl Engine {
         let (published_sender, published) = watch::channel(Published { epoch, snapshot });
         let (commands, receiver) = mpsc::channel(COMMAND_QUEUE_MAX);
         let statuses = Arc::new(RwLock::new(HashMap::new()));
+        let reclaiming = Arc::new(AtomicUsize::new(0));
         let epoch_loop = EpochLoop::new(
             runtime.clone(),
             shard,
             epoch,
             published_sender,
             statuses.clone(),
+            reclaiming.clone(),
         );
         runtime.spawn(epoch_loop.run(receiver));
         Ok(Engine {
             commands,
             published,
             statuses,
+            reclaiming,
         })
     }
 
@@ -181,7 +186,9 @@ impl Engine {
         })
     }
 
-    /// Removes a table's rows or a view's dataflow, output and state.
+    /// Removes a table or a view's dataflow. Returns once that is durable;
+    /// its rows, output and state are deleted afterwards, in the
+    /// background (resumed after a restart).
     pub async fn drop_object(&self, object_id: ObjectId) -> RsResult<()> {
         let (reply, receiver) = oneshot::channel();
         self.send(Command::Drop { object_id, reply }).await?;
@@ -195,6 +202,11 @@ impl Engine {
         if let Ok(mut statuses) = self.statuses.write() {
             statuses.insert(view_id, ViewStatus::Failed(error));
         }
+    }
+
+    /// Dropped objects whose stored keys are not all deleted yet.
+    pub fn reclaims_pending(&self) -> usize {
+        self.reclaiming.load(Ordering::Relaxed)
     }
 
     pub fn view_status(&self, view_id: ObjectId) -> ViewStatus {

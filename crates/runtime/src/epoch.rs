@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, RwLock};
 
 use futures::FutureExt;
@@ -21,8 +22,10 @@ use crate::engine::{
 };
 
 mod backfill;
+mod reclaim;
 
 use backfill::Phase;
+use reclaim::Reclaim;
 
 type Reply<T = Epoch> = oneshot::Sender<RsResult<T>>;
 
@@ -51,6 +54,10 @@ pub(crate) struct EpochLoop {
     /// requested, and that flush while it runs.
     flushed_at: (Epoch, i64),
     flushing: Option<tokio::task::JoinHandle<RsResult<()>>>,
+    /// Dropped objects whose keys are still being deleted, oldest first.
+    reclaims: Vec<Reclaim>,
+    /// How many, for [`crate::Engine::reclaims_pending`].
+    reclaiming: Arc<AtomicUsize>,
 }
 
 impl EpochLoop {
@@ -60,6 +67,7 @@ impl EpochLoop {
         epoch: Epoch,
         published: watch::Sender<Published>,
         statuses: Arc<RwLock<HashMap<ObjectId, ViewStatus>>>,
+        reclaiming: Arc<AtomicUsize>,
     ) -> Self {
         EpochLoop {
             runtime,
@@ -70,16 +78,24 @@ impl EpochLoop {
             views: Vec::new(),
             flushed_at: (epoch, 0),
             flushing: None,
+            reclaims: Vec::new(),
+            reclaiming,
         }
     }
 
     /// Serves commands until every handle is gone. While a view is being
-    /// built, commands and build steps take turns: a commit waits for at
-    /// most one build step, and a busy commit stream cannot starve a build.
+    /// built or a dropped object's keys deleted, commands and bounded steps
+    /// of that work take turns: a commit waits for at most one step, and a
+    /// busy commit stream cannot starve the background work.
     pub async fn run(mut self, mut receiver: mpsc::Receiver<Command>) {
+        if let Err(error) = self.resume_reclaims().await {
+            tracing::error!(%error, "engine stopped after a storage failure");
+            let _ = self.shard.close().await;
+            return;
+        }
         let mut deferred: Option<Command> = None;
         loop {
-            let building = self.has_build_work();
+            let building = self.has_background_work();
             let command = match deferred.take() {
                 Some(command) => Some(command),
                 None if building => match receiver.try_recv() {
@@ -97,7 +113,7 @@ impl EpochLoop {
                 None => Ok(()),
             };
             let result = match result {
-                Ok(()) if building => self.build_turn().await,
+                Ok(()) if building => self.background_turn().await,
                 other => other,
             };
             if let Err(error) = result {
@@ -466,25 +482,6 @@ impl EpochLoop {
             self.commit_epoch(store).await?;
         }
         let _ = built.send(Ok(()));
-        Ok(())
-    }
-
-    async fn drop_object(&mut self, object_id: ObjectId) -> RsResult<()> {
-        self.views
-            .retain(|installed| installed.view.view_id != object_id);
-        if let Ok(mut statuses) = self.statuses.write() {
-            statuses.remove(&object_id);
-        }
-        let mut prefixes = view_prefixes(object_id);
-        prefixes.push(keys::table_prefix(object_id));
-        self.delete_prefixes(&prefixes).await
-    }
-
-    /// Deletes every key under `prefixes`, a bounded chunk per epoch.
-    async fn delete_prefixes(&mut self, prefixes: &[Vec<u8>]) -> RsResult<()> {
-        for prefix in prefixes {
-            while self.delete_chunk(prefix).await? {}
-        }
         Ok(())
     }
 

@@ -19,6 +19,8 @@
 //! A new view is built in the background: its backfill reads one pinned
 //! snapshot a bounded chunk per turn, taking turns with commits, while the
 //! changes committed meanwhile wait in its pending input (`epoch::backfill`).
+//! A dropped object's keys are deleted the same way, after a durable marker
+//! lets `DROP` return at once (`epoch::reclaim`).
 
 mod engine;
 mod epoch;

@@ -75,19 +75,31 @@ enum Readiness {
 }
 
 impl EpochLoop {
-    /// True while some view is preparing or building.
-    pub(super) fn has_build_work(&self) -> bool {
-        self.views.iter().any(|installed| {
-            matches!(
-                installed.phase,
-                Phase::Preparing { .. } | Phase::Building(_)
-            )
-        })
+    /// True while some view is preparing or building, or a dropped
+    /// object's keys are being deleted.
+    pub(super) fn has_background_work(&self) -> bool {
+        !self.reclaims.is_empty()
+            || self.views.iter().any(|installed| {
+                matches!(
+                    installed.phase,
+                    Phase::Preparing { .. } | Phase::Building(_)
+                )
+            })
     }
 
-    /// One bounded step of the first view that can make progress. `Err`
-    /// only for a storage failure; a build's own failure fails its view.
-    pub(super) async fn build_turn(&mut self) -> RsResult<()> {
+    /// One bounded step of background work: of a view's build if one can
+    /// make progress (a statement may be waiting for it), else of a
+    /// reclaim. `Err` only for a storage failure.
+    pub(super) async fn background_turn(&mut self) -> RsResult<()> {
+        if !self.build_turn().await? {
+            self.reclaim_turn().await?;
+        }
+        Ok(())
+    }
+
+    /// One bounded step of the first view that can make progress; false
+    /// when none can. A build's own failure fails its view.
+    async fn build_turn(&mut self) -> RsResult<bool> {
         for index in 0..self.views.len() {
             match &mut self.views[index].phase {
                 Phase::Preparing { stale } if !stale.is_empty() => {
@@ -97,12 +109,12 @@ impl EpochLoop {
                             stale.remove(0);
                         }
                     }
-                    return Ok(());
+                    return Ok(true);
                 }
                 Phase::Preparing { .. } => match self.readiness(index) {
                     Readiness::Ready => {
                         self.start_build(index)?;
-                        return Ok(());
+                        return Ok(true);
                     }
                     Readiness::Waiting => continue,
                     Readiness::SourceFailed(source) => {
@@ -115,14 +127,17 @@ impl EpochLoop {
                             ),
                         );
                         self.fail_build(index, error.clone(), error);
-                        return Ok(());
+                        return Ok(true);
                     }
                 },
-                Phase::Building(_) => return self.backfill_turn(index).await,
+                Phase::Building(_) => {
+                    self.backfill_turn(index).await?;
+                    return Ok(true);
+                }
                 Phase::Maintained | Phase::BuildFailed => continue,
             }
         }
-        Ok(())
+        Ok(false)
     }
 
     fn readiness(&self, index: usize) -> Readiness {

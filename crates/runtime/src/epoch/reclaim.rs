@@ -1,0 +1,123 @@
+//! Reclaiming a dropped object's state in the background.
+//!
+//! SlateDB has no range delete, so a dropped table's rows or a dropped
+//! view's output and operator state are deleted key by key. `DROP` does not
+//! wait for that: the engine commits a durable *reclaim marker* for the
+//! object (`0x06 'R' 'C' object_id`) in one epoch and answers; the keys are
+//! then deleted one bounded chunk per turn, taking turns with commits like
+//! a view's build, and the last turn deletes the marker. A restart resumes
+//! every marker it finds. Object ids are never reused, so nothing created
+//! later can live under a prefix being reclaimed.
+
+use rockstream_ops::keys;
+use rockstream_ops::{ScanOrder, StateStore};
+use rockstream_storage::EpochStore;
+use rockstream_types::{ObjectId, RsError, RsResult};
+
+use super::{view_prefixes, EpochLoop};
+
+/// A dropped object whose keys are still being deleted.
+pub(super) struct Reclaim {
+    object_id: ObjectId,
+    /// Prefixes still holding keys of the object; the first is next.
+    prefixes: Vec<Vec<u8>>,
+}
+
+/// The markers' common prefix: `0x06 'R' 'C'`.
+fn marker_prefix() -> Vec<u8> {
+    vec![keys::SHARD_META, b'R', b'C']
+}
+
+fn reclaim_marker(object_id: ObjectId) -> Vec<u8> {
+    let mut key = marker_prefix();
+    key.extend_from_slice(&object_id.to_be_bytes());
+    key
+}
+
+/// Every prefix any object's keys may live under: a table's rows, or a
+/// view's output, operator state, held-back input and installed marker.
+fn object_prefixes(object_id: ObjectId) -> Vec<Vec<u8>> {
+    let mut prefixes = view_prefixes(object_id);
+    prefixes.push(keys::table_prefix(object_id));
+    prefixes
+}
+
+impl EpochLoop {
+    /// Takes up the reclaims a previous run left unfinished.
+    pub(super) async fn resume_reclaims(&mut self) -> RsResult<()> {
+        let snapshot = self.shard.snapshot()?;
+        let prefix = marker_prefix();
+        let markers = snapshot
+            .scan_prefix(&prefix, ScanOrder::Ascending, usize::MAX)
+            .await?;
+        for (key, _) in markers {
+            let id: [u8; 16] = key[prefix.len()..]
+                .try_into()
+                .map_err(|_| RsError::internal("corrupt reclaim marker"))?;
+            self.enqueue_reclaim(ObjectId::from_be_bytes(id));
+        }
+        if !self.reclaims.is_empty() {
+            tracing::info!(
+                objects = self.reclaims.len(),
+                "resuming the reclaim of dropped objects"
+            );
+        }
+        Ok(())
+    }
+
+    /// Forgets a dropped object and schedules its keys for deletion: the
+    /// marker is durable when this returns.
+    pub(super) async fn drop_object(&mut self, object_id: ObjectId) -> RsResult<()> {
+        self.views
+            .retain(|installed| installed.view.view_id != object_id);
+        if let Ok(mut statuses) = self.statuses.write() {
+            statuses.remove(&object_id);
+        }
+        let mut store = EpochStore::new(self.shard.snapshot()?);
+        store.put(reclaim_marker(object_id), Vec::new());
+        self.commit_epoch(store).await?;
+        self.enqueue_reclaim(object_id);
+        Ok(())
+    }
+
+    fn enqueue_reclaim(&mut self, object_id: ObjectId) {
+        if self
+            .reclaims
+            .iter()
+            .any(|reclaim| reclaim.object_id == object_id)
+        {
+            return;
+        }
+        self.reclaims.push(Reclaim {
+            object_id,
+            prefixes: object_prefixes(object_id),
+        });
+        self.publish_reclaims();
+    }
+
+    /// One bounded step of the oldest reclaim: a chunk of its keys, or,
+    /// once none is left, its marker.
+    pub(super) async fn reclaim_turn(&mut self) -> RsResult<()> {
+        let Some(reclaim) = self.reclaims.first_mut() else {
+            return Ok(());
+        };
+        if let Some(prefix) = reclaim.prefixes.first().cloned() {
+            if !self.delete_chunk(&prefix).await? {
+                self.reclaims[0].prefixes.remove(0);
+            }
+            return Ok(());
+        }
+        let object_id = reclaim.object_id;
+        let mut store = EpochStore::new(self.shard.snapshot()?);
+        store.delete(reclaim_marker(object_id));
+        self.commit_epoch(store).await?;
+        self.reclaims.remove(0);
+        self.publish_reclaims();
+        Ok(())
+    }
+
+    fn publish_reclaims(&self) {
+        self.reclaiming
+            .store(self.reclaims.len(), std::sync::atomic::Ordering::Relaxed);
+    }
+}
