@@ -94,8 +94,12 @@ impl EpochLoop {
             return;
         }
         let mut deferred: Option<Command> = None;
+        // Set when background work is pending but none of it can move (a
+        // bug: every waiting build waits on one that can): the loop then
+        // waits for a command instead of spinning.
+        let mut stalled = false;
         loop {
-            let building = self.has_background_work();
+            let building = self.has_background_work() && !stalled;
             let command = match deferred.take() {
                 Some(command) => Some(command),
                 None if building => match receiver.try_recv() {
@@ -108,12 +112,20 @@ impl EpochLoop {
                     None => break,
                 },
             };
+            if command.is_some() {
+                stalled = false;
+            }
             let result = match command {
                 Some(command) => self.serve(command, &mut receiver, &mut deferred).await,
                 None => Ok(()),
             };
             let result = match result {
-                Ok(()) if building => self.background_turn().await,
+                Ok(()) if building => self.background_turn().await.map(|worked| {
+                    if !worked && !stalled {
+                        tracing::error!("background work is pending but none of it can proceed");
+                    }
+                    stalled = !worked;
+                }),
                 other => other,
             };
             if let Err(error) = result {

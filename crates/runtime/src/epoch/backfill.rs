@@ -89,12 +89,17 @@ impl EpochLoop {
 
     /// One bounded step of background work: of a view's build if one can
     /// make progress (a statement may be waiting for it), else of a
-    /// reclaim. `Err` only for a storage failure.
-    pub(super) async fn background_turn(&mut self) -> RsResult<()> {
-        if !self.build_turn().await? {
-            self.reclaim_turn().await?;
+    /// reclaim. False when there was nothing to do. `Err` only for a
+    /// storage failure.
+    pub(super) async fn background_turn(&mut self) -> RsResult<bool> {
+        if self.build_turn().await? {
+            return Ok(true);
         }
-        Ok(())
+        if self.reclaims.is_empty() {
+            return Ok(false);
+        }
+        self.reclaim_turn().await?;
+        Ok(true)
     }
 
     /// One bounded step of the first view that can make progress; false
