@@ -594,11 +594,8 @@ mod tests {
         // Method: drop a 40 000-row table (several deletion turns) and its
         // view, stop the engine right after the DROP returns, reopen, and
         // wait until no key of either is left; a commit meanwhile works.
-        let directory = tempfile::tempdir().unwrap();
-        let location = directory.path().to_str().unwrap().to_string();
-        let database = Database::open(&location, Runtime::system()).await.unwrap();
-        table_t(&database).await;
-        insert_rows(&database, (0..40_000).map(|k| (k, k))).await;
+        let (_directory, location, database) =
+            database_with_rows((0..40_000).map(|k| (k, k))).await;
         database
             .create_view(
                 "default",
@@ -637,6 +634,20 @@ mod tests {
         assert_eq!(stored_rows(&reopened, "t").await.len(), 10);
     }
 
+    /// A new database in a temporary directory whose table `t` holds
+    /// `rows` (see [`insert_rows`]); the directory lives as long as the
+    /// returned guard.
+    async fn database_with_rows(
+        rows: impl Iterator<Item = (i64, i64)>,
+    ) -> (tempfile::TempDir, String, Arc<Database>) {
+        let directory = tempfile::tempdir().unwrap();
+        let location = directory.path().to_str().unwrap().to_string();
+        let database = Database::open(&location, Runtime::system()).await.unwrap();
+        table_t(&database).await;
+        insert_rows(&database, rows).await;
+        (directory, location, database)
+    }
+
     async fn table_t(database: &Database) {
         database
             .create_table(
@@ -658,11 +669,8 @@ mod tests {
         // Method: a catalog entry without committed state over 40 000 rows
         // (several build turns); commits right after the start, while it
         // builds; then every stored row of the view is compared.
-        let directory = tempfile::tempdir().unwrap();
-        let location = directory.path().to_str().unwrap().to_string();
-        let database = Database::open(&location, Runtime::system()).await.unwrap();
-        table_t(&database).await;
-        insert_rows(&database, (0..40_000).map(|k| (k, k))).await;
+        let (_directory, location, database) =
+            database_with_rows((0..40_000).map(|k| (k, k))).await;
         database
             .create_view(
                 "default",
@@ -715,11 +723,8 @@ mod tests {
         // the database opens and its tables take commits (it used to never
         // answer). Method: an interrupted CREATE over a row with v = 7 of
         // `100 / (v - 7)`; reopen, commit, wait for the build to end.
-        let directory = tempfile::tempdir().unwrap();
-        let location = directory.path().to_str().unwrap().to_string();
-        let database = Database::open(&location, Runtime::system()).await.unwrap();
-        table_t(&database).await;
-        insert_rows(&database, (0..20_000).map(|k| (k, k % 5))).await;
+        let (_directory, location, database) =
+            database_with_rows((0..20_000).map(|k| (k, k % 5))).await;
         database
             .create_view(
                 "default",
