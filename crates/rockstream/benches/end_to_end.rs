@@ -8,8 +8,10 @@
 //!
 //! `cargo bench -p rockstream --bench end_to_end`
 //! Environment: `ROCKSTREAM_BENCH_ORDERS` (default 1000000),
-//! `ROCKSTREAM_BENCH_GROUPS` (default 5000000), `ROCKSTREAM_BENCH_PG_URL`
-//! (a tokio-postgres connection string; enables the PostgreSQL comparison).
+//! `ROCKSTREAM_BENCH_GROUPS` (default 5000000), `ROCKSTREAM_BENCH_BACKFILL_ROWS`
+//! (default 5000000), `ROCKSTREAM_BENCH_READ_ROWS` (default 10000000),
+//! `ROCKSTREAM_BENCH_PG_URL` (a tokio-postgres connection string; enables the
+//! PostgreSQL comparison).
 // A client of the server, not engine code: it may use tokio's clock and tasks.
 #![allow(clippy::disallowed_methods)]
 
@@ -329,6 +331,143 @@ async fn memory_groups(groups: u64) -> (u64, Duration) {
     (server.peak_rss_bytes(), elapsed)
 }
 
+/// What single-row commits saw while a view was built over a large table.
+struct BackfillFigures {
+    backfill: Duration,
+    commits: usize,
+    commit_p99: Duration,
+    commit_max: Duration,
+}
+
+/// `CREATE MATERIALIZED VIEW` over `rows` loaded rows while another session
+/// commits single-row INSERTs into another table, one after another, until
+/// the CREATE returns; then the view is checked complete.
+async fn backfill_under_load(rows: u64) -> BackfillFigures {
+    let server = Server::start();
+    let client = server.client().await;
+    client
+        .batch_execute(
+            "CREATE TABLE events (id BIGINT PRIMARY KEY, g BIGINT, v BIGINT); \
+             CREATE TABLE pings (id BIGINT PRIMARY KEY, at TEXT)",
+        )
+        .await
+        .expect("schema");
+    let mut loaded = 0;
+    while loaded < rows {
+        let end = (loaded + COPY_CHUNK_ROWS).min(rows);
+        copy(
+            &client,
+            "COPY events FROM STDIN",
+            (loaded + 1..=end).map(|id| format!("{id}\t{}\t{}\n", id % 1000, id % 97)),
+        )
+        .await;
+        loaded = end;
+    }
+    server.settle().await;
+    let writer = server.client().await;
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer_done = std::sync::Arc::clone(&done);
+    let pinger = tokio::spawn(async move {
+        let mut latencies = Vec::new();
+        let mut id = 0u64;
+        while !writer_done.load(std::sync::atomic::Ordering::Relaxed) {
+            id += 1;
+            let started = Instant::now();
+            writer
+                .simple_query(&format!("INSERT INTO pings VALUES ({id}, 'x')"))
+                .await
+                .expect("insert during the backfill");
+            latencies.push(started.elapsed());
+        }
+        latencies
+    });
+    let started = Instant::now();
+    client
+        .batch_execute(
+            "CREATE MATERIALIZED VIEW per_g AS \
+             SELECT g, COUNT(*) AS n, SUM(v) AS total FROM events GROUP BY g",
+        )
+        .await
+        .expect("create view");
+    let backfill = started.elapsed();
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut latencies = pinger.await.expect("writer");
+    let count = client
+        .simple_query("SELECT sum(n) FROM per_g")
+        .await
+        .expect("read view");
+    if let Some(SimpleQueryMessage::Row(row)) = count.first() {
+        assert_eq!(row.get(0), Some(rows.to_string().as_str()), "view complete");
+    }
+    BackfillFigures {
+        backfill,
+        commits: latencies.len(),
+        commit_p99: percentile(&mut latencies, 0.99),
+        commit_max: percentile(&mut latencies, 1.0),
+    }
+}
+
+/// Resident set size of the server now, from /proc.
+fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find(|line| line.starts_with("VmRSS:"))
+        .and_then(|line| line.split_whitespace().nth(1))
+        .and_then(|kilobytes| kilobytes.parse::<u64>().ok())
+        .map(|kilobytes| kilobytes * 1024)
+        .unwrap_or(0)
+}
+
+/// Median `SELECT * FROM t LIMIT 10` and primary-key lookup over
+/// `table_rows` rows, and how much the server's RSS grew across them.
+async fn reads(table_rows: u64) -> (Duration, Duration, i64) {
+    let server = Server::start();
+    let client = server.client().await;
+    client
+        .batch_execute("CREATE TABLE wide (id BIGINT PRIMARY KEY, g BIGINT, note TEXT)")
+        .await
+        .expect("schema");
+    let mut loaded = 0;
+    while loaded < table_rows {
+        let end = (loaded + COPY_CHUNK_ROWS).min(table_rows);
+        copy(
+            &client,
+            "COPY wide FROM STDIN",
+            (loaded + 1..=end).map(|id| format!("{id}\t{}\tnote {id}\n", id % 1000)),
+        )
+        .await;
+        loaded = end;
+    }
+    server.settle().await;
+    let before = rss_bytes(server.child.id());
+    let mut limits = Vec::new();
+    let mut lookups = Vec::new();
+    for iteration in 0..50u64 {
+        let started = Instant::now();
+        let limited = client
+            .simple_query("SELECT * FROM wide LIMIT 10")
+            .await
+            .expect("limit");
+        limits.push(started.elapsed());
+        assert_eq!(rows(&limited), 10);
+        let id = (iteration * 104_729) % table_rows + 1;
+        let started = Instant::now();
+        let found = client
+            .simple_query(&format!("SELECT * FROM wide WHERE id = {id}"))
+            .await
+            .expect("lookup");
+        lookups.push(started.elapsed());
+        assert_eq!(rows(&found), 1);
+    }
+    let growth = rss_bytes(server.child.id()) as i64 - before as i64;
+    (
+        percentile(&mut limits, 0.5),
+        percentile(&mut lookups, 0.5),
+        growth,
+    )
+}
+
 async fn postgres_comparison(url: &str, orders: u64) -> Option<(f64, f64)> {
     let (client, connection) = tokio_postgres::connect(url, NoTls).await.ok()?;
     tokio::spawn(connection);
@@ -385,6 +524,10 @@ async fn main() {
     drop(large_server);
 
     let (group_rss, group_time) = memory_groups(groups).await;
+    let backfill_rows = environment("ROCKSTREAM_BENCH_BACKFILL_ROWS", 5_000_000);
+    let backfill = backfill_under_load(backfill_rows).await;
+    let read_rows = environment("ROCKSTREAM_BENCH_READ_ROWS", 10_000_000);
+    let (limit_median, lookup_median, read_growth) = reads(read_rows).await;
 
     let small_median = percentile(&mut small, 0.5);
     let large_median = percentile(&mut large_latencies, 0.5);
@@ -445,6 +588,26 @@ async fn main() {
         "| peak RSS, GROUP BY with {groups} groups | {:.0} MiB (load {:.1} s) | < 2048 MiB |",
         group_rss as f64 / 1048576.0,
         group_time.as_secs_f64()
+    );
+
+    println!(
+        "| CREATE MATERIALIZED VIEW over {backfill_rows} rows, while single-row INSERTs commit | {:.1} s | |",
+        backfill.backfill.as_secs_f64()
+    );
+    println!(
+        "| single-row INSERTs during that backfill: count, p99, slowest | {}, {:.1} ms, {:.1} ms | slowest < 200 ms |",
+        backfill.commits,
+        milliseconds(backfill.commit_p99),
+        milliseconds(backfill.commit_max)
+    );
+    println!(
+        "| SELECT * LIMIT 10 / primary-key lookup median, {read_rows} rows | {:.2} ms / {:.2} ms | < 10 ms |",
+        milliseconds(limit_median),
+        milliseconds(lookup_median)
+    );
+    println!(
+        "| server RSS growth over 100 such reads | {:.1} MiB | < 50 MiB |",
+        read_growth as f64 / 1048576.0
     );
 
     if let Ok(url) = std::env::var("ROCKSTREAM_BENCH_PG_URL") {
