@@ -346,6 +346,30 @@ impl TableProvider for SnapshotTable {
         if let Some(error) = view_failure(&self.context.engine, &self.entry) {
             return Err(external(error));
         }
+        // The view may have been complete for the engine but not yet in the
+        // snapshot this read pinned earlier (a REPEATABLE READ transaction,
+        // or a build whose last turn committed since): its output there is
+        // partial.
+        if self.entry.kind == ObjectKind::MaterializedView {
+            let marker = rockstream_runtime::installed_marker(self.entry.id);
+            if self
+                .context
+                .snapshot
+                .get(&marker)
+                .await
+                .map_err(external)?
+                .is_none()
+            {
+                return Err(external(RsError::new(
+                    &rockstream_types::codes::VIEW_BUILDING,
+                    format!(
+                        "materialized view \"{}\" was still being built in the state this \
+                         transaction reads",
+                        self.entry.name
+                    ),
+                )));
+            }
+        }
         let mut key_prefix = Vec::new();
         if let Some(value) = filters.iter().find_map(|filter| self.key_equality(filter)) {
             encode_datum(&value, &mut key_prefix);

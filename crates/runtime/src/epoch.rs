@@ -24,6 +24,8 @@ use crate::engine::{
 mod backfill;
 mod reclaim;
 
+pub use backfill::installed_marker;
+
 use backfill::Phase;
 use reclaim::Reclaim;
 

@@ -26,3 +26,4 @@ mod engine;
 mod epoch;
 
 pub use engine::{Engine, InstallView, RowChange, TableChange, ViewBuild, ViewStatus};
+pub use epoch::installed_marker;

@@ -23,6 +23,9 @@
 //! the view failed with that error; the database goes on without it.
 
 use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+
+use futures::FutureExt;
 
 use rockstream_ops::keys::{self, decode_weight, RowStorage};
 use rockstream_ops::StateStore;
@@ -60,7 +63,7 @@ pub(super) struct Backfill {
 }
 
 /// Marks a view whose backfill committed: `0x06 'V' 'I' view_id`.
-pub(super) fn installed_marker(view_id: ObjectId) -> Vec<u8> {
+pub fn installed_marker(view_id: ObjectId) -> Vec<u8> {
     let mut key = vec![keys::SHARD_META, b'V', b'I'];
     key.extend_from_slice(&view_id.to_be_bytes());
     key
@@ -268,7 +271,11 @@ impl EpochLoop {
         initial: bool,
     ) -> RsResult<()> {
         let view = &self.views[index].view;
-        let output = view.dataflow.step(store, inputs, initial).await?;
+        // A bug in one view's operators fails its build, not the engine.
+        let output = AssertUnwindSafe(view.dataflow.step(store, inputs, initial))
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|_| Err(RsError::internal("a view's backfill step panicked")))?;
         apply_view_output(store, view, &output);
         Ok(())
     }
