@@ -99,16 +99,7 @@ async fn backfill_over_many_epochs_survives_a_crash() {
             .await
     });
     // Kill once the server logs that the backfill began, before its last epoch.
-    let progress = format!("backfill started view={name}");
-    let deadline = Instant::now() + BACKFILL_PROGRESS_TIMEOUT;
-    while !server.log_tail().contains(&progress) {
-        assert!(
-            Instant::now() < deadline,
-            "no backfill progress for {name}\n{}",
-            server.log_tail()
-        );
-        sleep(LOG_POLL_INTERVAL).await;
-    }
+    wait_for_backfill_start(&server, name).await;
     server.kill9();
     let _ = create.await;
     server.restart().await;
@@ -131,6 +122,20 @@ async fn backfill_over_many_epochs_survives_a_crash() {
         .await
         .expect("changes after the restart");
     check_views(&client, &views).await;
+}
+
+/// Waits (bounded) until the server logs that view `name`'s backfill began.
+async fn wait_for_backfill_start(server: &TestServer, name: &str) {
+    let progress = format!("backfill started view={name}");
+    let deadline = Instant::now() + BACKFILL_PROGRESS_TIMEOUT;
+    while !server.log_tail().contains(&progress) {
+        assert!(
+            Instant::now() < deadline,
+            "no backfill progress for {name}\n{}",
+            server.log_tail()
+        );
+        sleep(LOG_POLL_INTERVAL).await;
+    }
 }
 
 /// Polls `pg_matviews.ispopulated` until view `name` is populated (bounded).
@@ -180,15 +185,7 @@ async fn a_crash_during_a_failing_backfill_leaves_the_database_usable() {
             )
             .await
     });
-    let deadline = Instant::now() + BACKFILL_PROGRESS_TIMEOUT;
-    while !server.log_tail().contains("backfill started view=ratio") {
-        assert!(
-            Instant::now() < deadline,
-            "no backfill\n{}",
-            server.log_tail()
-        );
-        sleep(LOG_POLL_INTERVAL).await;
-    }
+    wait_for_backfill_start(&server, "ratio").await;
     server.kill9();
     assert!(
         create.await.expect("join").is_err(),
