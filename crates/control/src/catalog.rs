@@ -9,6 +9,7 @@
 use serde::{Deserialize, Serialize};
 
 use rockstream_ops::keys::RowStorage;
+use rockstream_plan::partition::Partitioning;
 use rockstream_types::{codes, ObjectId, RsError, RsResult, SqlType};
 
 /// The namespace every server has (`dbname=default`).
@@ -93,6 +94,18 @@ impl CatalogEntry {
         match self.kind {
             ObjectKind::Table => RowStorage::Table,
             _ => RowStorage::of_view(self.output_key.as_deref()),
+        }
+    }
+
+    /// How its rows are placed on shards: a table's by its primary key (by
+    /// its hidden row id, which no column holds, when it has none), a
+    /// view's by its storage key.
+    pub fn partitioning(&self) -> Partitioning {
+        match self.row_storage() {
+            RowStorage::Table if self.primary_key.is_empty() => Partitioning::Arbitrary,
+            RowStorage::Table => Partitioning::Hash(self.primary_key.clone()),
+            RowStorage::Keyed(columns) => Partitioning::Hash(columns),
+            RowStorage::Counted => Partitioning::Hash((0..self.columns.len()).collect()),
         }
     }
 

@@ -6,6 +6,7 @@ use rockstream_common::{object_store_for, Runtime};
 use rockstream_planner::{new_context, plan_view, schema_of};
 use rockstream_runtime::Engine;
 use rockstream_storage::{storage_error, ShardDb};
+use rockstream_types::partition::BucketMap;
 use rockstream_types::{codes, ObjectId, RsError, RsResult};
 use slatedb::{Db, WriteBatch};
 use tokio::sync::{oneshot, Mutex};
@@ -16,8 +17,9 @@ use crate::resolver::{plan_inline_view, CatalogResolver};
 
 /// Path of the control database inside the storage location.
 const CONTROL_PATH: &str = "control";
-/// Path of the (single, in the embedded profile) shard.
-const SHARD_PATH: &str = "shards/0";
+/// The control-database key of the storage's bucket map, which also
+/// records its shard count (outside the catalog's `0x01` range).
+const BUCKET_MAP_KEY: [u8; 3] = [0x02, b'B', b'M'];
 
 pub struct Database {
     control: Db,
@@ -30,14 +32,17 @@ pub struct Database {
 
 impl Database {
     /// Opens or creates the storage at `location` and replays the catalog.
-    pub async fn open(location: &str, runtime: Runtime) -> RsResult<Arc<Database>> {
+    /// A new storage gets `shards` shards; an existing one keeps the count
+    /// it was created with (and says so when `shards` differs).
+    pub async fn open(location: &str, runtime: Runtime, shards: u16) -> RsResult<Arc<Database>> {
         let store = object_store_for(location)?;
         let control = Db::builder(CONTROL_PATH, store.clone())
             .build()
             .await
             .map_err(|error| storage_error(CONTROL_PATH, error))?;
-        let shard = ShardDb::open(store, SHARD_PATH).await?;
-        let engine = Engine::start(&runtime, shard).await?;
+        let map = Arc::new(bucket_map(&control, shards).await?);
+        let shards = ShardDb::open_all(store, map.shard_count()).await?;
+        let engine = Engine::start(&runtime, shards, map).await?;
         let follower = follower::start(&runtime, engine.clone());
         let entries = load_entries(&control).await?;
         let database = Arc::new(Database {
@@ -413,6 +418,47 @@ fn already_exists(name: &str) -> RsError {
     )
 }
 
+/// The storage's bucket map: the stored one, else (a new storage) the
+/// rendezvous map over `requested` shards, stored durably first. Storage
+/// from before shards existed has one shard.
+async fn bucket_map(control: &Db, requested: u16) -> RsResult<BucketMap> {
+    let invalid = |error: rockstream_types::partition::InvalidBucketMap| {
+        RsError::new(&codes::SHARD_COUNT_INVALID, error.to_string())
+    };
+    let read = |key: &[u8]| {
+        let key = key.to_vec();
+        async move {
+            control
+                .get(&key)
+                .await
+                .map_err(|error| storage_error(CONTROL_PATH, error))
+        }
+    };
+    if let Some(bytes) = read(&BUCKET_MAP_KEY).await? {
+        let map = BucketMap::from_bytes(&bytes)
+            .map_err(|error| RsError::internal(format!("corrupt bucket map: {error}")))?;
+        if map.shard_count() != requested {
+            tracing::info!(
+                stored = map.shard_count(),
+                requested,
+                "the storage keeps the shard count it was created with; --shards is ignored"
+            );
+        }
+        return Ok(map);
+    }
+    let existing = read(&NEXT_ID_KEY).await?.is_some();
+    let shards = if existing { 1 } else { requested };
+    if existing && requested != 1 {
+        tracing::info!(
+            requested,
+            "this storage was created before shards and keeps its one shard"
+        );
+    }
+    let map = BucketMap::rendezvous(shards).map_err(invalid)?;
+    durable(control.put(BUCKET_MAP_KEY, map.to_bytes()).await).await?;
+    Ok(map)
+}
+
 async fn load_entries(control: &Db) -> RsResult<Vec<CatalogEntry>> {
     let mut iterator = control
         .scan_prefix([0x01u8], ..)
@@ -447,9 +493,31 @@ mod tests {
 
     use super::*;
 
-    async fn keys_under(database: &Database, prefix: &[u8]) -> usize {
+    /// The shard count these tests create storage with:
+    /// `ROCKSTREAM_TEST_SHARDS`, else 1.
+    fn test_shards() -> u16 {
+        std::env::var("ROCKSTREAM_TEST_SHARDS")
+            .ok()
+            .and_then(|shards| shards.parse().ok())
+            .unwrap_or(1)
+    }
+
+    /// Every entry under `prefix` on every shard, in key order.
+    async fn entries_under(database: &Database, prefix: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
         let snapshot = database.engine().published().snapshot;
-        snapshot.scan_chunk(prefix, None).await.unwrap().len()
+        let mut cursor = snapshot.scan(prefix.to_vec(), None);
+        let mut entries = Vec::new();
+        loop {
+            let chunk = cursor.next_chunk().await.unwrap();
+            if chunk.is_empty() {
+                return entries;
+            }
+            entries.extend(chunk);
+        }
+    }
+
+    async fn keys_under(database: &Database, prefix: &[u8]) -> usize {
+        entries_under(database, prefix).await.len()
     }
 
     fn bigint(name: &str) -> ColumnDef {
@@ -518,29 +586,18 @@ mod tests {
         let entry = database.lookup("default", name).unwrap();
         let storage = entry.row_storage();
         let prefix = storage.prefix(entry.id);
-        let snapshot = database.engine().published().snapshot;
         let mut rows = Vec::new();
-        let mut after: Option<Vec<u8>> = None;
-        loop {
-            let chunk = snapshot
-                .scan_chunk(&prefix, after.as_deref())
-                .await
-                .unwrap();
-            let Some((last, _)) = chunk.last() else {
-                return rows;
+        for (key, value) in entries_under(database, &prefix).await {
+            let row = match storage {
+                keys::RowStorage::Counted => {
+                    assert_eq!(keys::decode_weight(&value), 1, "a repeated row");
+                    rockstream_types::encoding::decode_row(&key[prefix.len()..]).unwrap()
+                }
+                _ => rockstream_types::encoding::decode_row(&value).unwrap(),
             };
-            after = Some(last.clone());
-            for (key, value) in chunk {
-                let row = match storage {
-                    keys::RowStorage::Counted => {
-                        assert_eq!(keys::decode_weight(&value), 1, "a repeated row");
-                        rockstream_types::encoding::decode_row(&key[prefix.len()..]).unwrap()
-                    }
-                    _ => rockstream_types::encoding::decode_row(&value).unwrap(),
-                };
-                rows.push(row);
-            }
+            rows.push(row);
         }
+        rows
     }
 
     /// Stands for a CREATE MATERIALIZED VIEW cut short by a crash: a
@@ -624,7 +681,9 @@ mod tests {
         );
         drop(database);
 
-        let reopened = Database::open(&location, Runtime::system()).await.unwrap();
+        let reopened = Database::open(&location, Runtime::system(), test_shards())
+            .await
+            .unwrap();
         table_t(&reopened).await;
         insert_rows(&reopened, (0..10).map(|k| (k, k))).await;
         reclaimed(&reopened).await;
@@ -642,7 +701,9 @@ mod tests {
     ) -> (tempfile::TempDir, String, Arc<Database>) {
         let directory = tempfile::tempdir().unwrap();
         let location = directory.path().to_str().unwrap().to_string();
-        let database = Database::open(&location, Runtime::system()).await.unwrap();
+        let database = Database::open(&location, Runtime::system(), test_shards())
+            .await
+            .unwrap();
         table_t(&database).await;
         insert_rows(&database, rows).await;
         (directory, location, database)
@@ -685,7 +746,9 @@ mod tests {
         interrupted_create(&database, "doubled", "rebuilt").await;
         drop(database);
 
-        let reopened = Database::open(&location, Runtime::system()).await.unwrap();
+        let reopened = Database::open(&location, Runtime::system(), test_shards())
+            .await
+            .unwrap();
         // Commits go on while it builds: new rows, and a changed one.
         insert_rows(&reopened, (40_000..40_100).map(|k| (k, k))).await;
         upsert(&reopened, &[(5, 5, 1_000)]).await;
@@ -740,7 +803,9 @@ mod tests {
         insert_rows(&database, std::iter::once((20_000, 7))).await;
         drop(database);
 
-        let reopened = Database::open(&location, Runtime::system()).await.unwrap();
+        let reopened = Database::open(&location, Runtime::system(), test_shards())
+            .await
+            .unwrap();
         insert_rows(&reopened, std::iter::once((20_001, 1))).await;
         let ViewStatus::Failed(error) = built_status(&reopened, "rebuilt").await else {
             panic!("the build over a row dividing by zero succeeded");
@@ -779,11 +844,8 @@ mod tests {
     /// The rows stored under a view's keyed output prefix, in key order.
     async fn keyed_rows(database: &Database, view: &str) -> Vec<Vec<Datum>> {
         let view = database.lookup("default", view).unwrap();
-        let snapshot = database.engine().published().snapshot;
-        snapshot
-            .scan_chunk(&keys::keyed_output_prefix(view.id), None)
+        entries_under(database, &keys::keyed_output_prefix(view.id))
             .await
-            .unwrap()
             .into_iter()
             .map(|(_, value)| rockstream_types::encoding::decode_row(&value).unwrap())
             .collect()
@@ -793,7 +855,9 @@ mod tests {
     async fn views_with_a_unique_key_store_rows_under_it() {
         let directory = tempfile::tempdir().unwrap();
         let location = directory.path().to_str().unwrap().to_string();
-        let database = Database::open(&location, Runtime::system()).await.unwrap();
+        let database = Database::open(&location, Runtime::system(), test_shards())
+            .await
+            .unwrap();
         database
             .create_table(
                 "default",
@@ -913,7 +977,9 @@ mod tests {
 
         // The layout is the catalog's: it survives a restart unchanged.
         drop(database);
-        let reopened = Database::open(&location, Runtime::system()).await.unwrap();
+        let reopened = Database::open(&location, Runtime::system(), test_shards())
+            .await
+            .unwrap();
         assert_eq!(
             reopened.lookup("default", "by_group").unwrap().output_key,
             Some(vec![0])
@@ -933,7 +999,9 @@ mod tests {
     async fn database_with_table() -> (tempfile::TempDir, Arc<Database>) {
         let directory = tempfile::tempdir().unwrap();
         let location = directory.path().to_str().unwrap().to_string();
-        let database = Database::open(&location, Runtime::system()).await.unwrap();
+        let database = Database::open(&location, Runtime::system(), test_shards())
+            .await
+            .unwrap();
         database
             .create_table(
                 "default",
@@ -1001,7 +1069,9 @@ mod tests {
         durable(database.control.write(marks).await).await.unwrap();
         drop(database);
 
-        let reopened = Database::open(&location, Runtime::system()).await.unwrap();
+        let reopened = Database::open(&location, Runtime::system(), test_shards())
+            .await
+            .unwrap();
         assert!(reopened.lookup("default", "t").is_none());
         assert!(reopened.lookup("default", "totals").is_none());
         reclaimed(&reopened).await;
@@ -1081,7 +1151,9 @@ mod tests {
             .unwrap();
         drop(database);
 
-        let reopened = Database::open(&location, Runtime::system()).await.unwrap();
+        let reopened = Database::open(&location, Runtime::system(), test_shards())
+            .await
+            .unwrap();
         for (name, reason) in [
             ("old", "random()"),
             ("above", "it reads \"old\""),

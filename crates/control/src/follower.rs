@@ -8,7 +8,9 @@
 use std::collections::HashSet;
 
 use rockstream_common::Runtime;
+use rockstream_ops::keys::RowStorage;
 use rockstream_ops::Dataflow;
+use rockstream_plan::partition::{place, Partitioning};
 use rockstream_planner::{new_context, plan_view};
 use rockstream_runtime::{Engine, InstallView};
 use rockstream_types::{codes, ObjectId, RsError, RsResult};
@@ -145,6 +147,19 @@ impl Follower {
                             })
                     })
                     .collect::<RsResult<Vec<_>>>()?;
+                // Exchanges for the engine's shards: each source as its
+                // rows are placed, the output by its storage key.
+                let placement = |object_id: ObjectId| {
+                    catalog
+                        .iter()
+                        .find(|other| other.id == object_id)
+                        .map_or(Partitioning::Arbitrary, CatalogEntry::partitioning)
+                };
+                let output_key = match entry.row_storage() {
+                    RowStorage::Keyed(columns) => columns,
+                    RowStorage::Counted | RowStorage::Table => (0..plan.schema().len()).collect(),
+                };
+                let plan = place(plan, &output_key, self.engine.shard_count(), &placement);
                 let dataflow = match Dataflow::compile(&plan) {
                     Ok(dataflow) => std::sync::Arc::new(dataflow),
                     Err(error) if replay => {

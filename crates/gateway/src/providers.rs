@@ -32,7 +32,7 @@ use rockstream_ops::arrow_rows::{array_to_datums, rows_to_batch};
 use rockstream_ops::keys::{decode_weight, RowStorage};
 use rockstream_planner::{ColumnInfo, RelationInfo, RelationKind, TableResolver};
 use rockstream_runtime::{Engine, ViewStatus};
-use rockstream_storage::Snapshot;
+use rockstream_storage::{SetCursor, SnapshotSet};
 use rockstream_types::encoding::{decode_row, encode_datum};
 use rockstream_types::{Datum, ObjectId, Row, RsError, RsResult, SqlType};
 
@@ -49,7 +49,7 @@ pub struct ReadContext {
     pub entries: Vec<CatalogEntry>,
     /// Every namespace, which clients see as databases.
     pub databases: Vec<String>,
-    pub snapshot: Snapshot,
+    pub snapshot: SnapshotSet,
     pub engine: Engine,
     pub overlays: BTreeMap<ObjectId, TableOverlay>,
     /// Expose [`ROW_KEY_COLUMN`] on tables.
@@ -212,6 +212,17 @@ impl SnapshotTable {
     /// The column whose value starts every storage key.
     fn leading_key_column(&self) -> Option<usize> {
         self.storage.leading_column(&self.entry.primary_key)
+    }
+
+    /// Whether the leading key column is the whole partition key (a
+    /// one-column primary key or view key): its value then names the one
+    /// shard holding its rows.
+    fn leading_column_partitions(&self) -> bool {
+        match &self.storage {
+            RowStorage::Table => self.entry.primary_key.len() == 1,
+            RowStorage::Keyed(columns) => columns.len() == 1,
+            RowStorage::Counted => self.entry.columns.len() == 1,
+        }
     }
 
     /// `leading_key_column = literal`: the value, if `filter` is that shape.
@@ -405,10 +416,9 @@ struct SnapshotScan {
 struct ScanCursor {
     table: SnapshotTable,
     base_len: usize,
-    prefix: Vec<u8>,
     key_prefix: Vec<u8>,
-    /// The last stored key read.
-    after: Option<Vec<u8>>,
+    /// The stored rows, over the shards that may hold them.
+    stored: SetCursor,
     stored_done: bool,
     overlay_done: bool,
     /// Batches decoded and not yet handed on.
@@ -425,16 +435,8 @@ impl ScanCursor {
                 return Ok(Some(batch));
             }
             let rows = if !self.stored_done {
-                let chunk = self
-                    .table
-                    .context
-                    .snapshot
-                    .scan_chunk(&self.prefix, self.after.as_deref())
-                    .await?;
-                match chunk.last() {
-                    Some((last, _)) => self.after = Some(last.clone()),
-                    None => self.stored_done = true,
-                }
+                let chunk = self.stored.next_chunk().await?;
+                self.stored_done = chunk.is_empty();
                 self.table.decode_chunk(self.base_len, chunk)?
             } else if !self.overlay_done {
                 self.overlay_done = true;
@@ -456,12 +458,13 @@ impl PartitionStream for SnapshotScan {
         let base = self.table.storage.prefix(self.table.entry.id);
         let mut prefix = base.clone();
         prefix.extend_from_slice(&self.key_prefix);
+        let partition = (!self.key_prefix.is_empty() && self.table.leading_column_partitions())
+            .then_some(self.key_prefix.as_slice());
         let cursor = ScanCursor {
             table: self.table.clone(),
             base_len: base.len(),
-            prefix,
             key_prefix: self.key_prefix.clone(),
-            after: None,
+            stored: self.table.context.snapshot.scan(prefix, partition),
             stored_done: false,
             overlay_done: false,
             ready: std::collections::VecDeque::new(),

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use rockstream_storage::Snapshot;
+use rockstream_storage::SnapshotSet;
 use rockstream_types::{ObjectId, Row};
 
 /// The isolation levels RockStream provides (SERIALIZABLE is refused).
@@ -42,7 +42,7 @@ pub struct Transaction {
     pub isolation: Isolation,
     /// Under REPEATABLE READ, the state the first statement read; every
     /// statement after it reads the same.
-    pub snapshot: Option<Snapshot>,
+    pub snapshot: Option<SnapshotSet>,
     /// A statement has run in the transaction (the isolation level can no
     /// longer change).
     pub started: bool,

@@ -23,13 +23,13 @@
 //!   its object's delta (checked on every step);
 //! - the output is consolidated (maps and filters pass repeats on).
 //!
-//! Toward exchanges: a later `Exchange` operator will cut a view into
-//! fragments, the operators between exchanges, each its own list in
-//! topological order; a fragment's batch at a cut arrives from a channel (a
-//! repartition between shards) instead of from an earlier slot. Since an
-//! operator sees only the batches it is handed, no operator changes when a
-//! view is cut, and at one worker an exchange passes its batch through. Not
-//! implemented yet: a view is one fragment.
+//! On several shards each shard walks the same list over its own state and
+//! its own part of the sources' deltas ([`Dataflow::step_on`]); at an
+//! `Exchange` entry its batch is repartitioned with the other shards'
+//! ([`crate::exchange`]) before the walk goes on, so no operator changes
+//! when a view runs sharded. Rows emitted without input (a `Constant`, a
+//! global aggregate's empty-input row) are emitted by the one shard that
+//! owns the empty key, where the planner gathers such operators' inputs.
 
 use std::collections::HashMap;
 
@@ -42,6 +42,7 @@ use rockstream_types::{ObjectId, Row, RsError, RsResult, SqlType, ZSet};
 use crate::aggregate::AggregateOperator;
 use crate::arrow_rows::{array_to_datums, arrow_type};
 use crate::distinct;
+use crate::exchange::{Exchange, Unsharded};
 use crate::expr::CompiledExprs;
 use crate::join::JoinOperator;
 use crate::state::StateStore;
@@ -90,6 +91,10 @@ enum Operator {
         operator: SetOperator,
         all: bool,
     },
+    /// Repartitions its batch by these columns of its rows.
+    Exchange {
+        key: Vec<usize>,
+    },
 }
 
 impl Dataflow {
@@ -104,13 +109,28 @@ impl Dataflow {
         Ok(Dataflow { operators })
     }
 
-    /// Processes one epoch. `initial` is true for the first step of a new
-    /// view (its backfill), when global aggregates emit their empty-input row.
+    /// Processes one epoch on one shard. `initial` is true for the first
+    /// step of a new view (its backfill), when global aggregates emit their
+    /// empty-input row.
     pub async fn step<S: StateStore>(
         &self,
         store: &mut S,
         inputs: &HashMap<ObjectId, ZSet>,
         initial: bool,
+    ) -> RsResult<ZSet> {
+        self.step_on(store, inputs, initial, &mut Unsharded).await
+    }
+
+    /// Processes one epoch on the shard of `exchange`, over that shard's
+    /// state and its part of the sources' deltas; returns its part of the
+    /// output. Every shard of the step must run it, for the exchanges to
+    /// meet.
+    pub async fn step_on<S: StateStore, E: Exchange>(
+        &self,
+        store: &mut S,
+        inputs: &HashMap<ObjectId, ZSet>,
+        initial: bool,
+        exchange: &mut E,
     ) -> RsResult<ZSet> {
         // Per operator stepped so far, its output until its consumer takes it.
         let mut outputs: Vec<Option<ZSet>> = Vec::with_capacity(self.operators.len());
@@ -121,7 +141,11 @@ impl Dataflow {
                 .map(|&input| take_output(&mut outputs, input))
                 .collect::<RsResult<Vec<ZSet>>>()?;
             let idle = batches.iter().all(ZSet::is_empty);
-            let output = entry.operator.step(store, inputs, batches, initial).await?;
+            let point = outputs.len();
+            let output = entry
+                .operator
+                .step(store, inputs, batches, initial, (point, &mut *exchange))
+                .await?;
             if idle && !output.is_empty() && !entry.operator.emits_when_idle(initial) {
                 return Err(RsError::internal(format!(
                     "operator {} emitted rows from empty inputs",
@@ -242,23 +266,29 @@ impl Operator {
                 operator: *operator,
                 all: *all,
             },
+            PlanNode::Exchange { key, .. } => Operator::Exchange { key: key.clone() },
         })
     }
 
     /// The operator's output delta for its input batches; a source reads
-    /// its batch from `sources`.
-    async fn step<S: StateStore>(
+    /// its batch from `sources`, an exchange meets the other shards' at
+    /// its `point` (its index in the list).
+    async fn step<S: StateStore, E: Exchange>(
         &self,
         store: &mut S,
         sources: &HashMap<ObjectId, ZSet>,
         inputs: Vec<ZSet>,
         initial: bool,
+        (point, exchange): (usize, &mut E),
     ) -> RsResult<ZSet> {
+        // What is emitted without input is emitted once, by the shard that
+        // owns the empty key.
+        let initial_here = initial && exchange.owns(&[]);
         match self {
             Operator::Source { object_id } => {
                 Ok(sources.get(object_id).cloned().unwrap_or_default())
             }
-            Operator::Constant { rows } if initial => Ok(rows.clone()),
+            Operator::Constant { rows } if initial_here => Ok(rows.clone()),
             Operator::Constant { .. } => Ok(ZSet::new()),
             Operator::Map {
                 exprs,
@@ -277,7 +307,7 @@ impl Operator {
             }
             Operator::Aggregate(aggregate) => {
                 let [input] = exactly(inputs)?;
-                aggregate.step(store, input, initial).await
+                aggregate.step(store, input, initial_here).await
             }
             Operator::Distinct { op_id } => {
                 let [input] = exactly(inputs)?;
@@ -298,6 +328,13 @@ impl Operator {
                 let [left, right] = exactly(inputs)?;
                 distinct::set_operation(store, *op_id, left, right, *operator, *all).await
             }
+            Operator::Exchange { key } => {
+                let [input] = exactly(inputs)?;
+                // One row's changes may come from several shards (a row
+                // inserted on one and retracted on another): summed here,
+                // as a source's delta is.
+                Ok(exchange.exchange(point, key, input).await?.consolidate())
+            }
         }
     }
 
@@ -305,7 +342,8 @@ impl Operator {
     /// empty (a source's batch comes from outside the dataflow).
     fn emits_when_idle(&self, initial: bool) -> bool {
         match self {
-            Operator::Source { .. } => true,
+            // Its input is what the other shards sent.
+            Operator::Source { .. } | Operator::Exchange { .. } => true,
             Operator::Constant { .. } => initial,
             Operator::Aggregate(aggregate) => initial && aggregate.is_global(),
             _ => false,

@@ -56,6 +56,18 @@ pub fn op_prefix(kind: [u8; 2], op_id: ObjectId) -> Vec<u8> {
     key
 }
 
+/// The partition key of a stored row: the bytes after its object's prefix
+/// (a table row's primary key or hidden row id, a keyed view row's key, a
+/// counted view row's whole row), whose bucket decides the shard that holds
+/// it. `None` for other keys: operator state lives on the shard that
+/// computes it, and metadata on the coordinator.
+pub fn partition_key(key: &[u8]) -> Option<&[u8]> {
+    match key.first() {
+        Some(&(TABLE_ROWS | OUTPUT | KEYED_OUTPUT)) => key.get(17..),
+        _ => None,
+    }
+}
+
 /// `0x03 view_id`: the prefix of a view's output.
 pub fn output_prefix(view_id: ObjectId) -> Vec<u8> {
     object_prefix(OUTPUT, view_id)

@@ -17,6 +17,7 @@ pub mod aggregate;
 pub mod arrow_rows;
 pub mod dataflow;
 mod distinct;
+pub mod exchange;
 pub mod expr;
 mod join;
 pub mod keys;
@@ -24,6 +25,7 @@ pub mod layered;
 pub mod state;
 
 pub use dataflow::Dataflow;
+pub use exchange::{ChannelExchange, Exchange, Unsharded};
 pub use layered::{LayeredStore, OverlayStore};
 pub use state::{add_to_count, MemoryStore, ScanOrder, StateRead, StateStore, Write};
 

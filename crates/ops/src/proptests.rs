@@ -10,12 +10,15 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::{DataType, Field, Schema as ArrowSchema};
 use datafusion::common::DFSchema;
 use proptest::prelude::*;
+use rockstream_plan::partition::{place, Partitioning};
 use rockstream_plan::{
     AggregateCall, AggregateFunction, Column, JoinKind, PlanNode, Schema, SetOperator, SortKey,
 };
+use rockstream_types::partition::{BucketMap, BUCKETS};
 use rockstream_types::{Datum, ObjectId, Row, SqlType, ZSet};
 
-use crate::{Dataflow, MemoryStore};
+use crate::exchange::partition_key;
+use crate::{ChannelExchange, Dataflow, MemoryStore};
 
 pub(crate) const LEFT: ObjectId = 1;
 pub(crate) const RIGHT: ObjectId = 2;
@@ -336,16 +339,86 @@ fn folded_keyed_source(object_id: ObjectId) -> PlanNode {
 }
 
 fn run(plan: &PlanNode, history: &[Vec<(ObjectId, Row, i64)>]) -> (ZSet, ZSet) {
-    let dataflow = Dataflow::compile(plan).expect("compiles");
-    let mut store = MemoryStore::default();
-    let mut accumulated =
-        futures::executor::block_on(dataflow.step(&mut store, &HashMap::new(), true))
-            .expect("initial step");
+    run_on(plan, history, &BucketMap::rendezvous(1).expect("one shard"))
+}
+
+/// The view's output key, as its rows are stored (and placed).
+fn output_key(plan: &PlanNode) -> Vec<usize> {
+    plan.unique_key()
+        .unwrap_or_else(|| (0..plan.schema().len()).collect())
+}
+
+/// Runs `plan` over `history` on the shards of `map`, each with its own
+/// state, the plan's exchanges placed for them; returns the output summed
+/// over every epoch and shard, and one recomputation over the final input
+/// on a single shard. Checks that every output row is on the shard that
+/// owns its output key.
+fn run_on(plan: &PlanNode, history: &[Vec<(ObjectId, Row, i64)>], map: &BucketMap) -> (ZSet, ZSet) {
+    let shards = usize::from(map.shard_count());
+    let key = output_key(plan);
+    // Keyed sources are placed by their key, as tables by their primary
+    // key; the others anywhere (here, an update's position picks it).
+    let source_key = |object_id: ObjectId| {
+        let mut found = None;
+        plan.visit(&mut |node| {
+            if let PlanNode::Source {
+                object_id: id,
+                unique_key,
+                ..
+            } = node
+            {
+                if *id == object_id {
+                    found = unique_key.clone();
+                }
+            }
+        });
+        found
+    };
+    let placement = |object_id: ObjectId| match source_key(object_id) {
+        Some(key) => Partitioning::Hash(key),
+        None => Partitioning::Arbitrary,
+    };
+    let placed = place(plan.clone(), &key, map.shard_count(), &placement);
+    let dataflow = Dataflow::compile(&placed).expect("compiles");
+    let mut stores: Vec<MemoryStore> = (0..shards).map(|_| MemoryStore::default()).collect();
+    let mut accumulated = ZSet::new();
+    let mut step =
+        |stores: &mut Vec<MemoryStore>, inputs: Vec<HashMap<ObjectId, ZSet>>, initial| {
+            let exchanges = ChannelExchange::mesh(Arc::new(map.clone()), 1);
+            let steps = stores.iter_mut().zip(inputs).zip(exchanges).map(
+                |((store, inputs), mut exchange)| {
+                    let dataflow = &dataflow;
+                    async move {
+                        let output = dataflow
+                            .step_on(store, &inputs, initial, &mut exchange)
+                            .await
+                            .expect("step");
+                        (exchange.shard(), output)
+                    }
+                },
+            );
+            for (shard, output) in futures::executor::block_on(futures::future::join_all(steps)) {
+                assert!(output.is_consolidated());
+                for (row, _) in &output.updates {
+                    assert_eq!(
+                        map.shard_of(&partition_key(row, &key)),
+                        shard,
+                        "an output row away from its key's shard"
+                    );
+                }
+                accumulated.extend(output);
+            }
+        };
+    step(&mut stores, vec![HashMap::new(); shards], true);
     let mut totals: HashMap<ObjectId, ZSet> = HashMap::new();
-    for epoch in history {
-        let mut inputs: HashMap<ObjectId, ZSet> = HashMap::new();
-        for (source, row, weight) in epoch {
-            inputs
+    for (epoch_index, epoch) in history.iter().enumerate() {
+        let mut inputs: Vec<HashMap<ObjectId, ZSet>> = vec![HashMap::new(); shards];
+        for (position, (source, row, weight)) in epoch.iter().enumerate() {
+            let shard = match source_key(*source) {
+                Some(key) => usize::from(map.shard_of(&partition_key(row, &key))),
+                None => (position * 7 + epoch_index) % shards,
+            };
+            inputs[shard]
                 .entry(*source)
                 .or_default()
                 .push(row.clone(), *weight);
@@ -356,26 +429,56 @@ fn run(plan: &PlanNode, history: &[Vec<(ObjectId, Row, i64)>]) -> (ZSet, ZSet) {
         }
         let inputs = inputs
             .into_iter()
-            .map(|(id, delta)| (id, delta.consolidate()))
+            .map(|inputs| {
+                inputs
+                    .into_iter()
+                    .map(|(id, delta)| (id, delta.consolidate()))
+                    .collect()
+            })
             .collect();
-        let output =
-            futures::executor::block_on(dataflow.step(&mut store, &inputs, false)).expect("step");
-        assert!(output.is_consolidated());
-        accumulated.extend(output);
+        step(&mut stores, inputs, false);
     }
     let totals = totals
         .into_iter()
         .map(|(id, delta)| (id, delta.consolidate()))
         .collect();
+    let unsharded = Dataflow::compile(plan).expect("compiles");
     let mut fresh = MemoryStore::default();
     let recomputed =
-        futures::executor::block_on(dataflow.step(&mut fresh, &totals, true)).expect("recompute");
+        futures::executor::block_on(unsharded.step(&mut fresh, &totals, true)).expect("recompute");
     (accumulated.consolidate(), recomputed.consolidate())
 }
 
-fn check(plan: PlanNode, history: Vec<Vec<(ObjectId, Row, i64)>>) -> Result<(), TestCaseError> {
-    let (incremental, recomputed) = run(&plan, &history);
-    prop_assert_eq!(incremental, recomputed);
+/// A random placement of the buckets on `shards` shards.
+fn scattered(shards: u16, seed: u64) -> BucketMap {
+    let mut state = seed | 1;
+    let owners = (0..BUCKETS)
+        .map(|_| {
+            // xorshift64
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % u64::from(shards)) as u16
+        })
+        .collect();
+    BucketMap::from_owners(shards, owners).expect("a valid placement")
+}
+
+/// Incremental output equals recomputation at one shard, and at two and
+/// four shards over the placement `seed` picks.
+fn check(
+    plan: PlanNode,
+    history: Vec<Vec<(ObjectId, Row, i64)>>,
+    seed: u64,
+) -> Result<(), TestCaseError> {
+    for map in [
+        BucketMap::rendezvous(1).expect("one shard"),
+        scattered(2, seed),
+        scattered(4, seed),
+    ] {
+        let (incremental, recomputed) = run_on(&plan, &history, &map);
+        prop_assert_eq!(incremental, recomputed, "at {} shards", map.shard_count());
+    }
     Ok(())
 }
 
@@ -383,76 +486,85 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
     #[test]
-    fn inner_join_matches_recomputation(history in history()) { check(join(JoinKind::Inner), history)?; }
+    fn inner_join_matches_recomputation(seed: u64, history in history()) { check(join(JoinKind::Inner), history, seed)?; }
 
     #[test]
-    fn left_join_matches_recomputation(history in history()) { check(join(JoinKind::Left), history)?; }
+    fn left_join_matches_recomputation(seed: u64, history in history()) { check(join(JoinKind::Left), history, seed)?; }
 
     #[test]
-    fn right_join_matches_recomputation(history in history()) { check(join(JoinKind::Right), history)?; }
+    fn right_join_matches_recomputation(seed: u64, history in history()) { check(join(JoinKind::Right), history, seed)?; }
 
     #[test]
-    fn full_join_matches_recomputation(history in history()) { check(join(JoinKind::Full), history)?; }
+    fn full_join_matches_recomputation(seed: u64, history in history()) { check(join(JoinKind::Full), history, seed)?; }
 
     #[test]
-    fn semi_join_matches_recomputation(history in history()) { check(join(JoinKind::LeftSemi), history)?; }
+    fn semi_join_matches_recomputation(seed: u64, history in history()) { check(join(JoinKind::LeftSemi), history, seed)?; }
 
     #[test]
-    fn anti_join_matches_recomputation(history in history()) { check(join(JoinKind::LeftAnti), history)?; }
+    fn anti_join_matches_recomputation(seed: u64, history in history()) { check(join(JoinKind::LeftAnti), history, seed)?; }
 
     #[test]
-    fn residual_joins_match_recomputation(history in history(), kind in prop_oneof![
+    fn residual_joins_match_recomputation(seed: u64, history in history(), kind in prop_oneof![
         Just(JoinKind::Inner), Just(JoinKind::Left), Just(JoinKind::Right), Just(JoinKind::Full),
         Just(JoinKind::LeftSemi), Just(JoinKind::LeftAnti)]) {
-        check(join_with_residual(kind), history)?;
+        check(join_with_residual(kind), history, seed)?;
     }
 
     #[test]
-    fn not_in_matches_recomputation(history in history()) { check(not_in(), history)?; }
+    fn not_in_matches_recomputation(seed: u64, history in history()) { check(not_in(), history, seed)?; }
 
     #[test]
-    fn grouped_aggregate_matches_recomputation(history in history()) { check(aggregate(1), history)?; }
+    fn grouped_aggregate_matches_recomputation(seed: u64, history in history()) { check(aggregate(1), history, seed)?; }
 
     #[test]
-    fn aggregate_over_repeated_rows_matches_recomputation(history in history()) {
-        check(aggregate_of(1, folded_source(LEFT)), history)?;
+    fn aggregate_over_repeated_rows_matches_recomputation(seed: u64, history in history()) {
+        check(aggregate_of(1, folded_source(LEFT)), history, seed)?;
     }
 
     #[test]
-    fn joins_over_repeated_rows_match_recomputation(history in history(), kind in prop_oneof![
+    fn joins_over_repeated_rows_match_recomputation(seed: u64, history in history(), kind in prop_oneof![
         Just(JoinKind::Inner), Just(JoinKind::Left), Just(JoinKind::Full), Just(JoinKind::LeftSemi),
         Just(JoinKind::LeftAnti)]) {
-        check(join_of(kind, folded_source(LEFT), folded_source(RIGHT)), history)?;
+        check(join_of(kind, folded_source(LEFT), folded_source(RIGHT)), history, seed)?;
     }
 
     #[test]
-    fn joins_over_keyed_inputs_match_recomputation(history in keyed_history(), folded: bool, kind in prop_oneof![
+    fn joins_over_keyed_inputs_match_recomputation(seed: u64, history in keyed_history(), folded: bool, kind in prop_oneof![
         Just(JoinKind::Inner), Just(JoinKind::Left), Just(JoinKind::Right), Just(JoinKind::Full),
         Just(JoinKind::LeftSemi), Just(JoinKind::LeftAnti)]) {
         let side = if folded { folded_keyed_source } else { keyed_source };
-        check(join_of(kind, side(LEFT), side(RIGHT)), history)?;
+        check(join_of(kind, side(LEFT), side(RIGHT)), history, seed)?;
     }
 
     #[test]
-    fn string_agg_matches_recomputation(history in history(), grouped: bool) {
-        check(string_aggregate(usize::from(grouped)), history)?;
+    fn string_agg_matches_recomputation(seed: u64, history in history(), grouped: bool) {
+        check(string_aggregate(usize::from(grouped)), history, seed)?;
     }
 
     #[test]
-    fn aggregate_over_join_matches_recomputation(history in history(), kind in prop_oneof![
+    fn aggregate_over_join_matches_recomputation(seed: u64, history in history(), kind in prop_oneof![
         Just(JoinKind::Inner), Just(JoinKind::Left), Just(JoinKind::Full)]) {
-        check(aggregate_of(1, join(kind)), history)?;
+        check(aggregate_of(1, join(kind)), history, seed)?;
     }
 
     #[test]
-    fn distinct_matches_recomputation(history in history()) {
-        check(PlanNode::Distinct { op_id: 30, input: Box::new(source(LEFT)) }, history)?;
+    fn distinct_matches_recomputation(seed: u64, history in history()) {
+        check(PlanNode::Distinct { op_id: 30, input: Box::new(source(LEFT)) }, history, seed)?;
     }
 
     #[test]
-    fn set_operations_match_recomputation(history in history(), operator in prop_oneof![Just(SetOperator::Except), Just(SetOperator::Intersect)], all: bool) {
+    fn unions_match_recomputation(seed: u64, history in history(), grouped: bool) {
+        let union = PlanNode::UnionAll {
+            inputs: vec![source(LEFT), folded_source(RIGHT)],
+            schema: int_schema(&["k", "v"]),
+        };
+        check(aggregate_of(usize::from(grouped), union), history, seed)?;
+    }
+
+    #[test]
+    fn set_operations_match_recomputation(seed: u64, history in history(), operator in prop_oneof![Just(SetOperator::Except), Just(SetOperator::Intersect)], all: bool) {
         let plan = PlanNode::SetOperation { op_id: 40, left: Box::new(source(LEFT)), right: Box::new(source(RIGHT)), operator, all };
-        check(plan, history)?;
+        check(plan, history, seed)?;
     }
 }
 
@@ -485,18 +597,71 @@ fn global_aggregate_emits_one_row_on_empty_input() {
         ],
         schema: int_schema(&["count", "sum"]),
     };
-    let (incremental, recomputed) = run(
-        &plan,
-        &[
-            vec![(LEFT, vec![Datum::Int64(1), Datum::Int64(5)], 1)],
-            vec![(LEFT, vec![Datum::Int64(1), Datum::Int64(5)], -1)],
-        ],
-    );
-    assert_eq!(incremental, recomputed);
+    let history = [
+        vec![(LEFT, vec![Datum::Int64(1), Datum::Int64(5)], 1)],
+        vec![(LEFT, vec![Datum::Int64(1), Datum::Int64(5)], -1)],
+    ];
+    // Once however many shards compute it.
+    for shards in [1, 3] {
+        let map = BucketMap::rendezvous(shards).expect("a map");
+        let (incremental, recomputed) = run_on(&plan, &history, &map);
+        assert_eq!(incremental, recomputed);
+        assert_eq!(
+            incremental.updates,
+            vec![(vec![Datum::Int64(0), Datum::Null], 1)]
+        );
+    }
+}
+
+/// The exchanges `place` puts in a plan, by their keys, bottom up.
+fn exchanges(plan: &PlanNode) -> Vec<Vec<usize>> {
+    let mut keys = Vec::new();
+    plan.visit(&mut |node| {
+        if let PlanNode::Exchange { key, .. } = node {
+            keys.push(key.clone());
+        }
+    });
+    keys.reverse();
+    keys
+}
+
+#[test]
+fn exchanges_go_where_the_partitioning_changes() {
+    // Goal: rows move only where an operator needs them partitioned
+    // otherwise than they are, and never at one shard.
+    let keyed = |object_id| match object_id {
+        LEFT | RIGHT => Partitioning::Hash(vec![0]),
+        _ => Partitioning::Arbitrary,
+    };
+    let anywhere = |_| Partitioning::Arbitrary;
+    let placed = |plan: PlanNode, shards, source: &dyn Fn(ObjectId) -> Partitioning| {
+        let key = output_key(&plan);
+        exchanges(&place(plan, &key, shards, source))
+    };
+    // GROUP BY the sources' key: already in place.
+    assert_eq!(placed(aggregate(1), 4, &keyed), Vec::<Vec<usize>>::new());
+    assert_eq!(placed(aggregate(1), 4, &anywhere), vec![vec![0]]);
+    // A global aggregate gathers; its one row is then where its (empty)
+    // output key puts it.
+    assert_eq!(placed(aggregate(0), 4, &keyed), vec![Vec::<usize>::new()]);
+    // A join on both sides' key, and its output kept by the left key, which
+    // is not the view's key (it has none): each output row moves once.
     assert_eq!(
-        incremental.updates,
-        vec![(vec![Datum::Int64(0), Datum::Null], 1)]
+        placed(join(JoinKind::Inner), 4, &keyed),
+        vec![vec![0, 1, 2, 3]]
     );
+    assert_eq!(
+        placed(join(JoinKind::Inner), 4, &anywhere),
+        vec![vec![0], vec![0], vec![0, 1, 2, 3]]
+    );
+    // NOT IN gathers both sides.
+    assert_eq!(
+        placed(not_in(), 4, &keyed)[..2],
+        [Vec::<usize>::new(), Vec::new()]
+    );
+    for plan in [aggregate(1), join(JoinKind::Full), not_in()] {
+        assert!(placed(plan, 1, &anywhere).is_empty());
+    }
 }
 
 #[test]

@@ -13,6 +13,7 @@
 
 pub mod arrow_types;
 pub mod datetime_text;
+pub mod partition;
 
 use std::fmt::Write;
 
@@ -185,6 +186,13 @@ pub enum PlanNode {
         operator: SetOperator,
         all: bool,
     },
+    /// Moves each row to the shard that owns the bucket of its `key`
+    /// columns (all rows to one shard when `key` is empty); inserted by
+    /// [`partition::place`]. Stateless: the rows pass on unchanged.
+    Exchange {
+        input: Box<PlanNode>,
+        key: Vec<usize>,
+    },
 }
 
 impl PlanNode {
@@ -197,7 +205,9 @@ impl PlanNode {
             | PlanNode::Join { schema, .. }
             | PlanNode::Aggregate { schema, .. }
             | PlanNode::UnionAll { schema, .. } => schema,
-            PlanNode::Filter { input, .. } | PlanNode::Distinct { input, .. } => input.schema(),
+            PlanNode::Filter { input, .. }
+            | PlanNode::Distinct { input, .. }
+            | PlanNode::Exchange { input, .. } => input.schema(),
             PlanNode::SetOperation { left, .. } => left.schema(),
         }
     }
@@ -209,7 +219,8 @@ impl PlanNode {
             PlanNode::Map { input, .. }
             | PlanNode::Filter { input, .. }
             | PlanNode::Aggregate { input, .. }
-            | PlanNode::Distinct { input, .. } => vec![input],
+            | PlanNode::Distinct { input, .. }
+            | PlanNode::Exchange { input, .. } => vec![input],
             PlanNode::Join { left, right, .. } | PlanNode::SetOperation { left, right, .. } => {
                 vec![left, right]
             }
@@ -257,7 +268,7 @@ impl PlanNode {
                 (left.unique_key(), left_keys, *left_width),
                 (right.unique_key(), right_keys, *right_width),
             ),
-            PlanNode::Filter { input, .. } => input.unique_key(),
+            PlanNode::Filter { input, .. } | PlanNode::Exchange { input, .. } => input.unique_key(),
             PlanNode::Map {
                 input,
                 exprs,
@@ -393,6 +404,9 @@ impl PlanNode {
             PlanNode::UnionAll { inputs, .. } => {
                 let _ = write!(out, "union {}; ", inputs.len());
             }
+            // Where rows are computed, not what is kept: a view planned
+            // for more shards keeps its state in the same layout.
+            PlanNode::Exchange { .. } => {}
         });
         out
     }
@@ -450,6 +464,8 @@ impl PlanNode {
             PlanNode::SetOperation { operator, all, .. } => {
                 format!("{operator:?}{}", if *all { " ALL" } else { "" })
             }
+            PlanNode::Exchange { key, .. } if key.is_empty() => "Exchange to one shard".to_string(),
+            PlanNode::Exchange { key, .. } => format!("Exchange by column(s) {key:?}"),
         };
         let _ = writeln!(out, "{indent}{line}");
         for input in self.inputs() {

@@ -50,6 +50,15 @@ struct Server {
     port: u16,
 }
 
+/// Shards of the server under test: `ROCKSTREAM_BENCH_SHARDS`, else 1 (the
+/// embedded profile).
+fn bench_shards() -> u16 {
+    std::env::var("ROCKSTREAM_BENCH_SHARDS")
+        .ok()
+        .and_then(|shards| shards.parse().ok())
+        .unwrap_or(1)
+}
+
 impl Server {
     fn start() -> Server {
         let storage = tempfile::tempdir().expect("temporary storage");
@@ -62,6 +71,7 @@ impl Server {
             .args(["start", "--storage"])
             .arg(storage.path())
             .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(["--shards", &bench_shards().to_string()])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

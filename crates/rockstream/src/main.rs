@@ -71,6 +71,10 @@ enum Command {
         /// Address the PostgreSQL-protocol listener binds.
         #[arg(long, default_value = "127.0.0.1:5432")]
         listen: String,
+        /// Shards a new storage is split into (default: the number of CPU
+        /// cores). An existing storage keeps the count it was created with.
+        #[arg(long)]
+        shards: Option<u16>,
     },
 }
 
@@ -97,13 +101,28 @@ fn main() -> anyhow::Result<()> {
         .build()
         .context("starting the async runtime")?;
     match cli.command {
-        Command::Start { storage, listen } => runtime.block_on(start(storage, listen)),
+        Command::Start {
+            storage,
+            listen,
+            shards,
+        } => {
+            let shards = shards.unwrap_or_else(default_shards);
+            runtime.block_on(start(storage, listen, shards))
+        }
     }
 }
 
-async fn start(storage: String, listen: String) -> anyhow::Result<()> {
+/// One shard per CPU core, within what a storage allows.
+fn default_shards() -> u16 {
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    u16::try_from(cores)
+        .unwrap_or(u16::MAX)
+        .min(rockstream_types::partition::SHARDS_MAX)
+}
+
+async fn start(storage: String, listen: String, shards: u16) -> anyhow::Result<()> {
     let runtime = Runtime::system();
-    let database = match Database::open(&storage, runtime.clone()).await {
+    let database = match Database::open(&storage, runtime.clone(), shards).await {
         Ok(database) => database,
         Err(error) => {
             eprintln!("error: {error}\nhint: {}", error.next_steps());
@@ -113,7 +132,8 @@ async fn start(storage: String, listen: String) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(&listen)
         .await
         .with_context(|| format!("binding {listen}"))?;
-    tracing::info!(%storage, %listen, "RockStream is ready: psql \"host=HOST port=PORT user=rockstream dbname=default\"");
+    let shards = database.engine().shard_count();
+    tracing::info!(%storage, %listen, shards, "RockStream is ready: psql \"host=HOST port=PORT user=rockstream dbname=default\"");
     let gateway = Arc::new(Gateway::new(database, runtime));
     rockstream_pgwire::serve(gateway, listener)
         .await

@@ -7,11 +7,12 @@ use std::sync::{Arc, RwLock};
 use rockstream_common::Runtime;
 use rockstream_ops::keys::RowStorage;
 use rockstream_ops::Dataflow;
-use rockstream_storage::{ShardDb, Snapshot};
+use rockstream_storage::{ShardDb, SnapshotSet};
+use rockstream_types::partition::BucketMap;
 use rockstream_types::{codes, Epoch, ObjectId, Row, RsError, RsResult};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::epoch::EpochLoop;
+use crate::epoch::{repair, EpochLoop, Start};
 
 /// Bound on commands waiting for the engine; writers wait beyond it.
 pub const COMMAND_QUEUE_MAX: usize = 1024;
@@ -112,16 +113,17 @@ pub(crate) enum Command {
     },
 }
 
-/// The state readers see: the last durable epoch.
+/// The state readers see: every shard at the last durable epoch.
 #[derive(Clone)]
 pub struct Published {
     pub epoch: Epoch,
-    pub snapshot: Snapshot,
+    pub snapshot: SnapshotSet,
 }
 
-/// Handle to a shard's engine task.
+/// Handle to the engine task, which owns every shard.
 #[derive(Clone)]
 pub struct Engine {
+    shards: u16,
     commands: mpsc::Sender<Command>,
     published: watch::Receiver<Published>,
     statuses: Arc<RwLock<HashMap<ObjectId, ViewStatus>>>,
@@ -129,29 +131,58 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// Starts the engine over an opened shard.
-    pub async fn start(runtime: &Runtime, shard: ShardDb) -> RsResult<Engine> {
-        let epoch = shard.committed_epoch().await?;
-        let snapshot = shard.snapshot()?;
+    /// Starts the engine over the opened shards of a storage (by shard id)
+    /// and its bucket map; first completes the last epoch on any shard a
+    /// crash left behind the coordinator.
+    pub async fn start(
+        runtime: &Runtime,
+        shards: Vec<ShardDb>,
+        map: Arc<BucketMap>,
+    ) -> RsResult<Engine> {
+        if shards.len() != usize::from(map.shard_count()) {
+            return Err(RsError::internal(format!(
+                "{} shards opened for a bucket map of {}",
+                shards.len(),
+                map.shard_count()
+            )));
+        }
+        let logged = repair(&shards).await?;
+        let shard_count = map.shard_count();
+        let epoch = shards[0].committed_epoch().await?;
+        let snapshots = shards
+            .iter()
+            .map(ShardDb::snapshot)
+            .collect::<RsResult<Vec<_>>>()?;
+        let snapshot = SnapshotSet::new(snapshots, map.clone())?;
         let (published_sender, published) = watch::channel(Published { epoch, snapshot });
         let (commands, receiver) = mpsc::channel(COMMAND_QUEUE_MAX);
         let statuses = Arc::new(RwLock::new(HashMap::new()));
         let reclaiming = Arc::new(AtomicUsize::new(0));
         let epoch_loop = EpochLoop::new(
             runtime.clone(),
-            shard,
-            epoch,
+            Start {
+                shards,
+                map,
+                epoch,
+                logged,
+            },
             published_sender,
             statuses.clone(),
             reclaiming.clone(),
         );
         runtime.spawn(epoch_loop.run(receiver));
         Ok(Engine {
+            shards: shard_count,
             commands,
             published,
             statuses,
             reclaiming,
         })
+    }
+
+    /// How many shards the storage has (fixed when it was created).
+    pub fn shard_count(&self) -> u16 {
+        self.shards
     }
 
     /// The newest published (durable) state.

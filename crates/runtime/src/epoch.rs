@@ -1,18 +1,32 @@
-//! The engine task: groups commands into epochs and commits each atomically.
+//! The engine task: groups commands into epochs and commits each atomically
+//! on every shard.
+//!
+//! The engine owns every shard of the storage (shard 0 is the coordinator,
+//! [`log`]). An epoch's state is one [`EpochStore`] per shard. A commit's
+//! table rows go to the shard that owns their key; every view with input
+//! is stepped on every shard at once, each shard over its own state and
+//! its part of the deltas, the view's exchanges connecting the shards'
+//! steps (`rockstream_ops::exchange`); each shard's output stays on it.
+//! Then the shards commit, the coordinator first, and readers get one
+//! snapshot per shard, all at the new epoch. At one shard this is a single
+//! SlateDB batch per epoch, as before shards.
 
 use std::collections::{BTreeMap, HashMap};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, RwLock};
 
+use futures::future::BoxFuture;
 use futures::FutureExt;
 
 use rockstream_common::Runtime;
 
+use rockstream_ops::exchange::first_cause;
 use rockstream_ops::keys::{self, decode_weight, encode_weight, RowStorage};
-use rockstream_ops::{OverlayStore, ScanOrder, StateRead, StateStore, Write};
-use rockstream_storage::{EpochStore, ShardDb};
+use rockstream_ops::{ChannelExchange, OverlayStore, ScanOrder, StateRead, StateStore, Write};
+use rockstream_storage::{EpochStore, ShardDb, SnapshotSet};
 use rockstream_types::encoding::{decode_row, encode_datum, encode_row, encode_row_into};
+use rockstream_types::partition::BucketMap;
 use rockstream_types::{codes, Epoch, ObjectId, Row, RsError, RsResult, ZSet};
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -22,9 +36,11 @@ use crate::engine::{
 };
 
 mod backfill;
+mod log;
 mod reclaim;
 
 pub use backfill::installed_marker;
+pub(crate) use log::repair;
 
 use backfill::Phase;
 use reclaim::Reclaim;
@@ -40,49 +56,72 @@ struct Installed {
     built: Option<Reply<()>>,
 }
 
-/// A view's step over a shared epoch store: its output and its writes, not
-/// yet applied.
+/// One shard's step of a view: its output and its writes, not yet applied.
 type StepResult = RsResult<(ZSet, BTreeMap<Vec<u8>, Write>)>;
+
+/// An epoch's state: one store per shard, by shard id.
+type Stores = Vec<EpochStore>;
+
+/// Changes of an epoch per shard (by shard id), per object.
+type Deltas = Vec<HashMap<ObjectId, ZSet>>;
 
 pub(crate) struct EpochLoop {
     runtime: Runtime,
-    shard: ShardDb,
+    /// Every shard, by id; shard 0 is the coordinator.
+    shards: Vec<ShardDb>,
+    map: Arc<BucketMap>,
     epoch: Epoch,
     published: watch::Sender<Published>,
     statuses: Arc<RwLock<HashMap<ObjectId, ViewStatus>>>,
     /// Installed views in dependency order (a view after its sources).
     views: Vec<Installed>,
     /// The epoch and time (µs) of the last memtable flush the engine
-    /// requested, and that flush while it runs.
+    /// requested, and those flushes while they run.
     flushed_at: (Epoch, i64),
-    flushing: Option<tokio::task::JoinHandle<RsResult<()>>>,
+    flushing: Vec<tokio::task::JoinHandle<RsResult<()>>>,
     /// Dropped objects whose keys are still being deleted, oldest first.
     reclaims: Vec<Reclaim>,
     /// How many, for [`crate::Engine::reclaims_pending`].
     reclaiming: Arc<AtomicUsize>,
+    /// The coordinator's log record of the last epoch, deleted by the next.
+    logged: Vec<Vec<u8>>,
+}
+
+/// What an engine starts from.
+pub(crate) struct Start {
+    pub shards: Vec<ShardDb>,
+    pub map: Arc<BucketMap>,
+    pub epoch: Epoch,
+    /// The coordinator's last log record, already applied.
+    pub logged: Vec<Vec<u8>>,
 }
 
 impl EpochLoop {
     pub fn new(
         runtime: Runtime,
-        shard: ShardDb,
-        epoch: Epoch,
+        start: Start,
         published: watch::Sender<Published>,
         statuses: Arc<RwLock<HashMap<ObjectId, ViewStatus>>>,
         reclaiming: Arc<AtomicUsize>,
     ) -> Self {
         EpochLoop {
             runtime,
-            shard,
-            epoch,
+            shards: start.shards,
+            map: start.map,
+            epoch: start.epoch,
             published,
             statuses,
             views: Vec::new(),
-            flushed_at: (epoch, 0),
-            flushing: None,
+            flushed_at: (start.epoch, 0),
+            flushing: Vec::new(),
             reclaims: Vec::new(),
             reclaiming,
+            logged: start.logged,
         }
+    }
+
+    fn shard_count(&self) -> usize {
+        self.shards.len()
     }
 
     /// Serves commands until every handle is gone. While a view is being
@@ -92,7 +131,7 @@ impl EpochLoop {
     pub async fn run(mut self, mut receiver: mpsc::Receiver<Command>) {
         if let Err(error) = self.resume_reclaims().await {
             tracing::error!(%error, "engine stopped after a storage failure");
-            let _ = self.shard.close().await;
+            self.close().await;
             return;
         }
         let mut deferred: Option<Command> = None;
@@ -135,7 +174,13 @@ impl EpochLoop {
                 break;
             }
         }
-        let _ = self.shard.close().await;
+        self.close().await;
+    }
+
+    async fn close(&self) {
+        for shard in &self.shards {
+            let _ = shard.close().await;
+        }
     }
 
     /// Serves one command; a commit takes every commit queued behind it
@@ -163,7 +208,7 @@ impl EpochLoop {
                 }
                 let result = self.run_commits(commits).await;
                 if result.is_ok() {
-                    self.maybe_flush_memtable().await;
+                    self.maybe_flush_memtables().await;
                 }
                 result
             }
@@ -194,22 +239,19 @@ impl EpochLoop {
         }
     }
 
-    /// Starts a memtable flush on a task of its own once enough epochs and
-    /// time have passed and the previous one has finished; epochs go on
-    /// meanwhile.
-    async fn maybe_flush_memtable(&mut self) {
+    /// Starts a memtable flush of every shard on tasks of their own once
+    /// enough epochs and time have passed and the previous ones have
+    /// finished; epochs go on meanwhile.
+    async fn maybe_flush_memtables(&mut self) {
         let (epoch, micros) = self.flushed_at;
         let now = self.runtime.now_micros();
         if self.epoch < epoch + MEMTABLE_FLUSH_EPOCHS
             || now < micros + MEMTABLE_FLUSH_INTERVAL_MICROS
-            || self
-                .flushing
-                .as_ref()
-                .is_some_and(|flush| !flush.is_finished())
+            || self.flushing.iter().any(|flush| !flush.is_finished())
         {
             return;
         }
-        if let Some(finished) = self.flushing.take() {
+        for finished in std::mem::take(&mut self.flushing) {
             match finished.await {
                 Ok(Ok(())) => {}
                 Ok(Err(error)) => tracing::warn!(%error, "memtable flush failed"),
@@ -217,36 +259,61 @@ impl EpochLoop {
             }
         }
         self.flushed_at = (self.epoch, now);
-        self.flushing = Some(self.runtime.spawn(self.shard.flush_memtable()));
+        self.flushing = self
+            .shards
+            .iter()
+            .map(|shard| self.runtime.spawn(shard.flush_memtable()))
+            .collect();
+    }
+
+    /// An epoch's state over every shard's newest snapshot.
+    fn new_stores(&self) -> RsResult<Stores> {
+        self.shards
+            .iter()
+            .map(|shard| Ok(EpochStore::new(shard.snapshot()?)))
+            .collect()
     }
 
     async fn run_commits(&mut self, commits: Vec<(Vec<TableChange>, Reply)>) -> RsResult<()> {
-        let mut store = EpochStore::new(self.shard.snapshot()?);
+        let mut stores = self.new_stores()?;
         let mut accepted: Vec<Reply> = Vec::new();
-        let mut deltas: HashMap<ObjectId, ZSet> = HashMap::new();
+        let mut deltas: Deltas = vec![HashMap::new(); self.shard_count()];
         for (changes, reply) in commits {
-            let keys = stored_keys(&changes);
-            match validate_table_changes(&mut store, &changes, &keys).await {
-                Ok(()) => {
-                    for (table_id, delta) in apply_table_changes(&mut store, changes, keys) {
-                        deltas.entry(table_id).or_default().extend(delta);
-                    }
-                    accepted.push(reply);
-                }
-                Err(error) => {
-                    let _ = reply.send(Err(error));
+            let parts = split_by_shard(changes, &self.map);
+            let mut valid = Ok(());
+            for (store, (changes, keys)) in stores.iter_mut().zip(&parts) {
+                valid = validate_table_changes(store, changes, keys).await;
+                if valid.is_err() {
+                    break;
                 }
             }
+            if let Err(error) = valid {
+                let _ = reply.send(Err(error));
+                continue;
+            }
+            for ((store, (changes, keys)), shard_deltas) in
+                stores.iter_mut().zip(parts).zip(&mut deltas)
+            {
+                for (table_id, delta) in apply_table_changes(store, changes, keys) {
+                    shard_deltas.entry(table_id).or_default().extend(delta);
+                }
+            }
+            accepted.push(reply);
         }
         if accepted.is_empty() {
             return Ok(());
         }
         let deltas = deltas
             .into_iter()
-            .map(|(id, delta)| (id, delta.consolidate()))
+            .map(|shard_deltas| {
+                shard_deltas
+                    .into_iter()
+                    .map(|(id, delta)| (id, delta.consolidate()))
+                    .collect()
+            })
             .collect();
-        let store = match self.propagate(store, deltas).await {
-            Ok(store) => store,
+        let stores = match self.propagate(stores, deltas).await {
+            Ok(stores) => stores,
             Err(error) => {
                 for reply in accepted {
                     let _ = reply.send(Err(error.clone()));
@@ -254,7 +321,7 @@ impl EpochLoop {
                 return Err(error);
             }
         };
-        match self.commit_epoch(store).await {
+        match self.commit_epoch(stores).await {
             Ok(epoch) => {
                 for reply in accepted {
                     let _ = reply.send(Ok(epoch));
@@ -270,11 +337,43 @@ impl EpochLoop {
         }
     }
 
-    async fn commit_epoch(&mut self, store: EpochStore) -> RsResult<Epoch> {
+    /// Commits an epoch on every shard: the coordinator first, with the
+    /// log record of the others' writes (when they have any), then the
+    /// others at once; publishes the new snapshots once all are durable.
+    async fn commit_epoch(&mut self, stores: Stores) -> RsResult<Epoch> {
         let epoch = self.epoch + 1;
-        self.shard.commit(epoch, store.into_writes()).await?;
+        let mut writes: Vec<BTreeMap<Vec<u8>, Write>> =
+            stores.into_iter().map(EpochStore::into_writes).collect();
+        let mut coordinator = std::mem::take(&mut writes[0]);
+        for key in std::mem::take(&mut self.logged) {
+            coordinator.entry(key).or_insert(Write::Delete);
+        }
+        for (shard, shard_writes) in writes.iter().enumerate().skip(1) {
+            for (key, part) in log::record(epoch, shard as u16, shard_writes) {
+                self.logged.push(key.clone());
+                coordinator.insert(key, Write::Put(part));
+            }
+        }
+        self.shards[0].commit(epoch, coordinator).await?;
+        if !self.logged.is_empty() {
+            failpoint_between_shard_commits();
+        }
+        let mut others = Vec::new();
+        for (shard, writes) in self.shards.iter().zip(writes).skip(1) {
+            if !writes.is_empty() {
+                others.push(shard.commit(epoch, writes));
+            }
+        }
+        for committed in futures::future::join_all(others).await {
+            committed?;
+        }
         self.epoch = epoch;
-        let snapshot = self.shard.snapshot()?;
+        let snapshots = self
+            .shards
+            .iter()
+            .map(ShardDb::snapshot)
+            .collect::<RsResult<Vec<_>>>()?;
+        let snapshot = SnapshotSet::new(snapshots, self.map.clone())?;
         self.published.send_replace(Published { epoch, snapshot });
         Ok(epoch)
     }
@@ -288,11 +387,7 @@ impl EpochLoop {
     /// pending input, which its build steps once it has read its pinned
     /// snapshot. A view whose build has not begun ignores them (the snapshot
     /// it pins later holds them), and so does one whose build failed.
-    async fn propagate(
-        &mut self,
-        mut store: EpochStore,
-        mut deltas: HashMap<ObjectId, ZSet>,
-    ) -> RsResult<EpochStore> {
+    async fn propagate(&mut self, mut stores: Stores, mut deltas: Deltas) -> RsResult<Stores> {
         let mut next = 0;
         while next < self.views.len() {
             let mut wave = Vec::new();
@@ -302,137 +397,213 @@ impl EpochLoop {
                 if sources.iter().any(|source| wave_outputs.contains(source)) {
                     break;
                 }
-                let has_input = sources
-                    .iter()
-                    .any(|source| deltas.get(source).is_some_and(|d| !d.is_empty()));
+                let has_input = deltas.iter().any(|shard_deltas| {
+                    sources
+                        .iter()
+                        .any(|source| shard_deltas.get(source).is_some_and(|d| !d.is_empty()))
+                });
                 match installed.phase {
                     Phase::Maintained if has_input => {
                         wave.push(next);
                         wave_outputs.push(installed.view.view_id);
                     }
                     Phase::Building(_) if has_input => {
-                        add_pending(&mut store, installed.view.view_id, sources, &deltas);
+                        for (store, shard_deltas) in stores.iter_mut().zip(&deltas) {
+                            add_pending(store, installed.view.view_id, sources, shard_deltas);
+                        }
                     }
                     _ => {}
                 }
                 next += 1;
             }
-            store = self.step_wave(store, &wave, &mut deltas).await?;
+            stores = self.step_wave(stores, &wave, &mut deltas).await?;
         }
-        Ok(store)
+        Ok(stores)
     }
 
     /// Steps views that do not read one another over the same epoch state,
-    /// then applies their writes in order; each healthy view's output joins
-    /// `deltas`. A view that fails keeps its input for a later retry.
+    /// each on every shard, then applies their writes in order; each
+    /// healthy view's output joins `deltas`. A view that fails keeps its
+    /// input for a later retry.
     async fn step_wave(
         &mut self,
-        mut store: EpochStore,
+        mut stores: Stores,
         wave: &[usize],
-        deltas: &mut HashMap<ObjectId, ZSet>,
-    ) -> RsResult<EpochStore> {
+        deltas: &mut Deltas,
+    ) -> RsResult<Stores> {
+        if wave.is_empty() {
+            return Ok(stores);
+        }
         // A failed view retries its held-back input along with the new.
-        let mut own_inputs: Vec<Option<Arc<HashMap<ObjectId, ZSet>>>> = Vec::new();
+        let shared_deltas: Vec<Arc<HashMap<ObjectId, ZSet>>> =
+            std::mem::take(deltas).into_iter().map(Arc::new).collect();
+        let mut own_inputs: Vec<Option<Vec<Arc<HashMap<ObjectId, ZSet>>>>> = Vec::new();
         for &index in wave {
             own_inputs.push(match self.views[index].failed {
-                Some(_) => Some(Arc::new(
-                    inputs_with_pending(&store, &self.views[index].view, deltas).await?,
-                )),
+                Some(_) => {
+                    let mut own = Vec::with_capacity(stores.len());
+                    for (store, shard_deltas) in stores.iter().zip(&shared_deltas) {
+                        let view = &self.views[index].view;
+                        own.push(Arc::new(
+                            inputs_with_pending(store, view, shard_deltas).await?,
+                        ));
+                    }
+                    Some(own)
+                }
                 None => None,
             });
         }
-        let input_rows: usize = deltas.values().map(ZSet::len).sum();
-        let results = if wave.len() > 1 && input_rows >= PARALLEL_STEP_ROWS_MIN {
-            let shared_store = Arc::new(store);
-            let shared_deltas = Arc::new(std::mem::take(deltas));
-            let tasks: Vec<_> = wave
-                .iter()
-                .zip(&own_inputs)
-                .map(|(&index, own)| {
-                    let dataflow = Arc::clone(&self.views[index].view.dataflow);
-                    let base = Arc::clone(&shared_store);
-                    let inputs = Arc::clone(own.as_ref().unwrap_or(&shared_deltas));
-                    self.runtime.spawn(async move {
-                        let mut layer = OverlayStore::new(base);
-                        let output = dataflow.step(&mut layer, &inputs, false).await?;
-                        Ok((output, layer.into_writes()))
-                    })
-                })
+        let input_rows: usize = shared_deltas
+            .iter()
+            .flat_map(|shard_deltas| shard_deltas.values())
+            .map(ZSet::len)
+            .sum();
+        let tasks = wave.len() * stores.len();
+        let spawn = tasks > 1 && input_rows >= PARALLEL_STEP_ROWS_MIN;
+        let shared_stores: Vec<Arc<EpochStore>> = stores.into_iter().map(Arc::new).collect();
+        let steps: Vec<_> = wave
+            .iter()
+            .zip(&own_inputs)
+            .flat_map(|(&index, own)| {
+                let inputs = own.as_deref().unwrap_or(&shared_deltas);
+                self.shard_steps(index, &shared_stores, inputs, false)
+            })
+            .collect();
+        let mut results = self.run_steps(steps, spawn).await.into_iter();
+        let unshared = || RsError::internal("a view step outlived its wave");
+        stores = shared_stores
+            .into_iter()
+            .map(|store| Arc::try_unwrap(store).map_err(|_| unshared()))
+            .collect::<RsResult<Stores>>()?;
+        *deltas = shared_deltas
+            .into_iter()
+            .map(|shard_deltas| Arc::try_unwrap(shard_deltas).map_err(|_| unshared()))
+            .collect::<RsResult<Deltas>>()?;
+        for (&index, own) in wave.iter().zip(&own_inputs) {
+            let view_results: Vec<StepResult> = results.by_ref().take(stores.len()).collect();
+            let inputs: Vec<&HashMap<ObjectId, ZSet>> = match own {
+                Some(own) => own.iter().map(Arc::as_ref).collect(),
+                None => deltas.iter().collect(),
+            };
+            let outputs = self
+                .finish_step(&mut stores, index, view_results, &inputs)
+                .await?;
+            if let Some(outputs) = outputs {
+                let view_id = self.views[index].view.view_id;
+                for (shard_deltas, output) in deltas.iter_mut().zip(outputs) {
+                    shard_deltas.insert(view_id, output);
+                }
+            }
+        }
+        Ok(stores)
+    }
+
+    /// The steps of view `index` on every shard, each over its shard's
+    /// state (`bases`) and input, the view's exchanges connecting them.
+    /// Every one must run for any to finish.
+    fn shard_steps(
+        &self,
+        index: usize,
+        bases: &[Arc<EpochStore>],
+        inputs: &[Arc<HashMap<ObjectId, ZSet>>],
+        initial: bool,
+    ) -> Vec<BoxFuture<'static, StepResult>> {
+        let dataflow = &self.views[index].view.dataflow;
+        ChannelExchange::mesh(self.map.clone(), 1)
+            .into_iter()
+            .zip(bases)
+            .zip(inputs)
+            .map(|((mut exchange, base), inputs)| {
+                let dataflow = Arc::clone(dataflow);
+                let base = Arc::clone(base);
+                let inputs = Arc::clone(inputs);
+                async move {
+                    let mut layer = OverlayStore::new(base);
+                    let output = dataflow
+                        .step_on(&mut layer, &inputs, initial, &mut exchange)
+                        .await?;
+                    Ok((output, layer.into_writes()))
+                }
+                .boxed()
+            })
+            .collect()
+    }
+
+    /// Runs steps to completion, on tasks of their own when `spawn` (for
+    /// the cores), else together on this one; their results in order. A
+    /// step that panics fails (a bug in one view fails that view, not the
+    /// engine and every later commit), and its peers' exchanges with it.
+    async fn run_steps(
+        &self,
+        steps: Vec<BoxFuture<'static, StepResult>>,
+        spawn: bool,
+    ) -> Vec<StepResult> {
+        if spawn {
+            let tasks: Vec<_> = steps
+                .into_iter()
+                .map(|step| self.runtime.spawn(step))
                 .collect();
-            let mut results: Vec<StepResult> = Vec::with_capacity(tasks.len());
+            let mut results = Vec::with_capacity(tasks.len());
             for task in tasks {
                 results.push(task.await.unwrap_or_else(|error| {
                     Err(RsError::internal(format!("a view step panicked: {error}")))
                 }));
             }
-            let unshared = || RsError::internal("a view step outlived its wave");
-            store = Arc::try_unwrap(shared_store).map_err(|_| unshared())?;
-            *deltas = Arc::try_unwrap(shared_deltas).map_err(|_| unshared())?;
-            results
-        } else {
-            let mut results = Vec::with_capacity(wave.len());
-            for (&index, own) in wave.iter().zip(&own_inputs) {
-                let inputs = own.as_deref().unwrap_or(deltas);
-                let mut layer = OverlayStore::new(&store);
-                let step = self.views[index]
-                    .view
-                    .dataflow
-                    .step(&mut layer, inputs, false);
-                // A bug in one view fails that view, as on the parallel
-                // path, rather than the epoch task and every later commit;
-                // its writes stay in the discarded layer.
-                let stepped = AssertUnwindSafe(step)
-                    .catch_unwind()
-                    .await
-                    .unwrap_or_else(|panic| {
-                        Err(RsError::internal(format!(
-                            "a view step panicked: {}",
-                            panic_message(panic.as_ref())
-                        )))
-                    });
-                results.push(stepped.map(|output| (output, layer.into_writes())));
-            }
-            results
-        };
-        for ((&index, own), result) in wave.iter().zip(&own_inputs).zip(results) {
-            let inputs = own.as_deref().unwrap_or(deltas);
-            if let Some(output) = self.finish_step(&mut store, index, result, inputs).await? {
-                deltas.insert(self.views[index].view.view_id, output);
-            }
+            return results;
         }
-        Ok(store)
+        let steps = steps.into_iter().map(|step| async move {
+            match AssertUnwindSafe(step).catch_unwind().await {
+                Ok(stepped) => stepped,
+                Err(panic) => Err(RsError::internal(format!(
+                    "a view step panicked: {}",
+                    panic_message(panic.as_ref())
+                ))),
+            }
+        });
+        futures::future::join_all(steps).await
     }
 
-    /// Applies a view's step: its writes and output on success; on failure
-    /// (other than storage), records the error and holds `inputs` back.
-    /// `Ok(None)`: the view failed.
+    /// Applies a view's steps, one per shard: their writes and outputs when
+    /// all succeeded; else (unless storage failed) records the error and
+    /// holds each shard's `inputs` back. `Ok(None)`: the view failed.
     async fn finish_step(
         &mut self,
-        store: &mut EpochStore,
+        stores: &mut Stores,
         index: usize,
-        result: StepResult,
-        inputs: &HashMap<ObjectId, ZSet>,
-    ) -> RsResult<Option<ZSet>> {
+        results: Vec<StepResult>,
+        inputs: &[&HashMap<ObjectId, ZSet>],
+    ) -> RsResult<Option<Vec<ZSet>>> {
         let view_id = self.views[index].view.view_id;
-        match result {
-            Ok((output, writes)) => {
-                store.absorb(writes);
-                apply_view_output(store, &self.views[index].view, &output);
-                if self.views[index].failed.is_some() {
-                    clear_pending(store, view_id).await?;
-                }
-                self.set_failed(index, None);
-                Ok(Some(output))
-            }
-            Err(error) if error.code == &codes::STORAGE_IO => Err(error),
-            Err(error) => {
-                tracing::warn!(view = %self.views[index].view.name, %error, "view failed; holding its input until it heals");
-                clear_pending(store, view_id).await?;
-                write_pending(store, view_id, &self.views[index].view.sources, inputs);
-                self.set_failed(index, Some(error));
-                Ok(None)
+        let mut stepped = Vec::with_capacity(results.len());
+        let mut errors = Vec::new();
+        for result in results {
+            match result {
+                Ok(step) => stepped.push(step),
+                Err(error) if error.code == &codes::STORAGE_IO => return Err(error),
+                Err(error) => errors.push(error),
             }
         }
+        if let Some(error) = first_cause(errors) {
+            tracing::warn!(view = %self.views[index].view.name, %error, "view failed; holding its input until it heals");
+            for (store, inputs) in stores.iter_mut().zip(inputs) {
+                clear_pending(store, view_id).await?;
+                write_pending(store, view_id, &self.views[index].view.sources, inputs);
+            }
+            self.set_failed(index, Some(error));
+            return Ok(None);
+        }
+        let was_failed = self.views[index].failed.is_some();
+        let mut outputs = Vec::with_capacity(stepped.len());
+        for (store, (output, writes)) in stores.iter_mut().zip(stepped) {
+            store.absorb(writes);
+            apply_view_output(store, &self.views[index].view, &output);
+            if was_failed {
+                clear_pending(store, view_id).await?;
+            }
+            outputs.push(output);
+        }
+        self.set_failed(index, None);
+        Ok(Some(outputs))
     }
 
     fn set_failed(&mut self, index: usize, error: Option<RsError>) {
@@ -455,11 +626,9 @@ impl EpochLoop {
     /// (retrying the input it held back, if any); any other is built in
     /// the background ([`backfill`]), and `built` is told when that ends.
     async fn install(&mut self, view: InstallView, built: Reply<()>) -> RsResult<()> {
-        let snapshot = self.shard.snapshot()?;
-        let already_installed = snapshot
-            .get(&backfill::installed_marker(view.view_id))
-            .await?
-            .is_some();
+        // The coordinator holds the marker: it commits every epoch first.
+        let marker = backfill::installed_marker(view.view_id);
+        let already_installed = self.shards[0].snapshot()?.get(&marker).await?.is_some();
         let view_id = view.view_id;
         self.views
             .retain(|installed| installed.view.view_id != view_id);
@@ -484,36 +653,103 @@ impl EpochLoop {
             built: None,
         });
         let index = self.views.len() - 1;
-        let store = EpochStore::new(snapshot);
-        let has_pending = !store
-            .scan_prefix(&keys::pending_prefix(view_id), ScanOrder::Ascending, 1)
-            .await?
-            .is_empty();
+        let stores = self.new_stores()?;
+        let mut has_pending = false;
+        for store in &stores {
+            has_pending |= !store
+                .scan_prefix(&keys::pending_prefix(view_id), ScanOrder::Ascending, 1)
+                .await?
+                .is_empty();
+        }
         if has_pending {
             // Re-derive the failure (or heal) by retrying the pending input.
             self.views[index].failed = Some(RsError::internal("pending"));
-            let store = self.step_wave(store, &[index], &mut HashMap::new()).await?;
-            self.commit_epoch(store).await?;
+            let mut deltas: Deltas = vec![HashMap::new(); self.shard_count()];
+            let stores = self.step_wave(stores, &[index], &mut deltas).await?;
+            self.commit_epoch(stores).await?;
         }
         let _ = built.send(Ok(()));
         Ok(())
     }
 
-    /// Deletes one bounded chunk of the keys under `prefix` in an epoch of
-    /// its own; false once none is left.
+    /// Deletes one bounded chunk of the keys under `prefix` on every shard,
+    /// in an epoch of its own; false once none is left.
     async fn delete_chunk(&mut self, prefix: &[u8]) -> RsResult<bool> {
-        let snapshot = self.shard.snapshot()?;
-        let chunk = snapshot.scan_chunk(prefix, None).await?;
-        if chunk.is_empty() {
+        let mut stores = self.new_stores()?;
+        let mut deleted = false;
+        for (shard, store) in self.shards.iter().zip(&mut stores) {
+            let snapshot = shard.snapshot()?;
+            let chunk = snapshot.scan_chunk(prefix, None).await?;
+            deleted |= !chunk.is_empty();
+            for (key, _) in chunk {
+                store.delete(key);
+            }
+        }
+        if !deleted {
             return Ok(false);
         }
-        let mut store = EpochStore::new(snapshot);
-        for (key, _) in chunk {
-            store.delete(key);
-        }
-        self.commit_epoch(store).await?;
+        self.commit_epoch(stores).await?;
         Ok(true)
     }
+}
+
+/// Environment variable of a crash test's failpoint: the process aborts
+/// right after the coordinator's commit of the n-th epoch (counting from 1)
+/// that also writes on another shard, before any other shard commits it.
+const FAILPOINT_BETWEEN_SHARD_COMMITS: &str = "ROCKSTREAM_FAILPOINT_BETWEEN_SHARD_COMMITS";
+
+fn failpoint_between_shard_commits() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::OnceLock;
+    static AT: OnceLock<Option<u64>> = OnceLock::new();
+    static PASSED: AtomicU64 = AtomicU64::new(0);
+    let at = AT.get_or_init(|| {
+        std::env::var(FAILPOINT_BETWEEN_SHARD_COMMITS)
+            .ok()
+            .and_then(|n| n.parse().ok())
+    });
+    if let Some(at) = at {
+        if PASSED.fetch_add(1, Ordering::Relaxed) + 1 == *at {
+            tracing::error!("failpoint: aborting between the coordinator's commit and the others'");
+            std::process::abort();
+        }
+    }
+}
+
+/// A transaction's changes split by the shard that holds each row (by
+/// shard id), with each row's storage key.
+fn split_by_shard(
+    changes: Vec<TableChange>,
+    map: &BucketMap,
+) -> Vec<(Vec<TableChange>, Vec<Vec<Vec<u8>>>)> {
+    let shards = usize::from(map.shard_count());
+    let mut parts: Vec<Vec<TableChange>> = (0..shards).map(|_| Vec::new()).collect();
+    if shards == 1 {
+        parts[0] = changes;
+    } else {
+        for change in changes {
+            let mut rows: Vec<Vec<_>> = (0..shards).map(|_| Vec::new()).collect();
+            for row in change.rows {
+                rows[usize::from(map.shard_of(&row.key))].push(row);
+            }
+            for (part, rows) in parts.iter_mut().zip(rows) {
+                if !rows.is_empty() {
+                    part.push(TableChange {
+                        table_id: change.table_id,
+                        table_name: change.table_name.clone(),
+                        rows,
+                    });
+                }
+            }
+        }
+    }
+    parts
+        .into_iter()
+        .map(|changes| {
+            let keys = stored_keys(&changes);
+            (changes, keys)
+        })
+        .collect()
 }
 
 /// Every key prefix a materialized view's state lives under: its held-back

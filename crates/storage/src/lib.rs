@@ -18,6 +18,7 @@
 //! `RS-5001`.
 
 mod epoch_store;
+mod set;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -42,6 +43,7 @@ use rockstream_types::{codes, Epoch, RsError, RsResult};
 pub use epoch_store::EpochStore;
 pub use rockstream_common::object_store_for;
 use rockstream_common::BackgroundRuntime;
+pub use set::{SetCursor, SnapshotSet};
 
 /// The on-disk format this binary writes.
 ///
@@ -70,13 +72,54 @@ pub const L0_TABLE_BYTES: usize = 16 * 1024 * 1024;
 pub struct ShardDb {
     db: Db,
     name: String,
-    /// Runs the shard's compactions; declared after `db` so it outlives it.
-    _compaction: BackgroundRuntime,
+    /// Runs the shard's compactions (shared by the shards of a storage);
+    /// declared after `db` so it outlives it.
+    _compaction: Arc<BackgroundRuntime>,
+}
+
+/// Where shard `shard` of a storage lives.
+pub fn shard_path(shard: u16) -> String {
+    format!("shards/{shard}")
 }
 
 impl ShardDb {
     /// Opens (creating if new) the database at `path` inside `store`.
     pub async fn open(store: Arc<dyn ObjectStore>, path: &str) -> RsResult<ShardDb> {
+        let compaction = Arc::new(compaction_runtime(path)?);
+        ShardDb::open_with(store, path, (block_and_meta_cache(), 0), compaction).await
+    }
+
+    /// Opens (creating if new) shards `0..count` of the storage in `store`,
+    /// at [`shard_path`]. They share one block cache and one compaction
+    /// runtime, so memory and background threads do not grow with the
+    /// shard count.
+    pub async fn open_all(store: Arc<dyn ObjectStore>, count: u16) -> RsResult<Vec<ShardDb>> {
+        let cache = block_and_meta_cache();
+        let compaction = Arc::new(compaction_runtime("shards")?);
+        let mut shards = Vec::with_capacity(usize::from(count));
+        for shard in 0..count {
+            let path = shard_path(shard);
+            shards.push(
+                ShardDb::open_with(
+                    store.clone(),
+                    &path,
+                    (cache.clone(), u64::from(shard)),
+                    compaction.clone(),
+                )
+                .await?,
+            );
+        }
+        Ok(shards)
+    }
+
+    async fn open_with(
+        store: Arc<dyn ObjectStore>,
+        path: &str,
+        // A cache shared by several databases keeps each one's entries
+        // apart by its id.
+        (cache, cache_id): (Arc<dyn DbCache>, u64),
+        compaction: Arc<BackgroundRuntime>,
+    ) -> RsResult<ShardDb> {
         let mut settings = Settings {
             flush_interval: Some(WAL_FLUSH_INTERVAL),
             max_unflushed_bytes: UNFLUSHED_BYTES_MAX,
@@ -87,9 +130,6 @@ impl ShardDb {
         // low-priority threads of its own, with the filter removing zero
         // counts; the SSTs it writes carry the same bloom filters as flushed
         // ones.
-        let compaction = BackgroundRuntime::start("rs-compaction").map_err(|error| {
-            RsError::new(&codes::STORAGE_IO, format!("storage '{path}': {error}"))
-        })?;
         let compactor = CompactorBuilder::new(path.to_string(), store.clone())
             .with_runtime(compaction.handle())
             .with_options(settings.compactor_options.take().unwrap_or_default())
@@ -97,7 +137,7 @@ impl ShardDb {
             .with_compaction_filter_supplier(Arc::new(ZeroCounts));
         let db = Db::builder(path.to_string(), store)
             .with_settings(settings)
-            .with_db_cache(block_and_meta_cache(), 0)
+            .with_db_cache(cache, cache_id)
             .with_merge_operator(Arc::new(CountSum))
             .with_filter_policies(filter_policies())
             .with_compactor_builder(compactor)
@@ -531,6 +571,12 @@ impl MergeOperator for CountSum {
             .fold(base, |sum, operand| sum + keys::decode_weight(operand));
         Ok(Bytes::from(keys::encode_weight(sum)))
     }
+}
+
+/// The low-priority runtime compactions run on.
+fn compaction_runtime(name: &str) -> RsResult<BackgroundRuntime> {
+    BackgroundRuntime::start("rs-compaction")
+        .map_err(|error| RsError::new(&codes::STORAGE_IO, format!("storage '{name}': {error}")))
 }
 
 pub fn storage_error(name: &str, error: slatedb::Error) -> RsError {

@@ -108,6 +108,8 @@ pub mod codes {
             "The materialized view is still being computed from its inputs (after a restart that interrupted its CREATE); the server log shows its progress and pg_matviews.ispopulated turns true when it is done. Retry the read then.");
         VIEW_BACKFILL_FAILED = (3005, "runtime.view_backfill_failed", "22000",
             "A row of the view's inputs made its first computation fail (the message names the cause). DROP MATERIALIZED VIEW it, fix or delete the row, and create it again.");
+        SHARD_COUNT_INVALID = (3006, "runtime.invalid_shard_count", "22023",
+            "Start with --shards between 1 and 256 (a new storage keeps the count it is created with).");
         // Storage format: 5000–5499.
         FORMAT_VERSION_INCOMPATIBLE = (5001, "storage.format_version_incompatible", "XX002",
             "Open this storage with a RockStream binary that supports its format version, or point --storage elsewhere.");

@@ -120,9 +120,23 @@ impl BucketMap {
             )));
         }
         let read = |at: usize| u16::from_be_bytes([bytes[at], bytes[at + 1]]);
-        let shard_count = read(0);
         let owners: Vec<ShardId> = (0..usize::from(BUCKETS)).map(|i| read(2 + 2 * i)).collect();
-        if shard_count == 0 || owners.iter().any(|owner| *owner >= shard_count) {
+        BucketMap::from_owners(read(0), owners)
+    }
+
+    /// The map giving bucket `b` to `owners[b]` (a placement a re-sharding
+    /// left, or a test's), checking every owner is a shard.
+    pub fn from_owners(shard_count: u16, owners: Vec<ShardId>) -> Result<Self, InvalidBucketMap> {
+        if owners.len() != usize::from(BUCKETS) {
+            return Err(InvalidBucketMap(format!(
+                "{} owners for {BUCKETS} buckets",
+                owners.len()
+            )));
+        }
+        if shard_count == 0
+            || shard_count > SHARDS_MAX
+            || owners.iter().any(|owner| *owner >= shard_count)
+        {
             return Err(InvalidBucketMap(format!(
                 "a bucket owned by a shard outside 0..{shard_count}"
             )));

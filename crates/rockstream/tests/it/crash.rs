@@ -11,7 +11,10 @@
 //!    survived (loaded into a fresh oracle database).
 //!
 //! This repeats `ROCKSTREAM_TEST_CRASH_ITERATIONS` times (default [`ITERATIONS_DEFAULT`]) over the
-//! same storage; the kill delays come from `ROCKSTREAM_TEST_SEED` (printed at the start).
+//! same storage; the kill delays come from `ROCKSTREAM_TEST_SEED` (printed at the start). With
+//! several shards, every other iteration also arms the engine's failpoint that aborts the server
+//! between the coordinator's commit of an epoch and the other shards' (after a random number of
+//! such epochs), the one moment a transaction over several shards is durable on some of them only.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -24,7 +27,7 @@ use tokio_postgres::Client;
 
 use crate::harness::compare::{compare_query, fetch_text_rows};
 use crate::harness::oracle::{connect, describe_error, OracleDatabase};
-use crate::harness::server::TestServer;
+use crate::harness::server::{test_shards, TestServer};
 use crate::harness::{environment_count, test_seed};
 
 const ITERATIONS_DEFAULT: usize = 3;
@@ -36,6 +39,11 @@ const KILL_DELAY_MILLISECONDS: std::ops::Range<u64> = 50..1_500;
 const STATEMENT_TIMEOUT: Duration = Duration::from_secs(20);
 const WRITER_JOIN_TIMEOUT: Duration = Duration::from_secs(30);
 const ORACLE_INSERT_BATCH_ROWS: usize = 500;
+/// The engine's failpoint (see the module docs), and the range of its epoch count.
+const FAILPOINT: &str = "ROCKSTREAM_FAILPOINT_BETWEEN_SHARD_COMMITS";
+const FAILPOINT_EPOCHS: std::ops::Range<u64> = 3..40;
+/// Bound on the wait for the failpoint to abort the server.
+const FAILPOINT_TIMEOUT: Duration = Duration::from_secs(30);
 
 const TABLES: &[&str] = &[
     "CREATE TABLE ledger (id BIGINT PRIMARY KEY, transaction_id BIGINT NOT NULL, \
@@ -87,7 +95,14 @@ async fn crash_recovery_keeps_acknowledged_transactions_whole() {
 
     let next_transaction = Arc::new(AtomicI64::new(1));
     let journal = Arc::new(Mutex::new(WriterJournal::default()));
+    let mut failpoints_fired = 0;
     for iteration in 1..=iterations {
+        let failpoint = (test_shards() > 1 && iteration % 2 == 1)
+            .then(|| random.random_range(FAILPOINT_EPOCHS));
+        if let Some(epochs) = failpoint {
+            server.set_env(FAILPOINT, Some(epochs.to_string()));
+            server.restart().await;
+        }
         let writers: Vec<_> = (0..WRITERS)
             .map(|writer| {
                 let config = server.config();
@@ -102,7 +117,14 @@ async fn crash_recovery_keeps_acknowledged_transactions_whole() {
             })
             .collect();
         let delay = random.random_range(KILL_DELAY_MILLISECONDS);
-        crate::harness::sleep(Duration::from_millis(delay)).await;
+        if failpoint.is_some() {
+            // The failpoint is the crash.
+            server.wait_for_exit(FAILPOINT_TIMEOUT).await;
+        } else {
+            crate::harness::sleep(Duration::from_millis(delay)).await;
+        }
+        let fired = failpoint.is_some() && server.log_tail().contains("failpoint: aborting");
+        failpoints_fired += usize::from(fired);
         server.kill9();
         for writer in writers {
             tokio::time::timeout(WRITER_JOIN_TIMEOUT, writer)
@@ -110,10 +132,16 @@ async fn crash_recovery_keeps_acknowledged_transactions_whole() {
                 .expect("writers stop once the server is gone")
                 .expect("a writer task panicked");
         }
+        server.set_env(FAILPOINT, None);
         server.restart().await;
         let client = server.client().await;
-        let failure_context =
-            format!("iteration {iteration}, seed {seed}, killed after {delay} ms");
+        let failure_context = match failpoint {
+            Some(epochs) if fired => format!(
+                "iteration {iteration}, seed {seed}, aborted between shard commits of the \
+                 {epochs}th epoch over several shards"
+            ),
+            _ => format!("iteration {iteration}, seed {seed}, killed after {delay} ms"),
+        };
         check_transactions(&client, &journal, &failure_context).await;
         check_views_against_oracle(&client, &failure_context).await;
     }
@@ -121,9 +149,17 @@ async fn crash_recovery_keeps_acknowledged_transactions_whole() {
         .lock()
         .expect("no writer panicked while holding the journal");
     println!(
-        "{} transactions acknowledged, {} in doubt at a crash, over {iterations} crashes",
+        "{} transactions acknowledged, {} in doubt at a crash, over {iterations} crashes \
+         ({failpoints_fired} between shard commits)",
         journal.acknowledged.len(),
         journal.in_doubt.len()
+    );
+    let armed = (1..=iterations)
+        .filter(|iteration| test_shards() > 1 && iteration % 2 == 1)
+        .count();
+    assert_eq!(
+        failpoints_fired, armed,
+        "an armed failpoint never fired: no crash landed between shard commits"
     );
 }
 

@@ -9,6 +9,7 @@
 mod harness;
 
 mod backfill;
+mod consistency;
 mod copy;
 mod corpus;
 mod crash;

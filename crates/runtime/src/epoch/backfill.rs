@@ -7,9 +7,10 @@
 //!    prefixes is deleted, one bounded chunk per turn; then the view waits
 //!    until every view it reads is itself complete. Its sources' changes
 //!    are ignored meanwhile: the snapshot its build pins later holds them.
-//! 2. **Building**: the build pins one snapshot and feeds its sources' rows
-//!    through the dataflow, at most [`BACKFILL_EPOCH_ROWS`] of each source
-//!    per turn, each turn one epoch. Changes committed after the pinned
+//! 2. **Building**: the build pins one snapshot of every shard and feeds
+//!    its sources' rows through the dataflow, each shard its own rows, at
+//!    most [`BACKFILL_EPOCH_ROWS`] of each source per shard and turn, each
+//!    turn one epoch. Changes committed after the pinned
 //!    snapshot are not stepped but added to the view's pending input
 //!    ([`super::EpochLoop::propagate`]).
 //! 3. The last turn steps the pending input and writes the installed marker
@@ -23,17 +24,16 @@
 //! the view failed with that error; the database goes on without it.
 
 use std::collections::HashMap;
-use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 
-use futures::FutureExt;
-
+use rockstream_ops::exchange::first_cause;
 use rockstream_ops::keys::{self, decode_weight, RowStorage};
 use rockstream_ops::StateStore;
 use rockstream_storage::{EpochStore, Snapshot};
 use rockstream_types::encoding::decode_row;
 use rockstream_types::{codes, ObjectId, RsError, RsResult, ZSet};
 
-use super::{apply_view_output, clear_pending, load_pending, EpochLoop};
+use super::{apply_view_output, clear_pending, load_pending, EpochLoop, Stores};
 use crate::engine::{ViewStatus, BACKFILL_EPOCH_ROWS};
 
 /// Least time between two progress lines in the log for one build.
@@ -52,10 +52,11 @@ pub(super) enum Phase {
     BuildFailed,
 }
 
-/// A running build: the pinned snapshot and how far each source was read.
+/// A running build: the pinned snapshots and how far each source was read,
+/// per shard (by shard id).
 pub(super) struct Backfill {
-    pinned: Snapshot,
-    readers: Vec<(ObjectId, CollectionReader)>,
+    pinned: Vec<Snapshot>,
+    readers: Vec<Vec<(ObjectId, CollectionReader)>>,
     /// True until the first turn: global aggregates emit their first row.
     initial: bool,
     rows_done: u64,
@@ -164,13 +165,23 @@ impl EpochLoop {
     }
 
     fn start_build(&mut self, index: usize) -> RsResult<()> {
-        let pinned = self.shard.snapshot()?;
-        let view = &self.views[index].view;
-        let readers = view
-            .sources
+        let pinned = self
+            .shards
             .iter()
-            .zip(&view.source_storage)
-            .map(|(source, storage)| (*source, CollectionReader::new(*source, storage.clone())))
+            .map(|shard| shard.snapshot())
+            .collect::<RsResult<Vec<_>>>()?;
+        let view = &self.views[index].view;
+        let readers = pinned
+            .iter()
+            .map(|_| {
+                view.sources
+                    .iter()
+                    .zip(&view.source_storage)
+                    .map(|(source, storage)| {
+                        (*source, CollectionReader::new(*source, storage.clone()))
+                    })
+                    .collect()
+            })
             .collect();
         tracing::info!(view = %view.name, "backfill started");
         self.views[index].phase = Phase::Building(Box::new(Backfill {
@@ -188,60 +199,65 @@ impl EpochLoop {
     /// is read whole in the first turn and each chunk of a large fact table
     /// then joins against it. Once every source is read, the last turn
     /// steps the pending input and marks the view installed.
-    async fn backfill_turn(&mut self, index: usize) -> RsResult<()> {
+    pub(super) async fn backfill_turn(&mut self, index: usize) -> RsResult<()> {
         let Phase::Building(backfill) = &mut self.views[index].phase else {
             return Ok(());
         };
-        let mut inputs = HashMap::new();
-        for (source, reader) in &mut backfill.readers {
-            if let Some(chunk) = reader
-                .next_chunk(&backfill.pinned, BACKFILL_EPOCH_ROWS)
-                .await?
-            {
-                backfill.rows_done += chunk.len() as u64;
-                inputs.insert(*source, chunk);
+        let mut inputs: Vec<HashMap<ObjectId, ZSet>> = Vec::with_capacity(backfill.pinned.len());
+        for (pinned, readers) in backfill.pinned.iter().zip(&mut backfill.readers) {
+            let mut shard_inputs = HashMap::new();
+            for (source, reader) in readers {
+                if let Some(chunk) = reader.next_chunk(pinned, BACKFILL_EPOCH_ROWS).await? {
+                    backfill.rows_done += chunk.len() as u64;
+                    shard_inputs.insert(*source, chunk);
+                }
             }
+            inputs.push(shard_inputs);
         }
         let initial = std::mem::replace(&mut backfill.initial, false);
         let rows_done = backfill.rows_done;
-        let complete = inputs.is_empty();
-        let mut store = EpochStore::new(self.shard.snapshot()?);
+        let complete = inputs.iter().all(HashMap::is_empty);
+        let mut stores = self.new_stores()?;
         let view_id = self.views[index].view.view_id;
         let mut stepped = Ok(());
         if !complete || initial {
             // Without source rows the one step global aggregates need.
-            stepped = self
-                .backfill_step(&mut store, index, &inputs, initial)
-                .await;
+            (stores, stepped) = self.build_step(stores, index, inputs, initial).await?;
         }
         if complete && stepped.is_ok() {
-            let pending = load_pending(&store, view_id).await?;
-            if !pending.is_empty() {
-                clear_pending(&mut store, view_id).await?;
-                stepped = self.backfill_step(&mut store, index, &pending, false).await;
+            let mut pending = Vec::with_capacity(stores.len());
+            for store in &mut stores {
+                let shard_pending = load_pending(store, view_id).await?;
+                if !shard_pending.is_empty() {
+                    clear_pending(store, view_id).await?;
+                }
+                pending.push(shard_pending);
+            }
+            if pending
+                .iter()
+                .any(|shard_pending| !shard_pending.is_empty())
+            {
+                (stores, stepped) = self.build_step(stores, index, pending, false).await?;
             }
         }
-        match stepped {
-            Ok(()) => {}
-            Err(error) if error.code == &codes::STORAGE_IO => return Err(error),
-            Err(error) => {
-                let name = self.views[index].view.name.clone();
-                let status = RsError::new(
-                    &codes::VIEW_BACKFILL_FAILED,
-                    format!(
-                        "materialized view \"{name}\" could not be built: {}",
-                        error.message
-                    ),
-                )
-                .with_detail(error.to_string());
-                self.fail_build(index, status, error);
-                return Ok(());
-            }
+        if let Err(error) = stepped {
+            let name = self.views[index].view.name.clone();
+            let status = RsError::new(
+                &codes::VIEW_BACKFILL_FAILED,
+                format!(
+                    "materialized view \"{name}\" could not be built: {}",
+                    error.message
+                ),
+            )
+            .with_detail(error.to_string());
+            self.fail_build(index, status, error);
+            return Ok(());
         }
         if complete {
-            store.put(installed_marker(view_id), vec![1]);
+            // On the coordinator, which commits the epoch first.
+            stores[0].put(installed_marker(view_id), vec![1]);
         }
-        self.commit_epoch(store).await?;
+        self.commit_epoch(stores).await?;
         let installed = &mut self.views[index];
         if complete {
             tracing::info!(view = %installed.view.name, rows = rows_done, "backfill complete");
@@ -263,21 +279,46 @@ impl EpochLoop {
         Ok(())
     }
 
-    async fn backfill_step(
+    /// Steps view `index` over `inputs` (per shard) on every shard and
+    /// applies its writes and output. The inner `Err`: the build's own
+    /// failure (its writes are dropped); the outer one: storage failed.
+    async fn build_step(
         &self,
-        store: &mut EpochStore,
+        stores: Stores,
         index: usize,
-        inputs: &HashMap<ObjectId, ZSet>,
+        inputs: Vec<HashMap<ObjectId, ZSet>>,
         initial: bool,
-    ) -> RsResult<()> {
+    ) -> RsResult<(Stores, RsResult<()>)> {
+        let inputs: Vec<Arc<HashMap<ObjectId, ZSet>>> = inputs.into_iter().map(Arc::new).collect();
+        let bases: Vec<Arc<EpochStore>> = stores.into_iter().map(Arc::new).collect();
+        let steps = self.shard_steps(index, &bases, &inputs, initial);
+        let spawn = steps.len() > 1;
+        let results = self.run_steps(steps, spawn).await;
+        let mut stores = bases
+            .into_iter()
+            .map(|base| {
+                Arc::try_unwrap(base)
+                    .map_err(|_| RsError::internal("a backfill step outlived its turn"))
+            })
+            .collect::<RsResult<Stores>>()?;
+        let mut stepped = Vec::with_capacity(results.len());
+        let mut errors = Vec::new();
+        for result in results {
+            match result {
+                Ok(step) => stepped.push(step),
+                Err(error) if error.code == &codes::STORAGE_IO => return Err(error),
+                Err(error) => errors.push(error),
+            }
+        }
+        if let Some(error) = first_cause(errors) {
+            return Ok((stores, Err(error)));
+        }
         let view = &self.views[index].view;
-        // A bug in one view's operators fails its build, not the engine.
-        let output = AssertUnwindSafe(view.dataflow.step(store, inputs, initial))
-            .catch_unwind()
-            .await
-            .unwrap_or_else(|_| Err(RsError::internal("a view's backfill step panicked")))?;
-        apply_view_output(store, view, &output);
-        Ok(())
+        for (store, (output, writes)) in stores.iter_mut().zip(stepped) {
+            store.absorb(writes);
+            apply_view_output(store, view, &output);
+        }
+        Ok((stores, Ok(())))
     }
 
     /// Ends a build that cannot complete: readers get `status`, the

@@ -3,15 +3,15 @@
 //! SlateDB has no range delete, so a dropped table's rows or a dropped
 //! view's output and operator state are deleted key by key. `DROP` does not
 //! wait for that: the engine commits a durable *reclaim marker* for the
-//! object (`0x06 'R' 'C' object_id`) in one epoch and answers; the keys are
-//! then deleted one bounded chunk per turn, taking turns with commits like
+//! object (`0x06 'R' 'C' object_id`, on the coordinator) in one epoch and
+//! answers; the keys are then deleted on every shard, one bounded chunk per
+//! turn, taking turns with commits like
 //! a view's build, and the last turn deletes the marker. A restart resumes
 //! every marker it finds. Object ids are never reused, so nothing created
 //! later can live under a prefix being reclaimed.
 
 use rockstream_ops::keys;
 use rockstream_ops::{ScanOrder, StateStore};
-use rockstream_storage::EpochStore;
 use rockstream_types::{ObjectId, RsError, RsResult};
 
 use super::{view_prefixes, EpochLoop};
@@ -45,7 +45,8 @@ fn object_prefixes(object_id: ObjectId) -> Vec<Vec<u8>> {
 impl EpochLoop {
     /// Takes up the reclaims a previous run left unfinished.
     pub(super) async fn resume_reclaims(&mut self) -> RsResult<()> {
-        let snapshot = self.shard.snapshot()?;
+        // The markers are the coordinator's.
+        let snapshot = self.shards[0].snapshot()?;
         let prefix = marker_prefix();
         let markers = snapshot
             .scan_prefix(&prefix, ScanOrder::Ascending, usize::MAX)
@@ -73,9 +74,9 @@ impl EpochLoop {
         if let Ok(mut statuses) = self.statuses.write() {
             statuses.remove(&object_id);
         }
-        let mut store = EpochStore::new(self.shard.snapshot()?);
-        store.put(reclaim_marker(object_id), Vec::new());
-        self.commit_epoch(store).await?;
+        let mut stores = self.new_stores()?;
+        stores[0].put(reclaim_marker(object_id), Vec::new());
+        self.commit_epoch(stores).await?;
         self.enqueue_reclaim(object_id);
         Ok(())
     }
@@ -108,9 +109,9 @@ impl EpochLoop {
             return Ok(());
         }
         let object_id = reclaim.object_id;
-        let mut store = EpochStore::new(self.shard.snapshot()?);
-        store.delete(reclaim_marker(object_id));
-        self.commit_epoch(store).await?;
+        let mut stores = self.new_stores()?;
+        stores[0].delete(reclaim_marker(object_id));
+        self.commit_epoch(stores).await?;
         self.reclaims.remove(0);
         self.publish_reclaims();
         Ok(())

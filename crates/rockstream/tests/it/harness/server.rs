@@ -91,6 +91,8 @@ pub struct TestServer {
     generation: usize,
     /// Set when a failure message already carries the log, so Drop does not print it again.
     log_reported: bool,
+    /// Extra environment of the processes started from now on.
+    environment: Vec<(String, String)>,
 }
 
 impl TestServer {
@@ -107,9 +109,19 @@ impl TestServer {
             port: 0,
             generation: 0,
             log_reported: false,
+            environment: Vec::new(),
         };
         server.spawn_until_ready().await;
         server
+    }
+
+    /// Sets (or, with `None`, removes) an environment variable of the servers started from now
+    /// on (by [`TestServer::restart`]).
+    pub fn set_env(&mut self, name: &str, value: Option<String>) {
+        self.environment.retain(|(existing, _)| existing != name);
+        if let Some(value) = value {
+            self.environment.push((name.to_owned(), value));
+        }
     }
 
     pub fn storage(&self) -> Arc<Storage> {
@@ -138,6 +150,18 @@ impl TestServer {
                 self.log_tail()
             ),
         }
+    }
+
+    /// Waits up to `timeout` for the server process to exit on its own; true if it did.
+    pub async fn wait_for_exit(&mut self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            match self.child.as_mut().map(Child::try_wait) {
+                None | Some(Ok(Some(_))) => return true,
+                _ => crate::harness::sleep(PROBE_INTERVAL).await,
+            }
+        }
+        false
     }
 
     /// Kills the server with SIGKILL (no shutdown code runs) and reaps it. Idempotent.
@@ -224,10 +248,13 @@ impl TestServer {
             .arg(self.storage.storage_path())
             .arg("--listen")
             .arg(format!("127.0.0.1:{}", self.port))
+            .arg("--shards")
+            .arg(test_shards().to_string())
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log_for_stderr);
         command.env("NO_COLOR", "1"); // plain text in the log files
+        command.envs(self.environment.iter().map(|(name, value)| (name, value)));
         if std::env::var_os("RUST_LOG").is_none() {
             command.env("RUST_LOG", "info");
         }
@@ -291,4 +318,13 @@ fn log_tail(path: &Path) -> String {
         path.display(),
         lines[start..].join("\n")
     )
+}
+
+/// The shard count test servers create their storage with:
+/// `ROCKSTREAM_TEST_SHARDS` (the suite runs at 1 and at 4), else 1.
+pub fn test_shards() -> u16 {
+    std::env::var("ROCKSTREAM_TEST_SHARDS")
+        .ok()
+        .and_then(|shards| shards.parse().ok())
+        .unwrap_or(1)
 }

@@ -1,0 +1,147 @@
+//! Every shard of a storage, read at one epoch: what a reader pins.
+//!
+//! A [`SnapshotSet`] holds one [`Snapshot`] per shard, each taken right
+//! after that shard committed the same epoch (the published vector
+//! frontier, RFC 0001 §4), so all tables and views read through it are
+//! mutually consistent. Rows (table rows, view output) are read from the
+//! shard that owns their partition key ([`keys::partition_key`]); metadata
+//! from the coordinator, shard 0. A scan over many partition keys merges
+//! the shards' ascending streams, so rows come in key order at any shard
+//! count, holding at most one storage chunk per shard.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use rockstream_ops::keys;
+use rockstream_types::partition::{BucketMap, ShardId};
+use rockstream_types::{RsError, RsResult};
+
+use crate::{Snapshot, SCAN_CHUNK_ROWS_MAX};
+
+/// One snapshot per shard, all at one epoch.
+#[derive(Clone)]
+pub struct SnapshotSet {
+    shards: Arc<[Snapshot]>,
+    map: Arc<BucketMap>,
+}
+
+impl SnapshotSet {
+    /// `shards[i]` is shard `i`'s snapshot; there is one per shard of `map`.
+    pub fn new(shards: Vec<Snapshot>, map: Arc<BucketMap>) -> RsResult<SnapshotSet> {
+        if shards.len() != usize::from(map.shard_count()) {
+            return Err(RsError::internal(format!(
+                "{} snapshots for {} shards",
+                shards.len(),
+                map.shard_count()
+            )));
+        }
+        Ok(SnapshotSet {
+            shards: shards.into(),
+            map,
+        })
+    }
+
+    pub fn shard(&self, shard: ShardId) -> &Snapshot {
+        &self.shards[usize::from(shard)]
+    }
+
+    /// The shard holding `key`: the owner of its partition key, or the
+    /// coordinator for metadata.
+    pub fn shard_of_key(&self, key: &[u8]) -> ShardId {
+        keys::partition_key(key).map_or(0, |partition| self.map.shard_of(partition))
+    }
+
+    pub async fn get(&self, key: &[u8]) -> RsResult<Option<Vec<u8>>> {
+        self.shard(self.shard_of_key(key)).get(key).await
+    }
+
+    /// A cursor over the entries with `prefix`, in key order. With
+    /// `partition`, the encoded partition key every entry under `prefix`
+    /// shares, only its shard is read.
+    pub fn scan(&self, prefix: Vec<u8>, partition: Option<&[u8]>) -> SetCursor {
+        let shards: Vec<ShardId> = match partition {
+            Some(partition) => vec![self.map.shard_of(partition)],
+            None => (0..self.map.shard_count()).collect(),
+        };
+        SetCursor {
+            set: self.clone(),
+            prefix,
+            streams: shards
+                .into_iter()
+                .map(|shard| ShardStream {
+                    shard,
+                    buffered: VecDeque::new(),
+                    after: None,
+                    exhausted: false,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Where one shard's part of a [`SetCursor`] is.
+struct ShardStream {
+    shard: ShardId,
+    /// Read and not yet returned, ascending.
+    buffered: VecDeque<(Vec<u8>, Vec<u8>)>,
+    /// The last key read from storage.
+    after: Option<Vec<u8>>,
+    exhausted: bool,
+}
+
+/// An ascending scan over the shards of a [`SnapshotSet`].
+pub struct SetCursor {
+    set: SnapshotSet,
+    prefix: Vec<u8>,
+    streams: Vec<ShardStream>,
+}
+
+impl SetCursor {
+    /// The next entries in key order, at most [`SCAN_CHUNK_ROWS_MAX`];
+    /// empty at the end.
+    pub async fn next_chunk(&mut self) -> RsResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        if let [stream] = self.streams.as_mut_slice() {
+            // One shard: its chunks as they come.
+            if !stream.buffered.is_empty() {
+                return Ok(stream.buffered.drain(..).collect());
+            }
+            return fill(&self.set, &self.prefix, stream)
+                .await
+                .map(|()| stream.buffered.drain(..).collect());
+        }
+        let mut out = Vec::new();
+        while out.len() < SCAN_CHUNK_ROWS_MAX {
+            // Every stream must show its next key before the smallest is
+            // known.
+            for stream in &mut self.streams {
+                if stream.buffered.is_empty() && !stream.exhausted {
+                    fill(&self.set, &self.prefix, stream).await?;
+                }
+            }
+            let next = self
+                .streams
+                .iter_mut()
+                .filter(|stream| !stream.buffered.is_empty())
+                .min_by(|a, b| a.buffered[0].0.cmp(&b.buffered[0].0));
+            let Some(stream) = next else {
+                break;
+            };
+            out.extend(stream.buffered.pop_front());
+        }
+        Ok(out)
+    }
+}
+
+/// Reads `stream`'s next storage chunk into its buffer.
+async fn fill(set: &SnapshotSet, prefix: &[u8], stream: &mut ShardStream) -> RsResult<()> {
+    let chunk = set
+        .shard(stream.shard)
+        .scan_chunk(prefix, stream.after.as_deref())
+        .await?;
+    match chunk.last() {
+        Some((last, _)) => stream.after = Some(last.clone()),
+        None => stream.exhausted = true,
+    }
+    stream.buffered.extend(chunk);
+    Ok(())
+}
