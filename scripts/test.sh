@@ -5,8 +5,11 @@
 # and `cargo clippy -D warnings`. Exits non-zero if any step fails. The PostgreSQL server lives in
 # a fresh temporary folder and is stopped and removed on exit, whatever the outcome.
 #
+# A full run tests at one shard, then runs the control and end-to-end suites again at four shards.
+#
 # Usage:
-#   scripts/test.sh                              # everything
+#   scripts/test.sh                              # everything, at 1 and at 4 shards
+#   ROCKSTREAM_TEST_SHARDS=4 scripts/test.sh     # everything, at 4 shards only
 #   scripts/test.sh -p rockstream --test it      # one test binary (fmt and clippy still run)
 #   ROCKSTREAM_TEST_SKIP_LINT=1 scripts/test.sh  # tests only
 #   scripts/test.sh --pg-shell                   # start the oracle, open a shell with the URL set
@@ -162,6 +165,18 @@ done
 failures=()
 log "cargo test --no-fail-fast ${workspace_flag[*]} $*"
 cargo test --no-fail-fast "${workspace_flag[@]}" "$@" || failures+=("cargo test")
+
+# The storage-level and end-to-end suites again at four shards (the run above uses the shard count
+# in ROCKSTREAM_TEST_SHARDS, 1 by default); the operators' property tests cover 1, 2 and 4 shards
+# on their own. Only in a full run: a run of chosen packages or tests is left as asked.
+if (($# == 0)) && [[ -z "${ROCKSTREAM_TEST_SHARDS:-}" ]]; then
+    for suite in "-p rockstream-control --lib" "-p rockstream --test it"; do
+        log "ROCKSTREAM_TEST_SHARDS=4 cargo test --no-fail-fast $suite"
+        # shellcheck disable=SC2086 # the suite is two words on purpose
+        ROCKSTREAM_TEST_SHARDS=4 cargo test --no-fail-fast $suite ||
+            failures+=("cargo test $suite at 4 shards")
+    done
+fi
 
 if [[ -z "${ROCKSTREAM_TEST_SKIP_LINT:-}" ]]; then
     log "cargo fmt --all -- --check"

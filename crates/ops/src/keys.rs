@@ -16,7 +16,12 @@
 //! 0x06 'F' 'V'                                -> version     storage format version
 //! 0x06 'E' 'P'                                -> epoch       last committed epoch
 //! 0x06 'P' 'D' view_id(16) row                -> weight      input pending while a view is failed
+//! 0x06 'L' 'G' epoch(8) shard(2) part(4)      -> writes      coordinator's log record (shard 0)
 //! ```
+//! Every shard holds its own `0x01` operator state and `0x06` metadata;
+//! table rows and view output live on the shard of their partition key
+//! ([`partition_key`]); installed and reclaim markers and log records only
+//! on the coordinator, shard 0.
 //! A view whose rows have a unique key (`PlanNode::unique_key`, recorded
 //! in its catalog entry) stores each row under that key, so a changed row
 //! overwrites its predecessor; other views count each distinct row.

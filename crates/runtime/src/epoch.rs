@@ -65,6 +65,12 @@ type Stores = Vec<EpochStore>;
 /// Changes of an epoch per shard (by shard id), per object.
 type Deltas = Vec<HashMap<ObjectId, ZSet>>;
 
+/// One shard's input of a view step, shared with the step's task.
+type SharedInput = Arc<HashMap<ObjectId, ZSet>>;
+
+/// A transaction's changes on one shard, with each row's storage key.
+type ShardChanges = (Vec<TableChange>, Vec<Vec<Vec<u8>>>);
+
 pub(crate) struct EpochLoop {
     runtime: Runtime,
     /// Every shard, by id; shard 0 is the coordinator.
@@ -435,9 +441,9 @@ impl EpochLoop {
             return Ok(stores);
         }
         // A failed view retries its held-back input along with the new.
-        let shared_deltas: Vec<Arc<HashMap<ObjectId, ZSet>>> =
+        let shared_deltas: Vec<SharedInput> =
             std::mem::take(deltas).into_iter().map(Arc::new).collect();
-        let mut own_inputs: Vec<Option<Vec<Arc<HashMap<ObjectId, ZSet>>>>> = Vec::new();
+        let mut own_inputs: Vec<Option<Vec<SharedInput>>> = Vec::new();
         for &index in wave {
             own_inputs.push(match self.views[index].failed {
                 Some(_) => {
@@ -505,7 +511,7 @@ impl EpochLoop {
         &self,
         index: usize,
         bases: &[Arc<EpochStore>],
-        inputs: &[Arc<HashMap<ObjectId, ZSet>>],
+        inputs: &[SharedInput],
         initial: bool,
     ) -> Vec<BoxFuture<'static, StepResult>> {
         let dataflow = &self.views[index].view.dataflow;
@@ -718,10 +724,7 @@ fn failpoint_between_shard_commits() {
 
 /// A transaction's changes split by the shard that holds each row (by
 /// shard id), with each row's storage key.
-fn split_by_shard(
-    changes: Vec<TableChange>,
-    map: &BucketMap,
-) -> Vec<(Vec<TableChange>, Vec<Vec<Vec<u8>>>)> {
+fn split_by_shard(changes: Vec<TableChange>, map: &BucketMap) -> Vec<ShardChanges> {
     let shards = usize::from(map.shard_count());
     let mut parts: Vec<Vec<TableChange>> = (0..shards).map(|_| Vec::new()).collect();
     if shards == 1 {
