@@ -228,6 +228,22 @@ impl PlanNode {
         }
     }
 
+    /// The children, left to right, to change in place.
+    pub fn inputs_mut(&mut self) -> Vec<&mut PlanNode> {
+        match self {
+            PlanNode::Source { .. } | PlanNode::Constant { .. } => vec![],
+            PlanNode::Map { input, .. }
+            | PlanNode::Filter { input, .. }
+            | PlanNode::Aggregate { input, .. }
+            | PlanNode::Distinct { input, .. }
+            | PlanNode::Exchange { input, .. } => vec![input],
+            PlanNode::Join { left, right, .. } | PlanNode::SetOperation { left, right, .. } => {
+                vec![left, right]
+            }
+            PlanNode::UnionAll { inputs, .. } => inputs.iter_mut().collect(),
+        }
+    }
+
     /// Every object (table or view) this plan reads.
     pub fn sources(&self) -> Vec<ObjectId> {
         let mut found = Vec::new();

@@ -63,197 +63,132 @@ fn exchange_unless(input: PlanNode, have: &Partitioning, key: &[usize]) -> PlanN
 /// `plan` with exchanges below each of its operators, and how its output is
 /// partitioned.
 fn place_node(
-    plan: PlanNode,
+    mut plan: PlanNode,
     source: &dyn Fn(ObjectId) -> Partitioning,
 ) -> (PlanNode, Partitioning) {
+    let mut inputs_have = Vec::new();
+    for input in plan.inputs_mut() {
+        let (placed, have) = place_node(take(input), source);
+        *input = placed;
+        inputs_have.push(have);
+    }
+    let needs = required(&plan);
+    for ((input, have), need) in plan.inputs_mut().into_iter().zip(&inputs_have).zip(needs) {
+        if let Some(key) = need {
+            *input = exchange_unless(take(input), have, &key);
+        }
+    }
+    let partitioning = output(&plan, &inputs_have, source);
+    (plan, partitioning)
+}
+
+/// Moves a node out of the tree, leaving an empty constant in its place.
+fn take(node: &mut PlanNode) -> PlanNode {
+    let empty = PlanNode::Constant {
+        rows: Vec::new(),
+        schema: crate::Schema::default(),
+    };
+    std::mem::replace(node, empty)
+}
+
+/// The columns each input of `plan` must be partitioned by (`None`: any
+/// partitioning will do), in the order of [`PlanNode::inputs`].
+fn required(plan: &PlanNode) -> Vec<Option<Vec<usize>>> {
+    let whole_row = |node: &PlanNode| Some((0..node.schema().len()).collect());
     match plan {
-        PlanNode::Source { object_id, .. } => {
-            let partitioning = source(object_id);
-            (plan, partitioning)
-        }
-        PlanNode::Constant { .. } => (plan, Partitioning::Hash(Vec::new())),
-        PlanNode::Map {
-            input,
-            exprs,
-            input_schema,
-            schema,
-        } => {
-            let (input, have) = place_node(*input, source);
-            let partitioning = match have {
-                // Kept when every key column is passed on unchanged.
-                Partitioning::Hash(columns) => columns
-                    .iter()
-                    .map(|column| {
-                        exprs.iter().position(|expr| {
-                            crate::passed_column(expr, &input_schema) == Some(*column)
-                        })
-                    })
-                    .collect::<Option<Vec<usize>>>()
-                    .map_or(Partitioning::Arbitrary, Partitioning::Hash),
-                Partitioning::Arbitrary => Partitioning::Arbitrary,
-            };
-            let plan = PlanNode::Map {
-                input: Box::new(input),
-                exprs,
-                input_schema,
-                schema,
-            };
-            (plan, partitioning)
-        }
-        PlanNode::Filter {
-            input,
-            predicate,
-            input_schema,
-        } => {
-            let (input, have) = place_node(*input, source);
-            let plan = PlanNode::Filter {
-                input: Box::new(input),
-                predicate,
-                input_schema,
-            };
-            (plan, have)
-        }
         PlanNode::Join {
-            op_id,
-            left,
-            right,
-            kind,
             left_keys,
             right_keys,
-            nulls_equal,
-            residual,
-            joined_schema,
             null_aware,
-            left_width,
-            right_width,
-            schema,
+            ..
         } => {
-            let (left, left_have) = place_node(*left, source);
-            let (right, right_have) = place_node(*right, source);
             // NOT IN empties its result on any NULL key of the right side,
             // which every left row must see: it gathers, as does a join
             // without equality keys.
-            let by_key = !left_keys.is_empty() && !null_aware;
-            let (left_need, right_need) = if by_key {
-                (left_keys.clone(), right_keys.clone())
+            if gathers(left_keys, *null_aware) {
+                vec![Some(Vec::new()), Some(Vec::new())]
             } else {
-                (Vec::new(), Vec::new())
-            };
-            let left = exchange_unless(left, &left_have, &left_need);
-            let right = exchange_unless(right, &right_have, &right_need);
-            let partitioning = join_output(
-                kind,
-                (&left_need, left_width),
-                (&right_need, right_width),
-                by_key,
-            );
-            let plan = PlanNode::Join {
-                op_id,
-                left: Box::new(left),
-                right: Box::new(right),
-                kind,
-                left_keys,
-                right_keys,
-                nulls_equal,
-                residual,
-                joined_schema,
-                null_aware,
-                left_width,
-                right_width,
-                schema,
-            };
-            (plan, partitioning)
+                vec![Some(left_keys.clone()), Some(right_keys.clone())]
+            }
         }
-        PlanNode::Aggregate {
-            op_id,
-            input,
-            group_count,
-            aggregates,
-            schema,
-        } => {
-            let (input, have) = place_node(*input, source);
-            let key: Vec<usize> = (0..group_count).collect();
-            let input = exchange_unless(input, &have, &key);
-            let plan = PlanNode::Aggregate {
-                op_id,
-                input: Box::new(input),
-                group_count,
-                aggregates,
-                schema,
-            };
-            // The group columns come first in the output.
-            (plan, Partitioning::Hash(key))
-        }
-        PlanNode::Distinct { op_id, input } => {
-            let (input, have) = place_node(*input, source);
-            let key: Vec<usize> = (0..input.schema().len()).collect();
-            let input = exchange_unless(input, &have, &key);
-            let plan = PlanNode::Distinct {
-                op_id,
-                input: Box::new(input),
-            };
-            (plan, Partitioning::Hash(key))
-        }
-        PlanNode::SetOperation {
-            op_id,
-            left,
-            right,
-            operator,
-            all,
-        } => {
-            let (left, left_have) = place_node(*left, source);
-            let (right, right_have) = place_node(*right, source);
-            let key: Vec<usize> = (0..left.schema().len()).collect();
-            let left = exchange_unless(left, &left_have, &key);
-            let right = exchange_unless(right, &right_have, &key);
-            let plan = PlanNode::SetOperation {
-                op_id,
-                left: Box::new(left),
-                right: Box::new(right),
-                operator,
-                all,
-            };
-            (plan, Partitioning::Hash(key))
-        }
-        PlanNode::UnionAll { inputs, schema } => {
-            let (inputs, partitionings): (Vec<PlanNode>, Vec<Partitioning>) = inputs
-                .into_iter()
-                .map(|input| place_node(input, source))
-                .unzip();
-            // A union passes every row on where it is: partitioned as its
-            // inputs when they all agree.
-            let partitioning = match partitionings.split_first() {
-                Some((first, rest)) if rest.iter().all(|other| other == first) => first.clone(),
-                _ => Partitioning::Arbitrary,
-            };
-            (PlanNode::UnionAll { inputs, schema }, partitioning)
-        }
-        PlanNode::Exchange { input, key } => {
-            let (input, _) = place_node(*input, source);
-            let plan = PlanNode::Exchange {
-                input: Box::new(input),
-                key: key.clone(),
-            };
-            (plan, Partitioning::Hash(key))
-        }
+        PlanNode::Aggregate { group_count, .. } => vec![Some((0..*group_count).collect())],
+        PlanNode::Distinct { input, .. } => vec![whole_row(input)],
+        PlanNode::SetOperation { left, .. } => vec![whole_row(left), whole_row(left)],
+        other => other.inputs().iter().map(|_| None).collect(),
     }
 }
 
-/// How a join's output is partitioned, given the keys its sides were
-/// partitioned by. An output row carries the columns of the side it came
-/// from, so it is partitioned by that side's key columns when they are
-/// output columns and every output row has that side (a left join's
-/// unmatched rows have no right columns). A gathering join's output is
-/// gathered.
+fn gathers(left_keys: &[usize], null_aware: bool) -> bool {
+    left_keys.is_empty() || null_aware
+}
+
+/// How `plan`'s output is partitioned, its inputs placed and partitioned as
+/// `inputs_have` says (before any exchange `required` added).
+fn output(
+    plan: &PlanNode,
+    inputs_have: &[Partitioning],
+    source: &dyn Fn(ObjectId) -> Partitioning,
+) -> Partitioning {
+    match plan {
+        PlanNode::Source { object_id, .. } => source(*object_id),
+        PlanNode::Constant { .. } => Partitioning::Hash(Vec::new()),
+        // Kept when every key column is passed on unchanged.
+        PlanNode::Map {
+            exprs,
+            input_schema,
+            ..
+        } => match &inputs_have[0] {
+            Partitioning::Hash(columns) => columns
+                .iter()
+                .map(|column| {
+                    exprs
+                        .iter()
+                        .position(|expr| crate::passed_column(expr, input_schema) == Some(*column))
+                })
+                .collect::<Option<Vec<usize>>>()
+                .map_or(Partitioning::Arbitrary, Partitioning::Hash),
+            Partitioning::Arbitrary => Partitioning::Arbitrary,
+        },
+        PlanNode::Filter { .. } => inputs_have[0].clone(),
+        PlanNode::Join {
+            kind,
+            left_keys,
+            right_keys,
+            null_aware,
+            left_width,
+            right_width,
+            ..
+        } => {
+            if gathers(left_keys, *null_aware) {
+                return Partitioning::Hash(Vec::new());
+            }
+            join_output(*kind, (left_keys, *left_width), (right_keys, *right_width))
+        }
+        // The group columns come first in the output.
+        PlanNode::Aggregate { group_count, .. } => Partitioning::Hash((0..*group_count).collect()),
+        PlanNode::Distinct { .. } | PlanNode::SetOperation { .. } => {
+            Partitioning::Hash((0..plan.schema().len()).collect())
+        }
+        // A union passes every row on where it is: partitioned as its
+        // inputs when they all agree.
+        PlanNode::UnionAll { .. } => match inputs_have.split_first() {
+            Some((first, rest)) if rest.iter().all(|other| other == first) => first.clone(),
+            _ => Partitioning::Arbitrary,
+        },
+        PlanNode::Exchange { key, .. } => Partitioning::Hash(key.clone()),
+    }
+}
+
+/// How a join's output is partitioned, its sides partitioned by their join
+/// keys. An output row carries the columns of the side it came from, so it
+/// is partitioned by that side's key columns when they are output columns
+/// and every output row has that side (a left join's unmatched rows have
+/// no right columns).
 fn join_output(
     kind: JoinKind,
     (left_key, left_width): (&[usize], usize),
     (right_key, right_width): (&[usize], usize),
-    by_key: bool,
 ) -> Partitioning {
-    if !by_key {
-        return Partitioning::Hash(Vec::new());
-    }
     let within = |key: &[usize], width: usize| key.iter().all(|column| *column < width);
     match kind {
         JoinKind::Inner | JoinKind::Left | JoinKind::LeftSemi | JoinKind::LeftAnti

@@ -57,7 +57,8 @@ struct Installed {
 }
 
 /// One shard's step of a view: its output and its writes, not yet applied.
-type StepResult = RsResult<(ZSet, BTreeMap<Vec<u8>, Write>)>;
+type Stepped = (ZSet, BTreeMap<Vec<u8>, Write>);
+type StepResult = RsResult<Stepped>;
 
 /// An epoch's state: one store per shard, by shard id.
 type Stores = Vec<EpochStore>;
@@ -580,24 +581,18 @@ impl EpochLoop {
         inputs: &[&HashMap<ObjectId, ZSet>],
     ) -> RsResult<Option<Vec<ZSet>>> {
         let view_id = self.views[index].view.view_id;
-        let mut stepped = Vec::with_capacity(results.len());
-        let mut errors = Vec::new();
-        for result in results {
-            match result {
-                Ok(step) => stepped.push(step),
-                Err(error) if error.code == &codes::STORAGE_IO => return Err(error),
-                Err(error) => errors.push(error),
+        let stepped = match split_steps(results)? {
+            Ok(stepped) => stepped,
+            Err(error) => {
+                tracing::warn!(view = %self.views[index].view.name, %error, "view failed; holding its input until it heals");
+                for (store, inputs) in stores.iter_mut().zip(inputs) {
+                    clear_pending(store, view_id).await?;
+                    write_pending(store, view_id, &self.views[index].view.sources, inputs);
+                }
+                self.set_failed(index, Some(error));
+                return Ok(None);
             }
-        }
-        if let Some(error) = first_cause(errors) {
-            tracing::warn!(view = %self.views[index].view.name, %error, "view failed; holding its input until it heals");
-            for (store, inputs) in stores.iter_mut().zip(inputs) {
-                clear_pending(store, view_id).await?;
-                write_pending(store, view_id, &self.views[index].view.sources, inputs);
-            }
-            self.set_failed(index, Some(error));
-            return Ok(None);
-        }
+        };
         let was_failed = self.views[index].failed.is_some();
         let mut outputs = Vec::with_capacity(stepped.len());
         for (store, (output, writes)) in stores.iter_mut().zip(stepped) {
@@ -720,6 +715,25 @@ fn failpoint_between_shard_commits() {
             std::process::abort();
         }
     }
+}
+
+/// The steps of one view on every shard: all their outputs and writes, or
+/// the first cause of their failure (its peers then fail too); `Err` when
+/// storage failed.
+pub(super) fn split_steps(results: Vec<StepResult>) -> RsResult<Result<Vec<Stepped>, RsError>> {
+    let mut stepped = Vec::with_capacity(results.len());
+    let mut errors = Vec::new();
+    for result in results {
+        match result {
+            Ok(step) => stepped.push(step),
+            Err(error) if error.code == &codes::STORAGE_IO => return Err(error),
+            Err(error) => errors.push(error),
+        }
+    }
+    Ok(match first_cause(errors) {
+        Some(error) => Err(error),
+        None => Ok(stepped),
+    })
 }
 
 /// A transaction's changes split by the shard that holds each row (by

@@ -26,14 +26,13 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use rockstream_ops::exchange::first_cause;
 use rockstream_ops::keys::{self, decode_weight, RowStorage};
 use rockstream_ops::StateStore;
 use rockstream_storage::{EpochStore, Snapshot};
 use rockstream_types::encoding::decode_row;
 use rockstream_types::{codes, ObjectId, RsError, RsResult, ZSet};
 
-use super::{apply_view_output, clear_pending, load_pending, EpochLoop, Stores};
+use super::{apply_view_output, clear_pending, load_pending, split_steps, EpochLoop, Stores};
 use crate::engine::{ViewStatus, BACKFILL_EPOCH_ROWS};
 
 /// Least time between two progress lines in the log for one build.
@@ -301,18 +300,10 @@ impl EpochLoop {
                     .map_err(|_| RsError::internal("a backfill step outlived its turn"))
             })
             .collect::<RsResult<Stores>>()?;
-        let mut stepped = Vec::with_capacity(results.len());
-        let mut errors = Vec::new();
-        for result in results {
-            match result {
-                Ok(step) => stepped.push(step),
-                Err(error) if error.code == &codes::STORAGE_IO => return Err(error),
-                Err(error) => errors.push(error),
-            }
-        }
-        if let Some(error) = first_cause(errors) {
-            return Ok((stores, Err(error)));
-        }
+        let stepped = match split_steps(results)? {
+            Ok(stepped) => stepped,
+            Err(error) => return Ok((stores, Err(error))),
+        };
         let view = &self.views[index].view;
         for (store, (output, writes)) in stores.iter_mut().zip(stepped) {
             store.absorb(writes);
