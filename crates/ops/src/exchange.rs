@@ -24,7 +24,7 @@ use futures::channel::mpsc;
 use futures::{SinkExt, StreamExt};
 use rockstream_types::encoding::encode_datum;
 use rockstream_types::partition::{BucketMap, ShardId};
-use rockstream_types::{codes, Row, RsError, RsResult, ZSet};
+use rockstream_types::{Row, RsError, RsResult, ZSet};
 
 /// One shard's side of the exchanges of a dataflow step.
 pub trait Exchange: Send {
@@ -154,20 +154,25 @@ impl Exchange for ChannelExchange {
     }
 }
 
+/// Marks the error of a shard whose exchange failed because a peer's step
+/// had failed: a consequence, never the cause.
+const PEER_STOPPED: &str = "a peer shard's step of the same view failed first";
+
 /// A peer shard ended its step (it failed) before exchange `point`.
 fn peer_stopped(shard: usize, point: usize) -> RsError {
     RsError::internal(format!(
         "shard {shard} stopped its step before exchange {point}"
     ))
+    .with_detail(PEER_STOPPED)
 }
 
 /// The error to report for a step that failed on some shards: the first
-/// one that is not a peer's consequence of another's failure (an internal
-/// error), else the first.
+/// one that is not a peer's consequence of another's failure, else the
+/// first.
 pub fn first_cause(errors: Vec<RsError>) -> Option<RsError> {
     let cause = errors
         .iter()
-        .position(|error| error.code != &codes::INTERNAL)
+        .position(|error| error.detail.as_deref() != Some(PEER_STOPPED))
         .unwrap_or(0);
     errors.into_iter().nth(cause)
 }

@@ -225,7 +225,7 @@ impl EpochLoop {
                 built,
             } => {
                 let result = self.install(*view, built).await;
-                let fatal = matches!(&result, Err(error) if error.code == &codes::STORAGE_IO);
+                let fatal = matches!(&result, Err(error) if stops_the_engine(error));
                 let _ = registered.send(result);
                 if fatal {
                     Err(RsError::new(&codes::STORAGE_IO, "install failed"))
@@ -372,7 +372,14 @@ impl EpochLoop {
             }
         }
         for committed in futures::future::join_all(others).await {
-            committed?;
+            // The epoch is durable in the coordinator's log: the next start
+            // completes it. Its writers are told so, not that it failed.
+            committed.map_err(|error| {
+                RsError::new(
+                    &codes::COMMIT_DURABLE_UNPUBLISHED,
+                    format!("epoch {epoch} is durable but not yet on every shard: {error}"),
+                )
+            })?;
         }
         self.epoch = epoch;
         let snapshots = self
@@ -715,6 +722,12 @@ fn failpoint_between_shard_commits() {
             std::process::abort();
         }
     }
+}
+
+/// Whether `error` leaves the engine unable to go on: storage failed, or an
+/// epoch is committed on some shards only (the next start completes it).
+fn stops_the_engine(error: &RsError) -> bool {
+    error.code == &codes::STORAGE_IO || error.code == &codes::COMMIT_DURABLE_UNPUBLISHED
 }
 
 /// The steps of one view on every shard: all their outputs and writes, or

@@ -51,7 +51,10 @@ pub use set::{SetCursor, SnapshotSet};
 /// that every `0x03` key holds a view-output count. Version 3 added keyed
 /// view output (`0x08`); version-2 storage is upgraded in place on open
 /// (its views keep the counted layout), so older binaries then refuse it.
-pub const FORMAT_VERSION: u8 = 3;
+/// Version 4 may split a storage into shards (`shards/<id>`, with the
+/// bucket map in the control database): `shards/0` alone is no longer the
+/// whole storage, so binaries that read only it must refuse it.
+pub const FORMAT_VERSION: u8 = 4;
 /// Oldest format this binary reads.
 pub const FORMAT_VERSION_MIN: u8 = 2;
 

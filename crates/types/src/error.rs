@@ -108,6 +108,8 @@ pub mod codes {
             "The materialized view is still being computed from its inputs (after a restart that interrupted its CREATE); the server log shows its progress and pg_matviews.ispopulated turns true when it is done. Retry the read then.");
         VIEW_BACKFILL_FAILED = (3005, "runtime.view_backfill_failed", "22000",
             "A row of the view's inputs made its first computation fail (the message names the cause). DROP MATERIALIZED VIEW it, fix or delete the row, and create it again.");
+        COMMIT_DURABLE_UNPUBLISHED = (3007, "runtime.commit_durable_unpublished", "08007",
+            "The transaction is durable, but a shard failed to store its part: the server's engine stopped, and the transaction becomes visible when the server restarts. Check the server log and restart it.");
         SHARD_COUNT_INVALID = (3006, "runtime.invalid_shard_count", "22023",
             "Start with --shards between 1 and 256 (a new storage keeps the count it is created with).");
         // Storage format: 5000–5499.

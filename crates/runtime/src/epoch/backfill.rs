@@ -8,9 +8,9 @@
 //!    until every view it reads is itself complete. Its sources' changes
 //!    are ignored meanwhile: the snapshot its build pins later holds them.
 //! 2. **Building**: the build pins one snapshot of every shard and feeds
-//!    its sources' rows through the dataflow, each shard its own rows, at
-//!    most [`BACKFILL_EPOCH_ROWS`] of each source per shard and turn, each
-//!    turn one epoch. Changes committed after the pinned
+//!    its sources' rows through the dataflow, each shard its own rows,
+//!    about [`BACKFILL_EPOCH_ROWS`] of each source per turn over all
+//!    shards, each turn one epoch. Changes committed after the pinned
 //!    snapshot are not stepped but added to the view's pending input
 //!    ([`super::EpochLoop::propagate`]).
 //! 3. The last turn steps the pending input and writes the installed marker
@@ -202,11 +202,13 @@ impl EpochLoop {
         let Phase::Building(backfill) = &mut self.views[index].phase else {
             return Ok(());
         };
+        // A turn reads about as many rows whatever the shard count.
+        let shard_rows = (BACKFILL_EPOCH_ROWS / backfill.pinned.len()).max(1);
         let mut inputs: Vec<HashMap<ObjectId, ZSet>> = Vec::with_capacity(backfill.pinned.len());
         for (pinned, readers) in backfill.pinned.iter().zip(&mut backfill.readers) {
             let mut shard_inputs = HashMap::new();
             for (source, reader) in readers {
-                if let Some(chunk) = reader.next_chunk(pinned, BACKFILL_EPOCH_ROWS).await? {
+                if let Some(chunk) = reader.next_chunk(pinned, shard_rows).await? {
                     backfill.rows_done += chunk.len() as u64;
                     shard_inputs.insert(*source, chunk);
                 }
