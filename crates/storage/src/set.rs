@@ -102,7 +102,7 @@ impl SetCursor {
     pub async fn next_chunk(&mut self) -> RsResult<Vec<(Vec<u8>, Vec<u8>)>> {
         if let [stream] = self.streams.as_mut_slice() {
             // One shard: its chunks as they come.
-            if !stream.buffered.is_empty() {
+            if !stream.buffered.is_empty() || stream.exhausted {
                 return Ok(stream.buffered.drain(..).collect());
             }
             return fill(&self.set, &self.prefix, stream)
