@@ -11,7 +11,9 @@
 //! `ROCKSTREAM_BENCH_GROUPS` (default 5000000), `ROCKSTREAM_BENCH_BACKFILL_ROWS`
 //! (default 5000000), `ROCKSTREAM_BENCH_READ_ROWS` (default 10000000),
 //! `ROCKSTREAM_BENCH_PG_URL` (a tokio-postgres connection string; enables the
-//! PostgreSQL comparison).
+//! PostgreSQL comparison), `ROCKSTREAM_BENCH_SECTIONS` (default
+//! `latency,ingest`: which of the two groups of figures to measure),
+//! `ROCKSTREAM_BENCH_SHARDS` (default 1).
 // A client of the server, not engine code: it may use tokio's clock and tasks.
 #![allow(clippy::disallowed_methods)]
 
@@ -32,6 +34,11 @@ const SETTLE_TIMEOUT: Duration = Duration::from_secs(180);
 /// looks of SlateDB's compactor, so a compaction of the load that has not
 /// started yet is not mistaken for the end of background work.
 const SETTLE_QUIET_SECONDS: u32 = 6;
+/// Sessions and INSERTs per session of the concurrent-commit workload.
+const CONCURRENT_CLIENTS: usize = 16;
+const CONCURRENT_INSERTS: u64 = 300;
+const REFRESH_BOTH: &str =
+    "REFRESH MATERIALIZED VIEW revenue_by_region; REFRESH MATERIALIZED VIEW big_orders";
 const REGIONS: [&str; 8] = ["eu", "us", "apac", "latam", "mea", "nordics", "dach", "uk"];
 
 const SCHEMA: &str = "
@@ -192,11 +199,25 @@ async fn copy(client: &Client, statement: &str, lines: impl Iterator<Item = Stri
     sink.finish().await.expect("COPY completes")
 }
 
-async fn load(client: &Client, orders: u64, materialized_views: bool) -> Duration {
-    let schema = if materialized_views {
-        SCHEMA.to_string()
-    } else {
-        SCHEMA.replace("CREATE MATERIALIZED VIEW", "CREATE VIEW")
+/// What a load does about the tour's two views.
+#[derive(Clone, Copy, PartialEq)]
+enum Views {
+    /// Materialized views (RockStream keeps them fresh; PostgreSQL's go
+    /// stale until refreshed).
+    Materialized,
+    /// Plain views: nothing is maintained during the load.
+    Plain,
+    /// Materialized views refreshed after every COPY batch: PostgreSQL
+    /// keeping them fresh, by recomputing both.
+    Refreshed,
+}
+
+/// Creates the tour schema and COPYs `orders` orders in batches of `batch`
+/// rows, one transaction each; the wall time of the orders' load.
+async fn load(client: &Client, orders: u64, views: Views, batch: u64) -> Duration {
+    let schema = match views {
+        Views::Plain => SCHEMA.replace("CREATE MATERIALIZED VIEW", "CREATE VIEW"),
+        Views::Materialized | Views::Refreshed => SCHEMA.to_string(),
     };
     client.batch_execute(&schema).await.expect("schema");
     copy(
@@ -213,16 +234,128 @@ async fn load(client: &Client, orders: u64, materialized_views: bool) -> Duratio
     let started = Instant::now();
     let mut loaded = 0;
     while loaded < orders {
-        let end = (loaded + COPY_CHUNK_ROWS).min(orders);
+        let end = (loaded + batch).min(orders);
         copy(
             client,
             "COPY orders FROM STDIN",
             (loaded + 1..=end).map(order_line),
         )
         .await;
+        if views == Views::Refreshed {
+            client.batch_execute(REFRESH_BOTH).await.expect("refresh");
+        }
         loaded = end;
     }
     started.elapsed()
+}
+
+/// Commits per second and p99 commit latency of `clients` sessions each
+/// committing `per_client` single-row INSERTs into `orders` at once (ids
+/// from `first_id`, unused by the load).
+async fn concurrent_inserts(
+    clients: Vec<Client>,
+    first_id: u64,
+    per_client: u64,
+) -> (f64, Duration) {
+    let sessions = clients.len() as u64;
+    let started = Instant::now();
+    let tasks: Vec<_> = clients
+        .into_iter()
+        .enumerate()
+        .map(|(session, client)| {
+            tokio::spawn(async move {
+                let mut latencies = Vec::with_capacity(per_client as usize);
+                for n in 0..per_client {
+                    let id = first_id + n * sessions + session as u64;
+                    let begun = Instant::now();
+                    client
+                        .simple_query(&format!(
+                            "INSERT INTO orders VALUES ({id}, {}, 150.00, 'eu', '2024-01-02')",
+                            id % CUSTOMERS + 1
+                        ))
+                        .await
+                        .expect("concurrent insert");
+                    latencies.push(begun.elapsed());
+                }
+                latencies
+            })
+        })
+        .collect();
+    let mut latencies = Vec::new();
+    for task in tasks {
+        latencies.extend(task.await.expect("insert session"));
+    }
+    let elapsed = started.elapsed();
+    (
+        latencies.len() as f64 / elapsed.as_secs_f64(),
+        percentile(&mut latencies, 0.99),
+    )
+}
+
+/// The ingest workloads on one system (ours or PostgreSQL).
+struct Ingest {
+    /// rows/s: 10k-row batches without views, with both views fresh, and
+    /// 250k-row batches with both views fresh.
+    plain_10k: f64,
+    fresh_10k: f64,
+    fresh_250k: f64,
+    /// 16 sessions of single-row INSERTs (views fresh): commits/s and p99.
+    concurrent: (f64, Duration),
+}
+
+/// Runs the ingest workloads, each on a fresh database from `connect`
+/// (`sessions` clients of it); PostgreSQL keeps the views fresh by
+/// refreshing them (`fresh`).
+async fn ingest<F, Fut>(orders: u64, fresh: Views, connect: F) -> Ingest
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = (Vec<Client>, Option<Server>)>,
+{
+    let rate = |elapsed: Duration| orders as f64 / elapsed.as_secs_f64();
+    let (clients, _server) = connect(1).await;
+    let plain_10k = rate(load(&clients[0], orders, Views::Plain, 10_000).await);
+    drop((clients, _server));
+    let (clients, _server) = connect(1).await;
+    let fresh_250k = rate(load(&clients[0], orders, fresh, COPY_CHUNK_ROWS).await);
+    drop((clients, _server));
+    let (mut clients, _server) = connect(1 + CONCURRENT_CLIENTS).await;
+    let fresh_10k = rate(load(&clients[0], orders, fresh, 10_000).await);
+    let sessions = clients.split_off(1);
+    // PostgreSQL's views go stale here: it is ingest alone on its side.
+    let concurrent = concurrent_inserts(sessions, 100_000_000, CONCURRENT_INSERTS).await;
+    Ingest {
+        plain_10k,
+        fresh_10k,
+        fresh_250k,
+        concurrent,
+    }
+}
+
+/// A fresh RockStream server and `sessions` clients of it.
+async fn rockstream_sessions(sessions: usize) -> (Vec<Client>, Option<Server>) {
+    let server = Server::start();
+    let mut clients = Vec::with_capacity(sessions);
+    for _ in 0..sessions {
+        clients.push(server.client().await);
+    }
+    (clients, Some(server))
+}
+
+/// `sessions` clients of the PostgreSQL at `url`, its tour tables dropped.
+async fn postgres_sessions(url: &str, sessions: usize) -> (Vec<Client>, Option<Server>) {
+    let mut clients = Vec::with_capacity(sessions);
+    for _ in 0..sessions {
+        let (client, connection) = tokio_postgres::connect(url, NoTls)
+            .await
+            .expect("PostgreSQL connects");
+        tokio::spawn(connection);
+        clients.push(client);
+    }
+    clients[0]
+        .batch_execute("DROP TABLE IF EXISTS orders, customers CASCADE")
+        .await
+        .expect("drop");
+    (clients, None)
 }
 
 fn rows(messages: &[SimpleQueryMessage]) -> usize {
@@ -254,7 +387,7 @@ async fn update_latencies(
             .await
             .expect("update");
         if refresh {
-            client.batch_execute("REFRESH MATERIALIZED VIEW revenue_by_region; REFRESH MATERIALIZED VIEW big_orders").await.expect("refresh");
+            client.batch_execute(REFRESH_BOTH).await.expect("refresh");
         }
         let regions = client
             .simple_query("SELECT * FROM revenue_by_region")
@@ -485,7 +618,7 @@ async fn postgres_comparison(url: &str, orders: u64) -> Option<(f64, f64)> {
         .batch_execute("DROP TABLE IF EXISTS orders, customers CASCADE")
         .await
         .ok()?;
-    load(&client, orders, true).await;
+    load(&client, orders, Views::Materialized, COPY_CHUNK_ROWS).await;
     client.batch_execute("ANALYZE").await.ok()?;
     let iterations = if orders > 100_000 { 10 } else { 50 };
     let mut latencies = update_latencies(&client, orders, (0, iterations), true).await;
@@ -497,15 +630,94 @@ async fn postgres_comparison(url: &str, orders: u64) -> Option<(f64, f64)> {
     Some((orders as f64, median))
 }
 
+fn environment(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 #[tokio::main]
 async fn main() {
-    let environment = |name: &str, default: u64| {
-        std::env::var(name)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
-    };
+    let sections =
+        std::env::var("ROCKSTREAM_BENCH_SECTIONS").unwrap_or_else(|_| "latency,ingest".into());
     let large = environment("ROCKSTREAM_BENCH_ORDERS", 1_000_000);
+    if sections.contains("latency") {
+        latency_and_memory(large).await;
+    }
+    if sections.contains("ingest") {
+        ingest_figures(large).await;
+    }
+}
+
+/// The ingest workloads (issue "Shards and exchange", point 6) on
+/// RockStream and, with `ROCKSTREAM_BENCH_PG_URL`, on PostgreSQL.
+async fn ingest_figures(orders: u64) {
+    let ours = ingest(orders, Views::Materialized, rockstream_sessions).await;
+    let theirs = match std::env::var("ROCKSTREAM_BENCH_PG_URL") {
+        Ok(url) => {
+            let connect = |sessions| {
+                let url = url.clone();
+                async move { postgres_sessions(&url, sessions).await }
+            };
+            Some(ingest(orders, Views::Refreshed, connect).await)
+        }
+        Err(_) => None,
+    };
+    println!(
+        "\n## Ingest, {orders} orders, {} shard(s)\n",
+        bench_shards()
+    );
+    println!("PostgreSQL keeps the views fresh with REFRESH MATERIALIZED VIEW (both) after each batch; its 16-session INSERTs leave them stale.\n");
+    println!("| workload | RockStream | PostgreSQL | RockStream / PostgreSQL |");
+    println!("|---|---|---|---|");
+    let row = |name: &str, ours: f64, theirs: Option<f64>, unit: &str| match theirs {
+        Some(theirs) => println!(
+            "| {name} | {ours:.0} {unit} | {theirs:.0} {unit} | {:.2} |",
+            ours / theirs
+        ),
+        None => println!("| {name} | {ours:.0} {unit} | | |"),
+    };
+    let other = theirs.as_ref();
+    row(
+        "COPY 10k-row batches, no views",
+        ours.plain_10k,
+        other.map(|t| t.plain_10k),
+        "rows/s",
+    );
+    row(
+        "COPY 10k-row batches, both views fresh",
+        ours.fresh_10k,
+        other.map(|t| t.fresh_10k),
+        "rows/s",
+    );
+    row(
+        "COPY 250k-row batches, both views fresh",
+        ours.fresh_250k,
+        other.map(|t| t.fresh_250k),
+        "rows/s",
+    );
+    row(
+        "16 sessions, single-row INSERTs",
+        ours.concurrent.0,
+        other.map(|t| t.concurrent.0),
+        "commits/s",
+    );
+    match other {
+        Some(theirs) => println!(
+            "| 16 sessions, commit p99 | {:.1} ms | {:.1} ms | |",
+            milliseconds(ours.concurrent.1),
+            milliseconds(theirs.concurrent.1)
+        ),
+        None => println!(
+            "| 16 sessions, commit p99 | {:.1} ms | | |",
+            milliseconds(ours.concurrent.1)
+        ),
+    }
+}
+
+/// The latency, memory, backfill and read figures.
+async fn latency_and_memory(large: u64) {
     let groups = environment("ROCKSTREAM_BENCH_GROUPS", 5_000_000);
 
     // Each size is measured twice: right after the load, while the server
@@ -514,7 +726,13 @@ async fn main() {
     let settled_pass = (UPDATE_ITERATIONS, UPDATE_ITERATIONS);
     let small_server = Server::start();
     let small_client = small_server.client().await;
-    load(&small_client, SMALL_ORDERS, true).await;
+    load(
+        &small_client,
+        SMALL_ORDERS,
+        Views::Materialized,
+        COPY_CHUNK_ROWS,
+    )
+    .await;
     let mut small = update_latencies(&small_client, SMALL_ORDERS, after_load, false).await;
     let small_settle = small_server.settle().await;
     let mut small_settled =
@@ -525,7 +743,7 @@ async fn main() {
 
     let large_server = Server::start();
     let large_client = large_server.client().await;
-    let load_time = load(&large_client, large, true).await;
+    let load_time = load(&large_client, large, Views::Materialized, COPY_CHUNK_ROWS).await;
     let mut large_latencies = update_latencies(&large_client, large, after_load, false).await;
     let large_settle = large_server.settle().await;
     let mut large_settled = update_latencies(&large_client, large, settled_pass, false).await;
