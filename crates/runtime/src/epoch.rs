@@ -42,7 +42,7 @@ mod reclaim;
 pub use backfill::installed_marker;
 pub(crate) use log::repair;
 
-use backfill::Phase;
+use backfill::{BuildInputs, Phase};
 use reclaim::Reclaim;
 
 type Reply<T = Epoch> = oneshot::Sender<RsResult<T>>;
@@ -285,6 +285,7 @@ impl EpochLoop {
         let mut stores = self.new_stores()?;
         let mut accepted: Vec<Reply> = Vec::new();
         let mut deltas: Deltas = vec![HashMap::new(); self.shard_count()];
+        let mut build_inputs = BuildInputs::new();
         for (changes, reply) in commits {
             let parts = split_by_shard(changes, &self.map);
             let mut valid = Ok(());
@@ -298,9 +299,10 @@ impl EpochLoop {
                 let _ = reply.send(Err(error));
                 continue;
             }
-            for ((store, (changes, keys)), shard_deltas) in
-                stores.iter_mut().zip(parts).zip(&mut deltas)
+            for (shard, ((store, (changes, keys)), shard_deltas)) in
+                stores.iter_mut().zip(parts).zip(&mut deltas).enumerate()
             {
+                self.read_changes(&mut build_inputs, shard, &changes, &keys);
                 for (table_id, delta) in apply_table_changes(store, changes, keys) {
                     shard_deltas.entry(table_id).or_default().extend(delta);
                 }
@@ -319,7 +321,7 @@ impl EpochLoop {
                     .collect()
             })
             .collect();
-        let stores = match self.propagate(stores, deltas).await {
+        let stores = match self.propagate(stores, deltas, build_inputs).await {
             Ok(stores) => stores,
             Err(error) => {
                 for reply in accepted {
@@ -397,11 +399,16 @@ impl EpochLoop {
     /// views that do not read one another, concurrently when the epoch is
     /// large enough to be worth a task each.
     ///
-    /// A view being built is not stepped: its sources' deltas join its
-    /// pending input, which its build steps once it has read its pinned
-    /// snapshot. A view whose build has not begun ignores them (the snapshot
-    /// it pins later holds them), and so does one whose build failed.
-    async fn propagate(&mut self, mut stores: Stores, mut deltas: Deltas) -> RsResult<Stores> {
+    /// A view being built steps the changes to rows its build has read
+    /// (`build_inputs` holds those of its tables; [`backfill`]); it reads
+    /// the others later. A view whose build has not begun ignores them (its
+    /// build reads them), and so does one whose build failed.
+    async fn propagate(
+        &mut self,
+        mut stores: Stores,
+        mut deltas: Deltas,
+        mut build_inputs: BuildInputs,
+    ) -> RsResult<Stores> {
         let mut next = 0;
         while next < self.views.len() {
             let mut wave = Vec::new();
@@ -416,21 +423,25 @@ impl EpochLoop {
                         .iter()
                         .any(|source| shard_deltas.get(source).is_some_and(|d| !d.is_empty()))
                 });
-                match installed.phase {
+                let view_id = installed.view.view_id;
+                match &installed.phase {
                     Phase::Maintained if has_input => {
-                        wave.push(next);
-                        wave_outputs.push(installed.view.view_id);
+                        wave.push((next, None));
+                        wave_outputs.push(view_id);
                     }
-                    Phase::Building(_) if has_input => {
-                        for (store, shard_deltas) in stores.iter_mut().zip(&deltas) {
-                            add_pending(store, installed.view.view_id, sources, shard_deltas);
+                    Phase::Building(backfill) if has_input => {
+                        let tables = build_inputs.remove(&view_id);
+                        let read = backfill.changes_read(&installed.view, &deltas, tables);
+                        if read.iter().any(|inputs| !inputs.is_empty()) {
+                            wave.push((next, Some(read)));
+                            wave_outputs.push(view_id);
                         }
                     }
                     _ => {}
                 }
                 next += 1;
             }
-            stores = self.step_wave(stores, &wave, &mut deltas).await?;
+            stores = self.step_wave(stores, wave, &mut deltas).await?;
         }
         Ok(stores)
     }
@@ -438,11 +449,12 @@ impl EpochLoop {
     /// Steps views that do not read one another over the same epoch state,
     /// each on every shard, then applies their writes in order; each
     /// healthy view's output joins `deltas`. A view that fails keeps its
-    /// input for a later retry.
+    /// input for a later retry. Each view of `wave` comes with its own
+    /// input, if it steps only part of `deltas` (a view being built).
     async fn step_wave(
         &mut self,
         mut stores: Stores,
-        wave: &[usize],
+        wave: Vec<(usize, Option<Deltas>)>,
         deltas: &mut Deltas,
     ) -> RsResult<Stores> {
         if wave.is_empty() {
@@ -452,7 +464,13 @@ impl EpochLoop {
         let shared_deltas: Vec<SharedInput> =
             std::mem::take(deltas).into_iter().map(Arc::new).collect();
         let mut own_inputs: Vec<Option<Vec<SharedInput>>> = Vec::new();
-        for &index in wave {
+        let mut indexes = Vec::with_capacity(wave.len());
+        for (index, own) in wave {
+            indexes.push(index);
+            if let Some(own) = own {
+                own_inputs.push(Some(own.into_iter().map(Arc::new).collect()));
+                continue;
+            }
             own_inputs.push(match self.views[index].failed {
                 Some(_) => {
                     let mut own = Vec::with_capacity(stores.len());
@@ -472,6 +490,7 @@ impl EpochLoop {
             .flat_map(|shard_deltas| shard_deltas.values())
             .map(ZSet::len)
             .sum();
+        let wave = indexes;
         let tasks = wave.len() * stores.len();
         let spawn = tasks > 1 && input_rows >= PARALLEL_STEP_ROWS_MIN;
         let shared_stores: Vec<Arc<EpochStore>> = stores.into_iter().map(Arc::new).collect();
@@ -588,8 +607,14 @@ impl EpochLoop {
         inputs: &[&HashMap<ObjectId, ZSet>],
     ) -> RsResult<Option<Vec<ZSet>>> {
         let view_id = self.views[index].view.view_id;
+        let building = matches!(self.views[index].phase, Phase::Building(_));
         let stepped = match split_steps(results)? {
             Ok(stepped) => stepped,
+            // A change the build had to step fails the build.
+            Err(error) if building => {
+                self.fail_build(index, error);
+                return Ok(None);
+            }
             Err(error) => {
                 tracing::warn!(view = %self.views[index].view.name, %error, "view failed; holding its input until it heals");
                 for (store, inputs) in stores.iter_mut().zip(inputs) {
@@ -610,7 +635,9 @@ impl EpochLoop {
             }
             outputs.push(output);
         }
-        self.set_failed(index, None);
+        if !building {
+            self.set_failed(index, None);
+        }
         Ok(Some(outputs))
     }
 
@@ -673,7 +700,9 @@ impl EpochLoop {
             // Re-derive the failure (or heal) by retrying the pending input.
             self.views[index].failed = Some(RsError::internal("pending"));
             let mut deltas: Deltas = vec![HashMap::new(); self.shard_count()];
-            let stores = self.step_wave(stores, &[index], &mut deltas).await?;
+            let stores = self
+                .step_wave(stores, vec![(index, None)], &mut deltas)
+                .await?;
             self.commit_epoch(stores).await?;
         }
         let _ = built.send(Ok(()));
@@ -965,23 +994,6 @@ async fn clear_pending<S: StateStore>(store: &mut S, view_id: ObjectId) -> RsRes
         store.delete(key);
     }
     Ok(())
-}
-
-/// Adds the deltas of a view's sources to its pending input, blindly.
-fn add_pending<S: StateStore>(
-    store: &mut S,
-    view_id: ObjectId,
-    sources: &[ObjectId],
-    deltas: &HashMap<ObjectId, ZSet>,
-) {
-    for source in sources {
-        let Some(delta) = deltas.get(source) else {
-            continue;
-        };
-        for (row, weight) in &delta.updates {
-            store.add_count(pending_key(view_id, *source, row), *weight);
-        }
-    }
 }
 
 fn pending_key(view_id: ObjectId, source: ObjectId, row: &Row) -> Vec<u8> {

@@ -6,20 +6,27 @@
 //! 1. **Preparing**: whatever an interrupted build left under the view's
 //!    prefixes is deleted, one bounded chunk per turn; then the view waits
 //!    until every view it reads is itself complete. Its sources' changes
-//!    are ignored meanwhile: the snapshot its build pins later holds them.
-//! 2. **Building**: the build pins one snapshot of every shard and feeds
-//!    its sources' rows through the dataflow, each shard its own rows,
-//!    about [`BACKFILL_EPOCH_ROWS`] of each source per turn over all
-//!    shards, each turn one epoch. Changes committed after the pinned
-//!    snapshot are not stepped but added to the view's pending input
-//!    ([`super::EpochLoop::propagate`]).
-//! 3. The last turn steps the pending input and writes the installed marker
-//!    in one epoch: from then on the view is maintained like any other.
-//!    Before that marker the view's output is incomplete, and readers are
-//!    told it is building.
+//!    are ignored meanwhile: the build reads them later.
+//! 2. **Building**: the build reads its sources' rows in key order, each
+//!    shard its own rows, about [`BACKFILL_EPOCH_ROWS`] of each source per
+//!    turn over all shards, each turn one epoch over the newest state, and
+//!    feeds them through the dataflow. A source's key range splits at how
+//!    far its build has read: a commit's change to a row at or before that
+//!    point is stepped through the view at once, as for a maintained view
+//!    ([`Backfill::has_read`]); a change beyond it is not, as the build
+//!    reads that row later, changed.
+//! 3. The turn that finds every source read writes the installed marker:
+//!    from then on the view is maintained like any other. Before that
+//!    marker the view's output is incomplete, and readers are told it is
+//!    building.
 //!
-//! So the view equals its definition over the pinned snapshot plus every
-//! change after it, and no commit waits for more than one turn of a build.
+//! So after each epoch the view's state is its definition over the part of
+//! every source read so far, at that epoch; once all is read, over all of
+//! it. No commit waits for more than one turn of a build, and no snapshot
+//! is held across turns: a pinned snapshot would keep every version of the
+//! keys the build rewrites each turn (SlateDB retains all versions newer
+//! than its oldest snapshot), and each turn's reads would step over all the
+//! earlier turns' versions.
 //! A build that fails (a row of its inputs makes the definition fail) marks
 //! the view failed with that error; the database goes on without it.
 
@@ -28,12 +35,16 @@ use std::sync::Arc;
 
 use rockstream_ops::keys::{self, decode_weight, RowStorage};
 use rockstream_ops::StateStore;
-use rockstream_storage::{EpochStore, Snapshot};
-use rockstream_types::encoding::decode_row;
-use rockstream_types::{codes, ObjectId, RsError, RsResult, ZSet};
+use rockstream_storage::{EpochStore, ShardDb, Snapshot};
+use rockstream_types::encoding::{decode_row, encode_datum, encode_row_into};
+use rockstream_types::{codes, ObjectId, Row, RsError, RsResult, ZSet};
 
-use super::{apply_view_output, clear_pending, load_pending, split_steps, EpochLoop, Stores};
-use crate::engine::{ViewStatus, BACKFILL_EPOCH_ROWS};
+use super::{apply_view_output, split_steps, Deltas, EpochLoop, Stores};
+use crate::engine::{InstallView, TableChange, ViewStatus, BACKFILL_EPOCH_ROWS};
+
+/// The changes of an epoch's transactions to building views' tables that
+/// their builds have read: per view, per shard (by id), per table.
+pub(super) type BuildInputs = HashMap<ObjectId, Deltas>;
 
 /// Least time between two progress lines in the log for one build.
 const PROGRESS_LOG_INTERVAL_MICROS: i64 = 5_000_000;
@@ -51,10 +62,8 @@ pub(super) enum Phase {
     BuildFailed,
 }
 
-/// A running build: the pinned snapshots and how far each source was read,
-/// per shard (by shard id).
+/// A running build: how far each source was read, per shard (by shard id).
 pub(super) struct Backfill {
-    pinned: Vec<Snapshot>,
     readers: Vec<Vec<(ObjectId, CollectionReader)>>,
     /// True until the first turn: global aggregates emit their first row.
     initial: bool,
@@ -134,7 +143,7 @@ impl EpochLoop {
                                  \"{source}\", whose build failed"
                             ),
                         );
-                        self.fail_build(index, error.clone(), error);
+                        self.fail_build(index, error);
                         return Ok(true);
                     }
                 },
@@ -164,13 +173,9 @@ impl EpochLoop {
     }
 
     fn start_build(&mut self, index: usize) -> RsResult<()> {
-        let pinned = self
-            .shards
-            .iter()
-            .map(|shard| shard.snapshot())
-            .collect::<RsResult<Vec<_>>>()?;
         let view = &self.views[index].view;
-        let readers = pinned
+        let readers = self
+            .shards
             .iter()
             .map(|_| {
                 view.sources
@@ -184,7 +189,6 @@ impl EpochLoop {
             .collect();
         tracing::info!(view = %view.name, "backfill started");
         self.views[index].phase = Phase::Building(Box::new(Backfill {
-            pinned,
             readers,
             initial: true,
             rows_done: 0,
@@ -193,28 +197,34 @@ impl EpochLoop {
         Ok(())
     }
 
-    /// Feeds the next chunk of every source through the view's dataflow in
-    /// one epoch; the sources advance together, so a small dimension table
-    /// is read whole in the first turn and each chunk of a large fact table
-    /// then joins against it. Once every source is read, the last turn
-    /// steps the pending input and marks the view installed.
+    /// Feeds the next chunk of every source, read from the newest state,
+    /// through the view's dataflow in one epoch; the sources advance
+    /// together, so a small dimension table is read whole in the first turn
+    /// and each chunk of a large fact table then joins against it. The turn
+    /// that finds every source read marks the view installed.
     pub(super) async fn backfill_turn(&mut self, index: usize) -> RsResult<()> {
+        let snapshots = self
+            .shards
+            .iter()
+            .map(ShardDb::snapshot)
+            .collect::<RsResult<Vec<_>>>()?;
         let Phase::Building(backfill) = &mut self.views[index].phase else {
             return Ok(());
         };
         // A turn reads about as many rows whatever the shard count.
-        let shard_rows = (BACKFILL_EPOCH_ROWS / backfill.pinned.len()).max(1);
-        let mut inputs: Vec<HashMap<ObjectId, ZSet>> = Vec::with_capacity(backfill.pinned.len());
-        for (pinned, readers) in backfill.pinned.iter().zip(&mut backfill.readers) {
+        let shard_rows = (BACKFILL_EPOCH_ROWS / snapshots.len()).max(1);
+        let mut inputs: Vec<HashMap<ObjectId, ZSet>> = Vec::with_capacity(snapshots.len());
+        for (snapshot, readers) in snapshots.iter().zip(&mut backfill.readers) {
             let mut shard_inputs = HashMap::new();
             for (source, reader) in readers {
-                if let Some(chunk) = reader.next_chunk(pinned, shard_rows).await? {
+                if let Some(chunk) = reader.next_chunk(snapshot, shard_rows).await? {
                     backfill.rows_done += chunk.len() as u64;
                     shard_inputs.insert(*source, chunk);
                 }
             }
             inputs.push(shard_inputs);
         }
+        drop(snapshots);
         let initial = std::mem::replace(&mut backfill.initial, false);
         let rows_done = backfill.rows_done;
         let complete = inputs.iter().all(HashMap::is_empty);
@@ -225,33 +235,8 @@ impl EpochLoop {
             // Without source rows the one step global aggregates need.
             (stores, stepped) = self.build_step(stores, index, inputs, initial).await?;
         }
-        if complete && stepped.is_ok() {
-            let mut pending = Vec::with_capacity(stores.len());
-            for store in &mut stores {
-                let shard_pending = load_pending(store, view_id).await?;
-                if !shard_pending.is_empty() {
-                    clear_pending(store, view_id).await?;
-                }
-                pending.push(shard_pending);
-            }
-            if pending
-                .iter()
-                .any(|shard_pending| !shard_pending.is_empty())
-            {
-                (stores, stepped) = self.build_step(stores, index, pending, false).await?;
-            }
-        }
         if let Err(error) = stepped {
-            let name = self.views[index].view.name.clone();
-            let status = RsError::new(
-                &codes::VIEW_BACKFILL_FAILED,
-                format!(
-                    "materialized view \"{name}\" could not be built: {}",
-                    error.message
-                ),
-            )
-            .with_detail(error.to_string());
-            self.fail_build(index, status, error);
+            self.fail_build(index, error);
             return Ok(());
         }
         if complete {
@@ -278,6 +263,50 @@ impl EpochLoop {
         }
         self.set_status(view_id, ViewStatus::Building { rows_done });
         Ok(())
+    }
+
+    /// Adds to `inputs` the changes in `changes` (one shard's part of a
+    /// transaction, each row under its storage key in `keys`) that a
+    /// building view must step now: those to its tables' rows its build
+    /// has read.
+    pub(super) fn read_changes(
+        &self,
+        inputs: &mut BuildInputs,
+        shard: usize,
+        changes: &[TableChange],
+        keys: &[Vec<Vec<u8>>],
+    ) {
+        for installed in &self.views {
+            let Phase::Building(backfill) = &installed.phase else {
+                continue;
+            };
+            for (change, keys) in changes.iter().zip(keys) {
+                if !installed.view.sources.contains(&change.table_id) {
+                    continue;
+                }
+                let mut delta = ZSet::new();
+                for (row, key) in change.rows.iter().zip(keys) {
+                    if backfill.has_read(shard, change.table_id, key) {
+                        if let Some(old) = &row.old {
+                            delta.push(old.clone(), -1);
+                        }
+                        if let Some(new) = &row.new {
+                            delta.push(new.clone(), 1);
+                        }
+                    }
+                }
+                if delta.is_empty() {
+                    continue;
+                }
+                let shards = backfill.readers.len();
+                inputs
+                    .entry(installed.view.view_id)
+                    .or_insert_with(|| vec![HashMap::new(); shards])[shard]
+                    .entry(change.table_id)
+                    .or_default()
+                    .extend(delta);
+            }
+        }
     }
 
     /// Steps view `index` over `inputs` (per shard) on every shard and
@@ -314,13 +343,27 @@ impl EpochLoop {
         Ok((stores, Ok(())))
     }
 
-    /// Ends a build that cannot complete: readers get `status`, the
-    /// statement waiting for the build (if any) gets `cause`. The partial
-    /// state stays until the view is dropped (or the next start rebuilds
-    /// it), as the view is never read meanwhile.
-    fn fail_build(&mut self, index: usize, status: RsError, cause: RsError) {
+    /// Ends a build that cannot complete because `cause` failed it (a row
+    /// of its inputs, read by the build or changed during it): readers see
+    /// the view failed, and the statement waiting for the build (if any)
+    /// gets `cause`. The partial state stays until the view is dropped (or
+    /// the next start rebuilds it), as the view is never read meanwhile.
+    pub(super) fn fail_build(&mut self, index: usize, cause: RsError) {
         let installed = &mut self.views[index];
-        tracing::warn!(view = %installed.view.name, error = %cause, "backfill failed");
+        let name = &installed.view.name;
+        let status = if cause.code == &codes::VIEW_BACKFILL_FAILED {
+            cause.clone()
+        } else {
+            RsError::new(
+                &codes::VIEW_BACKFILL_FAILED,
+                format!(
+                    "materialized view \"{name}\" could not be built: {}",
+                    cause.message
+                ),
+            )
+            .with_detail(cause.to_string())
+        };
+        tracing::warn!(view = %name, error = %cause, "backfill failed");
         installed.phase = Phase::BuildFailed;
         let view_id = installed.view.view_id;
         if let Some(built) = installed.built.take() {
@@ -328,6 +371,66 @@ impl EpochLoop {
         }
         self.set_status(view_id, ViewStatus::Failed(status));
     }
+}
+
+impl Backfill {
+    /// Whether the build has read `key` (a storage key of `source`'s rows)
+    /// on `shard`: a change to that row must go through the view now. One
+    /// it has not read it reads later, with the change.
+    pub(super) fn has_read(&self, shard: usize, source: ObjectId, key: &[u8]) -> bool {
+        self.readers[shard]
+            .iter()
+            .find(|(id, _)| *id == source)
+            .is_some_and(|(_, reader)| reader.has_read(key))
+    }
+
+    /// The part of an epoch's changes (`deltas`, per shard) view `view`
+    /// must step now: of its tables, what [`EpochLoop::read_changes`] kept
+    /// (`tables`); of the views it reads, the rows the build has read.
+    pub(super) fn changes_read(
+        &self,
+        view: &InstallView,
+        deltas: &Deltas,
+        tables: Option<Deltas>,
+    ) -> Deltas {
+        let mut inputs = tables.unwrap_or_else(|| vec![HashMap::new(); deltas.len()]);
+        for (shard, (shard_deltas, shard_inputs)) in deltas.iter().zip(&mut inputs).enumerate() {
+            for (source, storage) in view.sources.iter().zip(&view.source_storage) {
+                let Some(delta) = shard_deltas.get(source) else {
+                    continue;
+                };
+                let prefix = storage.prefix(*source);
+                let mut read = ZSet::new();
+                for (row, weight) in &delta.updates {
+                    if view_row_key(storage, &prefix, row)
+                        .is_some_and(|key| self.has_read(shard, *source, &key))
+                    {
+                        read.push(row.clone(), *weight);
+                    }
+                }
+                if !read.is_empty() {
+                    shard_inputs.insert(*source, read);
+                }
+            }
+        }
+        inputs
+    }
+}
+
+/// Where a view stores `row` (under `prefix`, in `storage`); `None` for a
+/// table's row, whose key the row may not hold (a hidden row id).
+fn view_row_key(storage: &RowStorage, prefix: &[u8], row: &Row) -> Option<Vec<u8>> {
+    let mut key = prefix.to_vec();
+    match storage {
+        RowStorage::Table => return None,
+        RowStorage::Counted => encode_row_into(row, &mut key),
+        RowStorage::Keyed(columns) => {
+            for column in columns {
+                encode_datum(&row[*column], &mut key);
+            }
+        }
+    }
+    Some(key)
 }
 
 /// Reads the rows of a table or view from a snapshot as a sequence of
@@ -347,6 +450,11 @@ impl CollectionReader {
             after: None,
             exhausted: false,
         }
+    }
+
+    /// Whether the row stored under `key` was read.
+    fn has_read(&self, key: &[u8]) -> bool {
+        self.exhausted || self.after.as_deref().is_some_and(|after| key <= after)
     }
 
     /// The next rows in key order, about `rows_max` of them (whole storage
