@@ -12,7 +12,7 @@
 //! (default 5000000), `ROCKSTREAM_BENCH_READ_ROWS` (default 10000000),
 //! `ROCKSTREAM_BENCH_PG_URL` (a tokio-postgres connection string; enables the
 //! PostgreSQL comparison), `ROCKSTREAM_BENCH_SECTIONS` (default
-//! `latency,ingest`: which of the two groups of figures to measure),
+//! `latency,ingest`; `backfill` measures the backfill alone),
 //! `ROCKSTREAM_BENCH_SHARDS` (default 1).
 // A client of the server, not engine code: it may use tokio's clock and tasks.
 #![allow(clippy::disallowed_methods)]
@@ -648,6 +648,25 @@ async fn main() {
     if sections.contains("ingest") {
         ingest_figures(large).await;
     }
+    if sections.contains("backfill") {
+        let rows = environment("ROCKSTREAM_BENCH_BACKFILL_ROWS", 5_000_000);
+        let backfill = backfill_under_load(rows).await;
+        println!("\n## Backfill, {} shard(s)\n", bench_shards());
+        print_backfill(rows, &backfill);
+    }
+}
+
+fn print_backfill(rows: u64, backfill: &BackfillFigures) {
+    println!(
+        "| CREATE MATERIALIZED VIEW over {rows} rows, while single-row INSERTs commit | {:.1} s | |",
+        backfill.backfill.as_secs_f64()
+    );
+    println!(
+        "| single-row INSERTs during that backfill: count, p99, slowest | {}, {:.1} ms, {:.1} ms | slowest < 200 ms |",
+        backfill.commits,
+        milliseconds(backfill.commit_p99),
+        milliseconds(backfill.commit_max)
+    );
 }
 
 /// The ingest workloads (issue "Shards and exchange", point 6) on
@@ -818,16 +837,7 @@ async fn latency_and_memory(large: u64) {
         group_time.as_secs_f64()
     );
 
-    println!(
-        "| CREATE MATERIALIZED VIEW over {backfill_rows} rows, while single-row INSERTs commit | {:.1} s | |",
-        backfill.backfill.as_secs_f64()
-    );
-    println!(
-        "| single-row INSERTs during that backfill: count, p99, slowest | {}, {:.1} ms, {:.1} ms | slowest < 200 ms |",
-        backfill.commits,
-        milliseconds(backfill.commit_p99),
-        milliseconds(backfill.commit_max)
-    );
+    print_backfill(backfill_rows, &backfill);
     println!(
         "| SELECT * LIMIT 10 / primary-key lookup median, {read_rows} rows | {:.2} ms / {:.2} ms | < 10 ms |",
         milliseconds(limit_median),
