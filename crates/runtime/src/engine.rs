@@ -18,18 +18,11 @@ use crate::epoch::{repair, EpochLoop, Start};
 pub const COMMAND_QUEUE_MAX: usize = 1024;
 /// Bound on commits grouped into one epoch.
 pub const EPOCH_COMMITS_MAX: usize = 512;
-/// Most source rows a new view's backfill feeds through its dataflow per
-/// epoch: bounds what a backfill holds in memory, however large its
-/// sources are. Each build starts there and adapts its turns to
-/// [`BACKFILL_TURN_MICROS`].
+/// Source rows a new view's backfill feeds through its dataflow per epoch:
+/// bounds what a backfill holds in memory, however large its sources are,
+/// and how long a commit arriving meanwhile waits for the engine (one such
+/// step, tens of milliseconds).
 pub const BACKFILL_EPOCH_ROWS: usize = 8_192;
-/// Fewest source rows a backfill turn reads (per turn, over all shards).
-pub const BACKFILL_TURN_ROWS_MIN: usize = 512;
-/// How long a backfill turn should take: a commit arriving during one
-/// waits for it, so this bounds what a build adds to commit latency. A
-/// turn also costs about the same however few rows it reads (an aggregate
-/// rewrites every group the rows touch), so shorter turns build slower.
-pub const BACKFILL_TURN_MICROS: i64 = 60_000;
 
 /// Epochs between two memtable flushes requested by the engine (SlateDB
 /// also flushes a memtable when it reaches its size). Many small epochs

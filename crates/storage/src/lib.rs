@@ -387,17 +387,6 @@ impl Snapshot {
         prefix: &[u8],
         after: Option<&[u8]>,
     ) -> RsResult<Vec<(Vec<u8>, Vec<u8>)>> {
-        self.scan_chunk_of(prefix, after, SCAN_CHUNK_ROWS_MAX).await
-    }
-
-    /// [`Snapshot::scan_chunk`] of at most `limit` entries (at most
-    /// [`SCAN_CHUNK_ROWS_MAX`]).
-    pub async fn scan_chunk_of(
-        &self,
-        prefix: &[u8],
-        after: Option<&[u8]>,
-        limit: usize,
-    ) -> RsResult<Vec<(Vec<u8>, Vec<u8>)>> {
         // A scan for one leading value (a row by key, a view's rows for one
         // value) keeps its blocks cached; a scan of a whole table or view
         // streams past the cache instead of evicting the working set.
@@ -414,8 +403,7 @@ impl Snapshot {
             .scan_prefix_with_options(prefix, (lower, std::ops::Bound::Unbounded), &options)
             .await
             .map_err(|error| storage_error(&self.name, error))?;
-        self.collect(iterator, limit.clamp(1, SCAN_CHUNK_ROWS_MAX))
-            .await
+        self.collect(iterator, SCAN_CHUNK_ROWS_MAX).await
     }
 
     /// Reads up to `limit` visible entries from `iterator`.

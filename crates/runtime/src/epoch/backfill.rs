@@ -8,10 +8,9 @@
 //!    until every view it reads is itself complete. Its sources' changes
 //!    are ignored meanwhile: the build reads them later.
 //! 2. **Building**: the build reads its sources' rows in key order, each
-//!    shard its own rows, each turn one epoch over the newest state, and
-//!    feeds them through the dataflow. A turn reads at most
-//!    [`BACKFILL_EPOCH_ROWS`] of each source over all shards, fewer when
-//!    turns take longer than [`BACKFILL_TURN_MICROS`]. A source's key range splits at how
+//!    shard its own rows, about [`BACKFILL_EPOCH_ROWS`] of each source per
+//!    turn over all shards, each turn one epoch over the newest state, and
+//!    feeds them through the dataflow. A source's key range splits at how
 //!    far its build has read: a commit's change to a row at or before that
 //!    point is stepped through the view at once, as for a maintained view
 //!    ([`Backfill::has_read`]); a change beyond it is not, as the build
@@ -41,10 +40,7 @@ use rockstream_types::encoding::{decode_row, encode_datum, encode_row_into};
 use rockstream_types::{codes, ObjectId, Row, RsError, RsResult, ZSet};
 
 use super::{apply_view_output, split_steps, Deltas, EpochLoop, Stores};
-use crate::engine::{
-    InstallView, TableChange, ViewStatus, BACKFILL_EPOCH_ROWS, BACKFILL_TURN_MICROS,
-    BACKFILL_TURN_ROWS_MIN,
-};
+use crate::engine::{InstallView, TableChange, ViewStatus, BACKFILL_EPOCH_ROWS};
 
 /// The changes of an epoch's transactions to building views' tables that
 /// their builds have read: per view, per shard (by id), per table.
@@ -71,9 +67,6 @@ pub(super) struct Backfill {
     readers: Vec<Vec<(ObjectId, CollectionReader)>>,
     /// True until the first turn: global aggregates emit their first row.
     initial: bool,
-    /// Source rows the next turn reads over all shards: adapted after each
-    /// turn so that one takes about [`BACKFILL_TURN_MICROS`].
-    turn_rows: usize,
     rows_done: u64,
     logged_at_micros: i64,
 }
@@ -198,7 +191,6 @@ impl EpochLoop {
         self.views[index].phase = Phase::Building(Box::new(Backfill {
             readers,
             initial: true,
-            turn_rows: BACKFILL_EPOCH_ROWS,
             rows_done: 0,
             logged_at_micros: self.runtime.now_micros(),
         }));
@@ -211,7 +203,6 @@ impl EpochLoop {
     /// and each chunk of a large fact table then joins against it. The turn
     /// that finds every source read marks the view installed.
     pub(super) async fn backfill_turn(&mut self, index: usize) -> RsResult<()> {
-        let started = self.runtime.now_micros();
         let snapshots = self
             .shards
             .iter()
@@ -221,7 +212,7 @@ impl EpochLoop {
             return Ok(());
         };
         // A turn reads about as many rows whatever the shard count.
-        let shard_rows = (backfill.turn_rows / snapshots.len()).max(1);
+        let shard_rows = (BACKFILL_EPOCH_ROWS / snapshots.len()).max(1);
         let mut inputs: Vec<HashMap<ObjectId, ZSet>> = Vec::with_capacity(snapshots.len());
         for (snapshot, readers) in snapshots.iter().zip(&mut backfill.readers) {
             let mut shard_inputs = HashMap::new();
@@ -265,10 +256,9 @@ impl EpochLoop {
         }
         let now = self.runtime.now_micros();
         if let Phase::Building(backfill) = &mut installed.phase {
-            backfill.turn_rows = next_turn_rows(backfill.turn_rows, now - started);
             if now >= backfill.logged_at_micros + PROGRESS_LOG_INTERVAL_MICROS {
                 backfill.logged_at_micros = now;
-                tracing::info!(view = %installed.view.name, rows = rows_done, turn_rows = backfill.turn_rows, "backfill in progress");
+                tracing::info!(view = %installed.view.name, rows = rows_done, "backfill in progress");
             }
         }
         self.set_status(view_id, ViewStatus::Building { rows_done });
@@ -427,18 +417,6 @@ impl Backfill {
     }
 }
 
-/// The rows of the turn after one that read `rows` in `micros`: as many as
-/// take [`BACKFILL_TURN_MICROS`] at that pace, changing at most twofold per
-/// turn (one slow turn, a flush say, does not collapse the size), within
-/// [`BACKFILL_TURN_ROWS_MIN`]..=[`BACKFILL_EPOCH_ROWS`].
-fn next_turn_rows(rows: usize, micros: i64) -> usize {
-    let micros = micros.max(1) as f64;
-    let paced = (rows as f64 * BACKFILL_TURN_MICROS as f64 / micros) as usize;
-    paced
-        .clamp(rows / 2, rows.saturating_mul(2))
-        .clamp(BACKFILL_TURN_ROWS_MIN, BACKFILL_EPOCH_ROWS)
-}
-
 /// Where a view stores `row` (under `prefix`, in `storage`); `None` for a
 /// table's row, whose key the row may not hold (a hidden row id).
 fn view_row_key(storage: &RowStorage, prefix: &[u8], row: &Row) -> Option<Vec<u8>> {
@@ -479,13 +457,13 @@ impl CollectionReader {
         self.exhausted || self.after.as_deref().is_some_and(|after| key <= after)
     }
 
-    /// The next rows in key order, at most `rows_max` of them (a view's
-    /// counted rows may weigh more); `None` once every row was read.
+    /// The next rows in key order, about `rows_max` of them (whole storage
+    /// chunks); `None` once every row was read.
     async fn next_chunk(&mut self, snapshot: &Snapshot, rows_max: usize) -> RsResult<Option<ZSet>> {
         let mut rows = ZSet::new();
         while !self.exhausted && rows.len() < rows_max {
             let chunk = snapshot
-                .scan_chunk_of(&self.prefix, self.after.as_deref(), rows_max - rows.len())
+                .scan_chunk(&self.prefix, self.after.as_deref())
                 .await?;
             let Some((last, _)) = chunk.last() else {
                 self.exhausted = true;
@@ -503,29 +481,5 @@ impl CollectionReader {
             }
         }
         Ok((!rows.is_empty()).then_some(rows))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    //! Goal: backfill turns converge on the time a turn should take, within
-    //! their bounds. Method: turn sizes after turns that took longer,
-    //! shorter and exactly the target.
-    use super::*;
-
-    #[test]
-    fn turns_pace_to_their_time() {
-        let full = BACKFILL_EPOCH_ROWS;
-        // Twice too slow halves the turn; far too slow halves it, no more.
-        assert_eq!(next_turn_rows(full, 2 * BACKFILL_TURN_MICROS), full / 2);
-        assert_eq!(next_turn_rows(full, 100 * BACKFILL_TURN_MICROS), full / 2);
-        // Fast turns grow back twofold at most, to the memory bound.
-        assert_eq!(next_turn_rows(1024, BACKFILL_TURN_MICROS / 4), 2048);
-        assert_eq!(next_turn_rows(full, 1), full);
-        assert_eq!(next_turn_rows(1000, BACKFILL_TURN_MICROS), 1000);
-        assert_eq!(
-            next_turn_rows(BACKFILL_TURN_ROWS_MIN, 10 * BACKFILL_TURN_MICROS),
-            BACKFILL_TURN_ROWS_MIN
-        );
     }
 }
