@@ -16,9 +16,10 @@
 //! changes. When the offending rows are gone the retry succeeds and the view
 //! heals; meanwhile reading it returns the coded error.
 //!
-//! A new view is built in the background: its backfill reads one pinned
-//! snapshot a bounded chunk per turn, taking turns with commits, while the
-//! changes committed meanwhile wait in its pending input (`epoch::backfill`).
+//! A new view is built in the background: its backfill reads its sources a
+//! bounded chunk per turn in key order, taking turns with commits; a
+//! commit's change to a row the backfill has read goes through the view at
+//! once, one beyond it is read later (`epoch::backfill`).
 //! A dropped object's keys are deleted the same way, after a durable marker
 //! lets `DROP` return at once (`epoch::reclaim`).
 

@@ -235,9 +235,18 @@ async fn a_crash_during_a_failing_backfill_leaves_the_database_usable() {
     assert_eq!(count, rows + 1);
 }
 
+/// A view with many rows, read by a view built during the writes (its backfill reads it over
+/// many turns, so changes to it land on both sides of that backfill's cursor).
+const WIDE_VIEW: (&str, &str) = ("events_kept", "SELECT id, g, v FROM events WHERE v > -4000");
+
 /// Built while a writer changes rows all over their sources' key ranges: a join with MIN/MAX, a
-/// table without a primary key (rows under hidden ids), and a view over a view.
+/// table without a primary key (rows under hidden ids), a view over a one-row view and one over
+/// a large view.
 const BUILT_DURING_WRITES: &[(&str, &str)] = &[
+    (
+        "live_from_view",
+        "SELECT g, COUNT(*) AS n, SUM(v) AS total FROM events_kept GROUP BY g",
+    ),
     (
         "live_per_label",
         "SELECT g.label, COUNT(*) AS n, SUM(e.v) AS total, MIN(e.v) AS low, MAX(e.v) AS high \
@@ -254,8 +263,9 @@ const BUILT_DURING_WRITES: &[(&str, &str)] = &[
 const NOTES: i64 = 40_000;
 
 /// One transaction of the writer: changes to rows the build has read and to rows it has not
-/// (ids spread over the whole key range), a key moved from one to the other, new rows past the
-/// end, a dimension row changed, and rows of the keyless table added and removed.
+/// (ids spread over the whole key range), keys moved past the end and before the start (negative
+/// ids sort first), new rows past the end, a dimension row changed, and rows of the keyless
+/// table added and removed.
 fn writes(n: i64) -> String {
     let spread = |salt: i64| (n * 7919 + salt * 104_729) % EVENTS + 1;
     format!(
@@ -263,14 +273,16 @@ fn writes(n: i64) -> String {
          UPDATE events SET v = v + 3 WHERE id = {a};
          DELETE FROM events WHERE id = {b};
          UPDATE events SET id = id + 10000000 WHERE id = {c};
+         UPDATE events SET id = -id WHERE id = {d};
          INSERT INTO events VALUES ({new}, {g}, {n}, 'tag-late');
-         UPDATE groups SET label = 'label {label}' WHERE g = {g};
+         UPDATE groups SET label = 'relabelled {label}' WHERE g = {g};
          INSERT INTO notes VALUES ('t{tag}', {n}), ('t{tag}', {n});
          DELETE FROM notes WHERE v = {old_note};
          COMMIT",
         a = spread(1),
         b = spread(2),
         c = spread(3),
+        d = spread(4),
         new = 2 * EVENTS + n,
         g = n % GROUPS,
         label = n % 5,
@@ -297,11 +309,12 @@ async fn changes_during_a_backfill_reach_the_view_once() {
     copy_in(&client, "COPY notes FROM STDIN", notes)
         .await
         .expect("COPY notes");
-    let (name, definition) = VIEWS[1];
-    client
-        .batch_execute(&format!("CREATE MATERIALIZED VIEW {name} AS {definition}"))
-        .await
-        .expect("CREATE overall");
+    for (name, definition) in [VIEWS[1], WIDE_VIEW] {
+        client
+            .batch_execute(&format!("CREATE MATERIALIZED VIEW {name} AS {definition}"))
+            .await
+            .unwrap_or_else(|error| panic!("CREATE {name}: {error}"));
+    }
 
     let mut transaction = 0;
     for (name, definition) in BUILT_DURING_WRITES {
@@ -320,15 +333,18 @@ async fn changes_during_a_backfill_reach_the_view_once() {
             .await
             .expect("join")
             .unwrap_or_else(|error| panic!("CREATE {name}: {error}"));
-        // The join reads 140,000 rows over many turns: changes land on both sides of its cursor.
-        // (The other builds may be over before a transaction commits.)
+        // The join and the view over `events_kept` read 140,000 rows over many turns: changes
+        // land on both sides of their cursors. (The other builds may end before a commit.)
         assert!(
-            *name != "live_per_label" || transaction - first >= 3,
+            !name.starts_with("live_per_label") && !name.starts_with("live_from_view")
+                || transaction - first >= 3,
             "only {} transactions committed while {name} was built",
             transaction - first
         );
     }
-    check_views(&client, BUILT_DURING_WRITES).await;
+    let mut views = BUILT_DURING_WRITES.to_vec();
+    views.push(WIDE_VIEW);
+    check_views(&client, &views).await;
     for _ in 0..20 {
         transaction += 1;
         client
@@ -336,5 +352,5 @@ async fn changes_during_a_backfill_reach_the_view_once() {
             .await
             .expect("changes after the build");
     }
-    check_views(&client, BUILT_DURING_WRITES).await;
+    check_views(&client, &views).await;
 }

@@ -394,6 +394,14 @@ impl Backfill {
         tables: Option<Deltas>,
     ) -> Deltas {
         let mut inputs = tables.unwrap_or_else(|| vec![HashMap::new(); deltas.len()]);
+        // The transactions of one epoch, summed: a row inserted and changed
+        // again in the same epoch goes through the view once, as it would
+        // through a maintained view.
+        for shard_inputs in &mut inputs {
+            for delta in shard_inputs.values_mut() {
+                *delta = std::mem::take(delta).consolidate();
+            }
+        }
         for (shard, (shard_deltas, shard_inputs)) in deltas.iter().zip(&mut inputs).enumerate() {
             for (source, storage) in view.sources.iter().zip(&view.source_storage) {
                 let Some(delta) = shard_deltas.get(source) else {
