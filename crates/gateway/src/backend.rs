@@ -17,17 +17,19 @@ use datafusion::sql::sqlparser::ast::{
 };
 use rockstream_common::Runtime;
 use rockstream_control::{CatalogEntry, Database, ObjectKind};
-use rockstream_ops::arrow_rows::duration_to_interval;
+use rockstream_ops::arrow_rows::{duration_to_interval, rows_to_batch};
 use rockstream_pgwire::{CopyTarget, StatementResult};
 use rockstream_planner::{
     alias_select_items, new_context, normalize_query, pg_column_names, rewrite_using_joins,
     uses_bag_set_operation,
 };
 use rockstream_runtime::{RowChange, TableChange};
-use rockstream_types::{codes, RsError, RsResult};
+use rockstream_types::encoding::decode_row;
+use rockstream_types::{codes, Row, RsError, RsResult, SqlType};
 
 use crate::ddl::{ident_name, table_columns};
 use crate::dml::{self, query_error};
+use crate::fast_path;
 use crate::providers::{view_failure, ReadContext, SnapshotResolver, ROW_KEY_COLUMN};
 use crate::session::{GatewaySession, Isolation, Transaction};
 use crate::wire::Command;
@@ -221,6 +223,13 @@ impl Gateway {
         };
         match statement {
             Statement::Query(query) => {
+                if let Some(result) = fast_path::constant_select(query) {
+                    return Ok(result);
+                }
+                let table = |name: &str| self.entry(session, name, Some(ObjectKind::Table)).ok();
+                if let Some(lookup) = fast_path::point_lookup(query, table) {
+                    return self.read_point(session, lookup).await;
+                }
                 if uses_bag_set_operation(&statement.to_string()) {
                     return Err(RsError::new(
                         &codes::UNSUPPORTED_STATEMENT,
@@ -634,6 +643,49 @@ impl Gateway {
         self.run_query(&self.query_context(session), sql).await
     }
 
+    /// A table's row by its primary key, as the session reads it: its own
+    /// pending change if it made one, else its snapshot's.
+    async fn read_point(
+        &self,
+        session: &GatewaySession,
+        lookup: fast_path::PointLookup,
+    ) -> RsResult<StatementResult> {
+        let transaction = session.transaction.as_ref();
+        let pending = transaction
+            .and_then(|transaction| transaction.tables.get(&lookup.entry.id))
+            .and_then(|table| table.rows.get(&lookup.key));
+        let row = match pending {
+            Some((_, current)) => current.clone(),
+            None => {
+                let snapshot = transaction
+                    .and_then(|transaction| transaction.snapshot.clone())
+                    .unwrap_or_else(|| self.database.engine().published().snapshot);
+                match snapshot.get(&lookup.stored_key).await? {
+                    Some(bytes) => Some(decode_row(&bytes)?),
+                    None => None,
+                }
+            }
+        };
+        let rows: Vec<Row> = row
+            .map(|row| {
+                lookup
+                    .columns
+                    .iter()
+                    .map(|column| row[*column].clone())
+                    .collect()
+            })
+            .into_iter()
+            .collect();
+        let types = lookup.entry.sql_types()?;
+        let types: Vec<SqlType> = lookup.columns.iter().map(|column| types[*column]).collect();
+        let references: Vec<&Row> = rows.iter().collect();
+        let batch = rows_to_batch(&references, &types, &lookup.schema, &[])?;
+        Ok(StatementResult::Query {
+            schema: lookup.schema,
+            batches: vec![batch],
+        })
+    }
+
     /// A planning context over the session's read snapshot.
     fn query_context(&self, session: &GatewaySession) -> SessionContext {
         new_context(Arc::new(SnapshotResolver {
@@ -849,7 +901,7 @@ fn table_reference(relation: &TableFactor) -> RsResult<(String, String)> {
 }
 
 /// Normalizes an object name as PostgreSQL does: unquoted → lower case.
-fn object_name(text: &str) -> String {
+pub(crate) fn object_name(text: &str) -> String {
     let last = text.rsplit('.').next().unwrap_or(text);
     if last.starts_with('"') && last.ends_with('"') && last.len() >= 2 {
         last[1..last.len() - 1].to_string()

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, BinaryArray, StringArray};
 use datafusion::arrow::compute::{cast_with_options, CastOptions};
+use datafusion::arrow::datatypes::DataType;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::sql::sqlparser::ast::Statement;
@@ -24,6 +25,7 @@ use rockstream_types::encoding::encode_row;
 use rockstream_types::{codes, Datum, Row, RsError, RsResult, SqlType};
 
 use crate::backend::{repeats_a_name, Gateway};
+use crate::fast_path;
 use crate::providers::SnapshotResolver;
 use crate::session::{GatewaySession, PendingTable};
 
@@ -69,6 +71,11 @@ pub async fn insert(
     entry: &CatalogEntry,
     statement: &Statement,
 ) -> RsResult<u64> {
+    if let Statement::Insert(insert) = statement {
+        if let Some(rows) = fast_path::insert_values(entry, insert) {
+            return insert_rows(gateway, session, entry, rows, true).await;
+        }
+    }
     let resolver = Arc::new(SnapshotResolver {
         context: Arc::new(gateway.read_context(session, false)),
     });
@@ -174,6 +181,7 @@ fn strict_cast(array: &ArrayRef, sql_type: SqlType) -> RsResult<ArrayRef> {
         if message.contains("overflow")
             || message.contains("too large")
             || message.contains("precision")
+            || only_whole_numbers_for_integers(array, &target)
         {
             RsError::new(
                 &codes::NUMERIC_OUT_OF_RANGE,
@@ -188,6 +196,24 @@ fn strict_cast(array: &ArrayRef, sql_type: SqlType) -> RsResult<ArrayRef> {
                 format!("invalid input for type {}: {message}", sql_type.pg_name()),
             )
         }
+    })
+}
+
+/// Whether a failed cast to `target` can only have been a value out of
+/// range: an integer target, and numbers (or texts of whole numbers) in.
+fn only_whole_numbers_for_integers(array: &ArrayRef, target: &DataType) -> bool {
+    if !target.is_integer() {
+        return false;
+    }
+    if array.data_type().is_numeric() {
+        return true;
+    }
+    let Some(texts) = array.as_any().downcast_ref::<StringArray>() else {
+        return false;
+    };
+    texts.iter().flatten().all(|text| {
+        let digits = text.strip_prefix(['-', '+']).unwrap_or(text);
+        !digits.is_empty() && digits.bytes().all(|byte| byte.is_ascii_digit())
     })
 }
 
@@ -480,15 +506,30 @@ pub fn copy_rows(
             ));
         }
     }
+    text_rows(entry, &types, &positions, &rows, |error, position| {
+        error.with_detail(format!("column {}", entry.columns[position].name))
+    })
+}
+
+/// Rows of text fields (field `i` of a row for column `positions[i]`)
+/// read by each column type's input function, as PostgreSQL reads COPY
+/// text or an untyped literal; columns not named are NULL. `explain`
+/// annotates a field's error with the column it was for.
+pub(crate) fn text_rows(
+    entry: &CatalogEntry,
+    types: &[SqlType],
+    positions: &[usize],
+    rows: &[Vec<Option<String>>],
+    explain: impl Fn(RsError, usize) -> RsError,
+) -> RsResult<Vec<Row>> {
     let mut typed: Vec<Row> = (0..rows.len())
-        .map(|_| vec![Datum::Null; types.len()])
+        .map(|_| vec![Datum::Null; entry.columns.len()])
         .collect();
     for (field, position) in positions.iter().enumerate() {
         let texts: StringArray = rows.iter().map(|row| row[field].as_deref()).collect();
         let array: ArrayRef = Arc::new(texts);
-        let parsed = strict_cast(&array, types[*position]).map_err(|error| {
-            error.with_detail(format!("column {}", entry.columns[*position].name))
-        })?;
+        let parsed =
+            strict_cast(&array, types[*position]).map_err(|error| explain(error, *position))?;
         for (row, datum) in typed
             .iter_mut()
             .zip(array_to_datums(&parsed, types[*position])?)

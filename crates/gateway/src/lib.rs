@@ -12,6 +12,7 @@ mod backend;
 mod complexity;
 mod ddl;
 mod dml;
+mod fast_path;
 mod providers;
 mod session;
 mod wire;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::DataType;
 use datafusion::sql::sqlparser::ast::{
-    visit_expressions_mut, Expr as SqlExpr, ObjectName, Statement, Value,
+    visit_expressions_mut, Expr as SqlExpr, ObjectName, Statement, TableObject, Value,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::keywords::Keyword;
@@ -20,10 +20,11 @@ use rockstream_planner::{
 use rockstream_types::{codes, RsError, RsResult};
 
 use crate::backend::{
-    as_postgres_reads_it, pg_result_schema, renamed_schema, repeats_a_name, Gateway,
+    as_postgres_reads_it, object_name, pg_result_schema, renamed_schema, repeats_a_name, Gateway,
 };
 use crate::complexity::check_nesting;
 use crate::dml::{self, query_error};
+use crate::fast_path;
 use crate::providers::SnapshotResolver;
 use crate::session::GatewaySession;
 
@@ -139,7 +140,7 @@ fn bind_parameters(
     failure.map_or(Ok(()), Err)
 }
 
-fn sql_type_name(data_type: &DataType) -> String {
+pub(crate) fn sql_type_name(data_type: &DataType) -> String {
     match data_type {
         DataType::Boolean => "BOOLEAN".into(),
         DataType::Int16 => "SMALLINT".into(),
@@ -153,6 +154,50 @@ fn sql_type_name(data_type: &DataType) -> String {
         DataType::Timestamp(_, Some(_)) => "TIMESTAMPTZ".into(),
         DataType::Interval(_) => "INTERVAL".into(),
         _ => "TEXT".into(),
+    }
+}
+
+impl Gateway {
+    /// What Describe answers for a statement a fast path runs, without
+    /// planning it (`None`: plan it to find out).
+    fn describe_simple(
+        &self,
+        session: &GatewaySession,
+        statement: &Statement,
+    ) -> Option<Described> {
+        match statement {
+            Statement::Query(query) => {
+                if let Some(columns) = fast_path::constant_select_schema(query) {
+                    return Some(Described {
+                        parameter_types: Vec::new(),
+                        columns: Some(columns),
+                    });
+                }
+                let table = |name: &str| self.entry(session, name, Some(ObjectKind::Table)).ok();
+                let (parameter_types, columns) = fast_path::point_lookup_types(query, table)?;
+                Some(Described {
+                    parameter_types,
+                    columns: Some(columns),
+                })
+            }
+            Statement::Insert(insert) => {
+                let TableObject::TableName(name) = &insert.table else {
+                    return None;
+                };
+                let entry = self
+                    .entry(
+                        session,
+                        &object_name(&name.to_string()),
+                        Some(ObjectKind::Table),
+                    )
+                    .ok()?;
+                Some(Described {
+                    parameter_types: fast_path::insert_parameter_types(&entry, insert)?,
+                    columns: None,
+                })
+            }
+            _ => None,
+        }
     }
 }
 
@@ -207,6 +252,9 @@ impl Backend for Gateway {
                 columns: None,
             });
         };
+        if let Some(described) = self.describe_simple(session, statement) {
+            return Ok(described);
+        }
         let resolver = Arc::new(SnapshotResolver {
             context: Arc::new(self.read_context(session, false)),
         });
@@ -266,20 +314,27 @@ impl Backend for Gateway {
         &self,
         session: &mut GatewaySession,
         sql: &str,
+        described: &Described,
         params: &[Option<String>],
     ) -> Result<StatementResult, RsError> {
-        let described = if params.is_empty() {
-            None
+        // Types PostgreSQL fixed at Parse; described again only if Parse
+        // could not type every parameter (a table created since).
+        let redescribed;
+        let parameter_types = if described.parameter_types.len() >= params.len() {
+            &described.parameter_types
         } else {
-            Some(self.describe(session, sql).await?)
+            redescribed = self.describe(session, sql).await?;
+            &redescribed.parameter_types
         };
         let mut statements = parse(sql)?;
         let Some(command) = statements.first_mut() else {
             return Ok(StatementResult::Command { tag: String::new() });
         };
-        if let (Command::Sql(statement), Some(described)) = (&mut *command, described) {
-            bind_parameters(statement, params, &described.parameter_types)?;
-            normalize_interval_literals(statement);
+        if let Command::Sql(statement) = &mut *command {
+            if !params.is_empty() {
+                bind_parameters(statement, params, parameter_types)?;
+                normalize_interval_literals(statement);
+            }
         }
         self.execute_command(session, command).await
     }

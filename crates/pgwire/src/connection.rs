@@ -189,7 +189,12 @@ impl<B: Backend> ConnectionCore<B> {
         let session = state.session_mut()?;
         let result = self
             .backend
-            .execute_with_params(session, &statement.statement.sql, &parameters)
+            .execute_with_params(
+                session,
+                &statement.statement.sql,
+                &statement.statement.described,
+                &parameters,
+            )
             .await?;
         match result {
             StatementResult::CopyIn(target) => Ok(state.start_copy(target)),

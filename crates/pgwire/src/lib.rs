@@ -151,12 +151,15 @@ pub trait Backend: Send + Sync + 'static {
     /// other commands answer `None`.
     async fn describe(&self, session: &mut Self::Session, sql: &str) -> Result<Described, RsError>;
 
-    /// Extended protocol execute; params are the text form of each parameter
+    /// Extended protocol execute of a statement `describe` answered
+    /// `described` for at Parse (a prepared statement keeps its parameter
+    /// types, as in PostgreSQL); params are the text form of each parameter
     /// (None = NULL), already decoded from binary if the client sent binary.
     async fn execute_with_params(
         &self,
         session: &mut Self::Session,
         sql: &str,
+        described: &Described,
         params: &[Option<String>],
     ) -> Result<StatementResult, RsError>;
 

@@ -83,6 +83,11 @@ pub fn arrow_error(error: datafusion::arrow::error::ArrowError) -> RsError {
     use datafusion::arrow::error::ArrowError;
     match &error {
         ArrowError::DivideByZero => RsError::new(&codes::DIVISION_BY_ZERO, "division by zero"),
+        // Arrow's words for a number that does not fit the numeric type it
+        // is cast to (a text that is no number is "Cannot cast string").
+        ArrowError::CastError(message) if message.starts_with("Can't cast value") => {
+            RsError::new(&codes::NUMERIC_OUT_OF_RANGE, error.to_string())
+        }
         ArrowError::CastError(_) | ArrowError::ParseError(_) => {
             RsError::new(&codes::INVALID_INPUT_VALUE, error.to_string())
         }

@@ -12,7 +12,8 @@
 //! (default 5000000), `ROCKSTREAM_BENCH_READ_ROWS` (default 10000000),
 //! `ROCKSTREAM_BENCH_PG_URL` (a tokio-postgres connection string; enables the
 //! PostgreSQL comparison), `ROCKSTREAM_BENCH_SECTIONS` (default
-//! `latency,ingest`; `backfill` measures the backfill alone),
+//! `latency,ingest`; `backfill` measures the backfill alone, `roundtrip`
+//! one client's round trips),
 //! `ROCKSTREAM_BENCH_SHARDS` (default 1).
 // A client of the server, not engine code: it may use tokio's clock and tasks.
 #![allow(clippy::disallowed_methods)]
@@ -37,6 +38,8 @@ const SETTLE_QUIET_SECONDS: u32 = 6;
 /// Sessions and INSERTs per session of the concurrent-commit workload.
 const CONCURRENT_CLIENTS: usize = 16;
 const CONCURRENT_INSERTS: u64 = 300;
+/// Round trips timed per statement kind of the round-trip section.
+const ROUND_TRIPS: usize = 2_000;
 const REFRESH_BOTH: &str =
     "REFRESH MATERIALIZED VIEW revenue_by_region; REFRESH MATERIALIZED VIEW big_orders";
 const REGIONS: [&str; 8] = ["eu", "us", "apac", "latam", "mea", "nordics", "dach", "uk"];
@@ -648,6 +651,9 @@ async fn main() {
     if sections.contains("ingest") {
         ingest_figures(large).await;
     }
+    if sections.contains("roundtrip") {
+        round_trip_figures().await;
+    }
     if sections.contains("backfill") {
         let rows = environment("ROCKSTREAM_BENCH_BACKFILL_ROWS", 5_000_000);
         let backfill = backfill_under_load(rows).await;
@@ -865,5 +871,124 @@ async fn latency_and_memory(large: u64) {
                 None => println!("| {orders} | failed to run | | |"),
             }
         }
+    }
+}
+
+/// Medians of one client's round trips: `SELECT 1` (simple and prepared),
+/// a prepared primary-key lookup, and a durable single-row INSERT (simple
+/// and prepared), both views maintained.
+struct RoundTrips {
+    select_simple: Duration,
+    select_prepared: Duration,
+    lookup_prepared: Duration,
+    insert_simple: Duration,
+    insert_prepared: Duration,
+}
+
+/// One figure of [`RoundTrips`].
+type RoundTripFigure = fn(&RoundTrips) -> Duration;
+
+async fn round_trips(client: &Client) -> RoundTrips {
+    load(client, SMALL_ORDERS, Views::Materialized, SMALL_ORDERS).await;
+    let median = |mut samples: Vec<Duration>| percentile(&mut samples, 0.5);
+    let mut samples = Vec::with_capacity(ROUND_TRIPS);
+    for _ in 0..ROUND_TRIPS {
+        let started = Instant::now();
+        client.simple_query("SELECT 1").await.expect("SELECT 1");
+        samples.push(started.elapsed());
+    }
+    let select_simple = median(std::mem::take(&mut samples));
+    let select = client.prepare("SELECT 1").await.expect("prepare");
+    for _ in 0..ROUND_TRIPS {
+        let started = Instant::now();
+        client.query(&select, &[]).await.expect("SELECT 1");
+        samples.push(started.elapsed());
+    }
+    let select_prepared = median(std::mem::take(&mut samples));
+    let lookup = client
+        .prepare("SELECT * FROM orders WHERE id = $1")
+        .await
+        .expect("prepare");
+    for index in 0..ROUND_TRIPS as i64 {
+        let id = index * 7 % SMALL_ORDERS as i64 + 1;
+        let started = Instant::now();
+        let rows = client.query(&lookup, &[&id]).await.expect("lookup");
+        samples.push(started.elapsed());
+        assert_eq!(rows.len(), 1, "order {id}");
+    }
+    let lookup_prepared = median(std::mem::take(&mut samples));
+    for index in 0..ROUND_TRIPS as u64 {
+        let id = 60_000_000 + index;
+        let started = Instant::now();
+        client
+            .simple_query(&format!(
+                "INSERT INTO orders VALUES ({id}, 1, 150.00, 'eu', '2024-01-02')"
+            ))
+            .await
+            .expect("insert");
+        samples.push(started.elapsed());
+    }
+    let insert_simple = median(std::mem::take(&mut samples));
+    let insert = client
+        .prepare("INSERT INTO orders (id, customer_id, region) VALUES ($1, $2, 'eu')")
+        .await
+        .expect("prepare");
+    for index in 0..ROUND_TRIPS as i64 {
+        let id = 70_000_000 + index;
+        let started = Instant::now();
+        client
+            .execute(&insert, &[&id, &1i64])
+            .await
+            .expect("insert");
+        samples.push(started.elapsed());
+    }
+    let insert_prepared = median(samples);
+    RoundTrips {
+        select_simple,
+        select_prepared,
+        lookup_prepared,
+        insert_simple,
+        insert_prepared,
+    }
+}
+
+async fn round_trip_figures() {
+    let (clients, _server) = rockstream_sessions(1).await;
+    let ours = round_trips(&clients[0]).await;
+    drop((clients, _server));
+    let theirs = match std::env::var("ROCKSTREAM_BENCH_PG_URL") {
+        Ok(url) => {
+            let (clients, _) = postgres_sessions(&url, 1).await;
+            Some(round_trips(&clients[0]).await)
+        }
+        Err(_) => None,
+    };
+    println!("\n## Round trips, one client, medians of {ROUND_TRIPS}\n");
+    println!("| statement | RockStream | PostgreSQL | target |");
+    println!("|---|---|---|---|");
+    let figures: [(&str, RoundTripFigure, &str); 5] = [
+        ("SELECT 1 (simple)", |r| r.select_simple, "≤ 0.1 ms"),
+        ("SELECT 1 (prepared)", |r| r.select_prepared, "≤ 0.1 ms"),
+        ("primary-key lookup (prepared)", |r| r.lookup_prepared, ""),
+        (
+            "single-row INSERT, durable (simple)",
+            |r| r.insert_simple,
+            "≤ 0.5 ms",
+        ),
+        (
+            "single-row INSERT, durable (prepared)",
+            |r| r.insert_prepared,
+            "≤ 0.5 ms",
+        ),
+    ];
+    for (name, figure, target) in figures {
+        let theirs = theirs
+            .as_ref()
+            .map(|theirs| format!("{:.3} ms", milliseconds(figure(theirs))))
+            .unwrap_or_default();
+        println!(
+            "| {name} | {:.3} ms | {theirs} | {target} |",
+            milliseconds(figure(&ours))
+        );
     }
 }

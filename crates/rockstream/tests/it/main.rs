@@ -14,6 +14,7 @@ mod copy;
 mod corpus;
 mod crash;
 mod differential;
+mod fast_path;
 mod isolation;
 mod limits;
 mod psql;

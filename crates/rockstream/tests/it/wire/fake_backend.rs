@@ -232,6 +232,7 @@ impl Backend for FakeBackend {
         &self,
         _session: &mut FakeSession,
         sql: &str,
+        _described: &Described,
         params: &[Option<String>],
     ) -> Result<StatementResult, RsError> {
         self.run(sql, params)
