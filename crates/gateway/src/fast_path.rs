@@ -83,16 +83,7 @@ pub(crate) fn insert_parameter_types(
         }
         for (expr, position) in row.content.iter().zip(&positions) {
             match placeholder_index(expr) {
-                Some(index) => {
-                    if parameters.len() < index {
-                        parameters.resize(index, None);
-                    }
-                    let slot = &mut parameters[index - 1];
-                    if slot.is_some() {
-                        return None;
-                    }
-                    *slot = Some(arrow_type(types[*position]));
-                }
+                Some(index) => bind_type(&mut parameters, index, types[*position])?,
                 None => {
                     literal_input(expr, types[*position])?;
                 }
@@ -214,15 +205,7 @@ pub(crate) fn point_lookup_types(
         }
         keys_seen.push(column);
         match placeholder_index(expr) {
-            Some(index) => {
-                if parameters.len() < index {
-                    parameters.resize(index, None);
-                }
-                if parameters[index - 1].is_some() {
-                    return None;
-                }
-                parameters[index - 1] = Some(arrow_type(types[column]));
-            }
+            Some(index) => bind_type(&mut parameters, index, types[column])?,
             None => {
                 literal_input(expr, types[column])??;
             }
@@ -532,6 +515,24 @@ fn target_columns(entry: &CatalogEntry, columns: &[ObjectName]) -> Option<Vec<us
         positions.push(position);
     }
     Some(positions)
+}
+
+/// Gives parameter `$index` the type of the column it is compared with or
+/// written to; `None` if an earlier use gave it one already.
+fn bind_type(
+    parameters: &mut Vec<Option<DataType>>,
+    index: usize,
+    sql_type: SqlType,
+) -> Option<()> {
+    if parameters.len() < index {
+        parameters.resize(index, None);
+    }
+    let slot = &mut parameters[index - 1];
+    if slot.is_some() {
+        return None;
+    }
+    *slot = Some(arrow_type(sql_type));
+    Some(())
 }
 
 /// `$n`'s `n`.

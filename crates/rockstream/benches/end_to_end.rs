@@ -418,17 +418,22 @@ fn milliseconds(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1000.0
 }
 
+/// One single-row INSERT of order `id`, autocommitted.
+async fn insert_order(client: &Client, id: u64) {
+    client
+        .simple_query(&format!(
+            "INSERT INTO orders VALUES ({id}, 1, 150.00, 'eu', '2024-01-02')"
+        ))
+        .await
+        .expect("insert");
+}
+
 async fn insert_latencies(client: &Client) -> Vec<Duration> {
     let mut latencies = Vec::with_capacity(INSERT_ITERATIONS);
     for index in 0..INSERT_ITERATIONS as u64 {
         let id = 50_000_000 + index;
         let started = Instant::now();
-        client
-            .simple_query(&format!(
-                "INSERT INTO orders VALUES ({id}, 1, 150.00, 'eu', '2024-01-02')"
-            ))
-            .await
-            .expect("insert");
+        insert_order(client, id).await;
         let row = client
             .simple_query(&format!("SELECT * FROM big_orders WHERE id = {id}"))
             .await
@@ -920,12 +925,7 @@ async fn round_trips(client: &Client) -> RoundTrips {
     for index in 0..ROUND_TRIPS as u64 {
         let id = 60_000_000 + index;
         let started = Instant::now();
-        client
-            .simple_query(&format!(
-                "INSERT INTO orders VALUES ({id}, 1, 150.00, 'eu', '2024-01-02')"
-            ))
-            .await
-            .expect("insert");
+        insert_order(client, id).await;
         samples.push(started.elapsed());
     }
     let insert_simple = median(std::mem::take(&mut samples));
