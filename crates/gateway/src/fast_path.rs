@@ -34,6 +34,9 @@ use crate::wire::sql_type_name;
 /// Longest numeric literal taken as it is: shorter ones cannot overflow a
 /// float, longer ones are planned.
 const NUMBER_CHARS_MAX: usize = 30;
+/// PostgreSQL's bound on a statement's parameters: a larger `$n` is
+/// planned (and refused there), never allocated for here.
+const PARAMETERS_MAX: usize = 65_535;
 
 /// The rows of `INSERT INTO entry [(columns)] VALUES (...), ...` when every
 /// value is a literal the column's input function reads as PostgreSQL
@@ -259,7 +262,14 @@ fn lookup_shape(
         return None;
     };
     let entry = table(&identifier(part.as_ident()?))?;
-    if entry.primary_key.is_empty() {
+    let types = entry.sql_types().ok()?;
+    // PostgreSQL compares a `real` key with a numeric literal as double
+    // precision (no `real` equals 0.1): float keys are planned.
+    let float_key = entry
+        .primary_key
+        .iter()
+        .any(|column| matches!(types[*column], SqlType::Float32 | SqlType::Float64));
+    if entry.primary_key.is_empty() || float_key {
         return None;
     }
     let qualifier = match alias {
@@ -278,7 +288,6 @@ fn lookup_shape(
         };
         entry.columns.iter().position(|column| column.name == name)
     };
-    let types = entry.sql_types().ok()?;
     let mut columns = Vec::new();
     let mut fields = Vec::new();
     let mut field = |position: usize, name: String| {
@@ -408,7 +417,8 @@ fn integer_constant(digits: &str, negative: bool) -> Option<Constant> {
 
 /// The VALUES list of a plain `INSERT INTO table [(columns)] VALUES ...`.
 fn plain_values(insert: &Insert) -> Option<&Values> {
-    let plain = matches!(insert.table, TableObject::TableName(_))
+    // A qualified name is the planned path's to resolve (or refuse).
+    let plain = matches!(&insert.table, TableObject::TableName(name) if name.0.len() == 1)
         && insert.optimizer_hints.is_empty()
         && insert.or.is_none()
         && !insert.ignore
@@ -546,7 +556,7 @@ fn placeholder_index(expr: &SqlExpr) -> Option<usize> {
     name.strip_prefix('$')?
         .parse()
         .ok()
-        .filter(|index| *index > 0)
+        .filter(|index| (1..=PARAMETERS_MAX).contains(index))
 }
 
 /// The text a literal gives the input function of a column of `sql_type`

@@ -11,7 +11,7 @@ use datafusion::sql::sqlparser::ast::{
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
-use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer};
 use rockstream_control::ObjectKind;
 use rockstream_pgwire::{Backend, CopyTarget, Described, StatementResult};
 use rockstream_planner::{
@@ -51,6 +51,7 @@ pub(crate) fn parse(sql: &str) -> RsResult<Vec<Command>> {
         .tokenize_with_location()
         .map_err(|error| syntax_error(ParserError::from(error)))?;
     check_nesting(&tokens)?;
+    check_parameter_numbers(&tokens)?;
     let mut parser = Parser::new(&dialect).with_tokens_with_locations(tokens);
     let mut commands = Vec::new();
     // `Parser::parse_statements`, with the statements it lacks.
@@ -75,6 +76,26 @@ pub(crate) fn parse(sql: &str) -> RsResult<Vec<Command>> {
         }
     }
     Ok(commands)
+}
+
+/// Refuses a `$n` beyond PostgreSQL's 65 535 parameters before anything
+/// sizes a list of parameter types by it.
+fn check_parameter_numbers(tokens: &[TokenWithSpan]) -> RsResult<()> {
+    for token in tokens {
+        let Token::Placeholder(name) = &token.token else {
+            continue;
+        };
+        let Some(digits) = name.strip_prefix('$') else {
+            continue;
+        };
+        if digits.parse::<u16>().is_err() && digits.bytes().all(|byte| byte.is_ascii_digit()) {
+            return Err(RsError::new(
+                &codes::UNDEFINED_PARAMETER,
+                format!("there is no parameter {name}: a statement has at most $65535"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The rest of `REFRESH MATERIALIZED VIEW [CONCURRENTLY] name [WITH [NO] DATA]`.
@@ -184,6 +205,9 @@ impl Gateway {
                 let TableObject::TableName(name) = &insert.table else {
                     return None;
                 };
+                if name.0.len() != 1 {
+                    return None;
+                }
                 let entry = self
                     .entry(
                         session,

@@ -88,6 +88,8 @@ pub mod codes {
             "Shorten the chain: an IN (...) list instead of many ORs, fewer UNION branches per statement, or intermediate views.");
         VIEW_NOT_MAINTAINABLE = (2034, "view.definition_not_maintainable", "0A000",
             "This version of RockStream no longer maintains the view's definition (the message says why). DROP MATERIALIZED VIEW it (CASCADE for views built on it) and create it again in a supported form; its tables are unaffected.");
+        UNDEFINED_PARAMETER = (2035, "sql.undefined_parameter", "42P02",
+            "Number the statement's parameters $1, $2, ... (at most $65535) and bind one value for each.");
         // Direct-write transactions: 2200–2299.
         UNIQUE_VIOLATION = (2201, "write.unique_violation", "23505",
             "A row with this primary key already exists: UPDATE it, or DELETE it first.");

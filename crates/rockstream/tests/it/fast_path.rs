@@ -28,6 +28,7 @@ const SCHEMA: &str = "
 CREATE TABLE t (id INT PRIMARY KEY, b BOOLEAN, s SMALLINT, i INT, l BIGINT, r REAL,
                 d DOUBLE PRECISION, n NUMERIC(10,2), tx TEXT, v VARCHAR(5), dt DATE, ts TIMESTAMP);
 CREATE TABLE u (k INT PRIMARY KEY, name TEXT NOT NULL);
+CREATE TABLE f (r REAL PRIMARY KEY, n INT);
 ";
 
 const INSERTS: &[&str] = &[
@@ -53,6 +54,9 @@ const INSERTS: &[&str] = &[
     "INSERT INTO t (id, ts) VALUES (23, '2024-02-29T23:59:59.5')",
     "INSERT INTO u VALUES (1, NULL)",
     "INSERT INTO u VALUES (2, 'x')",
+    // Qualified names are resolved by the planned path: no such schema.
+    "INSERT INTO nosuch.u VALUES (3, 'y')",
+    "INSERT INTO f VALUES (0.1, 1), (16777217, 2)",
 ];
 
 /// Point lookups (and near misses, which are planned) over the rows INSERTS leave.
@@ -67,6 +71,9 @@ const LOOKUPS: &[&str] = &[
     "SELECT * FROM t WHERE id = NULL",
     "SELECT * FROM t WHERE id = 1 AND id = 2",
     "SELECT name FROM u WHERE k = 2",
+    // Float keys are planned (a numeric literal compares as double precision).
+    "SELECT * FROM f WHERE r = '0.1'",
+    "SELECT n FROM f WHERE r = '16777216'",
 ];
 
 /// The parameters of the prepared INSERT: id, b, i, l, d, tx.
@@ -179,6 +186,15 @@ async fn literal_inserts_store_what_postgres_stores() {
     }
     for client in [&ours, &theirs] {
         client.batch_execute("ROLLBACK").await.unwrap();
+    }
+    // A placeholder number past PostgreSQL's 65 535 parameters is refused (42P02), not allocated for.
+    for sql in [
+        "INSERT INTO u (k) VALUES ($1000000000000)",
+        "SELECT * FROM u WHERE k = $1000000000000",
+    ] {
+        let refused = ours.prepare(sql).await.unwrap_err();
+        assert_eq!(sqlstate(&refused), "42P02", "{sql}: {refused}");
+        assert!(theirs.prepare(sql).await.is_err(), "{sql}");
     }
     for table in ["t", "u"] {
         compare_query(
