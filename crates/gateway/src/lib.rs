@@ -6,7 +6,10 @@
 //! exact-key row changes and committed through the engine; `SELECT` runs in
 //! DataFusion over the newest published snapshot (under REPEATABLE READ, the
 //! one the transaction's first statement pinned), so after `COMMIT` returns
-//! the next statement sees the commit in every view.
+//! the next statement sees the commit in every view. A few simple shapes
+//! (`INSERT ... VALUES` of literals, constant selects, a row by its whole
+//! primary key) skip DataFusion: see `fast_path`, which answers as the
+//! planned path would or leaves the statement to it.
 
 mod backend;
 mod complexity;
