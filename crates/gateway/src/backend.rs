@@ -25,7 +25,7 @@ use rockstream_planner::{
 };
 use rockstream_runtime::{RowChange, TableChange};
 use rockstream_types::encoding::decode_row;
-use rockstream_types::{codes, Row, RsError, RsResult, SqlType};
+use rockstream_types::{codes, Row, RsError, RsResult};
 
 use crate::ddl::{ident_name, table_columns};
 use crate::dml::{self, query_error};
@@ -676,10 +676,8 @@ impl Gateway {
             })
             .into_iter()
             .collect();
-        let types = lookup.entry.sql_types()?;
-        let types: Vec<SqlType> = lookup.columns.iter().map(|column| types[*column]).collect();
         let references: Vec<&Row> = rows.iter().collect();
-        let batch = rows_to_batch(&references, &types, &lookup.schema, &[])?;
+        let batch = rows_to_batch(&references, &lookup.types, &lookup.schema, &[])?;
         Ok(StatementResult::Query {
             schema: lookup.schema,
             batches: vec![batch],
@@ -901,7 +899,7 @@ fn table_reference(relation: &TableFactor) -> RsResult<(String, String)> {
 }
 
 /// Normalizes an object name as PostgreSQL does: unquoted → lower case.
-pub(crate) fn object_name(text: &str) -> String {
+fn object_name(text: &str) -> String {
     let last = text.rsplit('.').next().unwrap_or(text);
     if last.starts_with('"') && last.ends_with('"') && last.len() >= 2 {
         last[1..last.len() - 1].to_string()

@@ -73,12 +73,19 @@ pub(crate) fn insert_values(entry: &CatalogEntry, insert: &Insert) -> Option<Vec
 /// once: the type of the column it is written to. `None` to describe the
 /// statement by planning it.
 pub(crate) fn insert_parameter_types(
-    entry: &CatalogEntry,
     insert: &Insert,
+    table: impl Fn(&str) -> Option<CatalogEntry>,
 ) -> Option<Vec<DataType>> {
     let values = plain_values(insert)?;
+    let TableObject::TableName(name) = &insert.table else {
+        return None;
+    };
+    let [part] = name.0.as_slice() else {
+        return None;
+    };
+    let entry = table(&identifier(part.as_ident()?))?;
     let types = entry.sql_types().ok()?;
-    let positions = target_columns(entry, &insert.columns)?;
+    let positions = target_columns(&entry, &insert.columns)?;
     let mut parameters: Vec<Option<DataType>> = Vec::new();
     for row in &values.rows {
         if row.content.len() != positions.len() {
@@ -145,8 +152,9 @@ pub(crate) struct PointLookup {
     pub(crate) stored_key: Vec<u8>,
     /// The row's key in the transaction's pending changes.
     pub(crate) key: Vec<u8>,
-    /// The table columns returned, in order.
+    /// The table columns returned, in order, and their types.
     pub(crate) columns: Vec<usize>,
+    pub(crate) types: Vec<SqlType>,
     pub(crate) schema: Arc<Schema>,
 }
 
@@ -183,11 +191,13 @@ pub(crate) fn point_lookup(
     let key = encode_row(&values);
     let mut stored_key = table_prefix(entry.id);
     stored_key.extend_from_slice(&key);
+    let types = columns.iter().map(|column| types[*column]).collect();
     Some(PointLookup {
         entry,
         stored_key,
         key,
         columns,
+        types,
         schema,
     })
 }

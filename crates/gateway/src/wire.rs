@@ -6,7 +6,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::DataType;
 use datafusion::sql::sqlparser::ast::{
-    visit_expressions_mut, Expr as SqlExpr, ObjectName, Statement, TableObject, Value,
+    visit_expressions_mut, Expr as SqlExpr, ObjectName, Statement, Value,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::keywords::Keyword;
@@ -20,7 +20,7 @@ use rockstream_planner::{
 use rockstream_types::{codes, RsError, RsResult};
 
 use crate::backend::{
-    as_postgres_reads_it, object_name, pg_result_schema, renamed_schema, repeats_a_name, Gateway,
+    as_postgres_reads_it, pg_result_schema, renamed_schema, repeats_a_name, Gateway,
 };
 use crate::complexity::check_nesting;
 use crate::dml::{self, query_error};
@@ -186,6 +186,7 @@ impl Gateway {
         session: &GatewaySession,
         statement: &Statement,
     ) -> Option<Described> {
+        let table = |name: &str| self.entry(session, name, Some(ObjectKind::Table)).ok();
         match statement {
             Statement::Query(query) => {
                 if let Some(columns) = fast_path::constant_select_schema(query) {
@@ -194,32 +195,16 @@ impl Gateway {
                         columns: Some(columns),
                     });
                 }
-                let table = |name: &str| self.entry(session, name, Some(ObjectKind::Table)).ok();
                 let (parameter_types, columns) = fast_path::point_lookup_types(query, table)?;
                 Some(Described {
                     parameter_types,
                     columns: Some(columns),
                 })
             }
-            Statement::Insert(insert) => {
-                let TableObject::TableName(name) = &insert.table else {
-                    return None;
-                };
-                if name.0.len() != 1 {
-                    return None;
-                }
-                let entry = self
-                    .entry(
-                        session,
-                        &object_name(&name.to_string()),
-                        Some(ObjectKind::Table),
-                    )
-                    .ok()?;
-                Some(Described {
-                    parameter_types: fast_path::insert_parameter_types(&entry, insert)?,
-                    columns: None,
-                })
-            }
+            Statement::Insert(insert) => Some(Described {
+                parameter_types: fast_path::insert_parameter_types(insert, table)?,
+                columns: None,
+            }),
             _ => None,
         }
     }
