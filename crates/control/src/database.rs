@@ -21,6 +21,24 @@ const CONTROL_PATH: &str = "control";
 /// records its shard count (outside the catalog's `0x01` range).
 const BUCKET_MAP_KEY: [u8; 3] = [0x02, b'B', b'M'];
 
+/// How a storage is opened.
+#[derive(Debug, Clone, Copy)]
+pub struct OpenOptions {
+    /// Shards of a new storage (an existing one keeps its count).
+    pub shards: u16,
+    /// Bound on each shard's arrangement cache (0: none).
+    pub arrangement_cache_bytes: usize,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            shards: 1,
+            arrangement_cache_bytes: rockstream_storage::ARRANGEMENT_CACHE_BYTES_DEFAULT,
+        }
+    }
+}
+
 pub struct Database {
     control: Db,
     /// Entries in creation order (which is dependency order).
@@ -35,13 +53,30 @@ impl Database {
     /// A new storage gets `shards` shards; an existing one keeps the count
     /// it was created with (and says so when `shards` differs).
     pub async fn open(location: &str, runtime: Runtime, shards: u16) -> RsResult<Arc<Database>> {
+        let options = OpenOptions {
+            shards,
+            ..OpenOptions::default()
+        };
+        Database::open_with(location, runtime, options).await
+    }
+
+    /// [`Database::open`] with every setting.
+    pub async fn open_with(
+        location: &str,
+        runtime: Runtime,
+        options: OpenOptions,
+    ) -> RsResult<Arc<Database>> {
+        let OpenOptions {
+            shards,
+            arrangement_cache_bytes,
+        } = options;
         let store = object_store_for(location)?;
         let control = Db::builder(CONTROL_PATH, store.clone())
             .build()
             .await
             .map_err(|error| storage_error(CONTROL_PATH, error))?;
         let map = Arc::new(bucket_map(&control, shards).await?);
-        let shards = ShardDb::open_all(store, map.shard_count()).await?;
+        let shards = ShardDb::open_all(store, map.shard_count(), arrangement_cache_bytes).await?;
         let engine = Engine::start(&runtime, shards, map).await?;
         let follower = follower::start(&runtime, engine.clone());
         let entries = load_entries(&control).await?;

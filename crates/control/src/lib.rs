@@ -9,5 +9,5 @@ mod follower;
 mod resolver;
 
 pub use catalog::{CatalogEntry, ColumnDef, ObjectKind, DEFAULT_NAMESPACE};
-pub use database::Database;
+pub use database::{Database, OpenOptions};
 pub use resolver::{plan_inline_view, CatalogResolver};

@@ -591,14 +591,27 @@ impl Gateway {
         isolation: Isolation,
         default_isolation: Isolation,
     ) -> RsResult<StatementResult> {
+        let cache = || {
+            let stats = self.database.engine().arrangement_cache_stats();
+            format!(
+                "hit_ratio={:.4} hits={} misses={} evictions={} bytes={} bytes_max={}",
+                stats.hit_ratio(),
+                stats.hits,
+                stats.misses,
+                stats.evictions,
+                stats.bytes,
+                stats.bytes_max
+            )
+        };
         let value = match variable.to_lowercase().as_str() {
-            "server_version" => "15.0 (RockStream)",
-            "transaction_isolation" | "transaction isolation level" => isolation.name(),
-            "default_transaction_isolation" => default_isolation.name(),
-            "standard_conforming_strings" => "on",
-            "timezone" | "time zone" => "UTC",
-            "client_encoding" => "UTF8",
-            "datestyle" => "ISO, MDY",
+            "server_version" => "15.0 (RockStream)".to_string(),
+            "transaction_isolation" | "transaction isolation level" => isolation.name().to_string(),
+            "default_transaction_isolation" => default_isolation.name().to_string(),
+            "standard_conforming_strings" => "on".to_string(),
+            "timezone" | "time zone" => "UTC".to_string(),
+            "client_encoding" => "UTF8".to_string(),
+            "datestyle" => "ISO, MDY".to_string(),
+            "rockstream.arrangement_cache" => cache(),
             other => {
                 return Err(RsError::new(
                     &codes::UNSUPPORTED_STATEMENT,

@@ -13,19 +13,39 @@ use rockstream_plan::SetOperator;
 use rockstream_types::encoding::{decode_row, encode_row, encode_row_into};
 use rockstream_types::{Datum, ObjectId, Row, RsError, RsResult, ZSet};
 
-use crate::keys::{op_prefix, DISTINCT, SET_OPERATION};
-use crate::state::{add_to_count, StateStore};
+use crate::keys::{decode_weight, encode_weight, op_prefix, DISTINCT, SET_OPERATION};
+use crate::state::StateStore;
 
 pub(crate) async fn distinct<S: StateStore>(
     store: &mut S,
     op_id: ObjectId,
     delta: ZSet,
 ) -> RsResult<ZSet> {
+    // Consolidated: each row once, in row order, so the keys ascend and
+    // their counts are read in one ordered pass.
+    let updates = delta.consolidate().updates;
+    let keys: Vec<Vec<u8>> = updates
+        .iter()
+        .map(|(row, _)| {
+            let mut key = op_prefix(DISTINCT, op_id);
+            encode_row_into(row, &mut key);
+            key
+        })
+        .collect();
+    let key_refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+    let stored = store.get_many(&key_refs).await?;
     let mut out = ZSet::new();
-    for (row, weight) in delta.consolidate().updates {
-        let mut key = op_prefix(DISTINCT, op_id);
-        encode_row_into(&row, &mut key);
-        let (old, new) = add_to_count(store, key, weight, "DISTINCT").await?;
+    for (((row, weight), key), stored) in updates.into_iter().zip(keys).zip(stored) {
+        let old = stored.as_deref().map_or(0, decode_weight);
+        let new = old + weight;
+        if new < 0 {
+            return Err(RsError::internal("DISTINCT count went negative"));
+        }
+        if new == 0 {
+            store.delete(key);
+        } else {
+            store.put(key, encode_weight(new));
+        }
         match (old > 0, new > 0) {
             (false, true) => out.push(row, 1),
             (true, false) => out.push(row, -1),
@@ -56,11 +76,21 @@ pub(crate) async fn set_operation<S: StateStore>(
             .or_insert_with(|| (row, 0, 0))
             .2 += weight;
     }
+    let keys: Vec<Vec<u8>> = changes
+        .keys()
+        .map(|encoded| {
+            let mut key = op_prefix(SET_OPERATION, op_id);
+            key.extend_from_slice(encoded);
+            key
+        })
+        .collect();
+    let key_refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+    let stored = store.get_many(&key_refs).await?;
     let mut out = ZSet::new();
-    for (encoded, (row, left_change, right_change)) in changes {
-        let mut key = op_prefix(SET_OPERATION, op_id);
-        key.extend_from_slice(&encoded);
-        let (left_old, right_old) = match store.get(&key).await? {
+    for ((key, (row, left_change, right_change)), stored) in
+        keys.into_iter().zip(changes.into_values()).zip(stored)
+    {
+        let (left_old, right_old) = match stored {
             Some(bytes) => decode_counts(&bytes)?,
             None => (0, 0),
         };

@@ -132,20 +132,28 @@ impl JoinOperator {
                 out.push(self.pad_right(&row), weight);
             }
         }
-        let mut keys: Vec<&Vec<u8>> = left_groups.keys().chain(right_groups.keys()).collect();
-        keys.sort();
+        let mut keys: Vec<&[u8]> = left_groups
+            .keys()
+            .chain(right_groups.keys())
+            .map(Vec::as_slice)
+            .collect();
+        keys.sort_unstable();
         keys.dedup();
         let empty = Vec::new();
-        for key in keys {
-            let left_rows = left_groups.get(key).unwrap_or(&empty);
-            let right_rows = right_groups.get(key).unwrap_or(&empty);
-            if self.residual.is_some() {
-                self.step_key_with_residual(store, key, left_rows, right_rows, &mut out)
-                    .await?;
-            } else {
-                self.step_key(store, key, left_rows, right_rows, &mut out)
-                    .await?;
-            }
+        let deltas: Vec<(&Rows, &Rows)> = keys
+            .iter()
+            .map(|key| {
+                (
+                    left_groups.get(*key).unwrap_or(&empty),
+                    right_groups.get(*key).unwrap_or(&empty),
+                )
+            })
+            .collect();
+        if self.residual.is_some() {
+            self.step_keys_with_residual(store, &keys, &deltas, &mut out)
+                .await?;
+        } else {
+            self.step_keys(store, &keys, &deltas, &mut out).await?;
         }
         Ok(out.consolidate())
     }
@@ -186,17 +194,38 @@ impl JoinOperator {
         key: &[u8],
         limit: usize,
     ) -> RsResult<Rows> {
-        let prefix = self.prefix(side, key);
-        let entries = store
-            .scan_prefix(&prefix, ScanOrder::Ascending, limit)
-            .await?;
-        entries
+        let mut rows = self.scan_keys(store, side, &[key], limit).await?;
+        Ok(rows.pop().unwrap_or_default())
+    }
+
+    /// The stored rows (at most `limit` each) of every key of `keys`
+    /// (ascending, distinct) on `side`, read in one ordered pass.
+    async fn scan_keys<S: StateStore>(
+        &self,
+        store: &mut S,
+        side: Side,
+        keys: &[&[u8]],
+        limit: usize,
+    ) -> RsResult<Vec<Rows>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let prefixes: Vec<Vec<u8>> = keys.iter().map(|key| self.prefix(side, key)).collect();
+        let prefix_refs: Vec<&[u8]> = prefixes.iter().map(Vec::as_slice).collect();
+        let answers = store.scan_prefixes(&prefix_refs, limit).await?;
+        answers
             .into_iter()
-            .map(|(stored_key, value)| {
-                Ok((
-                    decode_row(&stored_key[prefix.len()..])?,
-                    decode_weight(&value),
-                ))
+            .zip(&prefixes)
+            .map(|(entries, prefix)| {
+                entries
+                    .into_iter()
+                    .map(|(stored_key, value)| {
+                        Ok((
+                            decode_row(&stored_key[prefix.len()..])?,
+                            decode_weight(&value),
+                        ))
+                    })
+                    .collect()
             })
             .collect()
     }
@@ -207,6 +236,18 @@ impl JoinOperator {
             .scan_prefix(&prefix, ScanOrder::Ascending, 1)
             .await?
             .is_empty())
+    }
+
+    /// Per key of `keys` (ascending, distinct): whether `side` holds a row
+    /// with it, read in one ordered pass.
+    async fn any_keys<S: StateStore>(
+        &self,
+        store: &mut S,
+        side: Side,
+        keys: &[&[u8]],
+    ) -> RsResult<Vec<bool>> {
+        let rows = self.scan_keys(store, side, keys, 1).await?;
+        Ok(rows.iter().map(|rows| !rows.is_empty()).collect())
     }
 
     async fn apply<S: StateStore>(
@@ -242,107 +283,151 @@ impl JoinOperator {
         matches!(self.kind, JoinKind::Right | JoinKind::Full)
     }
 
-    async fn step_key<S: StateStore>(
+    /// Steps every key a delta touches, without a residual. Each key reads
+    /// and writes only its own rows, so the keys go phase by phase, each
+    /// phase's reads as one ordered pass: the old state, the left deltas,
+    /// the new left rows, the right deltas, the new state.
+    async fn step_keys<S: StateStore>(
         &self,
         store: &mut S,
-        key: &[u8],
-        left_delta: &Rows,
-        right_delta: &Rows,
+        keys: &[&[u8]],
+        deltas: &[(&Rows, &Rows)],
         out: &mut ZSet,
     ) -> RsResult<()> {
         let right_before = if self.tracks_left_unmatched() {
-            self.any(store, Side::Right, key).await?
+            self.any_keys(store, Side::Right, keys).await?
         } else {
-            false
+            Vec::new()
         };
         let left_before = if self.tracks_right_unmatched() {
-            self.any(store, Side::Left, key).await?
+            self.any_keys(store, Side::Left, keys).await?
         } else {
-            false
+            Vec::new()
         };
-        if self.emits_pairs() && !left_delta.is_empty() {
-            let right_old = self.scan(store, Side::Right, key, KEY_ROWS_MAX).await?;
-            self.emit_pairs(left_delta, &right_old, out);
+        if self.emits_pairs() {
+            let (with_left, indexes) = select(keys, |index| !deltas[index].0.is_empty());
+            let right_old = self
+                .scan_keys(store, Side::Right, &with_left, KEY_ROWS_MAX)
+                .await?;
+            for (index, right_old) in indexes.into_iter().zip(right_old) {
+                self.emit_pairs(deltas[index].0, &right_old, out);
+            }
         }
-        self.apply(store, Side::Left, key, left_delta).await?;
-        let mut left_new: Option<Rows> = None;
-        if self.emits_pairs() && !right_delta.is_empty() {
-            let rows = self.scan(store, Side::Left, key, KEY_ROWS_MAX).await?;
-            self.emit_pairs(&rows, right_delta, out);
-            left_new = Some(rows);
+        for (key, (left_delta, _)) in keys.iter().zip(deltas) {
+            self.apply(store, Side::Left, key, left_delta).await?;
         }
-        self.apply(store, Side::Right, key, right_delta).await?;
+        let mut left_new: Vec<Option<Rows>> = vec![None; keys.len()];
+        if self.emits_pairs() {
+            let (with_right, indexes) = select(keys, |index| !deltas[index].1.is_empty());
+            let rows = self
+                .scan_keys(store, Side::Left, &with_right, KEY_ROWS_MAX)
+                .await?;
+            for (index, rows) in indexes.iter().zip(&rows) {
+                self.emit_pairs(rows, deltas[*index].1, out);
+            }
+            scatter(&mut left_new, indexes, rows);
+        }
+        for (key, (_, right_delta)) in keys.iter().zip(deltas) {
+            self.apply(store, Side::Right, key, right_delta).await?;
+        }
         if self.tracks_left_unmatched() {
-            let right_after = self.any(store, Side::Right, key).await?;
-            let unmatched = match (right_before, right_after) {
-                (false, false) => left_delta.clone(),
-                (true, true) => Vec::new(),
-                (false, true) => {
-                    let rows = match left_new.take() {
-                        Some(rows) => rows,
-                        None => self.scan(store, Side::Left, key, KEY_ROWS_MAX).await?,
-                    };
-                    subtract(&rows, left_delta)
+            let right_after = self.any_keys(store, Side::Right, keys).await?;
+            let flipped = |index: usize| right_before[index] != right_after[index];
+            let (unread, indexes) = select(keys, |index| flipped(index) && left_new[index].is_none());
+            let rows = self
+                .scan_keys(store, Side::Left, &unread, KEY_ROWS_MAX)
+                .await?;
+            scatter(&mut left_new, indexes, rows);
+            for (index, left_new) in left_new.into_iter().enumerate() {
+                let left_delta = deltas[index].0;
+                let unmatched = match (right_before[index], right_after[index]) {
+                    (false, false) => left_delta.clone(),
+                    (true, true) => Vec::new(),
+                    (false, true) => subtract(&left_new.unwrap_or_default(), left_delta)
                         .into_iter()
                         .map(|(row, weight)| (row, -weight))
-                        .collect()
-                }
-                (true, false) => match left_new.take() {
-                    Some(rows) => rows,
-                    None => self.scan(store, Side::Left, key, KEY_ROWS_MAX).await?,
-                },
-            };
-            self.emit_left_unmatched(left_delta, unmatched, out);
+                        .collect(),
+                    (true, false) => left_new.unwrap_or_default(),
+                };
+                self.emit_left_unmatched(left_delta, unmatched, out);
+            }
         }
         if self.tracks_right_unmatched() {
-            let left_after = self.any(store, Side::Left, key).await?;
-            let unmatched = match (left_before, left_after) {
-                (false, false) => right_delta.clone(),
-                (true, true) => Vec::new(),
-                (false, true) => {
-                    let rows = self.scan(store, Side::Right, key, KEY_ROWS_MAX).await?;
-                    subtract(&rows, right_delta)
+            let left_after = self.any_keys(store, Side::Left, keys).await?;
+            let (flipped, indexes) = select(keys, |index| left_before[index] != left_after[index]);
+            let rows = self
+                .scan_keys(store, Side::Right, &flipped, KEY_ROWS_MAX)
+                .await?;
+            let mut right_new: Vec<Option<Rows>> = vec![None; keys.len()];
+            scatter(&mut right_new, indexes, rows);
+            for (index, (_, right_delta)) in deltas.iter().enumerate() {
+                let unmatched = match (left_before[index], left_after[index]) {
+                    (false, false) => (*right_delta).clone(),
+                    (true, true) => Vec::new(),
+                    (false, true) => subtract(&right_new[index].take().unwrap_or_default(), right_delta)
                         .into_iter()
                         .map(|(row, weight)| (row, -weight))
-                        .collect()
+                        .collect(),
+                    (true, false) => right_new[index].take().unwrap_or_default(),
+                };
+                for (row, weight) in unmatched {
+                    out.push(self.pad_right(&row), weight);
                 }
-                (true, false) => self.scan(store, Side::Right, key, KEY_ROWS_MAX).await?,
-            };
-            for (row, weight) in unmatched {
-                out.push(self.pad_right(&row), weight);
             }
         }
         Ok(())
     }
 
-    async fn step_key_with_residual<S: StateStore>(
+    /// Steps every key a delta touches, with a residual: the old rows of
+    /// both sides of every key are read in one ordered pass each, then
+    /// each key's pairs and unmatched rows are decided again.
+    async fn step_keys_with_residual<S: StateStore>(
         &self,
         store: &mut S,
-        key: &[u8],
+        keys: &[&[u8]],
+        deltas: &[(&Rows, &Rows)],
+        out: &mut ZSet,
+    ) -> RsResult<()> {
+        let left_olds = self
+            .scan_keys(store, Side::Left, keys, KEY_ROWS_MAX)
+            .await?;
+        let right_olds = self
+            .scan_keys(store, Side::Right, keys, KEY_ROWS_MAX)
+            .await?;
+        for ((key, (left_delta, right_delta)), (left_old, right_old)) in
+            keys.iter().zip(deltas).zip(left_olds.iter().zip(&right_olds))
+        {
+            self.apply(store, Side::Left, key, left_delta).await?;
+            self.apply(store, Side::Right, key, right_delta).await?;
+            self.step_key_with_residual(left_old, right_old, left_delta, right_delta, out)?;
+        }
+        Ok(())
+    }
+
+    fn step_key_with_residual(
+        &self,
+        left_old: &Rows,
+        right_old: &Rows,
         left_delta: &Rows,
         right_delta: &Rows,
         out: &mut ZSet,
     ) -> RsResult<()> {
-        let left_old = self.scan(store, Side::Left, key, KEY_ROWS_MAX).await?;
-        let right_old = self.scan(store, Side::Right, key, KEY_ROWS_MAX).await?;
-        self.apply(store, Side::Left, key, left_delta).await?;
-        self.apply(store, Side::Right, key, right_delta).await?;
-        let left_new = add(&left_old, left_delta);
-        let right_new = add(&right_old, right_delta);
+        let left_new = add(left_old, left_delta);
+        let right_new = add(right_old, right_delta);
         if self.emits_pairs() {
-            let mut pairs = self.matching_pairs(left_delta, &right_old)?;
+            let mut pairs = self.matching_pairs(left_delta, right_old)?;
             pairs.extend(self.matching_pairs(&left_new, right_delta)?);
             for (row, weight) in pairs {
                 out.push(row, weight);
             }
         }
         if self.tracks_left_unmatched() {
-            let old = self.unmatched(&left_old, &right_old, Side::Left)?;
+            let old = self.unmatched(left_old, right_old, Side::Left)?;
             let new = self.unmatched(&left_new, &right_new, Side::Left)?;
             self.emit_left_unmatched(left_delta, subtract(&new, &old), out);
         }
         if self.tracks_right_unmatched() {
-            let old = self.unmatched(&right_old, &left_old, Side::Right)?;
+            let old = self.unmatched(right_old, left_old, Side::Right)?;
             let new = self.unmatched(&right_new, &left_new, Side::Right)?;
             for (row, weight) in subtract(&new, &old) {
                 out.push(self.pad_right(&row), weight);
@@ -607,6 +692,22 @@ fn int(datum: &Datum) -> i64 {
     match datum {
         Datum::Int64(value) => *value,
         _ => 0,
+    }
+}
+
+/// The keys whose index `keep` accepts, and those indexes; the keys stay
+/// ascending.
+fn select<'k>(keys: &[&'k [u8]], keep: impl Fn(usize) -> bool) -> (Vec<&'k [u8]>, Vec<usize>) {
+    (0..keys.len())
+        .filter(|index| keep(*index))
+        .map(|index| (keys[index], index))
+        .unzip()
+}
+
+/// Puts each of `rows` at its index in `slots`.
+fn scatter(slots: &mut [Option<Rows>], indexes: Vec<usize>, rows: Vec<Rows>) {
+    for (index, rows) in indexes.into_iter().zip(rows) {
+        slots[index] = Some(rows);
     }
 }
 

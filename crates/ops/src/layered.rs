@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use rockstream_types::RsResult;
 
-use crate::state::{merge_overlay, ScanOrder, StateRead, StateStore, Write};
+use crate::state::{merge_overlay, Entries, ScanOrder, StateRead, StateStore, Write};
 
 /// [`OverlayStore::absorb`] merges sorted maps when the incoming one is at
 /// least this fraction (1/n) of the size of the overlay's own: a merge
@@ -127,13 +127,9 @@ impl<B: StateRead> StateRead for OverlayStore<B> {
         order: ScanOrder,
         limit: usize,
     ) -> RsResult<Vec<(Vec<u8>, Vec<u8>)>> {
-        let pending: Vec<(&Vec<u8>, &Write)> = self
-            .writes
-            .range(prefix.to_vec()..)
-            .take_while(|(key, _)| key.starts_with(prefix))
-            .collect();
+        let pending = self.pending(prefix);
         // Deletes and retractions may hide stored keys: read that many more.
-        let hiding = pending.iter().filter(|(_, write)| write.may_hide()).count();
+        let hiding = hiding(&pending);
         let stored = self
             .base
             .scan_prefix(prefix, order, limit.saturating_add(hiding))
@@ -143,6 +139,51 @@ impl<B: StateRead> StateRead for OverlayStore<B> {
             ScanOrder::Descending => merge_overlay(stored, pending.into_iter().rev(), order, limit),
         })
     }
+
+    async fn scan_prefixes(&self, prefixes: &[&[u8]], limit: usize) -> RsResult<Vec<Entries>> {
+        let pending: Vec<Vec<(&Vec<u8>, &Write)>> =
+            prefixes.iter().map(|prefix| self.pending(prefix)).collect();
+        // Each prefix reads as many more stored entries as its own writes
+        // may hide: prefixes are read in groups of equal excess (mostly
+        // one group, of none), each group still ascending.
+        let mut groups: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        for (index, writes) in pending.iter().enumerate() {
+            groups.entry(hiding(writes)).or_default().push(index);
+        }
+        let mut stored: Vec<Entries> = vec![Vec::new(); prefixes.len()];
+        for (hiding, indexes) in groups {
+            let group: Vec<&[u8]> = indexes.iter().map(|index| prefixes[*index]).collect();
+            let answers = self
+                .base
+                .scan_prefixes(&group, limit.saturating_add(hiding))
+                .await?;
+            for (index, answer) in indexes.into_iter().zip(answers) {
+                stored[index] = answer;
+            }
+        }
+        Ok(stored
+            .into_iter()
+            .zip(pending)
+            .map(|(stored, pending)| {
+                merge_overlay(stored, pending.into_iter(), ScanOrder::Ascending, limit)
+            })
+            .collect())
+    }
+}
+
+impl<B> OverlayStore<B> {
+    /// The buffered writes under `prefix`, in key order.
+    fn pending(&self, prefix: &[u8]) -> Vec<(&Vec<u8>, &Write)> {
+        self.writes
+            .range(prefix.to_vec()..)
+            .take_while(|(key, _)| key.starts_with(prefix))
+            .collect()
+    }
+}
+
+/// How many stored keys `writes` may hide from a scan.
+fn hiding(writes: &[(&Vec<u8>, &Write)]) -> usize {
+    writes.iter().filter(|(_, write)| write.may_hide()).count()
 }
 
 impl<B: StateRead> StateStore for OverlayStore<B> {
@@ -250,6 +291,17 @@ mod tests {
                 .find(|(stored, _)| stored[1] == k)
                 .map(|(_, v)| decode_weight(&v));
             assert_eq!(point, scanned, "get and scan disagree on key {k}");
+        }
+        // Batched scans of every other key answer as scans one by one.
+        let prefixes: Vec<Vec<u8>> = (0..12u8).step_by(2).map(key).collect();
+        let refs: Vec<&[u8]> = prefixes.iter().map(Vec::as_slice).collect();
+        let batched = store.scan_prefixes(&refs, limit).await.expect("scans");
+        for (prefix, batched) in refs.iter().zip(batched) {
+            let one = store
+                .scan_prefix(prefix, ScanOrder::Ascending, limit)
+                .await
+                .expect("scan");
+            assert_eq!(batched, one, "batched and single scans disagree on {prefix:?}");
         }
         out
     }

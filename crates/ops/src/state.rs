@@ -47,6 +47,39 @@ pub trait StateRead: Send + Sync {
         order: ScanOrder,
         limit: usize,
     ) -> impl Future<Output = RsResult<Vec<(Vec<u8>, Vec<u8>)>>> + Send;
+
+    /// Up to `limit` entries under each of `prefixes`, in ascending key
+    /// order, answered in the order of `prefixes`. The prefixes must be
+    /// ascending and none may start with another ([`prefixes_are_ordered`]):
+    /// the keys of one arrangement a batch touches, sorted. Storage answers
+    /// them with one forward pass over the range they span, skipping
+    /// gaps, instead of one scan per prefix.
+    fn scan_prefixes(
+        &self,
+        prefixes: &[&[u8]],
+        limit: usize,
+    ) -> impl Future<Output = RsResult<Vec<Entries>>> + Send {
+        async move {
+            debug_assert!(prefixes_are_ordered(prefixes));
+            let mut answers = Vec::with_capacity(prefixes.len());
+            for prefix in prefixes {
+                answers.push(self.scan_prefix(prefix, ScanOrder::Ascending, limit).await?);
+            }
+            Ok(answers)
+        }
+    }
+}
+
+/// Stored entries, `(key, value)`, in key order.
+pub type Entries = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// True when `prefixes` ascend and none starts with another, as
+/// [`StateRead::scan_prefixes`] requires: then every key under one prefix
+/// sorts before the next prefix.
+pub fn prefixes_are_ordered(prefixes: &[&[u8]]) -> bool {
+    prefixes
+        .windows(2)
+        .all(|pair| pair[0] < pair[1] && !pair[1].starts_with(pair[0]))
 }
 
 /// Read-your-writes key-value state for one epoch.
@@ -122,6 +155,14 @@ macro_rules! delegate_state_read {
                 limit: usize,
             ) -> impl Future<Output = RsResult<Vec<(Vec<u8>, Vec<u8>)>>> + Send {
                 (**self).scan_prefix(prefix, order, limit)
+            }
+
+            fn scan_prefixes(
+                &self,
+                prefixes: &[&[u8]],
+                limit: usize,
+            ) -> impl Future<Output = RsResult<Vec<Entries>>> + Send {
+                (**self).scan_prefixes(prefixes, limit)
             }
         }
     )*};

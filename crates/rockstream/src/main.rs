@@ -9,7 +9,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use rockstream_common::Runtime;
-use rockstream_control::Database;
+use rockstream_control::{Database, OpenOptions};
 use rockstream_gateway::Gateway;
 
 /// mimalloc instead of the system allocator: the engine allocates many small
@@ -75,6 +75,11 @@ enum Command {
         /// cores). An existing storage keeps the count it was created with.
         #[arg(long)]
         shards: Option<u16>,
+        /// Memory for each shard's arrangement cache, the hot part of the
+        /// views' operator state: a size such as `64MB`, `512kB` or `1GB`
+        /// (`0` turns it off). State beyond it is read from storage.
+        #[arg(long, default_value = ARRANGEMENT_CACHE_DEFAULT, value_parser = parse_size)]
+        arrangement_cache: usize,
     },
 }
 
@@ -84,6 +89,32 @@ enum Command {
 /// thousand `OR`s. Only the pages a thread touches take memory.
 /// `rockstream_gateway` refuses statements nested deeper than this holds.
 const WORKER_STACK_BYTES: usize = 64 << 20;
+
+/// Default of `--arrangement-cache`, per shard.
+const ARRANGEMENT_CACHE_DEFAULT: &str = "64MB";
+
+/// A memory size as PostgreSQL writes one (`512kB`, `64MB`, `1GB`; also
+/// `KiB`/`MiB`/`GiB`, and plain bytes), in bytes.
+fn parse_size(text: &str) -> Result<usize, String> {
+    let text = text.trim();
+    let digits = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(digits);
+    let number: usize = number
+        .parse()
+        .map_err(|_| format!("\"{text}\" is not a size such as 64MB"))?;
+    let unit_bytes: usize = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kb" | "kib" => 1 << 10,
+        "mb" | "mib" => 1 << 20,
+        "gb" | "gib" => 1 << 30,
+        other => return Err(format!("unknown size unit \"{other}\": use kB, MB or GB")),
+    };
+    number
+        .checked_mul(unit_bytes)
+        .ok_or_else(|| format!("\"{text}\" is too large"))
+}
 
 fn main() -> anyhow::Result<()> {
     tune_allocator();
@@ -105,9 +136,13 @@ fn main() -> anyhow::Result<()> {
             storage,
             listen,
             shards,
+            arrangement_cache,
         } => {
-            let shards = shards.unwrap_or_else(default_shards);
-            runtime.block_on(start(storage, listen, shards))
+            let options = OpenOptions {
+                shards: shards.unwrap_or_else(default_shards),
+                arrangement_cache_bytes: arrangement_cache,
+            };
+            runtime.block_on(start(storage, listen, options))
         }
     }
 }
@@ -120,9 +155,9 @@ fn default_shards() -> u16 {
         .min(rockstream_types::partition::SHARDS_MAX)
 }
 
-async fn start(storage: String, listen: String, shards: u16) -> anyhow::Result<()> {
+async fn start(storage: String, listen: String, options: OpenOptions) -> anyhow::Result<()> {
     let runtime = Runtime::system();
-    let database = match Database::open(&storage, runtime.clone(), shards).await {
+    let database = match Database::open_with(&storage, runtime.clone(), options).await {
         Ok(database) => database,
         Err(error) => {
             eprintln!("error: {error}\nhint: {}", error.next_steps());
@@ -175,5 +210,23 @@ mod tests {
             .status()
             .expect("the test binary runs");
         assert!(status.success(), "child run failed: {status}");
+    }
+}
+
+#[cfg(test)]
+mod size_tests {
+    //! Goal: `--arrangement-cache` reads sizes as PostgreSQL writes them and
+    //! refuses what is not one.
+    use super::parse_size;
+
+    #[test]
+    fn sizes_parse_in_postgresql_units() {
+        assert_eq!(parse_size("0"), Ok(0));
+        assert_eq!(parse_size("512kB"), Ok(512 << 10));
+        assert_eq!(parse_size("64MB"), Ok(64 << 20));
+        assert_eq!(parse_size("2 GiB"), Ok(2 << 30));
+        assert!(parse_size("MB").is_err());
+        assert!(parse_size("12 parsecs").is_err());
+        assert!(parse_size("99999999999999999999GB").is_err());
     }
 }

@@ -7,7 +7,7 @@ use std::sync::{Arc, RwLock};
 use rockstream_common::Runtime;
 use rockstream_ops::keys::RowStorage;
 use rockstream_ops::Dataflow;
-use rockstream_storage::{ShardDb, SnapshotSet};
+use rockstream_storage::{CacheStats, ShardDb, SnapshotSet, StateCache};
 use rockstream_types::partition::BucketMap;
 use rockstream_types::{codes, Epoch, ObjectId, Row, RsError, RsResult};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -128,6 +128,8 @@ pub struct Engine {
     published: watch::Receiver<Published>,
     statuses: Arc<RwLock<HashMap<ObjectId, ViewStatus>>>,
     reclaiming: Arc<AtomicUsize>,
+    /// Every shard's arrangement cache, for its counters.
+    caches: Vec<Arc<StateCache>>,
 }
 
 impl Engine {
@@ -147,6 +149,7 @@ impl Engine {
             )));
         }
         let logged = repair(&shards).await?;
+        let caches = shards.iter().map(ShardDb::cache).collect();
         let shard_count = map.shard_count();
         let epoch = shards[0].committed_epoch().await?;
         let snapshots = shards
@@ -177,7 +180,22 @@ impl Engine {
             published,
             statuses,
             reclaiming,
+            caches,
         })
+    }
+
+    /// The arrangement caches' counters, summed over the shards.
+    pub fn arrangement_cache_stats(&self) -> CacheStats {
+        self.caches
+            .iter()
+            .map(|cache| cache.stats())
+            .fold(CacheStats::default(), |total, shard| CacheStats {
+                hits: total.hits + shard.hits,
+                misses: total.misses + shard.misses,
+                evictions: total.evictions + shard.evictions,
+                bytes: total.bytes + shard.bytes,
+                bytes_max: total.bytes_max + shard.bytes_max,
+            })
     }
 
     /// How many shards the storage has (fixed when it was created).

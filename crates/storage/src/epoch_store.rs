@@ -1,6 +1,7 @@
 //! The [`StateStore`](rockstream_ops::StateStore) an epoch runs against: a
 //! pinned snapshot of the shard with the epoch's own writes overlaid.
 
+use rockstream_ops::state::Entries;
 use rockstream_ops::{OverlayStore, ScanOrder, StateRead};
 use rockstream_types::RsResult;
 
@@ -26,5 +27,9 @@ impl StateRead for Snapshot {
         limit: usize,
     ) -> RsResult<Vec<(Vec<u8>, Vec<u8>)>> {
         Snapshot::scan_prefix(self, prefix, order, limit).await
+    }
+
+    async fn scan_prefixes(&self, prefixes: &[&[u8]], limit: usize) -> RsResult<Vec<Entries>> {
+        Snapshot::scan_prefixes(self, prefixes, limit).await
     }
 }

@@ -17,6 +17,7 @@
 //! (DESIGN §5.5): a shard written by an incompatible binary is refused with
 //! `RS-5001`.
 
+mod cache;
 mod epoch_store;
 mod set;
 
@@ -37,9 +38,11 @@ use slatedb::{
 };
 
 use rockstream_ops::keys;
+use rockstream_ops::state::Entries;
 use rockstream_ops::{ScanOrder, Write};
 use rockstream_types::{codes, Epoch, RsError, RsResult};
 
+pub use cache::{CacheStats, Lookup, StateCache, ARRANGEMENT_CACHE_BYTES_DEFAULT};
 pub use epoch_store::EpochStore;
 pub use rockstream_common::object_store_for;
 use rockstream_common::BackgroundRuntime;
@@ -75,6 +78,9 @@ pub const L0_TABLE_BYTES: usize = 16 * 1024 * 1024;
 pub struct ShardDb {
     db: Db,
     name: String,
+    /// The hot part of the shard's operator state, kept coherent by
+    /// [`ShardDb::commit`].
+    cache: Arc<StateCache>,
     /// Runs the shard's compactions (shared by the shards of a storage);
     /// declared after `db` so it outlives it.
     _compaction: Arc<BackgroundRuntime>,
@@ -89,14 +95,20 @@ impl ShardDb {
     /// Opens (creating if new) the database at `path` inside `store`.
     pub async fn open(store: Arc<dyn ObjectStore>, path: &str) -> RsResult<ShardDb> {
         let compaction = Arc::new(compaction_runtime(path)?);
-        ShardDb::open_with(store, path, (block_and_meta_cache(), 0), compaction).await
+        let caches = (block_and_meta_cache(), 0, ARRANGEMENT_CACHE_BYTES_DEFAULT);
+        ShardDb::open_with(store, path, caches, compaction).await
     }
 
     /// Opens (creating if new) shards `0..count` of the storage in `store`,
     /// at [`shard_path`]. They share one block cache and one compaction
     /// runtime, so memory and background threads do not grow with the
-    /// shard count.
-    pub async fn open_all(store: Arc<dyn ObjectStore>, count: u16) -> RsResult<Vec<ShardDb>> {
+    /// shard count; each has an arrangement cache of
+    /// `arrangement_cache_bytes` (0: none).
+    pub async fn open_all(
+        store: Arc<dyn ObjectStore>,
+        count: u16,
+        arrangement_cache_bytes: usize,
+    ) -> RsResult<Vec<ShardDb>> {
         let cache = block_and_meta_cache();
         let compaction = Arc::new(compaction_runtime("shards")?);
         let mut shards = Vec::with_capacity(usize::from(count));
@@ -106,7 +118,7 @@ impl ShardDb {
                 ShardDb::open_with(
                     store.clone(),
                     &path,
-                    (cache.clone(), u64::from(shard)),
+                    (cache.clone(), u64::from(shard), arrangement_cache_bytes),
                     compaction.clone(),
                 )
                 .await?,
@@ -118,9 +130,9 @@ impl ShardDb {
     async fn open_with(
         store: Arc<dyn ObjectStore>,
         path: &str,
-        // A cache shared by several databases keeps each one's entries
-        // apart by its id.
-        (cache, cache_id): (Arc<dyn DbCache>, u64),
+        // A block cache shared by several databases keeps each one's
+        // entries apart by its id; the arrangement cache's bound.
+        (cache, cache_id, arrangement_cache_bytes): (Arc<dyn DbCache>, u64, usize),
         compaction: Arc<BackgroundRuntime>,
     ) -> RsResult<ShardDb> {
         let mut settings = Settings {
@@ -150,6 +162,7 @@ impl ShardDb {
         let shard = ShardDb {
             db,
             name: path.to_string(),
+            cache: Arc::new(StateCache::new(arrangement_cache_bytes)),
             _compaction: compaction,
         };
         shard.check_format_version().await?;
@@ -203,14 +216,31 @@ impl ShardDb {
 
     /// A consistent read-only view of the committed state.
     pub fn snapshot(&self) -> RsResult<Snapshot> {
+        let before = self.cache.generation();
         let inner = self
             .db
             .snapshot()
             .map_err(|error| storage_error(&self.name, error))?;
+        // The cache serves the snapshot only if no commit began or ended
+        // while it was taken.
+        let cache = before
+            .filter(|generation| self.cache.generation() == Some(*generation))
+            .map(|generation| (self.cache.clone(), generation));
         Ok(Snapshot {
             inner,
             name: self.name.clone(),
+            cache,
         })
+    }
+
+    /// The arrangement cache's counters.
+    pub fn cache_stats(&self) -> CacheStats {
+        self.cache.stats()
+    }
+
+    /// The shard's arrangement cache.
+    pub fn cache(&self) -> Arc<StateCache> {
+        self.cache.clone()
     }
 
     /// The last committed epoch (0 for a new shard).
@@ -232,12 +262,30 @@ impl ShardDb {
         epoch: Epoch,
         writes: impl IntoIterator<Item = (Vec<u8>, Write)>,
     ) -> RsResult<()> {
+        self.cache.begin_commit();
+        let committed = self.write_epoch(epoch, writes).await;
+        self.cache.finish_commit(committed.is_ok());
+        committed
+    }
+
+    async fn write_epoch(
+        &self,
+        epoch: Epoch,
+        writes: impl IntoIterator<Item = (Vec<u8>, Write)>,
+    ) -> RsResult<()> {
         let mut batch = WriteBatch::new();
         for (key, write) in writes {
             debug_assert!(
                 key.first() != Some(&keys::SHARD_META) || key != keys::epoch_key(),
                 "epoch key written by an operator"
             );
+            // Only counts are added to: the cache, as storage, reads a
+            // count that sums to zero as absent.
+            debug_assert!(
+                !matches!(write, Write::AddCount(_)) || keys::holds_count(&key),
+                "a count addition to a key that holds no count"
+            );
+            self.cache.apply(&key, &write);
             match write {
                 Write::Put(value) => batch.put_bytes(key.into(), value.into()),
                 Write::Delete => batch.delete(&key),
@@ -292,6 +340,9 @@ impl ShardDb {
 pub struct Snapshot {
     inner: Arc<DbSnapshot>,
     name: String,
+    /// The shard's arrangement cache and the generation it matches this
+    /// snapshot at.
+    cache: Option<(Arc<StateCache>, u64)>,
 }
 
 /// Batches of at most this many keys are looked up one by one.
@@ -302,6 +353,19 @@ pub const SCAN_CHUNK_ROWS_MAX: usize = 8192;
 
 impl Snapshot {
     pub async fn get(&self, key: &[u8]) -> RsResult<Option<Vec<u8>>> {
+        if let Some((cache, generation)) = &self.cache {
+            if let Lookup::Hit(value) = cache.get(*generation, key) {
+                return Ok(value);
+            }
+        }
+        let value = self.get_stored(key).await?;
+        if let Some((cache, generation)) = &self.cache {
+            cache.insert_values(*generation, [(key, &value)]);
+        }
+        Ok(value)
+    }
+
+    async fn get_stored(&self, key: &[u8]) -> RsResult<Option<Vec<u8>>> {
         let value = self
             .inner
             .get(key)
@@ -320,10 +384,34 @@ impl Snapshot {
     /// out of the block cache: a bulk load's lookups would only evict the
     /// working set.
     pub async fn get_many(&self, keys: &[&[u8]]) -> RsResult<Vec<Option<Vec<u8>>>> {
+        let Some((cache, generation)) = &self.cache else {
+            return self.get_many_stored(keys).await;
+        };
+        let mut values = vec![None; keys.len()];
+        let mut missed = Vec::new();
+        for (index, lookup) in cache.get_many(*generation, keys).into_iter().enumerate() {
+            match lookup {
+                Lookup::Hit(value) => values[index] = value,
+                Lookup::Miss => missed.push(index),
+            }
+        }
+        if missed.is_empty() {
+            return Ok(values);
+        }
+        let missed_keys: Vec<&[u8]> = missed.iter().map(|index| keys[*index]).collect();
+        let stored = self.get_many_stored(&missed_keys).await?;
+        cache.insert_values(*generation, missed_keys.iter().copied().zip(&stored));
+        for (index, value) in missed.into_iter().zip(stored) {
+            values[index] = value;
+        }
+        Ok(values)
+    }
+
+    async fn get_many_stored(&self, keys: &[&[u8]]) -> RsResult<Vec<Option<Vec<u8>>>> {
         let mut values = vec![None; keys.len()];
         if keys.len() <= GET_MANY_POINT_LOOKUPS_MAX {
             for (value, key) in values.iter_mut().zip(keys) {
-                *value = self.get(key).await?;
+                *value = self.get_stored(key).await?;
             }
             return Ok(values);
         }
@@ -357,7 +445,7 @@ impl Snapshot {
             if read >= budget {
                 // Dense stored data between the keys asked for.
                 for index in &order[next..] {
-                    values[*index] = self.get(keys[*index]).await?;
+                    values[*index] = self.get_stored(keys[*index]).await?;
                 }
                 break;
             }
@@ -372,12 +460,114 @@ impl Snapshot {
         order: ScanOrder,
         limit: usize,
     ) -> RsResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        let Some((cache, generation)) = &self.cache else {
+            return self.scan_prefix_stored(prefix, order, limit).await;
+        };
+        if let Some(entries) = cache.scan(*generation, prefix, order, limit) {
+            return Ok(entries);
+        }
+        let entries = self.scan_prefix_stored(prefix, order, limit).await?;
+        if entries.len() < limit {
+            cache.insert_complete(*generation, prefix, &entries);
+        }
+        Ok(entries)
+    }
+
+    async fn scan_prefix_stored(
+        &self,
+        prefix: &[u8],
+        order: ScanOrder,
+        limit: usize,
+    ) -> RsResult<Vec<(Vec<u8>, Vec<u8>)>> {
         let iterator = self
             .inner
             .scan_prefix_with_options(prefix, .., &scan_options(order, true))
             .await
             .map_err(|error| storage_error(&self.name, error))?;
         self.collect(iterator, limit).await
+    }
+
+    /// Up to `limit` entries under each of `prefixes` (ascending, none
+    /// starting with another), answered in their order.
+    ///
+    /// A few prefixes are scanned one by one, each with its prefix bloom
+    /// filter. Many are answered by one ascending iterator over the range
+    /// they span: the entries between two prefixes are stepped over while
+    /// they are few, and past a long gap a new iterator starts at the next
+    /// prefix, so keys that are dense in storage (a dimension table a batch
+    /// joins) cost a few block reads instead of a new scan each.
+    pub async fn scan_prefixes(&self, prefixes: &[&[u8]], limit: usize) -> RsResult<Vec<Entries>> {
+        let Some((cache, generation)) = &self.cache else {
+            return self.scan_prefixes_stored(prefixes, limit).await;
+        };
+        let mut answers = vec![Vec::new(); prefixes.len()];
+        let mut missed = Vec::new();
+        let cached = cache.scan_many(*generation, prefixes, limit);
+        for (index, cached) in cached.into_iter().enumerate() {
+            match cached {
+                Some(entries) => answers[index] = entries,
+                None => missed.push(index),
+            }
+        }
+        if missed.is_empty() {
+            return Ok(answers);
+        }
+        let missed_prefixes: Vec<&[u8]> = missed.iter().map(|index| prefixes[*index]).collect();
+        let stored = self.scan_prefixes_stored(&missed_prefixes, limit).await?;
+        let complete = missed_prefixes
+            .iter()
+            .zip(&stored)
+            .filter(|(_, entries)| entries.len() < limit)
+            .map(|(prefix, entries)| (*prefix, entries));
+        cache.insert_complete_many(*generation, complete);
+        for (index, entries) in missed.into_iter().zip(stored) {
+            answers[index] = entries;
+        }
+        Ok(answers)
+    }
+
+    async fn scan_prefixes_stored(
+        &self,
+        prefixes: &[&[u8]],
+        limit: usize,
+    ) -> RsResult<Vec<Entries>> {
+        debug_assert!(rockstream_ops::state::prefixes_are_ordered(prefixes));
+        let (Some(first), Some(last)) = (prefixes.first(), prefixes.last()) else {
+            return Ok(Vec::new());
+        };
+        if prefixes.len() <= SCAN_PREFIXES_ONE_BY_ONE_MAX {
+            let mut answers = Vec::with_capacity(prefixes.len());
+            for prefix in prefixes {
+                answers.push(
+                    self.scan_prefix_stored(prefix, ScanOrder::Ascending, limit)
+                        .await?,
+                );
+            }
+            return Ok(answers);
+        }
+        let end = prefix_successor(last);
+        let mut cursor = PrefixCursor {
+            iterator: self.scan_from(first, end.as_deref()).await?,
+            ahead: None,
+            snapshot: self,
+            end,
+        };
+        let mut answers = Vec::with_capacity(prefixes.len());
+        for prefix in prefixes {
+            answers.push(cursor.entries_under(prefix, limit).await?);
+        }
+        Ok(answers)
+    }
+
+    /// An ascending iterator over `start..end` (`end` `None`: to the end)
+    /// that keeps the blocks it reads cached.
+    async fn scan_from(&self, start: &[u8], end: Option<&[u8]>) -> RsResult<DbIterator> {
+        let options = scan_options(ScanOrder::Ascending, true);
+        match end {
+            Some(end) => self.inner.scan_with_options(start..end, &options).await,
+            None => self.inner.scan_with_options(start.., &options).await,
+        }
+        .map_err(|error| storage_error(&self.name, error))
     }
 
     /// Entries with `prefix` strictly after `after` (or from the start), at
@@ -429,6 +619,85 @@ impl Snapshot {
         }
         Ok(out)
     }
+}
+
+/// [`Snapshot::scan_prefixes`] of at most this many prefixes scans each
+/// on its own.
+const SCAN_PREFIXES_ONE_BY_ONE_MAX: usize = 4;
+
+/// Entries between two prefixes of [`Snapshot::scan_prefixes`] that are
+/// stepped over before a new iterator is opened at the next prefix instead.
+///
+/// A new iterator rather than `DbIterator::seek`: SlateDB 0.18's merge
+/// operator iterator drops the entry it read ahead while resolving a count
+/// (a merge operand) when it seeks, even when that entry is at or past the
+/// key sought, so a seek could skip the first key of a prefix.
+const SCAN_PREFIXES_STEPS_BEFORE_REOPEN: usize = 16;
+
+/// One forward pass of [`Snapshot::scan_prefixes`].
+struct PrefixCursor<'a> {
+    iterator: DbIterator,
+    /// An entry read but not yet consumed: the next key in the range.
+    ahead: Option<slatedb::KeyValue>,
+    snapshot: &'a Snapshot,
+    /// Where the pass ends (exclusive; `None`: the end of the keys).
+    end: Option<Vec<u8>>,
+}
+
+impl PrefixCursor<'_> {
+    /// The next entry of the range, without consuming it.
+    async fn peek(&mut self) -> RsResult<Option<&slatedb::KeyValue>> {
+        if self.ahead.is_none() {
+            self.ahead = self
+                .iterator
+                .next()
+                .await
+                .map_err(|error| storage_error(&self.snapshot.name, error))?;
+        }
+        Ok(self.ahead.as_ref())
+    }
+
+    /// Up to `limit` visible entries under `prefix`. Every prefix asked
+    /// before was smaller and none was a prefix of this one, so what the
+    /// pass skips to reach `prefix` lies below it.
+    async fn entries_under(&mut self, prefix: &[u8], limit: usize) -> RsResult<Entries> {
+        let mut entries = Vec::new();
+        let mut stepped = 0;
+        loop {
+            let Some(entry) = self.peek().await? else {
+                break;
+            };
+            let (before, under) = (entry.key.as_ref() < prefix, entry.key.starts_with(prefix));
+            if before {
+                stepped += 1;
+                if stepped > SCAN_PREFIXES_STEPS_BEFORE_REOPEN {
+                    self.ahead = None;
+                    self.iterator = self.snapshot.scan_from(prefix, self.end.as_deref()).await?;
+                    stepped = 0;
+                } else {
+                    self.ahead = None;
+                }
+                continue;
+            }
+            if entries.len() >= limit || !under {
+                break;
+            }
+            let entry = self.ahead.take().expect("peeked");
+            if let Some(value) = visible(&entry.key, &entry.value) {
+                entries.push((entry.key.to_vec(), value));
+            }
+        }
+        Ok(entries)
+    }
+}
+
+/// The smallest key above every key that starts with `prefix`; `None` when
+/// there is none (the prefix is all `0xFF`).
+fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
+    let last = prefix.iter().rposition(|byte| *byte != 0xFF)?;
+    let mut successor = prefix[..=last].to_vec();
+    successor[last] += 1;
+    Some(successor)
 }
 
 /// Bound on cached data blocks (SlateDB's default is 512 MiB). Together with
@@ -787,5 +1056,224 @@ mod tests {
         ] {
             assert_eq!(decide(key, value), CompactionFilterDecision::Keep);
         }
+    }
+}
+
+#[cfg(test)]
+mod cache_tests {
+    //! Goal: a shard reads the same with an arrangement cache as without
+    //! one, whatever the reads, the writes between them and the evictions.
+    //! Method: seeded random epochs of puts, deletes and count additions on
+    //! join-arrangement keys, each followed by random point reads, batched
+    //! reads, prefix scans (both orders, with limits) and batched prefix
+    //! scans on a shard whose cache holds a few dozen keys, compared with a
+    //! `MemoryStore` that applied the same writes.
+    use std::collections::BTreeMap;
+
+    use rockstream_ops::{MemoryStore, StateRead, StateStore};
+
+    use super::*;
+
+    /// A small deterministic generator (splitmix64).
+    struct Random(u64);
+
+    impl Random {
+        fn below(&mut self, bound: u64) -> u64 {
+            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            (z ^ (z >> 31)) % bound
+        }
+    }
+
+    fn prefix(group: u8) -> Vec<u8> {
+        let mut prefix = keys::op_prefix(keys::JOIN_LEFT, 1);
+        prefix.push(group);
+        prefix
+    }
+
+    fn key(group: u8, item: u8) -> Vec<u8> {
+        let mut key = prefix(group);
+        key.push(item);
+        key
+    }
+
+    fn random_key(random: &mut Random) -> Vec<u8> {
+        key(random.below(6) as u8, random.below(10) as u8)
+    }
+
+    fn random_write(random: &mut Random) -> Write {
+        match random.below(4) {
+            0 => Write::Delete,
+            1 => Write::Put(keys::encode_weight(1 + random.below(3) as i64)),
+            _ => Write::AddCount(random.below(5) as i64 - 2),
+        }
+    }
+
+    async fn compare_reads(snapshot: &Snapshot, model: &MemoryStore, random: &mut Random) {
+        for _ in 0..12 {
+            match random.below(4) {
+                0 => {
+                    let key = random_key(random);
+                    let ours = snapshot.get(&key).await.expect("get");
+                    assert_eq!(ours, model.get(&key).await.expect("get"), "get {key:?}");
+                }
+                1 => {
+                    let asked: Vec<Vec<u8>> = (0..random.below(30)).map(|_| random_key(random)).collect();
+                    let refs: Vec<&[u8]> = asked.iter().map(Vec::as_slice).collect();
+                    let ours = snapshot.get_many(&refs).await.expect("get_many");
+                    assert_eq!(ours, model.get_many(&refs).await.expect("get_many"));
+                }
+                2 => {
+                    // A group, or every group at once (a covering prefix).
+                    let scanned = match random.below(7) {
+                        6 => keys::op_prefix(keys::JOIN_LEFT, 1),
+                        group => prefix(group as u8),
+                    };
+                    let order = if random.below(2) == 0 {
+                        ScanOrder::Ascending
+                    } else {
+                        ScanOrder::Descending
+                    };
+                    let limit = [1, 3, usize::MAX][random.below(3) as usize];
+                    let ours = snapshot.scan_prefix(&scanned, order, limit).await.expect("scan");
+                    let model = model.scan_prefix(&scanned, order, limit).await.expect("scan");
+                    assert_eq!(ours, model, "scan {scanned:?} {order:?} {limit}");
+                }
+                _ => {
+                    let mut groups: Vec<u8> =
+                        (0..random.below(7)).map(|_| random.below(6) as u8).collect();
+                    groups.sort_unstable();
+                    groups.dedup();
+                    let prefixes: Vec<Vec<u8>> = groups.into_iter().map(prefix).collect();
+                    let refs: Vec<&[u8]> = prefixes.iter().map(Vec::as_slice).collect();
+                    let limit = [1, 2, usize::MAX][random.below(3) as usize];
+                    let ours = snapshot.scan_prefixes(&refs, limit).await.expect("scans");
+                    let model = model.scan_prefixes(&refs, limit).await.expect("scans");
+                    assert_eq!(ours, model, "scans {refs:?} {limit}");
+                }
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_cached_shard_reads_like_storage() {
+        let mut evictions = 0;
+        for seed in 0..8 {
+            let mut random = Random(seed);
+            let store = object_store_for("memory://").expect("memory store");
+            // A few dozen keys' worth: evictions happen all the time.
+            let cache = (block_and_meta_cache(), 0, 3072);
+            let compaction = Arc::new(compaction_runtime("cache").expect("runtime"));
+            let shard = ShardDb::open_with(store, "cache", cache, compaction)
+                .await
+                .expect("opens");
+            let mut model = MemoryStore::default();
+            for epoch in 1..40 {
+                // Counts may not go negative: only add what keeps them >= 0.
+                let mut writes = BTreeMap::new();
+                for _ in 0..random.below(12) {
+                    let key = random_key(&mut random);
+                    let write = random_write(&mut random);
+                    let below = model.get(&key).await.expect("get");
+                    if write.apply(below.clone()).is_some_and(|v| keys::decode_weight(&v) < 0)
+                        || writes.contains_key(&key)
+                    {
+                        continue;
+                    }
+                    writes.insert(key, write);
+                }
+                for (key, write) in &writes {
+                    match write {
+                        Write::Put(value) => model.put(key.clone(), value.clone()),
+                        Write::Delete => model.delete(key.clone()),
+                        Write::AddCount(change) => model.add_count(key.clone(), *change),
+                    }
+                }
+                shard.commit(epoch, writes).await.expect("commits");
+                let snapshot = shard.snapshot().expect("snapshot");
+                compare_reads(&snapshot, &model, &mut random).await;
+            }
+            let stats = shard.cache_stats();
+            assert!(stats.hits > 0, "seed {seed}: {stats:?}");
+            assert!(stats.bytes <= stats.bytes_max, "seed {seed}: {stats:?}");
+            evictions += stats.evictions;
+        }
+        assert!(evictions > 0, "the cache never filled up");
+    }
+
+    #[tokio::test]
+    async fn batched_prefix_scans_match_scans_one_by_one() {
+        // Groups 0..250 with 0..6 entries each (some none), no cache: the
+        // forward pass steps over short gaps and seeks over long ones.
+        let store = object_store_for("memory://").expect("memory store");
+        let cache = (block_and_meta_cache(), 0, 0);
+        let compaction = Arc::new(compaction_runtime("scans").expect("runtime"));
+        let shard = ShardDb::open_with(store, "scans", cache, compaction)
+            .await
+            .expect("opens");
+        let mut random = Random(7);
+        let mut writes = Vec::new();
+        for group in 0..250u8 {
+            for item in 0..random.below(7) as u8 {
+                writes.push((key(group, item), Write::AddCount(1 + item as i64)));
+            }
+        }
+        shard.commit(1, writes).await.expect("commits");
+        let snapshot = shard.snapshot().expect("snapshot");
+        for round in 0..40 {
+            let density = 1 + random.below(40);
+            let mut groups: Vec<u8> = (0..250u8)
+                .filter(|_| random.below(density) == 0)
+                .collect();
+            groups.dedup();
+            let prefixes: Vec<Vec<u8>> = groups.into_iter().map(prefix).collect();
+            let refs: Vec<&[u8]> = prefixes.iter().map(Vec::as_slice).collect();
+            let limit = [1, 2, 4, usize::MAX][round % 4];
+            let batched = snapshot.scan_prefixes(&refs, limit).await.expect("scans");
+            assert_eq!(batched.len(), refs.len());
+            for (prefix, batched) in refs.iter().zip(batched) {
+                let one = snapshot
+                    .scan_prefix(prefix, ScanOrder::Ascending, limit)
+                    .await
+                    .expect("scan");
+                assert_eq!(batched, one, "round {round}: {prefix:?}, limit {limit}");
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_taken_before_a_commit_does_not_read_its_writes() {
+        let store = object_store_for("memory://").expect("memory store");
+        let shard = ShardDb::open(store, "cache").await.expect("opens");
+        shard
+            .commit(1, [(key(1, 1), Write::AddCount(2))])
+            .await
+            .expect("commits");
+        let before = shard.snapshot().expect("snapshot");
+        // Cache the prefix, then commit a change under it.
+        let scanned = before
+            .scan_prefix(&prefix(1), ScanOrder::Ascending, usize::MAX)
+            .await
+            .expect("scan");
+        assert_eq!(scanned.len(), 1);
+        shard
+            .commit(2, [(key(1, 2), Write::AddCount(1))])
+            .await
+            .expect("commits");
+        let old = before
+            .scan_prefix(&prefix(1), ScanOrder::Ascending, usize::MAX)
+            .await
+            .expect("scan");
+        assert_eq!(old, scanned, "an older snapshot reads its own state");
+        let new = shard
+            .snapshot()
+            .expect("snapshot")
+            .scan_prefix(&prefix(1), ScanOrder::Ascending, usize::MAX)
+            .await
+            .expect("scan");
+        assert_eq!(new.len(), 2, "the write reached the cached prefix");
+        assert!(shard.cache_stats().hits >= 1);
     }
 }

@@ -168,7 +168,9 @@ mod tests {
     #[tokio::test]
     async fn rows_read_from_their_shards_in_key_order() {
         let store = crate::object_store_for("memory://").unwrap();
-        let shards = ShardDb::open_all(store, 3).await.unwrap();
+        let shards = ShardDb::open_all(store, 3, crate::ARRANGEMENT_CACHE_BYTES_DEFAULT)
+            .await
+            .unwrap();
         let map = Arc::new(BucketMap::rendezvous(3).unwrap());
         // More rows than one storage chunk, so the merge refills.
         let rows: Vec<Vec<u8>> = (0..SCAN_CHUNK_ROWS_MAX as u32 + 500)

@@ -9,6 +9,7 @@
 mod harness;
 
 mod backfill;
+mod cache;
 mod consistency;
 mod copy;
 mod corpus;

@@ -93,6 +93,8 @@ pub struct TestServer {
     log_reported: bool,
     /// Extra environment of the processes started from now on.
     environment: Vec<(String, String)>,
+    /// Extra arguments of `rockstream start`.
+    arguments: Vec<String>,
 }
 
 impl TestServer {
@@ -103,6 +105,11 @@ impl TestServer {
 
     /// Starts a server over `storage`, which may hold the data of a previous server.
     pub async fn start_on(storage: Arc<Storage>) -> TestServer {
+        TestServer::start_with(storage, &[]).await
+    }
+
+    /// Starts a server over `storage` with extra arguments of `rockstream start`.
+    pub async fn start_with(storage: Arc<Storage>, arguments: &[&str]) -> TestServer {
         let mut server = TestServer {
             storage,
             child: None,
@@ -110,6 +117,7 @@ impl TestServer {
             generation: 0,
             log_reported: false,
             environment: Vec::new(),
+            arguments: arguments.iter().map(|argument| argument.to_string()).collect(),
         };
         server.spawn_until_ready().await;
         server
@@ -250,6 +258,7 @@ impl TestServer {
             .arg(format!("127.0.0.1:{}", self.port))
             .arg("--shards")
             .arg(test_shards().to_string())
+            .args(&self.arguments)
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log_for_stderr);
