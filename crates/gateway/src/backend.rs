@@ -603,7 +603,12 @@ impl Gateway {
                 stats.bytes_max
             )
         };
-        let value = match variable.to_lowercase().as_str() {
+        // The parts of a dotted name arrive joined by spaces.
+        let name = match variable.to_lowercase().as_str() {
+            "rockstream arrangement_cache" => "rockstream.arrangement_cache".to_string(),
+            other => other.to_string(),
+        };
+        let value = match name.as_str() {
             "server_version" => "15.0 (RockStream)".to_string(),
             "transaction_isolation" | "transaction isolation level" => isolation.name().to_string(),
             "default_transaction_isolation" => default_isolation.name().to_string(),
@@ -620,7 +625,7 @@ impl Gateway {
             }
         };
         let schema = Arc::new(ArrowSchema::new(vec![Field::new(
-            variable.to_lowercase(),
+            name,
             DataType::Utf8,
             true,
         )]));

@@ -333,7 +333,8 @@ impl JoinOperator {
         if self.tracks_left_unmatched() {
             let right_after = self.any_keys(store, Side::Right, keys).await?;
             let flipped = |index: usize| right_before[index] != right_after[index];
-            let (unread, indexes) = select(keys, |index| flipped(index) && left_new[index].is_none());
+            let (unread, indexes) =
+                select(keys, |index| flipped(index) && left_new[index].is_none());
             let rows = self
                 .scan_keys(store, Side::Left, &unread, KEY_ROWS_MAX)
                 .await?;
@@ -364,10 +365,12 @@ impl JoinOperator {
                 let unmatched = match (left_before[index], left_after[index]) {
                     (false, false) => (*right_delta).clone(),
                     (true, true) => Vec::new(),
-                    (false, true) => subtract(&right_new[index].take().unwrap_or_default(), right_delta)
-                        .into_iter()
-                        .map(|(row, weight)| (row, -weight))
-                        .collect(),
+                    (false, true) => {
+                        subtract(&right_new[index].take().unwrap_or_default(), right_delta)
+                            .into_iter()
+                            .map(|(row, weight)| (row, -weight))
+                            .collect()
+                    }
                     (true, false) => right_new[index].take().unwrap_or_default(),
                 };
                 for (row, weight) in unmatched {
@@ -394,8 +397,10 @@ impl JoinOperator {
         let right_olds = self
             .scan_keys(store, Side::Right, keys, KEY_ROWS_MAX)
             .await?;
-        for ((key, (left_delta, right_delta)), (left_old, right_old)) in
-            keys.iter().zip(deltas).zip(left_olds.iter().zip(&right_olds))
+        for ((key, (left_delta, right_delta)), (left_old, right_old)) in keys
+            .iter()
+            .zip(deltas)
+            .zip(left_olds.iter().zip(&right_olds))
         {
             self.apply(store, Side::Left, key, left_delta).await?;
             self.apply(store, Side::Right, key, right_delta).await?;

@@ -301,7 +301,10 @@ mod tests {
                 .scan_prefix(prefix, ScanOrder::Ascending, limit)
                 .await
                 .expect("scan");
-            assert_eq!(batched, one, "batched and single scans disagree on {prefix:?}");
+            assert_eq!(
+                batched, one,
+                "batched and single scans disagree on {prefix:?}"
+            );
         }
         out
     }

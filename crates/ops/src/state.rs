@@ -63,7 +63,10 @@ pub trait StateRead: Send + Sync {
             debug_assert!(prefixes_are_ordered(prefixes));
             let mut answers = Vec::with_capacity(prefixes.len());
             for prefix in prefixes {
-                answers.push(self.scan_prefix(prefix, ScanOrder::Ascending, limit).await?);
+                answers.push(
+                    self.scan_prefix(prefix, ScanOrder::Ascending, limit)
+                        .await?,
+                );
             }
             Ok(answers)
         }

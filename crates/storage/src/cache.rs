@@ -208,7 +208,12 @@ impl StateCache {
 
     /// Prefix scans of many prefixes at `generation`, under one lock: the
     /// entries of each prefix a complete prefix covers.
-    pub fn scan_many(&self, generation: u64, prefixes: &[&[u8]], limit: usize) -> Vec<Option<Entries>> {
+    pub fn scan_many(
+        &self,
+        generation: u64,
+        prefixes: &[&[u8]],
+        limit: usize,
+    ) -> Vec<Option<Entries>> {
         let mut inner = self.lock();
         if inner.generation != generation {
             return prefixes.iter().map(|_| None).collect();
@@ -242,7 +247,10 @@ impl StateCache {
         generation: u64,
         scans: impl IntoIterator<Item = (&'a [u8], &'a Entries)>,
     ) {
-        let mut scans = scans.into_iter().filter(|(prefix, _)| cacheable(prefix)).peekable();
+        let mut scans = scans
+            .into_iter()
+            .filter(|(prefix, _)| cacheable(prefix))
+            .peekable();
         if scans.peek().is_none() {
             return;
         }
@@ -262,7 +270,10 @@ impl StateCache {
         generation: u64,
         values: impl IntoIterator<Item = (&'a [u8], &'a Option<Vec<u8>>)>,
     ) {
-        let mut values = values.into_iter().filter(|(key, _)| cacheable(key)).peekable();
+        let mut values = values
+            .into_iter()
+            .filter(|(key, _)| cacheable(key))
+            .peekable();
         if values.peek().is_none() {
             return;
         }
@@ -323,14 +334,22 @@ impl StateCache {
         inner.generation = (inner.generation + 1) | 1;
     }
 
-    /// Applies one write of the commit in flight to the cached keys.
-    pub fn apply(&self, key: &[u8], write: &Write) {
-        if self.bytes_max == 0 || !cacheable(key) {
+    /// Applies the writes of the commit in flight to the cached keys,
+    /// under one lock.
+    pub fn apply_all(&self, writes: &[(Vec<u8>, Write)]) {
+        if self.bytes_max == 0 {
             return;
         }
         let mut inner = self.lock();
         debug_assert!(inner.generation % 2 == 1, "a write outside a commit");
-        inner.apply(key, write);
+        if inner.entries.is_empty() && inner.complete.is_empty() {
+            return;
+        }
+        for (key, write) in writes {
+            if cacheable(key) {
+                inner.apply(key, write);
+            }
+        }
         inner.evict_beyond(self.bytes_max);
     }
 
@@ -549,11 +568,5 @@ impl Inner {
         });
         self.bytes -= removed_bytes;
         self.evictions += removed_keys;
-    }
-
-    fn remove_entry(&mut self, key: &[u8]) {
-        if let Some(cached) = self.entries.remove(key) {
-            self.bytes -= entry_bytes(key, &cached.value);
-        }
     }
 }

@@ -273,6 +273,8 @@ impl ShardDb {
         epoch: Epoch,
         writes: impl IntoIterator<Item = (Vec<u8>, Write)>,
     ) -> RsResult<()> {
+        let writes: Vec<(Vec<u8>, Write)> = writes.into_iter().collect();
+        self.cache.apply_all(&writes);
         let mut batch = WriteBatch::new();
         for (key, write) in writes {
             debug_assert!(
@@ -285,7 +287,6 @@ impl ShardDb {
                 !matches!(write, Write::AddCount(_)) || keys::holds_count(&key),
                 "a count addition to a key that holds no count"
             );
-            self.cache.apply(&key, &write);
             match write {
                 Write::Put(value) => batch.put_bytes(key.into(), value.into()),
                 Write::Delete => batch.delete(&key),
@@ -1120,7 +1121,8 @@ mod cache_tests {
                     assert_eq!(ours, model.get(&key).await.expect("get"), "get {key:?}");
                 }
                 1 => {
-                    let asked: Vec<Vec<u8>> = (0..random.below(30)).map(|_| random_key(random)).collect();
+                    let asked: Vec<Vec<u8>> =
+                        (0..random.below(30)).map(|_| random_key(random)).collect();
                     let refs: Vec<&[u8]> = asked.iter().map(Vec::as_slice).collect();
                     let ours = snapshot.get_many(&refs).await.expect("get_many");
                     assert_eq!(ours, model.get_many(&refs).await.expect("get_many"));
@@ -1137,13 +1139,20 @@ mod cache_tests {
                         ScanOrder::Descending
                     };
                     let limit = [1, 3, usize::MAX][random.below(3) as usize];
-                    let ours = snapshot.scan_prefix(&scanned, order, limit).await.expect("scan");
-                    let model = model.scan_prefix(&scanned, order, limit).await.expect("scan");
+                    let ours = snapshot
+                        .scan_prefix(&scanned, order, limit)
+                        .await
+                        .expect("scan");
+                    let model = model
+                        .scan_prefix(&scanned, order, limit)
+                        .await
+                        .expect("scan");
                     assert_eq!(ours, model, "scan {scanned:?} {order:?} {limit}");
                 }
                 _ => {
-                    let mut groups: Vec<u8> =
-                        (0..random.below(7)).map(|_| random.below(6) as u8).collect();
+                    let mut groups: Vec<u8> = (0..random.below(7))
+                        .map(|_| random.below(6) as u8)
+                        .collect();
                     groups.sort_unstable();
                     groups.dedup();
                     let prefixes: Vec<Vec<u8>> = groups.into_iter().map(prefix).collect();
@@ -1177,7 +1186,9 @@ mod cache_tests {
                     let key = random_key(&mut random);
                     let write = random_write(&mut random);
                     let below = model.get(&key).await.expect("get");
-                    if write.apply(below.clone()).is_some_and(|v| keys::decode_weight(&v) < 0)
+                    if write
+                        .apply(below.clone())
+                        .is_some_and(|v| keys::decode_weight(&v) < 0)
                         || writes.contains_key(&key)
                     {
                         continue;
@@ -1224,9 +1235,7 @@ mod cache_tests {
         let snapshot = shard.snapshot().expect("snapshot");
         for round in 0..40 {
             let density = 1 + random.below(40);
-            let mut groups: Vec<u8> = (0..250u8)
-                .filter(|_| random.below(density) == 0)
-                .collect();
+            let mut groups: Vec<u8> = (0..250u8).filter(|_| random.below(density) == 0).collect();
             groups.dedup();
             let prefixes: Vec<Vec<u8>> = groups.into_iter().map(prefix).collect();
             let refs: Vec<&[u8]> = prefixes.iter().map(Vec::as_slice).collect();

@@ -182,9 +182,13 @@ mod tests {
         // others', repair brings the lagging shards to the coordinator's
         // epoch, and one that had committed is not written twice.
         let store = rockstream_common::object_store_for("memory://").unwrap();
-        let shards = ShardDb::open_all(store, 3, rockstream_storage::ARRANGEMENT_CACHE_BYTES_DEFAULT)
-            .await
-            .unwrap();
+        let shards = ShardDb::open_all(
+            store,
+            3,
+            rockstream_storage::ARRANGEMENT_CACHE_BYTES_DEFAULT,
+        )
+        .await
+        .unwrap();
         let row = |name: &[u8]| [&[keys::TABLE_ROWS][..], name].concat();
         let count = [&[keys::OUTPUT][..], b"count"].concat();
         for shard in &shards {

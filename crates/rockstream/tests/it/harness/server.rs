@@ -117,7 +117,10 @@ impl TestServer {
             generation: 0,
             log_reported: false,
             environment: Vec::new(),
-            arguments: arguments.iter().map(|argument| argument.to_string()).collect(),
+            arguments: arguments
+                .iter()
+                .map(|argument| argument.to_string())
+                .collect(),
         };
         server.spawn_until_ready().await;
         server
