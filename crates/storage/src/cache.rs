@@ -142,7 +142,7 @@ impl StateCache {
             return None;
         }
         let generation = self.lock().generation;
-        (generation % 2 == 0).then_some(generation)
+        generation.is_multiple_of(2).then_some(generation)
     }
 
     pub fn stats(&self) -> CacheStats {
@@ -330,7 +330,7 @@ impl StateCache {
     /// the cache.
     pub fn begin_commit(&self) {
         let mut inner = self.lock();
-        debug_assert!(inner.generation % 2 == 0, "commits overlap");
+        debug_assert!(inner.generation.is_multiple_of(2), "commits overlap");
         inner.generation = (inner.generation + 1) | 1;
     }
 
@@ -341,7 +341,10 @@ impl StateCache {
             return;
         }
         let mut inner = self.lock();
-        debug_assert!(inner.generation % 2 == 1, "a write outside a commit");
+        debug_assert!(
+            !inner.generation.is_multiple_of(2),
+            "a write outside a commit"
+        );
         if inner.entries.is_empty() && inner.complete.is_empty() {
             return;
         }
