@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Loads 1M `orders` (the bench's rows) in 10 000-row COPY batches through psql, with the README
 # tour's two materialized views maintained, into a fresh server; prints rows/s and the server's
-# CPU seconds. With PERF=1, records a 15 s profile (perf, DWARF call graphs) in the middle.
+# CPU seconds and peak RSS. SlateDB settings can be varied through ROCKSTREAM_SLATEDB_* variables
+# in the environment (see crates/storage). With PERF=1, records a 15 s profile (perf, DWARF call graphs) in the middle.
 #
-# Usage: scripts/copy-load.sh BINARY [ARRANGEMENT_CACHE]    e.g. target/release/rockstream 64MB
+# Usage: [SHARDS=n] scripts/copy-load.sh BINARY [ARRANGEMENT_CACHE]    e.g. target/release/rockstream 64MB
 set -euo pipefail
 binary=$1
 cache=${2:-64MB}
@@ -40,7 +41,7 @@ CREATE MATERIALIZED VIEW big_orders AS
 \copy customers FROM '$work/customers.tsv'
 SQL
 rm -rf "$work/data"
-"$binary" start --storage "$work/data" --listen "127.0.0.1:$port" --shards 1 \
+"$binary" start --storage "$work/data" --listen "127.0.0.1:$port" --shards "${SHARDS:-1}" \
     --arrangement-cache "$cache" >"$work/server.log" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null || true' EXIT
@@ -54,5 +55,6 @@ start=$(date +%s.%N)
 psql -q "$url" -f "$work/load.sql" >/dev/null
 end=$(date +%s.%N)
 cpu=$(awk '{print ($14 + $15) / 100}' "/proc/$pid/stat")
+peak_rss_mib=$(awk '/VmHWM/ {print int($2 / 1024)}' "/proc/$pid/status")
 psql -qt "$url" -c 'SHOW rockstream.arrangement_cache'
-echo "rows/s $(echo "1000000 / ($end - $start)" | bc) server_cpu_s $cpu"
+echo "rows/s $(echo "1000000 / ($end - $start)" | bc) server_cpu_s $cpu peak_rss_mib $peak_rss_mib"

@@ -4,7 +4,11 @@
 //! `COUNT(*)`, then per aggregate its partial state (a count; a count and an
 //! exact sum for `SUM`/`AVG`; the current extremum for `MIN`/`MAX`; a count
 //! and the exclusive or of the values for `BIT_XOR`). Sums of
-//! integers and numerics are exact `i128`; float sums are `f64`.
+//! integers and numerics are exact `i128`; float sums are `f64` over the
+//! finite values, with `+Infinity`, `-Infinity` and `NaN` inputs counted
+//! beside them (appended after the partials, so older state reads as having
+//! none): a retraction then undoes an infinity exactly, where `∞ - ∞` would
+//! leave `NaN` behind.
 //!
 //! `MIN`/`MAX` cannot be updated from a retraction alone, so their values are
 //! also kept as a multiset `MM op_id agg key value -> count`: after a change
@@ -56,12 +60,63 @@ enum Partial {
     Count(i64),
     /// Non-null inputs and their exact sum (mantissa at the input scale).
     ExactSum(i64, i128),
-    FloatSum(i64, f64),
+    /// Non-null inputs and their sum.
+    FloatSum(i64, FloatSum),
     Extremum(Datum),
     /// `string_agg`'s current result (NULL: no values).
     Concatenation(Datum),
     /// `bit_xor`: non-null inputs and the exclusive or of them all.
     Xor(i64, i64),
+}
+
+/// A float sum that retracts exactly at the special values: the finite
+/// inputs are summed, and infinities and NaNs are counted. The sum is then
+/// what PostgreSQL's is over the same inputs: NaN if any input is NaN or
+/// both infinities occur, else an infinity if one occurs, else the finite
+/// sum.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+struct FloatSum {
+    finite: f64,
+    positive_infinities: i64,
+    negative_infinities: i64,
+    nans: i64,
+}
+
+impl FloatSum {
+    fn add(&mut self, value: f64, weight: i64) {
+        if value.is_nan() {
+            self.nans += weight;
+        } else if value == f64::INFINITY {
+            self.positive_infinities += weight;
+        } else if value == f64::NEG_INFINITY {
+            self.negative_infinities += weight;
+        } else {
+            self.finite += value * weight as f64;
+        }
+    }
+
+    fn value(&self) -> f64 {
+        match (
+            self.nans > 0,
+            self.positive_infinities > 0,
+            self.negative_infinities > 0,
+        ) {
+            (true, _, _) | (false, true, true) => f64::NAN,
+            (false, true, false) => f64::INFINITY,
+            (false, false, true) => f64::NEG_INFINITY,
+            (false, false, false) => self.finite,
+        }
+    }
+
+    /// Whether any special value is counted (only then are the counts
+    /// stored).
+    fn has_specials(&self) -> bool {
+        (
+            self.positive_infinities,
+            self.negative_infinities,
+            self.nans,
+        ) != (0, 0, 0)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -471,7 +526,7 @@ impl AggregateOperator {
             .map(|call| match call.function {
                 AggregateFunction::CountStar | AggregateFunction::Count => Partial::Count(0),
                 AggregateFunction::Sum | AggregateFunction::Avg if is_float(call.input_type) => {
-                    Partial::FloatSum(0, 0.0)
+                    Partial::FloatSum(0, FloatSum::default())
                 }
                 AggregateFunction::Sum | AggregateFunction::Avg => Partial::ExactSum(0, 0),
                 AggregateFunction::Min | AggregateFunction::Max => Partial::Extremum(Datum::Null),
@@ -494,12 +549,28 @@ impl AggregateOperator {
                     row.extend([Datum::Int64(*count), Datum::Numeric(*sum)])
                 }
                 Partial::FloatSum(count, sum) => {
-                    row.extend([Datum::Int64(*count), Datum::Float64(*sum)])
+                    row.extend([Datum::Int64(*count), Datum::Float64(sum.finite)])
                 }
                 Partial::Extremum(value) | Partial::Concatenation(value) => row.push(value.clone()),
                 Partial::Xor(count, bits) => {
                     row.extend([Datum::Int64(*count), Datum::Int64(*bits)])
                 }
+            }
+        }
+        // The special-value counts of the float sums follow, in call order,
+        // written only if some sum counts one (the common case stays as
+        // short as before they were kept).
+        let float_sums = || {
+            state.partials.iter().filter_map(|partial| match partial {
+                Partial::FloatSum(_, sum) => Some(sum),
+                _ => None,
+            })
+        };
+        if float_sums().any(FloatSum::has_specials) {
+            for sum in float_sums() {
+                row.extend(
+                    [sum.positive_infinities, sum.negative_infinities, sum.nans].map(Datum::Int64),
+                );
             }
         }
         let mut bytes = Vec::new();
@@ -529,7 +600,13 @@ impl AggregateOperator {
                 Partial::FloatSum(..) => {
                     let count = as_i64(&values.next().ok_or_else(corrupt)?).ok_or_else(corrupt)?;
                     match values.next() {
-                        Some(Datum::Float64(sum)) => Partial::FloatSum(count, sum),
+                        Some(Datum::Float64(finite)) => Partial::FloatSum(
+                            count,
+                            FloatSum {
+                                finite,
+                                ..FloatSum::default()
+                            },
+                        ),
                         _ => return Err(corrupt()),
                     }
                 }
@@ -543,6 +620,17 @@ impl AggregateOperator {
                     Partial::Xor(count, bits)
                 }
             };
+        }
+        // The float sums' special-value counts, if any were stored.
+        if values.len() != 0 {
+            let mut next_count = || as_i64(&values.next().ok_or_else(corrupt)?).ok_or_else(corrupt);
+            for partial in state.partials.iter_mut() {
+                if let Partial::FloatSum(_, sum) = partial {
+                    sum.positive_infinities = next_count()?;
+                    sum.negative_infinities = next_count()?;
+                    sum.nans = next_count()?;
+                }
+            }
         }
         Ok(state)
     }
@@ -562,10 +650,10 @@ impl AggregateOperator {
                     exact_average(*sum, *count, input_scale(call.input_type), output_type)?
                 }
                 (AggregateFunction::Sum, Partial::FloatSum(_, sum)) => {
-                    float_to_output(*sum, output_type)
+                    float_to_output(sum.value(), output_type)
                 }
                 (AggregateFunction::Avg, Partial::FloatSum(count, sum)) => {
-                    float_to_output(*sum / *count as f64, output_type)
+                    float_to_output(sum.value() / *count as f64, output_type)
                 }
                 (_, Partial::Extremum(value) | Partial::Concatenation(value)) => value.clone(),
                 (_, Partial::Xor(0, _)) => Datum::Null,
@@ -653,7 +741,7 @@ fn accumulate(
                 }
             };
             *count += weight;
-            *sum += float * weight as f64;
+            sum.add(float, weight);
         }
         Partial::Xor(count, bits) => {
             let value = as_i64_widened(value)
@@ -765,8 +853,27 @@ fn better(function: AggregateFunction, candidate: &Datum, current: &Datum) -> bo
 
 #[cfg(test)]
 mod tests {
-    //! Goal: numeric helpers round like PostgreSQL (half away from zero).
+    //! Goal: numeric helpers round like PostgreSQL (half away from zero);
+    //! a float sum takes back infinities and NaNs exactly.
     use super::*;
+
+    #[test]
+    fn a_float_sum_takes_back_its_special_values() {
+        let mut sum = FloatSum::default();
+        sum.add(f64::INFINITY, 2);
+        sum.add(1.5, 1);
+        assert_eq!(sum.value(), f64::INFINITY);
+        sum.add(f64::NEG_INFINITY, 1);
+        assert!(sum.value().is_nan());
+        sum.add(f64::INFINITY, -2);
+        assert_eq!(sum.value(), f64::NEG_INFINITY);
+        sum.add(f64::NAN, 3);
+        assert!(sum.value().is_nan());
+        sum.add(f64::NAN, -3);
+        sum.add(f64::NEG_INFINITY, -1);
+        assert_eq!(sum.value(), 1.5);
+        assert!(!sum.has_specials());
+    }
 
     #[test]
     fn rounding_is_half_away_from_zero() {

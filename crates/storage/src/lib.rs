@@ -66,13 +66,31 @@ pub const FORMAT_VERSION_MIN: u8 = 2;
 /// the format version of a new shard.
 pub const WAL_FLUSH_INTERVAL: Duration = Duration::from_millis(10);
 
-/// Bound on memtable data not yet flushed to storage; writers wait beyond
-/// it (SlateDB's default, 1 GiB, is too much for a laptop-sized process).
-pub const UNFLUSHED_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// Bound on memtable data not yet flushed to storage, over all shards of a
+/// storage; writers wait beyond it (SlateDB's default, 1 GiB per database,
+/// is too much for a laptop-sized process). Each shard gets an equal part,
+/// within [`UNFLUSHED_BYTES_SHARD_MIN`]..=[`UNFLUSHED_BYTES_SHARD_MAX`].
+pub const UNFLUSHED_BYTES_TOTAL: usize = 256 * 1024 * 1024;
+/// A shard's bound on unflushed memtable data, however few shards share
+/// [`UNFLUSHED_BYTES_TOTAL`].
+pub const UNFLUSHED_BYTES_SHARD_MAX: usize = 128 * 1024 * 1024;
+/// A shard's bound on unflushed memtable data, however many shards share
+/// [`UNFLUSHED_BYTES_TOTAL`].
+pub const UNFLUSHED_BYTES_SHARD_MIN: usize = 32 * 1024 * 1024;
 
-/// Size at which a memtable is frozen and flushed as an L0 table; must stay
-/// below [`UNFLUSHED_BYTES_MAX`].
-pub const L0_TABLE_BYTES: usize = 16 * 1024 * 1024;
+/// A shard's bound on unflushed memtable data when `shards` shards share
+/// [`UNFLUSHED_BYTES_TOTAL`]. A memtable is frozen and flushed as an L0
+/// table at half of it, so one can fill while the previous one uploads.
+///
+/// Measured (BENCHMARKS.md, sixteenth round): one shard loading 1M rows with
+/// two views spends 27 % less CPU with 64 MiB L0 tables than with 16 MiB
+/// ones (fewer L0 tables, so fewer sorted runs to compact, and no writer
+/// stalls at the bound); 128 MiB tables gained nothing more and cost 270 MiB
+/// more RSS.
+pub fn unflushed_bytes_per_shard(shards: u16) -> usize {
+    (UNFLUSHED_BYTES_TOTAL / usize::from(shards.max(1)))
+        .clamp(UNFLUSHED_BYTES_SHARD_MIN, UNFLUSHED_BYTES_SHARD_MAX)
+}
 
 /// A shard's SlateDB.
 pub struct ShardDb {
@@ -96,7 +114,7 @@ impl ShardDb {
     pub async fn open(store: Arc<dyn ObjectStore>, path: &str) -> RsResult<ShardDb> {
         let compaction = Arc::new(compaction_runtime(path)?);
         let caches = (block_and_meta_cache(), 0, ARRANGEMENT_CACHE_BYTES_DEFAULT);
-        ShardDb::open_with(store, path, caches, compaction).await
+        ShardDb::open_with(store, path, 1, caches, compaction).await
     }
 
     /// Opens (creating if new) shards `0..count` of the storage in `store`,
@@ -118,6 +136,7 @@ impl ShardDb {
                 ShardDb::open_with(
                     store.clone(),
                     &path,
+                    count,
                     (cache.clone(), u64::from(shard), arrangement_cache_bytes),
                     compaction.clone(),
                 )
@@ -130,17 +149,14 @@ impl ShardDb {
     async fn open_with(
         store: Arc<dyn ObjectStore>,
         path: &str,
+        // How many shards share the storage's memtable budget.
+        shards: u16,
         // A block cache shared by several databases keeps each one's
         // entries apart by its id; the arrangement cache's bound.
         (cache, cache_id, arrangement_cache_bytes): (Arc<dyn DbCache>, u64, usize),
         compaction: Arc<BackgroundRuntime>,
     ) -> RsResult<ShardDb> {
-        let mut settings = Settings {
-            flush_interval: Some(WAL_FLUSH_INTERVAL),
-            max_unflushed_bytes: UNFLUSHED_BYTES_MAX,
-            l0_sst_size_bytes: L0_TABLE_BYTES,
-            ..Settings::default()
-        };
+        let mut settings = settings(path, shards)?;
         // The compactor runs in-process with SlateDB's default options, on
         // low-priority threads of its own, with the filter removing zero
         // counts; the SSTs it writes carry the same bloom filters as flushed
@@ -702,8 +718,8 @@ fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// Bound on cached data blocks (SlateDB's default is 512 MiB). Together with
-/// [`UNFLUSHED_BYTES_MAX`] and the metadata cache it bounds the memory a
-/// shard holds beyond the transactions in flight.
+/// [`UNFLUSHED_BYTES_TOTAL`] and the metadata cache it bounds the memory a
+/// storage's shards hold beyond the transactions in flight.
 pub const BLOCK_CACHE_BYTES: u64 = 256 * 1024 * 1024;
 
 /// Bound on cached SST indexes and bloom filters.
@@ -847,6 +863,31 @@ impl MergeOperator for CountSum {
 }
 
 /// The low-priority runtime compactions run on.
+/// Prefix of the environment variables that override a shard's SlateDB
+/// settings, one field each, named as SlateDB's `Settings` names them, upper
+/// case, nested fields after a dot: `ROCKSTREAM_SLATEDB_L0_SST_SIZE_BYTES`,
+/// `ROCKSTREAM_SLATEDB_COMPACTOR_OPTIONS.POLL_INTERVAL=1s`. For measuring and
+/// tuning; the defaults below are what the project measures and tests.
+pub const SETTINGS_ENV_PREFIX: &str = "ROCKSTREAM_SLATEDB_";
+
+/// The SlateDB settings of one of `shards` shards: ours, then any
+/// [`SETTINGS_ENV_PREFIX`] overrides from the environment.
+fn settings(path: &str, shards: u16) -> RsResult<Settings> {
+    let unflushed = unflushed_bytes_per_shard(shards);
+    let ours = Settings {
+        flush_interval: Some(WAL_FLUSH_INTERVAL),
+        max_unflushed_bytes: unflushed,
+        l0_sst_size_bytes: unflushed / 2,
+        ..Settings::default()
+    };
+    Settings::from_env_with_default(SETTINGS_ENV_PREFIX, ours).map_err(|error| {
+        RsError::new(
+            &codes::STORAGE_SETTINGS_INVALID,
+            format!("storage '{path}': {error}"),
+        )
+    })
+}
+
 fn compaction_runtime(name: &str) -> RsResult<BackgroundRuntime> {
     BackgroundRuntime::start("rs-compaction")
         .map_err(|error| RsError::new(&codes::STORAGE_IO, format!("storage '{name}': {error}")))
@@ -861,8 +902,28 @@ mod tests {
     //! Goal: batched lookups answer exactly like point lookups, whether the
     //! scan covers the batch or stops early on dense data; count additions
     //! are summed by the merge operator across epochs, and a count summing
-    //! to zero reads as absent everywhere and is removed by compaction.
+    //! to zero reads as absent everywhere and is removed by compaction. The
+    //! storage's memtable budget is shared by its shards within bounds.
     use super::*;
+
+    #[test]
+    fn shards_share_the_memtable_budget_within_bounds() {
+        for shards in [0, 1, 2, 3, 4, 7, 8, 16, 256, u16::MAX] {
+            let per_shard = unflushed_bytes_per_shard(shards);
+            assert!(
+                (UNFLUSHED_BYTES_SHARD_MIN..=UNFLUSHED_BYTES_SHARD_MAX).contains(&per_shard),
+                "{shards} shards: {per_shard}"
+            );
+            let total = per_shard * usize::from(shards.max(1));
+            let floor = UNFLUSHED_BYTES_SHARD_MIN * usize::from(shards.max(1));
+            assert!(
+                total <= UNFLUSHED_BYTES_TOTAL.max(floor),
+                "{shards} shards: {total}"
+            );
+        }
+        assert_eq!(unflushed_bytes_per_shard(1), UNFLUSHED_BYTES_SHARD_MAX);
+        assert_eq!(unflushed_bytes_per_shard(4), UNFLUSHED_BYTES_TOTAL / 4);
+    }
 
     /// A key of plain values (table rows).
     fn key(n: u32) -> Vec<u8> {
@@ -1175,7 +1236,7 @@ mod cache_tests {
             // A few dozen keys' worth: evictions happen all the time.
             let cache = (block_and_meta_cache(), 0, 3072);
             let compaction = Arc::new(compaction_runtime("cache").expect("runtime"));
-            let shard = ShardDb::open_with(store, "cache", cache, compaction)
+            let shard = ShardDb::open_with(store, "cache", 1, cache, compaction)
                 .await
                 .expect("opens");
             let mut model = MemoryStore::default();
@@ -1221,7 +1282,7 @@ mod cache_tests {
         let store = object_store_for("memory://").expect("memory store");
         let cache = (block_and_meta_cache(), 0, 0);
         let compaction = Arc::new(compaction_runtime("scans").expect("runtime"));
-        let shard = ShardDb::open_with(store, "scans", cache, compaction)
+        let shard = ShardDb::open_with(store, "scans", 1, cache, compaction)
             .await
             .expect("opens");
         let mut random = Random(7);

@@ -6,9 +6,17 @@
 //! residual and a grouped aggregate with MIN/MAX (several MB of operator
 //! state, over 20 times the cache). Rounds of updates, key moves, deletes
 //! and inserts spread over the whole state follow, each checked view by view
-//! against the view's definition run as a query. The cache's counters
+//! against the view's definition run as a query. Halfway, the server
+//! restarts (a cold cache) with SlateDB settings overridden through the
+//! environment to 64 kB L0 tables and a 100 ms compactor poll, so the rest
+//! runs over many flushed and compacted tables, with the merge operator and
+//! the zero-count filter at work. The cache's counters
 //! (`SHOW rockstream.arrangement_cache`) must show hits, evictions, and no
-//! more bytes than its bound.
+//! more bytes than its bound. A malformed override is refused at start with
+//! its code.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use tokio_postgres::{Client, SimpleQueryMessage};
 
@@ -78,8 +86,8 @@ fn counter(counters: &[(String, f64)], name: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn views_twenty_times_the_arrangement_cache_stay_correct() {
-    let server = TestServer::start_with(Storage::new(), &["--arrangement-cache", "64kB"]).await;
-    let client = server.client().await;
+    let mut server = TestServer::start_with(Storage::new(), &["--arrangement-cache", "64kB"]).await;
+    let mut client = server.client().await;
     client
         .batch_execute(
             "CREATE TABLE customers (id BIGINT PRIMARY KEY, name TEXT NOT NULL); \
@@ -109,6 +117,16 @@ async fn views_twenty_times_the_arrangement_cache_stay_correct() {
     }
     check_views(&client, VIEWS).await;
     for round in 0..4 {
+        if round == 2 {
+            server.set_env("ROCKSTREAM_SLATEDB_L0_SST_SIZE_BYTES", Some("65536".into()));
+            server.set_env(
+                "ROCKSTREAM_SLATEDB_COMPACTOR_OPTIONS.POLL_INTERVAL",
+                Some("100ms".into()),
+            );
+            server.restart().await;
+            client = server.client().await;
+            check_views(&client, VIEWS).await;
+        }
         let statements = [
             format!("UPDATE orders SET amount = amount + 37 WHERE id % 11 = {round}"),
             format!(
@@ -135,5 +153,37 @@ async fn views_twenty_times_the_arrangement_cache_stay_correct() {
     assert!(
         counter(&counters, "bytes") <= counter(&counters, "bytes_max"),
         "{counters:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_storage_setting_is_refused_at_start() {
+    let storage = Storage::new();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rockstream"))
+        .args(["start", "--listen", "127.0.0.1:0", "--storage"])
+        .arg(storage.storage_path())
+        .env("ROCKSTREAM_SLATEDB_L0_SST_SIZE_BYTES", "sixty-four")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn rockstream");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("rockstream started despite a malformed ROCKSTREAM_SLATEDB_ setting");
+        }
+        crate::harness::sleep(Duration::from_millis(50)).await;
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut stderr)
+        .expect("read stderr");
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains("RS-5004") && stderr.contains("L0_SST_SIZE_BYTES"),
+        "{stderr}"
     );
 }
