@@ -27,7 +27,10 @@
 //! complete prefixes, or a complete prefix with every key under it) are
 //! evicted down to three quarters of the bound, so eviction is amortized
 //! over many insertions. A scan result larger than an eighth of the bound
-//! is not cached.
+//! is not cached, and a complete prefix that write-through grows past that
+//! size is dropped with its keys (an aggregate's MIN/MAX multiset, first
+//! read while empty, would otherwise take in every value the group ever
+//! receives).
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -88,12 +91,21 @@ struct Inner {
     /// Even while the cache matches the last commit; odd during a commit.
     generation: u64,
     entries: BTreeMap<Vec<u8>, Cached>,
-    /// Complete prefixes and when they were last used.
-    complete: BTreeMap<Vec<u8>, u64>,
+    /// Complete prefixes: when they were last used, and about how many
+    /// bytes they hold.
+    complete: BTreeMap<Vec<u8>, Unit>,
     bytes: usize,
     /// Advances once per read or insertion: the recency clock.
     clock: u64,
     evictions: u64,
+}
+
+struct Unit {
+    used: u64,
+    /// The bytes of the prefix and its entries when learnt, plus those of
+    /// keys added under it since (an upper bound's estimate: what bounds
+    /// its growth).
+    bytes: usize,
 }
 
 struct Cached {
@@ -119,6 +131,12 @@ impl StateCache {
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
         }
+    }
+
+    /// The most a complete prefix may hold: larger scans are not cached,
+    /// and a prefix growing past it is dropped.
+    fn prefix_bytes_max(&self) -> usize {
+        self.bytes_max / 8
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -259,7 +277,7 @@ impl StateCache {
             return;
         }
         for (prefix, entries) in scans {
-            inner.insert_complete(prefix, entries, self.bytes_max / 8);
+            inner.insert_complete(prefix, entries, self.prefix_bytes_max());
         }
         inner.evict_beyond(self.bytes_max);
     }
@@ -350,7 +368,7 @@ impl StateCache {
         }
         for (key, write) in writes {
             if cacheable(key) {
-                inner.apply(key, write);
+                inner.apply(key, write, self.prefix_bytes_max());
             }
         }
         inner.evict_beyond(self.bytes_max);
@@ -414,7 +432,8 @@ impl Inner {
             }
         }
         self.bytes += prefix.len() + ENTRY_OVERHEAD_BYTES;
-        self.complete.insert(prefix.to_vec(), used);
+        let bytes = bytes + prefix.len() + ENTRY_OVERHEAD_BYTES;
+        self.complete.insert(prefix.to_vec(), Unit { used, bytes });
     }
 
     /// The complete prefix that covers `key`, if any.
@@ -431,8 +450,8 @@ impl Inner {
         let Some(prefix) = self.covering(key).cloned() else {
             return false;
         };
-        if let Some(used) = self.complete.get_mut(&prefix) {
-            *used = clock;
+        if let Some(unit) = self.complete.get_mut(&prefix) {
+            unit.used = clock;
         }
         true
     }
@@ -473,7 +492,9 @@ impl Inner {
         })
     }
 
-    fn apply(&mut self, key: &[u8], write: &Write) {
+    /// Applies a committed write to `key`; a complete prefix that grows
+    /// past `prefix_bytes_max` is dropped.
+    fn apply(&mut self, key: &[u8], write: &Write, prefix_bytes_max: usize) {
         if let Some(cached) = self.entries.get_mut(key) {
             let old_bytes = entry_bytes(key, &cached.value);
             cached.value = write.apply(cached.value.take());
@@ -481,15 +502,46 @@ impl Inner {
             self.bytes = self.bytes + new_bytes - old_bytes;
             return;
         }
-        if self.covering(key).is_none() {
+        let Some(prefix) = self.covering(key).cloned() else {
             return;
-        }
+        };
         // Under a complete prefix an uncached key is absent.
         let value = write.apply(None);
-        if value.is_some() {
-            self.bytes += entry_bytes(key, &value);
-            let used = self.clock;
-            self.entries.insert(key.to_vec(), Cached { value, used });
+        if value.is_none() {
+            return;
+        }
+        let bytes = entry_bytes(key, &value);
+        let unit = self
+            .complete
+            .get_mut(&prefix)
+            .expect("a covering prefix is complete");
+        unit.bytes += bytes;
+        if unit.bytes > prefix_bytes_max {
+            self.drop_prefix(&prefix);
+            return;
+        }
+        self.bytes += bytes;
+        let used = self.clock;
+        self.entries.insert(key.to_vec(), Cached { value, used });
+    }
+
+    /// Forgets a complete prefix and every key under it.
+    fn drop_prefix(&mut self, prefix: &[u8]) {
+        if self.complete.remove(prefix).is_none() {
+            return;
+        }
+        self.bytes -= prefix.len() + ENTRY_OVERHEAD_BYTES;
+        let keys: Vec<Vec<u8>> = self
+            .entries
+            .range::<[u8], _>((Bound::Included(prefix), Bound::Unbounded))
+            .take_while(|(key, _)| key.starts_with(prefix))
+            .map(|(key, _)| key.clone())
+            .collect();
+        self.evictions += 1 + keys.len() as u64;
+        for key in keys {
+            if let Some(cached) = self.entries.remove(&key) {
+                self.bytes -= entry_bytes(&key, &cached.value);
+            }
         }
     }
 
@@ -511,7 +563,7 @@ impl Inner {
         let mut units: Vec<(u64, usize)> = self
             .complete
             .iter()
-            .map(|(prefix, used)| (*used, prefix.len() + ENTRY_OVERHEAD_BYTES))
+            .map(|(prefix, unit)| (unit.used, prefix.len() + ENTRY_OVERHEAD_BYTES))
             .collect();
         let mut covered_bytes: BTreeMap<&[u8], usize> = BTreeMap::new();
         for (key, cached) in &self.entries {
@@ -522,7 +574,7 @@ impl Inner {
             }
         }
         for ((used, bytes), (prefix, prefix_used)) in units.iter_mut().zip(&self.complete) {
-            debug_assert_eq!(*used, *prefix_used);
+            debug_assert_eq!(*used, prefix_used.used);
             *bytes += covered_bytes.get(prefix.as_slice()).copied().unwrap_or(0);
         }
         // The last use up to which units go: the oldest ones that free
@@ -540,7 +592,7 @@ impl Inner {
         let evicted: Vec<Vec<u8>> = self
             .complete
             .iter()
-            .filter(|(_, used)| **used <= cutoff)
+            .filter(|(_, unit)| unit.used <= cutoff)
             .map(|(prefix, _)| prefix.clone())
             .collect();
         self.evictions += evicted.len() as u64;
@@ -571,5 +623,53 @@ impl Inner {
         });
         self.bytes -= removed_bytes;
         self.evictions += removed_keys;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Goal: a complete prefix kept by write-through stays within the size
+    //! of a cacheable scan; past it, the prefix and its keys are dropped and
+    //! reads go to storage again.
+    use rockstream_ops::keys::{op_prefix, MIN_MAX};
+
+    use super::*;
+
+    #[test]
+    fn a_complete_prefix_grown_by_writes_past_its_bound_is_dropped() {
+        let cache = StateCache::new(64 * 1024);
+        let prefix = op_prefix(MIN_MAX, 7);
+        let key = |n: u32| {
+            let mut key = prefix.clone();
+            key.extend_from_slice(&n.to_be_bytes());
+            key
+        };
+        // Learnt while empty, as a MIN/MAX multiset's first read is.
+        let generation = cache.generation().expect("enabled");
+        cache.insert_complete(generation, &prefix, &Vec::new());
+        let mut added = 0;
+        loop {
+            cache.begin_commit();
+            let writes: Vec<(Vec<u8>, Write)> = (added..added + 10)
+                .map(|n| (key(n), Write::AddCount(1)))
+                .collect();
+            cache.apply_all(&writes);
+            cache.finish_commit(true);
+            added += 10;
+            let generation = cache.generation().expect("enabled");
+            match cache.scan(generation, &prefix, ScanOrder::Ascending, usize::MAX) {
+                Some(entries) => {
+                    assert_eq!(entries.len(), added as usize, "every key written is cached");
+                    assert!(cache.stats().bytes <= cache.prefix_bytes_max());
+                }
+                None => break,
+            }
+            assert!(added < 10_000, "the prefix was never dropped");
+        }
+        let stats = cache.stats();
+        assert_eq!(stats.bytes, 0, "its keys went with it");
+        assert!(stats.evictions > 0);
+        let generation = cache.generation().expect("enabled");
+        assert_eq!(cache.get(generation, &key(0)), Lookup::Miss);
     }
 }
