@@ -27,10 +27,12 @@
 //! complete prefixes, or a complete prefix with every key under it) are
 //! evicted down to three quarters of the bound, so eviction is amortized
 //! over many insertions. A scan result larger than an eighth of the bound
-//! is not cached, and a complete prefix that write-through grows past that
-//! size is dropped with its keys (an aggregate's MIN/MAX multiset, first
-//! read while empty, would otherwise take in every value the group ever
-//! receives).
+//! is not cached. A complete prefix that write-through grows past that
+//! size, or by more than it held when last read (and at least
+//! [`UNREAD_GROWTH_MIN_BYTES`]), is dropped with its keys: a join side
+//! first read while empty (the `orders` of a `customers` row inserted
+//! first) would otherwise take in every row written under it, at a cost on
+//! every commit, to answer reads that may never come.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -106,6 +108,22 @@ struct Unit {
     /// keys added under it since (an upper bound's estimate: what bounds
     /// its growth).
     bytes: usize,
+    /// `bytes` when it was last read (or learnt).
+    bytes_read: usize,
+}
+
+/// Write-through growth a complete prefix is always allowed between two
+/// reads of it.
+pub const UNREAD_GROWTH_MIN_BYTES: usize = 4096;
+
+impl Unit {
+    /// Whether it has grown past what is worth keeping: past
+    /// `prefix_bytes_max`, or since its last read by more than it held then
+    /// (at least [`UNREAD_GROWTH_MIN_BYTES`]).
+    fn overgrown(&self, prefix_bytes_max: usize) -> bool {
+        self.bytes > prefix_bytes_max
+            || self.bytes - self.bytes_read > self.bytes_read.max(UNREAD_GROWTH_MIN_BYTES)
+    }
 }
 
 struct Cached {
@@ -433,7 +451,14 @@ impl Inner {
         }
         self.bytes += prefix.len() + ENTRY_OVERHEAD_BYTES;
         let bytes = bytes + prefix.len() + ENTRY_OVERHEAD_BYTES;
-        self.complete.insert(prefix.to_vec(), Unit { used, bytes });
+        self.complete.insert(
+            prefix.to_vec(),
+            Unit {
+                used,
+                bytes,
+                bytes_read: bytes,
+            },
+        );
     }
 
     /// The complete prefix that covers `key`, if any.
@@ -452,6 +477,7 @@ impl Inner {
         };
         if let Some(unit) = self.complete.get_mut(&prefix) {
             unit.used = clock;
+            unit.bytes_read = unit.bytes;
         }
         true
     }
@@ -492,8 +518,8 @@ impl Inner {
         })
     }
 
-    /// Applies a committed write to `key`; a complete prefix that grows
-    /// past `prefix_bytes_max` is dropped.
+    /// Applies a committed write to `key`; a complete prefix that it makes
+    /// [`Unit::overgrown`] is dropped.
     fn apply(&mut self, key: &[u8], write: &Write, prefix_bytes_max: usize) {
         if let Some(cached) = self.entries.get_mut(key) {
             let old_bytes = entry_bytes(key, &cached.value);
@@ -516,7 +542,7 @@ impl Inner {
             .get_mut(&prefix)
             .expect("a covering prefix is complete");
         unit.bytes += bytes;
-        if unit.bytes > prefix_bytes_max {
+        if unit.overgrown(prefix_bytes_max) {
             self.drop_prefix(&prefix);
             return;
         }
@@ -629,9 +655,10 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     //! Goal: a complete prefix kept by write-through stays within the size
-    //! of a cacheable scan; past it, the prefix and its keys are dropped and
-    //! reads go to storage again.
-    use rockstream_ops::keys::{op_prefix, MIN_MAX};
+    //! of a cacheable scan, and grows between reads by no more than it held
+    //! when read (or `UNREAD_GROWTH_MIN_BYTES`); past either, the prefix and
+    //! its keys are dropped and reads go to storage again.
+    use rockstream_ops::keys::{op_prefix, JOIN_LEFT, MIN_MAX};
 
     use super::*;
 
@@ -671,5 +698,37 @@ mod tests {
         assert!(stats.evictions > 0);
         let generation = cache.generation().expect("enabled");
         assert_eq!(cache.get(generation, &key(0)), Lookup::Miss);
+    }
+
+    #[test]
+    fn a_complete_prefix_written_but_not_read_is_dropped() {
+        let cache = StateCache::new(64 * 1024 * 1024);
+        let prefix = op_prefix(JOIN_LEFT, 3);
+        let key = |n: u32| {
+            let mut key = prefix.clone();
+            key.extend_from_slice(&n.to_be_bytes());
+            key
+        };
+        // Learnt while empty, as a join side is when the other side's row
+        // comes first.
+        let generation = cache.generation().expect("enabled");
+        cache.insert_complete(generation, &prefix, &Vec::new());
+        let mut added = 0;
+        while cache.stats().evictions == 0 {
+            cache.begin_commit();
+            cache.apply_all(&[(key(added), Write::AddCount(1))]);
+            cache.finish_commit(true);
+            added += 1;
+            assert!(
+                cache.stats().bytes <= 2 * UNREAD_GROWTH_MIN_BYTES,
+                "{added} keys"
+            );
+        }
+        assert_eq!(cache.stats().bytes, 0, "its keys went with it");
+        let generation = cache.generation().expect("enabled");
+        assert_eq!(
+            cache.scan(generation, &prefix, ScanOrder::Ascending, 10),
+            None
+        );
     }
 }
