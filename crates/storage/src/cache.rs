@@ -662,27 +662,39 @@ mod tests {
 
     use super::*;
 
+    /// A prefix of operator state of `kind`, learnt complete while empty
+    /// (as a join side is when the other side's row comes first).
+    fn learnt_empty(cache: &StateCache, kind: [u8; 2]) -> Vec<u8> {
+        let prefix = op_prefix(kind, 7);
+        let generation = cache.generation().expect("enabled");
+        cache.insert_complete(generation, &prefix, &Vec::new());
+        prefix
+    }
+
+    fn key_under(prefix: &[u8], n: u32) -> Vec<u8> {
+        let mut key = prefix.to_vec();
+        key.extend_from_slice(&n.to_be_bytes());
+        key
+    }
+
+    fn commit(cache: &StateCache, writes: &[(Vec<u8>, Write)]) {
+        cache.begin_commit();
+        cache.apply_all(writes);
+        cache.finish_commit(true);
+    }
+
     #[test]
     fn a_complete_prefix_grown_by_writes_past_its_bound_is_dropped() {
         let cache = StateCache::new(64 * 1024);
-        let prefix = op_prefix(MIN_MAX, 7);
-        let key = |n: u32| {
-            let mut key = prefix.clone();
-            key.extend_from_slice(&n.to_be_bytes());
-            key
-        };
-        // Learnt while empty, as a MIN/MAX multiset's first read is.
-        let generation = cache.generation().expect("enabled");
-        cache.insert_complete(generation, &prefix, &Vec::new());
+        let prefix = learnt_empty(&cache, MIN_MAX);
         let mut added = 0;
         loop {
-            cache.begin_commit();
             let writes: Vec<(Vec<u8>, Write)> = (added..added + 10)
-                .map(|n| (key(n), Write::AddCount(1)))
+                .map(|n| (key_under(&prefix, n), Write::AddCount(1)))
                 .collect();
-            cache.apply_all(&writes);
-            cache.finish_commit(true);
+            commit(&cache, &writes);
             added += 10;
+            // Read after each commit: only the bound can drop it.
             let generation = cache.generation().expect("enabled");
             match cache.scan(generation, &prefix, ScanOrder::Ascending, usize::MAX) {
                 Some(entries) => {
@@ -697,27 +709,16 @@ mod tests {
         assert_eq!(stats.bytes, 0, "its keys went with it");
         assert!(stats.evictions > 0);
         let generation = cache.generation().expect("enabled");
-        assert_eq!(cache.get(generation, &key(0)), Lookup::Miss);
+        assert_eq!(cache.get(generation, &key_under(&prefix, 0)), Lookup::Miss);
     }
 
     #[test]
     fn a_complete_prefix_written_but_not_read_is_dropped() {
         let cache = StateCache::new(64 * 1024 * 1024);
-        let prefix = op_prefix(JOIN_LEFT, 3);
-        let key = |n: u32| {
-            let mut key = prefix.clone();
-            key.extend_from_slice(&n.to_be_bytes());
-            key
-        };
-        // Learnt while empty, as a join side is when the other side's row
-        // comes first.
-        let generation = cache.generation().expect("enabled");
-        cache.insert_complete(generation, &prefix, &Vec::new());
+        let prefix = learnt_empty(&cache, JOIN_LEFT);
         let mut added = 0;
         while cache.stats().evictions == 0 {
-            cache.begin_commit();
-            cache.apply_all(&[(key(added), Write::AddCount(1))]);
-            cache.finish_commit(true);
+            commit(&cache, &[(key_under(&prefix, added), Write::AddCount(1))]);
             added += 1;
             assert!(
                 cache.stats().bytes <= 2 * UNREAD_GROWTH_MIN_BYTES,
