@@ -95,17 +95,22 @@ impl FloatSum {
         }
     }
 
+    /// The sum, by IEEE arithmetic over the finite part and one of each
+    /// special value present: so a `finite` that is itself not finite (a
+    /// finite sum that overflowed, or state stored before the counts were
+    /// kept) still combines as PostgreSQL's sum would.
     fn value(&self) -> f64 {
-        match (
-            self.nans > 0,
-            self.positive_infinities > 0,
-            self.negative_infinities > 0,
-        ) {
-            (true, _, _) | (false, true, true) => f64::NAN,
-            (false, true, false) => f64::INFINITY,
-            (false, false, true) => f64::NEG_INFINITY,
-            (false, false, false) => self.finite,
+        let mut sum = self.finite;
+        if self.positive_infinities > 0 {
+            sum += f64::INFINITY;
         }
+        if self.negative_infinities > 0 {
+            sum += f64::NEG_INFINITY;
+        }
+        if self.nans > 0 {
+            sum = f64::NAN;
+        }
+        sum
     }
 
     /// Whether any special value is counted (only then are the counts
@@ -631,6 +636,9 @@ impl AggregateOperator {
                     sum.nans = next_count()?;
                 }
             }
+            if values.next().is_some() {
+                return Err(corrupt());
+            }
         }
         Ok(state)
     }
@@ -873,6 +881,15 @@ mod tests {
         sum.add(f64::NEG_INFINITY, -1);
         assert_eq!(sum.value(), 1.5);
         assert!(!sum.has_specials());
+        // A finite part that is not finite (an overflow, or state stored
+        // before the counts) still combines with the counted values.
+        let mut stored = FloatSum {
+            finite: f64::INFINITY,
+            ..FloatSum::default()
+        };
+        assert_eq!(stored.value(), f64::INFINITY);
+        stored.add(f64::NEG_INFINITY, 1);
+        assert!(stored.value().is_nan());
     }
 
     #[test]

@@ -862,7 +862,6 @@ impl MergeOperator for CountSum {
     }
 }
 
-/// The low-priority runtime compactions run on.
 /// Prefix of the environment variables that override a shard's SlateDB
 /// settings, one field each, named as SlateDB's `Settings` names them, upper
 /// case, nested fields after a dot: `ROCKSTREAM_SLATEDB_L0_SST_SIZE_BYTES`,
@@ -888,6 +887,7 @@ fn settings(path: &str, shards: u16) -> RsResult<Settings> {
     })
 }
 
+/// The low-priority runtime compactions run on.
 fn compaction_runtime(name: &str) -> RsResult<BackgroundRuntime> {
     BackgroundRuntime::start("rs-compaction")
         .map_err(|error| RsError::new(&codes::STORAGE_IO, format!("storage '{name}': {error}")))

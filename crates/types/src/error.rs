@@ -120,7 +120,7 @@ pub mod codes {
         STORAGE_IO = (5003, "storage.io_failure", "58030",
             "Check that the --storage location exists, is writable and has free space; then retry.");
         STORAGE_SETTINGS_INVALID = (5004, "storage.invalid_settings", "22023",
-            "Fix or unset the ROCKSTREAM_SLATEDB_* environment variable the message names (SlateDB's setting name in upper case, a value of its type, durations such as 500ms or 2s).");
+            "Fix or unset the ROCKSTREAM_SLATEDB_* environment variable the message names (SlateDB's setting name in upper case, a value of its type, durations such as 500ms or 2s); a name SlateDB does not know is ignored.");
         // Internal: 9000–9999.
         INTERNAL = (9001, "internal.bug", "XX000",
             "This is a bug in RockStream; please report it with the statement that triggered it.");
