@@ -137,6 +137,15 @@ fn cacheable(key: &[u8]) -> bool {
     key.first() == Some(&OP_STATE)
 }
 
+/// The entries of `map` whose keys start with `prefix`, in key order.
+fn under<'a, V>(
+    map: &'a BTreeMap<Vec<u8>, V>,
+    prefix: &'a [u8],
+) -> impl Iterator<Item = (&'a Vec<u8>, &'a V)> {
+    map.range::<[u8], _>((Bound::Included(prefix), Bound::Unbounded))
+        .take_while(move |(key, _)| key.starts_with(prefix))
+}
+
 fn entry_bytes(key: &[u8], value: &Option<Vec<u8>>) -> usize {
     key.len() + value.as_ref().map_or(0, Vec::len) + ENTRY_OVERHEAD_BYTES
 }
@@ -420,10 +429,7 @@ impl Inner {
         self.clock += 1;
         let used = self.clock;
         // Complete prefixes under this one merge into it.
-        let nested: Vec<Vec<u8>> = self
-            .complete
-            .range::<[u8], _>((Bound::Included(prefix), Bound::Unbounded))
-            .take_while(|(nested, _)| nested.starts_with(prefix))
+        let nested: Vec<Vec<u8>> = under(&self.complete, prefix)
             .map(|(nested, _)| nested.clone())
             .collect();
         for nested in nested {
@@ -502,10 +508,7 @@ impl Inner {
         if !self.touch_covering(prefix) {
             return None;
         }
-        let range = self
-            .entries
-            .range::<[u8], _>((Bound::Included(prefix), Bound::Unbounded))
-            .take_while(|(key, _)| key.starts_with(prefix))
+        let range = under(&self.entries, prefix)
             .filter_map(|(key, cached)| Some((key.clone(), cached.value.clone()?)));
         Some(match order {
             ScanOrder::Ascending => range.take(limit).collect(),
@@ -557,10 +560,7 @@ impl Inner {
             return;
         }
         self.bytes -= prefix.len() + ENTRY_OVERHEAD_BYTES;
-        let keys: Vec<Vec<u8>> = self
-            .entries
-            .range::<[u8], _>((Bound::Included(prefix), Bound::Unbounded))
-            .take_while(|(key, _)| key.starts_with(prefix))
+        let keys: Vec<Vec<u8>> = under(&self.entries, prefix)
             .map(|(key, _)| key.clone())
             .collect();
         self.evictions += 1 + keys.len() as u64;
