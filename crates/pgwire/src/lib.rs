@@ -9,6 +9,7 @@
 //!
 //! Layout:
 //! - `server`: the accept loop and one task per connection;
+//! - `frames`: checks each client message whole before `pgwire` decodes it;
 //! - `connection`: one connection's backend session and COPY buffer;
 //! - `handlers`: the `pgwire` handler traits, forwarding to `connection`;
 //! - `types`: Arrow type → PostgreSQL type OID;
@@ -32,6 +33,7 @@
 mod connection;
 mod copy;
 mod encode;
+mod frames;
 mod handlers;
 mod params;
 mod server;

@@ -1,7 +1,7 @@
 //! The accept loop: one task per connection, isolated from the others.
 //!
-//! Each accepted socket runs `pgwire::tokio::process_socket` inside its own
-//! spawned task, and a supervising task waits for it: whether the connection
+//! Each accepted socket runs [`process_socket`] (`pgwire`'s message loop
+//! behind a [`FrameGuard`]) inside its own spawned task, and a supervising task waits for it: whether the connection
 //! ends cleanly, with an I/O error or with a panic, the supervisor hands the
 //! backend session back through [`Backend::disconnect`]. A failing accept
 //! (for example too many open files) is logged and retried after
@@ -13,19 +13,28 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pgwire::api::auth::StartupHandler;
-use pgwire::api::copy::CopyHandler;
-use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
-use pgwire::api::{PgWireServerHandlers, RandomPidSecretKeyGenerator};
-use pgwire::tokio::process_socket;
+use futures::StreamExt;
+use pgwire::api::{ClientInfo, NoopHandler, PgWireConnectionState, RandomPidSecretKeyGenerator};
+use pgwire::messages::PgWireFrontendMessage;
+use pgwire::tokio::server::{
+    negotiate_tls, process_error, process_message, MaybeTls, PgWireMessageServerCodec,
+};
+use rockstream_types::{codes, RsError};
 use tokio::net::{TcpListener, TcpStream};
+use tokio_util::codec::{Framed, FramedParts};
 
 use crate::connection::ConnectionCore;
+use crate::frames::{FrameGuard, Rejections};
 use crate::handlers::Connection;
+use crate::wire_error::{fatal_error, user_error};
 use crate::Backend;
 
 /// Pause before accepting again after a failed accept.
 const ACCEPT_RETRY_DELAY: Duration = Duration::from_millis(100);
+
+/// How long a client may take to start up (PostgreSQL's
+/// `authentication_timeout` default).
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Accepts connections forever, serving each on its own task. A connection's
 /// panic or error never takes the server down.
@@ -54,16 +63,134 @@ async fn run_connection<B: Backend>(
     peer: SocketAddr,
 ) {
     let core = Arc::new(ConnectionCore::new(backend));
-    let handlers = ConnectionHandlers {
-        connection: Arc::new(Connection::new(core.clone(), pid_generator)),
-    };
-    let outcome = spawn_task(process_socket(socket, None, handlers)).await;
+    let connection = Arc::new(Connection::new(core.clone(), pid_generator));
+    let outcome = spawn_task(process_socket(socket, connection)).await;
     match outcome {
         Ok(Ok(())) => tracing::debug!(%peer, "connection closed"),
         Ok(Err(error)) => tracing::debug!(%peer, %error, "connection ended with an I/O error"),
         Err(error) => tracing::error!(%peer, %error, "connection task failed"),
     }
     core.disconnect().await;
+}
+
+/// One connection's protocol loop: `pgwire`'s own (`process_socket`), with
+/// every frame checked by a [`FrameGuard`] before `pgwire` decodes it and
+/// the guard's rejections answered in place of the frames they replace.
+async fn process_socket<B: Backend>(
+    socket: TcpStream,
+    connection: Arc<Connection<B>>,
+) -> std::io::Result<()> {
+    // A client that does not finish starting up in time is dropped (as
+    // PostgreSQL's authentication_timeout).
+    let startup_deadline = pause(STARTUP_TIMEOUT);
+    tokio::pin!(startup_deadline);
+    let negotiated = tokio::select! {
+        _ = &mut startup_deadline => return Ok(()),
+        negotiated = negotiate_tls(socket, None) => negotiated?,
+    };
+    // `None`: a direct TLS handshake, which needs a certificate.
+    let Some(negotiated) = negotiated else {
+        return Ok(());
+    };
+    let rejections = Rejections::default();
+    let mut socket = guarded(negotiated, rejections.clone());
+    let mut frame = 0_u64;
+    loop {
+        let starting = matches!(
+            socket.state(),
+            PgWireConnectionState::AwaitingStartup
+                | PgWireConnectionState::AuthenticationInProgress
+        );
+        let message = if starting {
+            tokio::select! {
+                _ = &mut startup_deadline => None,
+                message = socket.next() => message,
+            }
+        } else {
+            socket.next().await
+        };
+        let message = match message {
+            Some(Ok(message)) => message,
+            // The stream ended: the client left, or the guard lost the
+            // framing (its rejection says why). What the guard passes
+            // decodes; a decode error left (an unsupported protocol
+            // version, say) ends the connection too.
+            ended => {
+                let error = match (rejections.take(frame), ended) {
+                    (Some(rejection), _) => Some(rejection.error),
+                    (None, Some(Err(error))) => {
+                        Some(RsError::new(&codes::PROTOCOL_VIOLATION, error.to_string()))
+                    }
+                    (None, _) => None,
+                };
+                if let Some(error) = error {
+                    // FATAL: no ReadyForQuery follows (as waiting for Sync).
+                    process_error(&mut socket, fatal_error(error), true).await?;
+                }
+                break;
+            }
+        };
+        let this_frame = frame;
+        frame += 1;
+        if let Some(rejection) = rejections.take(this_frame) {
+            let wait_for_sync = match socket.state() {
+                PgWireConnectionState::CopyInProgress(extended) => extended,
+                _ => rejection.message_type.is_some_and(is_extended_query_type),
+            };
+            process_error(&mut socket, user_error(rejection.error), wait_for_sync).await?;
+            continue;
+        }
+        // A Terminate ends the connection: the client waits for the close.
+        if matches!(message, PgWireFrontendMessage::Terminate(_)) {
+            break;
+        }
+        let wait_for_sync = match socket.state() {
+            PgWireConnectionState::CopyInProgress(extended) => extended,
+            _ => message.is_extended_query(),
+        };
+        let cancel_request = matches!(message, PgWireFrontendMessage::CancelRequest(_));
+        if let Err(error) = process_message(
+            message,
+            &mut socket,
+            connection.clone(),
+            connection.clone(),
+            connection.clone(),
+            connection.clone(),
+            // Cancel requests are not acted on yet (see the README).
+            Arc::new(NoopHandler),
+        )
+        .await
+        {
+            let fatal = error.is_fatal();
+            process_error(&mut socket, error, wait_for_sync).await?;
+            if fatal {
+                break;
+            }
+        }
+        // `process_message` closed a CancelRequest's own connection.
+        if cancel_request {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Puts a [`FrameGuard`] between the negotiated socket and its codec.
+fn guarded<S>(
+    socket: Framed<MaybeTls, PgWireMessageServerCodec<S>>,
+    rejections: Rejections,
+) -> Framed<FrameGuard<MaybeTls>, PgWireMessageServerCodec<S>> {
+    let parts = socket.into_parts();
+    let io = FrameGuard::new(parts.io, parts.read_buf, rejections);
+    let mut guarded = FramedParts::new(io, parts.codec);
+    guarded.write_buf = parts.write_buf;
+    Framed::from_parts(guarded)
+}
+
+/// Whether an error after this message type waits for Sync (the extended
+/// protocol's messages) rather than ending with ReadyForQuery.
+fn is_extended_query_type(message_type: u8) -> bool {
+    matches!(message_type, b'P' | b'B' | b'D' | b'E' | b'C' | b'S' | b'H')
 }
 
 /// Spawns a task. The workspace routes spawning and sleeping through
@@ -85,28 +212,4 @@ where
 #[allow(clippy::disallowed_methods)]
 async fn pause(duration: Duration) {
     tokio::time::sleep(duration).await;
-}
-
-/// `pgwire`'s handler factory for one socket: every role is the same
-/// per-connection [`Connection`].
-struct ConnectionHandlers<B: Backend> {
-    connection: Arc<Connection<B>>,
-}
-
-impl<B: Backend> PgWireServerHandlers for ConnectionHandlers<B> {
-    fn simple_query_handler(&self) -> Arc<impl SimpleQueryHandler> {
-        self.connection.clone()
-    }
-
-    fn extended_query_handler(&self) -> Arc<impl ExtendedQueryHandler> {
-        self.connection.clone()
-    }
-
-    fn startup_handler(&self) -> Arc<impl StartupHandler> {
-        self.connection.clone()
-    }
-
-    fn copy_handler(&self) -> Arc<impl CopyHandler> {
-        self.connection.clone()
-    }
 }

@@ -90,6 +90,10 @@ pub mod codes {
             "This version of RockStream no longer maintains the view's definition (the message says why). DROP MATERIALIZED VIEW it (CASCADE for views built on it) and create it again in a supported form; its tables are unaffected.");
         UNDEFINED_PARAMETER = (2035, "sql.undefined_parameter", "42P02",
             "Number the statement's parameters $1, $2, ... (at most $65535) and bind one value for each.");
+        PROTOCOL_VIOLATION = (2036, "wire.protocol_violation", "08P01",
+            "The client sent a message that breaks the PostgreSQL protocol (the message says which and how); use a released driver, or report the bug to the client's authors. After a malformed length or message type the connection is closed; reconnect.");
+        INVALID_BYTE_SEQUENCE = (2037, "wire.invalid_byte_sequence", "22021",
+            "Send SQL text and text parameters as UTF-8 (client_encoding is UTF8): fix the client's encoding setting, or send the value as bytea.");
         // Direct-write transactions: 2200–2299.
         UNIQUE_VIOLATION = (2201, "write.unique_violation", "23505",
             "A row with this primary key already exists: UPDATE it, or DELETE it first.");

@@ -194,7 +194,14 @@ impl ScalarUDFImpl for CatalogFunction {
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DataFusionResult<ColumnarValue> {
-        let rows = args.number_rows;
+        // Constant arguments give one answer, whatever the batch's size (an
+        // empty batch included: a filter that kept no rows still evaluates
+        // its constant sides).
+        let constant = args
+            .args
+            .iter()
+            .all(|arg| matches!(arg, ColumnarValue::Scalar(_)));
+        let rows = if constant { 1 } else { args.number_rows };
         let relations = match (&self.resolver, self.function.reads_relations()) {
             (Some(resolver), true) => resolver.relations().unwrap_or_default(),
             _ => Vec::new(),
@@ -263,11 +270,7 @@ impl ScalarUDFImpl for CatalogFunction {
                 Arc::new(text)
             }
         };
-        if args
-            .args
-            .iter()
-            .all(|arg| matches!(arg, ColumnarValue::Scalar(_)))
-        {
+        if constant {
             return Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(
                 &result, 0,
             )?));
@@ -402,6 +405,29 @@ fn size_pretty(bytes: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use datafusion::arrow::datatypes::Field;
+    use datafusion::config::ConfigOptions;
+
+    /// Constant arguments over a batch of no rows (a filter that kept
+    /// nothing) give one value; this used to read row 0 of an empty array
+    /// and panic the connection.
+    #[test]
+    fn constant_arguments_over_an_empty_batch_give_one_value() {
+        let format_type = udf(Function::FormatType, None);
+        let argument = |value: i64| ColumnarValue::Scalar(ScalarValue::Int64(Some(value)));
+        let field = Arc::new(Field::new("x", DataType::Int64, true));
+        let args = ScalarFunctionArgs {
+            args: vec![argument(23), argument(-1)],
+            arg_fields: vec![field.clone(), field],
+            number_rows: 0,
+            return_field: Arc::new(Field::new("format_type", DataType::Utf8, true)),
+            config_options: Arc::new(ConfigOptions::default()),
+        };
+        let Ok(ColumnarValue::Scalar(value)) = format_type.invoke_with_args(args) else {
+            panic!("a constant call gives a scalar");
+        };
+        assert_eq!(value, ScalarValue::Utf8(Some("integer".into())));
+    }
 
     #[test]
     fn sizes_print_as_postgresql_prints_them() {

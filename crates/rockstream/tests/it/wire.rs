@@ -284,6 +284,61 @@ async fn simple_protocol_copy_like_psql() {
 }
 
 #[tokio::test]
+async fn malformed_messages_get_coded_errors_and_the_connection_goes_on() {
+    let (_backend, port) = start().await;
+    let mut client = RawClient::connect(port).await;
+
+    // Parse announcing 30,000 parameter types and sending none.
+    let mut parse = b"\0SELECT * FROM t\0".to_vec();
+    parse.extend(30_000_i16.to_be_bytes());
+    client.send(b'P', &parse).await;
+    client.send(b'S', b"").await;
+    assert_eq!(client.read_error().await, ("ERROR".into(), "08P01".into()));
+    assert_eq!(client.read_until_ready().await, Vec::<String>::new());
+
+    // Bind whose parameter claims 2^31-1 bytes and carries 3; the messages
+    // up to Sync are skipped, as after any extended-protocol error.
+    let mut bind = b"\0\0".to_vec();
+    bind.extend(0_i16.to_be_bytes());
+    bind.extend(1_i16.to_be_bytes());
+    bind.extend(i32::MAX.to_be_bytes());
+    bind.extend(b"abc");
+    bind.extend(0_i16.to_be_bytes());
+    client.send(b'B', &bind).await;
+    client.send(b'E', b"\0\0\0\0\0").await;
+    client.send(b'S', b"").await;
+    assert_eq!(client.read_error().await, ("ERROR".into(), "08P01".into()));
+    assert_eq!(client.read_until_ready().await, Vec::<String>::new());
+
+    // SQL text that is not UTF-8.
+    client.send(b'Q', b"SELECT '\xff'\0").await;
+    assert_eq!(client.read_error().await, ("ERROR".into(), "22021".into()));
+    assert_eq!(client.read_until_ready().await, Vec::<String>::new());
+
+    // The connection still works.
+    client.send(b'Q', b"SELECT * FROM t\0").await;
+    assert_eq!(client.read_until_ready().await, ["T", "SELECT 0"]);
+
+    // A Query message two bytes long: framing is lost, the server closes.
+    client.send_bytes(b"Q\0\0\0\x02SELECT 1\0").await;
+    assert_eq!(client.read_error().await, ("FATAL".into(), "08P01".into()));
+    assert!(client.closed().await);
+
+    // So does a startup packet three bytes long.
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    stream.write_all(b"\0\0\0\x03\0\0\0\0").await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer))
+        .await
+        .expect("the server closes at once")
+        .unwrap();
+    assert_eq!(answer.first(), Some(&b'E'));
+}
+
+#[tokio::test]
 async fn unknown_database_is_fatal_and_sessions_are_returned() {
     let (backend, port) = start().await;
     let Err(error) = connect(port, "nope").await else {

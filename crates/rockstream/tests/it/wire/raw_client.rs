@@ -38,6 +38,37 @@ impl RawClient {
         (kind, body)
     }
 
+    /// Sends raw bytes: a message the test built whole, however malformed.
+    pub async fn send_bytes(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).await.unwrap();
+    }
+
+    /// Whether the server has closed the connection (after what it sent).
+    pub async fn closed(&mut self) -> bool {
+        let mut rest = Vec::new();
+        self.stream.read_to_end(&mut rest).await.is_ok()
+    }
+
+    /// An ErrorResponse's severity and SQLSTATE.
+    pub async fn read_error(&mut self) -> (String, String) {
+        let (kind, body) = self.read().await;
+        assert_eq!(char::from(kind), 'E', "expected an ErrorResponse");
+        let mut severity = String::new();
+        let mut code = String::new();
+        for field in body
+            .split(|&byte| byte == 0)
+            .filter(|field| !field.is_empty())
+        {
+            let value = String::from_utf8_lossy(&field[1..]).into_owned();
+            match field[0] {
+                b'S' => severity = value,
+                b'C' => code = value,
+                _ => {}
+            }
+        }
+        (severity, code)
+    }
+
     /// Message kinds (and CommandComplete tags) up to ReadyForQuery.
     pub async fn read_until_ready(&mut self) -> Vec<String> {
         let mut seen = Vec::new();
