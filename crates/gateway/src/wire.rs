@@ -15,7 +15,8 @@ use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer};
 use rockstream_control::ObjectKind;
 use rockstream_pgwire::{Backend, CopyTarget, Described, StatementResult};
 use rockstream_planner::{
-    alias_select_items, new_context, normalize_interval_literals, pg_column_names,
+    alias_select_items, new_context, normalize_interval_literals, normalize_number_literals,
+    pg_column_names,
 };
 use rockstream_types::{codes, RsError, RsResult};
 
@@ -47,9 +48,10 @@ pub(crate) fn parse(sql: &str) -> RsResult<Vec<Command>> {
     let dialect = PostgreSqlDialect {};
     // Tokenized once, for the nesting bound and the parser alike (which
     // reports a tokenizer error just as `Parser::parse_sql` would).
-    let tokens = Tokenizer::new(&dialect, sql)
+    let mut tokens = Tokenizer::new(&dialect, sql)
         .tokenize_with_location()
         .map_err(|error| syntax_error(ParserError::from(error)))?;
+    truncate_identifiers(&mut tokens);
     check_nesting(&tokens)?;
     check_parameter_numbers(&tokens)?;
     let mut parser = Parser::new(&dialect).with_tokens_with_locations(tokens);
@@ -65,6 +67,7 @@ pub(crate) fn parse(sql: &str) -> RsResult<Vec<Command>> {
         } else {
             let mut statement = parser.parse_statement().map_err(syntax_error)?;
             normalize_interval_literals(&mut statement);
+            normalize_number_literals(&mut statement);
             Command::Sql(Box::new(statement))
         };
         commands.push(command);
@@ -76,6 +79,26 @@ pub(crate) fn parse(sql: &str) -> RsResult<Vec<Command>> {
         }
     }
     Ok(commands)
+}
+
+/// PostgreSQL's `NAMEDATALEN - 1`: the bytes of an identifier it keeps.
+const IDENTIFIER_BYTES_MAX: usize = 63;
+
+/// Truncates identifiers (quoted or not) to [`IDENTIFIER_BYTES_MAX`] bytes
+/// at a character boundary, as PostgreSQL does: `CREATE TABLE` with a long
+/// name creates the truncated name, and the long name still finds it.
+fn truncate_identifiers(tokens: &mut [TokenWithSpan]) {
+    for token in tokens {
+        if let Token::Word(word) = &mut token.token {
+            if word.value.len() > IDENTIFIER_BYTES_MAX {
+                let mut end = IDENTIFIER_BYTES_MAX;
+                while !word.value.is_char_boundary(end) {
+                    end -= 1;
+                }
+                word.value.truncate(end);
+            }
+        }
+    }
 }
 
 /// Refuses a `$n` beyond PostgreSQL's 65 535 parameters before anything

@@ -13,6 +13,7 @@ mod ast_walk;
 mod column_names;
 mod columnar;
 mod interval_literals;
+mod number_literals;
 mod pg_aggregates;
 mod pg_casts;
 mod pg_clock;
@@ -38,6 +39,7 @@ mod using_joins;
 
 pub use column_names::{alias_select_items, pg_column_names};
 pub use interval_literals::normalize_interval_literals;
+pub use number_literals::normalize_number_literals;
 pub use pg_compat::normalize_query;
 pub use resolver::{new_context, SchemaOnlyTable, TableResolver};
 pub use set_operations::uses_bag_set_operation;

@@ -1,14 +1,17 @@
 //! PostgreSQL functions DataFusion lacks: `mod(a, b)`, `pg_typeof(x)`,
 //! `age(a, b)`, `sign(x)` (DataFusion's `signum`) and the aggregate
-//! `variance(x)` (DataFusion's `var_samp`).
+//! `variance(x)` (DataFusion's `var_samp`); and `chr(n)`, whose
+//! DataFusion form returns a NUL character PostgreSQL refuses.
 
 use std::sync::{Arc, LazyLock};
 
 use chrono::{DateTime, Datelike, NaiveDate, Timelike};
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, IntervalMonthDayNanoBuilder};
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, IntervalMonthDayNanoBuilder, StringArray,
+};
 use datafusion::arrow::compute::kernels::numeric;
 use datafusion::arrow::datatypes::{
-    DataType, IntervalMonthDayNano, IntervalUnit, TimeUnit, TimestampMicrosecondType,
+    DataType, Int64Type, IntervalMonthDayNano, IntervalUnit, TimeUnit, TimestampMicrosecondType,
 };
 use datafusion::common::{exec_err, plan_err, Result, ScalarValue};
 use datafusion::logical_expr::simplify::{ExprSimplifyResult, SimplifyContext};
@@ -24,8 +27,11 @@ use rockstream_types::RsResult;
 use crate::columnar::invoke_on_arrays;
 
 /// The scalar functions of this module.
-pub static FUNCTIONS: LazyLock<[Arc<ScalarUDF>; 3]> = LazyLock::new(|| {
+pub static FUNCTIONS: LazyLock<[Arc<ScalarUDF>; 4]> = LazyLock::new(|| {
     [
+        Arc::new(ScalarUDF::from(Chr {
+            signature: Signature::uniform(1, vec![DataType::Int64], Volatility::Immutable),
+        })),
         Arc::new(ScalarUDF::from(Age {
             signature: Signature::user_defined(Volatility::Immutable),
         })),
@@ -37,6 +43,60 @@ pub static FUNCTIONS: LazyLock<[Arc<ScalarUDF>; 3]> = LazyLock::new(|| {
         })),
     ]
 });
+
+/// `chr(n)`: the character with code point `n`. PostgreSQL refuses 0 (text
+/// holds no NUL), negative numbers and what is no Unicode scalar value,
+/// all as "program limit exceeded" (54000).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Chr {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for Chr {
+    fn name(&self) -> &str {
+        "chr"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arguments: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        invoke_on_arrays(&args.args, |arrays| {
+            let codes = arrays[0].as_primitive::<Int64Type>();
+            let characters = codes
+                .iter()
+                .map(|code| code.map(character).transpose())
+                .collect::<RsResult<StringArray>>()?;
+            Ok(Arc::new(characters) as ArrayRef)
+        })
+    }
+}
+
+/// PostgreSQL's `chr` for one code point.
+fn character(code: i64) -> RsResult<String> {
+    let refused = |message: String| RsError::new(&codes::PROGRAM_LIMIT_EXCEEDED, message);
+    if code < 0 {
+        return Err(refused("character number must be positive".into()));
+    }
+    if code == 0 {
+        return Err(refused("null character not permitted".into()));
+    }
+    let scalar = u32::try_from(code).ok().and_then(char::from_u32);
+    match scalar {
+        Some(scalar) => Ok(scalar.to_string()),
+        None if code > 0x10_FFFF => Err(refused(format!(
+            "requested character too large for encoding: {code}"
+        ))),
+        None => Err(refused(format!(
+            "requested character not valid for encoding: {code}"
+        ))),
+    }
+}
 
 /// `sign(x)`: PostgreSQL's name for DataFusion's `signum`.
 pub fn sign() -> ScalarUDF {

@@ -94,6 +94,8 @@ pub mod codes {
             "The client sent a message that breaks the PostgreSQL protocol (the message says which and how); use a released driver, or report the bug to the client's authors. After a malformed length or message type the connection is closed; reconnect.");
         INVALID_BYTE_SEQUENCE = (2037, "wire.invalid_byte_sequence", "22021",
             "Send SQL text and text parameters as UTF-8 (client_encoding is UTF8): fix the client's encoding setting, or send the value as bytea.");
+        PROGRAM_LIMIT_EXCEEDED = (2038, "sql.program_limit_exceeded", "54000",
+            "The value is beyond what the function or type can hold (the message says which limit); change the argument.");
         // Direct-write transactions: 2200–2299.
         UNIQUE_VIOLATION = (2201, "write.unique_violation", "23505",
             "A row with this primary key already exists: UPDATE it, or DELETE it first.");

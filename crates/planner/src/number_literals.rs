@@ -1,0 +1,104 @@
+//! Numeric literals beyond what a decimal holds.
+//!
+//! PostgreSQL types `1e308` as `numeric` (it holds 131,072 digits before
+//! the point). DataFusion reads a literal with a fraction or exponent as a
+//! decimal of at most 76 digits and a scale of at least -128, and refused
+//! `1e308` ("Decimal scale -308 exceeds the minimum supported scale").
+//! Written in exponent form a number is approximate by intent, so such a
+//! literal that no decimal holds is rewritten, in the parsed statement, to
+//! `CAST('1e308' AS DOUBLE PRECISION)`: it compares and computes as
+//! PostgreSQL's does (to float precision) and prints as a float. A literal
+//! written out in more than 76 digits is left for DataFusion to refuse, as
+//! a float would silently drop its digits.
+
+use std::ops::ControlFlow;
+
+use datafusion::sql::sqlparser::ast::{
+    CastKind, DataType, Expr, Value, ValueWithSpan, VisitMut, VisitorMut,
+};
+
+/// The most digits a decimal literal may have (Arrow's `Decimal256`).
+const DECIMAL_DIGITS_MAX: u64 = 76;
+/// The lowest scale a decimal literal may have (Arrow's `i8` scale).
+const DECIMAL_SCALE_MIN: i64 = i8::MIN as i64;
+
+/// Rewrites, in place, the exponent-form numeric literals no decimal holds
+/// into float casts (see the module documentation).
+pub fn normalize_number_literals<T: VisitMut>(node: &mut T) {
+    let _ = node.visit(&mut NumberLiterals);
+}
+
+struct NumberLiterals;
+
+impl VisitorMut for NumberLiterals {
+    type Break = ();
+
+    fn pre_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        if let Expr::Value(ValueWithSpan {
+            value: Value::Number(text, _),
+            ..
+        }) = expr
+        {
+            if has_exponent(text) && !fits_a_decimal(text) {
+                let text = std::mem::take(text);
+                *expr = Expr::Cast {
+                    kind: CastKind::Cast,
+                    expr: Box::new(Expr::value(Value::SingleQuotedString(text))),
+                    data_type: DataType::DoublePrecision,
+                    array: false,
+                    format: None,
+                };
+            }
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+fn has_exponent(text: &str) -> bool {
+    text.contains(['e', 'E'])
+}
+
+/// Whether DataFusion reads `text` (an unsigned number) as a decimal: its
+/// significant digits and scale (digits after the point less the exponent)
+/// within Arrow's bounds. Unreadable text is left for DataFusion to refuse.
+fn fits_a_decimal(text: &str) -> bool {
+    let (mantissa, exponent) = match text.split_once(['e', 'E']) {
+        Some((mantissa, exponent)) => match exponent.parse::<i64>() {
+            Ok(exponent) => (mantissa, exponent),
+            Err(_) => return true,
+        },
+        None => (text, 0),
+    };
+    let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let digits = whole.trim_start_matches('0').len() + fraction.len();
+    let digits = if whole.trim_start_matches('0').is_empty() {
+        fraction.trim_start_matches('0').len()
+    } else {
+        digits
+    };
+    let scale = i64::try_from(fraction.len())
+        .unwrap_or(i64::MAX)
+        .saturating_sub(exponent);
+    let digits = u64::try_from(digits.max(1)).unwrap_or(u64::MAX);
+    let precision = if scale > 0 {
+        digits.max(scale.unsigned_abs())
+    } else {
+        digits
+    };
+    scale >= DECIMAL_SCALE_MIN && precision <= DECIMAL_DIGITS_MAX
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decimals_in_range_stay_and_others_in_exponent_form_become_floats() {
+        for text in ["1e30", "1.5e-5", "12.25", "1e76", "1e-76", "1e128", "0.0e0"] {
+            assert!(fits_a_decimal(text), "{text}");
+        }
+        for text in ["1e308", "1e-308", "1e129", "1.5e-80"] {
+            assert!(!fits_a_decimal(text), "{text}");
+        }
+    }
+}
