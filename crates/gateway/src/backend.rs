@@ -11,9 +11,9 @@ use datafusion::arrow::datatypes::{
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::execution::context::SessionContext;
 use datafusion::sql::sqlparser::ast::{
-    CopyOption, CopySource, CopyTarget as SqlCopyTarget, Expr as SqlExpr, FromTable, ObjectName,
-    ObjectType, Query, Set, Statement, TableFactor, TableObject, TransactionIsolationLevel,
-    TransactionMode,
+    ContextModifier, CopyOption, CopySource, CopyTarget as SqlCopyTarget, Expr as SqlExpr,
+    FromTable, ObjectName, ObjectType, Query, Reset, ResetStatement, Set, Statement, TableFactor,
+    TableObject, TransactionIsolationLevel, TransactionMode, Value,
 };
 use rockstream_common::Runtime;
 use rockstream_control::{CatalogEntry, Database, ObjectKind};
@@ -32,6 +32,7 @@ use crate::dml::{self, query_error};
 use crate::fast_path;
 use crate::providers::{view_failure, ReadContext, SnapshotResolver, ROW_KEY_COLUMN};
 use crate::session::{GatewaySession, Isolation, Transaction};
+use crate::statement_limits::{parse_timeout, show_timeout, Stop};
 use crate::wire::Command;
 
 pub struct Gateway {
@@ -527,6 +528,41 @@ impl Gateway {
                 &codes::UNSUPPORTED_STATEMENT,
                 "SET TRANSACTION SNAPSHOT is not supported",
             )),
+            Statement::Set(Set::SingleAssignment {
+                scope,
+                variable,
+                values,
+                ..
+            }) if is_statement_timeout(variable) => {
+                if matches!(scope, Some(ContextModifier::Local)) {
+                    return Err(RsError::new(
+                        &codes::UNSUPPORTED_STATEMENT,
+                        "SET LOCAL statement_timeout is not supported; use SET statement_timeout (for the session)",
+                    ));
+                }
+                session.statement_timeout = match values.as_slice() {
+                    [SqlExpr::Identifier(word)] if word.value.eq_ignore_ascii_case("default") => {
+                        None
+                    }
+                    [SqlExpr::Value(value)] => match &value.value {
+                        Value::Number(text, _) | Value::SingleQuotedString(text) => {
+                            parse_timeout(text)?
+                        }
+                        other => parse_timeout(&other.to_string())?,
+                    },
+                    other => {
+                        let text: Vec<String> = other.iter().map(ToString::to_string).collect();
+                        parse_timeout(&text.join(" "))?
+                    }
+                };
+                command("SET")
+            }
+            Statement::Reset(ResetStatement {
+                reset: Reset::ConfigurationParameter(variable),
+            }) if is_statement_timeout(variable) => {
+                session.statement_timeout = None;
+                command("RESET")
+            }
             Statement::Set(_) => command("SET"),
             Statement::ShowVariable { variable } => self.show(
                 &variable
@@ -534,14 +570,7 @@ impl Gateway {
                     .map(|i| i.value.clone())
                     .collect::<Vec<_>>()
                     .join(" "),
-                session
-                    .transaction
-                    .as_ref()
-                    .filter(|transaction| transaction.explicit)
-                    .map_or(session.default_isolation, |transaction| {
-                        transaction.isolation
-                    }),
-                session.default_isolation,
+                session,
             ),
             other => Err(RsError::new(
                 &codes::UNSUPPORTED_STATEMENT,
@@ -583,14 +612,15 @@ impl Gateway {
         }
     }
 
-    /// `SHOW variable`; `isolation` is the level of the session's transaction
-    /// (or the one its next transaction gets).
-    fn show(
-        &self,
-        variable: &str,
-        isolation: Isolation,
-        default_isolation: Isolation,
-    ) -> RsResult<StatementResult> {
+    /// `SHOW variable`; the isolation level shown is the session's
+    /// transaction's (or the one its next transaction gets).
+    fn show(&self, variable: &str, session: &GatewaySession) -> RsResult<StatementResult> {
+        let default_isolation = session.default_isolation;
+        let isolation = session
+            .transaction
+            .as_ref()
+            .filter(|transaction| transaction.explicit)
+            .map_or(default_isolation, |transaction| transaction.isolation);
         let cache = || {
             let stats = self.database.engine().arrangement_cache_stats();
             format!(
@@ -617,6 +647,7 @@ impl Gateway {
             "client_encoding" => "UTF8".to_string(),
             "datestyle" => "ISO, MDY".to_string(),
             "rockstream.arrangement_cache" => cache(),
+            "statement_timeout" => show_timeout(session.statement_timeout),
             other => {
                 return Err(RsError::new(
                     &codes::UNSUPPORTED_STATEMENT,
@@ -649,16 +680,21 @@ impl Gateway {
     ) -> RsResult<StatementResult> {
         let context = self.query_context(session);
         let mut normalized = as_postgres_reads_it(&context, query).await?;
-        match self.run_query(&context, &normalized.to_string()).await {
+        match self
+            .run_query(session, &context, &normalized.to_string())
+            .await
+        {
             Err(error) if repeats_a_name(&error.message) && alias_select_items(&mut normalized) => {
-                self.run_query(&context, &normalized.to_string()).await
+                self.run_query(session, &context, &normalized.to_string())
+                    .await
             }
             result => result,
         }
     }
 
     async fn select(&self, session: &GatewaySession, sql: &str) -> RsResult<StatementResult> {
-        self.run_query(&self.query_context(session), sql).await
+        self.run_query(session, &self.query_context(session), sql)
+            .await
     }
 
     /// A table's row by its primary key, as the session reads it: its own
@@ -709,13 +745,28 @@ impl Gateway {
         }))
     }
 
-    async fn run_query(&self, context: &SessionContext, sql: &str) -> RsResult<StatementResult> {
+    async fn run_query(
+        &self,
+        session: &GatewaySession,
+        context: &SessionContext,
+        sql: &str,
+    ) -> RsResult<StatementResult> {
         let frame = context.sql(sql).await.map_err(query_error)?;
         // The analyzed plan's schema: analyzer rules may change result types.
         let plan = frame.clone().into_optimized_plan().map_err(query_error)?;
         let schema = Arc::new(plan.schema().as_arrow().clone());
-        let batches = frame.collect().await.map_err(query_error)?;
+        let batches = self.stop(session).collect(frame).await?;
         as_pg_result(schema, batches)
+    }
+
+    /// What stops the session's running statement: a cancel request, or
+    /// its `statement_timeout` counted from now.
+    pub(crate) fn stop(&self, session: &GatewaySession) -> Stop {
+        Stop::new(
+            session.interrupt.clone(),
+            session.statement_timeout,
+            self.runtime.clone(),
+        )
     }
 
     pub(crate) async fn autocommit(
@@ -1019,4 +1070,11 @@ fn requested_isolation(modes: &[TransactionMode]) -> RsResult<Option<Isolation>>
         }
     }
     Ok(isolation)
+}
+
+/// Whether a `SET`/`RESET` names `statement_timeout`.
+fn is_statement_timeout(variable: &ObjectName) -> bool {
+    variable
+        .to_string()
+        .eq_ignore_ascii_case("statement_timeout")
 }

@@ -44,7 +44,7 @@ pub async fn query_batches(
     });
     let context = new_context(resolver);
     let frame = context.sql(sql).await.map_err(query_error)?;
-    frame.collect().await.map_err(query_error)
+    gateway.stop(session).collect(frame).await
 }
 
 pub fn query_error(error: datafusion::error::DataFusionError) -> RsError {
@@ -120,7 +120,7 @@ pub async fn insert(
         .execute_logical_plan((*dml.input).clone())
         .await
         .map_err(query_error)?;
-    let batches = frame.collect().await.map_err(query_error)?;
+    let batches = gateway.stop(session).collect(frame).await?;
     let types = entry.sql_types()?;
     let mut rows = Vec::new();
     for batch in &batches {

@@ -18,6 +18,7 @@ mod dml;
 mod fast_path;
 mod providers;
 mod session;
+mod statement_limits;
 mod wire;
 
 pub use backend::Gateway;

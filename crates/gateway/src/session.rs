@@ -1,7 +1,10 @@
-//! Per-connection state: namespace and the open transaction.
+//! Per-connection state: namespace, the open transaction, and what stops
+//! a running statement (its interrupt and `statement_timeout`).
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
+use rockstream_pgwire::Interrupt;
 use rockstream_storage::SnapshotSet;
 use rockstream_types::{ObjectId, Row};
 
@@ -58,6 +61,10 @@ pub struct GatewaySession {
     /// The level `BEGIN` uses when it names none (`SET SESSION
     /// CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL ...`).
     pub default_isolation: Isolation,
+    /// Raised when the client cancels the running statement.
+    pub interrupt: Interrupt,
+    /// `statement_timeout` (`None`: no limit, PostgreSQL's default).
+    pub statement_timeout: Option<Duration>,
 }
 
 /// What a failed statement restores: the transaction's tables before it.

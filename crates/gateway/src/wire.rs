@@ -13,7 +13,7 @@ use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
 use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer};
 use rockstream_control::ObjectKind;
-use rockstream_pgwire::{Backend, CopyTarget, Described, StatementResult};
+use rockstream_pgwire::{Backend, CopyTarget, Described, Interrupt, StatementResult};
 use rockstream_planner::{
     alias_select_items, new_context, normalize_interval_literals, normalize_number_literals,
     pg_column_names,
@@ -237,7 +237,12 @@ impl Gateway {
 impl Backend for Gateway {
     type Session = GatewaySession;
 
-    async fn connect(&self, _user: &str, database: &str) -> Result<GatewaySession, RsError> {
+    async fn connect(
+        &self,
+        _user: &str,
+        database: &str,
+        interrupt: Interrupt,
+    ) -> Result<GatewaySession, RsError> {
         if !self.database().namespace_exists(database) {
             return Err(RsError::new(
                 &codes::UNKNOWN_DATABASE,
@@ -248,6 +253,8 @@ impl Backend for Gateway {
             namespace: database.to_string(),
             transaction: None,
             default_isolation: Default::default(),
+            interrupt,
+            statement_timeout: None,
         })
     }
 

@@ -14,7 +14,7 @@
 //!   it are dropped (and logged), as PostgreSQL never runs them before the
 //!   COPY data arrives.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
@@ -33,7 +33,7 @@ use crate::encode::encode_batches;
 use crate::params::decode_parameters;
 use crate::types::{field_infos, pg_type};
 use crate::wire_error::error_info;
-use crate::{Backend, CopyTarget, Described, StatementResult};
+use crate::{Backend, CopyTarget, Described, Interrupt, StatementResult};
 
 /// A statement prepared by Parse: its text and what the backend said about it.
 #[derive(Debug, Clone)]
@@ -95,6 +95,10 @@ impl<S> ConnectionState<S> {
 pub(crate) struct ConnectionCore<B: Backend> {
     pub(crate) backend: Arc<B>,
     state: Mutex<ConnectionState<B::Session>>,
+    /// Raised by a cancel request for this connection.
+    pub(crate) interrupt: Interrupt,
+    /// The process id cancel requests name, once startup assigned it.
+    pub(crate) pid: OnceLock<i32>,
 }
 
 impl<B: Backend> ConnectionCore<B> {
@@ -105,12 +109,17 @@ impl<B: Backend> ConnectionCore<B> {
                 session: None,
                 copy: None,
             }),
+            interrupt: Interrupt::default(),
+            pid: OnceLock::new(),
         }
     }
 
     /// Opens the backend session for this connection.
     pub(crate) async fn connect(&self, user: &str, database: &str) -> Result<(), RsError> {
-        let session = self.backend.connect(user, database).await?;
+        let session = self
+            .backend
+            .connect(user, database, self.interrupt.clone())
+            .await?;
         let previous = self.state.lock().await.session.replace(session);
         if let Some(previous) = previous {
             tracing::warn!("a second startup replaced the connection's session");
@@ -134,10 +143,12 @@ impl<B: Backend> ConnectionCore<B> {
     /// Simple protocol: runs a query string, one response per statement.
     pub(crate) async fn execute_simple(&self, query: &str) -> Vec<Response> {
         let mut state = self.state.lock().await;
+        let running = self.interrupt.begin();
         let results = match state.session_mut() {
             Ok(session) => self.backend.execute(session, query).await,
             Err(error) => vec![Err(error)],
         };
+        drop(running);
         let total = results.len();
         let mut responses = Vec::with_capacity(total);
         for result in results {
@@ -187,6 +198,7 @@ impl<B: Backend> ConnectionCore<B> {
         let parameters = decode_parameters(&portal.parameters, &portal.parameter_format, &types)?;
         let mut state = self.state.lock().await;
         let session = state.session_mut()?;
+        let _running = self.interrupt.begin();
         let result = self
             .backend
             .execute_with_params(
@@ -226,6 +238,7 @@ impl<B: Backend> ConnectionCore<B> {
         let rows = parse_copy_data(&data, &target)?;
         drop(data);
         let session = state.session_mut()?;
+        let _running = self.interrupt.begin();
         self.backend.copy_in(session, &target, rows).await
     }
 

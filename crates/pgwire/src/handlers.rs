@@ -28,8 +28,7 @@ use pgwire::api::results::{FieldInfo, Response, Tag};
 use pgwire::api::stmt::QueryParser;
 use pgwire::api::store::{Entry, PortalStore};
 use pgwire::api::{
-    ClientInfo, ClientPortalStore, PidSecretKeyGenerator, RandomPidSecretKeyGenerator, Type,
-    DEFAULT_NAME, METADATA_DATABASE, METADATA_USER,
+    ClientInfo, ClientPortalStore, Type, DEFAULT_NAME, METADATA_DATABASE, METADATA_USER,
 };
 use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
@@ -41,6 +40,7 @@ use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use rockstream_types::{codes, RsError};
 
 use crate::connection::{parameter_types, ConnectionCore, PreparedStatement};
+use crate::interrupt::Cancels;
 use crate::types::{field_infos, pg_type};
 use crate::wire_error::{fatal_error, user_error};
 use crate::Backend;
@@ -48,18 +48,12 @@ use crate::Backend;
 /// Every handler of one connection.
 pub(crate) struct Connection<B: Backend> {
     core: Arc<ConnectionCore<B>>,
-    pid_generator: Arc<RandomPidSecretKeyGenerator>,
+    cancels: Arc<Cancels>,
 }
 
 impl<B: Backend> Connection<B> {
-    pub(crate) fn new(
-        core: Arc<ConnectionCore<B>>,
-        pid_generator: Arc<RandomPidSecretKeyGenerator>,
-    ) -> Self {
-        Connection {
-            core,
-            pid_generator,
-        }
+    pub(crate) fn new(core: Arc<ConnectionCore<B>>, cancels: Arc<Cancels>) -> Self {
+        Connection { core, cancels }
     }
 }
 
@@ -101,7 +95,8 @@ impl<B: Backend> StartupHandler for Connection<B> {
             .connect(&user, &database)
             .await
             .map_err(fatal_error)?;
-        let (pid, secret_key) = self.pid_generator.generate(client);
+        let (pid, secret_key) = self.cancels.register(client, self.core.interrupt.clone());
+        let _ = self.core.pid.set(pid);
         client.set_pid_and_secret_key(pid, secret_key);
         finish_authentication(client, &DefaultServerParameterProvider::default()).await
     }

@@ -12,6 +12,7 @@
 //! - `frames`: checks each client message whole before `pgwire` decodes it;
 //! - `connection`: one connection's backend session and COPY buffer;
 //! - `handlers`: the `pgwire` handler traits, forwarding to `connection`;
+//! - `interrupt`: cancel requests, by process id and secret key;
 //! - `types`: Arrow type → PostgreSQL type OID;
 //! - `text`: PostgreSQL's exact text output for floats, numerics, dates,
 //!   timestamps and intervals;
@@ -35,6 +36,7 @@ mod copy;
 mod encode;
 mod frames;
 mod handlers;
+mod interrupt;
 mod params;
 mod server;
 mod types;
@@ -46,6 +48,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use rockstream_types::RsError;
 
 pub use copy::{parse_copy_data, COPY_BUFFER_BYTES_MAX};
+pub use interrupt::Interrupt;
 pub use server::serve;
 pub use types::pg_type;
 
@@ -135,8 +138,15 @@ pub trait Backend: Send + Sync + 'static {
     type Session: Send + 'static;
 
     /// Startup: user and database from the startup message. Unknown database
-    /// -> Err (sent as FATAL error).
-    async fn connect(&self, user: &str, database: &str) -> Result<Self::Session, RsError>;
+    /// -> Err (sent as FATAL error). `interrupt` is raised when a client
+    /// cancels the statement the session runs; the backend stops at its
+    /// next interruption point with 57014.
+    async fn connect(
+        &self,
+        user: &str,
+        database: &str,
+        interrupt: Interrupt,
+    ) -> Result<Self::Session, RsError>;
 
     /// Simple protocol: a query string that may hold several statements
     /// separated by ';'. Returns one result per statement executed; stops at

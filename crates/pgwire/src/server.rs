@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use pgwire::api::{ClientInfo, NoopHandler, PgWireConnectionState, RandomPidSecretKeyGenerator};
+use pgwire::api::{ClientInfo, PgWireConnectionState};
 use pgwire::messages::PgWireFrontendMessage;
 use pgwire::tokio::server::{
     negotiate_tls, process_error, process_message, MaybeTls, PgWireMessageServerCodec,
@@ -26,6 +26,7 @@ use tokio_util::codec::{Framed, FramedParts};
 use crate::connection::ConnectionCore;
 use crate::frames::{FrameGuard, Rejections};
 use crate::handlers::Connection;
+use crate::interrupt::Cancels;
 use crate::wire_error::{fatal_error, user_error};
 use crate::Backend;
 
@@ -39,12 +40,11 @@ const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
 /// Accepts connections forever, serving each on its own task. A connection's
 /// panic or error never takes the server down.
 pub async fn serve<B: Backend>(backend: Arc<B>, listener: TcpListener) -> std::io::Result<()> {
-    let pid_generator = Arc::new(RandomPidSecretKeyGenerator::default());
+    let cancels = Arc::new(Cancels::default());
     loop {
         match listener.accept().await {
             Ok((socket, peer)) => {
-                let connection =
-                    run_connection(backend.clone(), pid_generator.clone(), socket, peer);
+                let connection = run_connection(backend.clone(), cancels.clone(), socket, peer);
                 spawn_task(connection);
             }
             Err(error) => {
@@ -58,17 +58,20 @@ pub async fn serve<B: Backend>(backend: Arc<B>, listener: TcpListener) -> std::i
 /// Serves one socket, then returns its session to the backend.
 async fn run_connection<B: Backend>(
     backend: Arc<B>,
-    pid_generator: Arc<RandomPidSecretKeyGenerator>,
+    cancels: Arc<Cancels>,
     socket: TcpStream,
     peer: SocketAddr,
 ) {
     let core = Arc::new(ConnectionCore::new(backend));
-    let connection = Arc::new(Connection::new(core.clone(), pid_generator));
-    let outcome = spawn_task(process_socket(socket, connection)).await;
+    let connection = Arc::new(Connection::new(core.clone(), cancels.clone()));
+    let outcome = spawn_task(process_socket(socket, connection, cancels.clone())).await;
     match outcome {
         Ok(Ok(())) => tracing::debug!(%peer, "connection closed"),
         Ok(Err(error)) => tracing::debug!(%peer, %error, "connection ended with an I/O error"),
         Err(error) => tracing::error!(%peer, %error, "connection task failed"),
+    }
+    if let Some(pid) = core.pid.get() {
+        cancels.unregister(*pid);
     }
     core.disconnect().await;
 }
@@ -79,6 +82,7 @@ async fn run_connection<B: Backend>(
 async fn process_socket<B: Backend>(
     socket: TcpStream,
     connection: Arc<Connection<B>>,
+    cancels: Arc<Cancels>,
 ) -> std::io::Result<()> {
     // A client that does not finish starting up in time is dropped (as
     // PostgreSQL's authentication_timeout).
@@ -156,8 +160,7 @@ async fn process_socket<B: Backend>(
             connection.clone(),
             connection.clone(),
             connection.clone(),
-            // Cancel requests are not acted on yet (see the README).
-            Arc::new(NoopHandler),
+            cancels.clone(),
         )
         .await
         {

@@ -96,6 +96,12 @@ pub mod codes {
             "Send SQL text and text parameters as UTF-8 (client_encoding is UTF8): fix the client's encoding setting, or send the value as bytea.");
         PROGRAM_LIMIT_EXCEEDED = (2038, "sql.program_limit_exceeded", "54000",
             "The value is beyond what the function or type can hold (the message says which limit); change the argument.");
+        QUERY_CANCELED = (2039, "sql.query_canceled", "57014",
+            "The client canceled the statement (a driver's cancel(), psql's Ctrl-C); its changes were not made. Run it again if it was meant to finish.");
+        STATEMENT_TIMEOUT = (2040, "sql.statement_timeout", "57014",
+            "The statement ran longer than statement_timeout and its changes were not made: make it cheaper (a view keeps an expensive result current), or raise the limit with SET statement_timeout = '5min' (0 turns it off).");
+        INVALID_PARAMETER_VALUE = (2041, "session.invalid_parameter_value", "22023",
+            "Give the setting a value of its type (the message names the accepted form, e.g. statement_timeout = '30s'; units us, ms, s, min, h, d).");
         // Direct-write transactions: 2200–2299.
         UNIQUE_VIOLATION = (2201, "write.unique_violation", "23505",
             "A row with this primary key already exists: UPDATE it, or DELETE it first.");

@@ -16,6 +16,7 @@ mod corpus;
 mod crash;
 mod differential;
 mod fast_path;
+mod interrupts;
 mod isolation;
 mod limits;
 mod psql;

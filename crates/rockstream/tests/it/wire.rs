@@ -339,6 +339,39 @@ async fn malformed_messages_get_coded_errors_and_the_connection_goes_on() {
 }
 
 #[tokio::test]
+async fn a_cancel_request_interrupts_the_running_statement_only() {
+    let (_backend, port) = start().await;
+    let client = connect(port, "default").await.unwrap();
+    let other = connect(port, "default").await.unwrap();
+    let token = client.cancel_token();
+    let canceler = tokio::spawn(async move {
+        // Cancels sent before the statement starts are dropped; keep asking.
+        for _ in 0..100 {
+            token.cancel_query(NoTls).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    let error = tokio::time::timeout(
+        Duration::from_secs(10),
+        client.simple_query("WAIT FOR CANCEL"),
+    )
+    .await
+    .expect("the cancel request stops the statement")
+    .unwrap_err();
+    assert_eq!(error.code().map(|code| code.code()), Some("57014"));
+    canceler.abort();
+    // Both connections go on; the other one was never interrupted.
+    assert_eq!(
+        rows(&client.simple_query("SELECT types").await.unwrap()).len(),
+        1
+    );
+    assert_eq!(
+        rows(&other.simple_query("SELECT types").await.unwrap()).len(),
+        1
+    );
+}
+
+#[tokio::test]
 async fn unknown_database_is_fatal_and_sessions_are_returned() {
     let (backend, port) = start().await;
     let Err(error) = connect(port, "nope").await else {

@@ -12,7 +12,7 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::datatypes::{DataType, Field, IntervalMonthDayNano, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
-use rockstream_pgwire::{Backend, CopyTarget, Described, StatementResult};
+use rockstream_pgwire::{Backend, CopyTarget, Described, Interrupt, StatementResult};
 use rockstream_types::{codes, RsError};
 use tokio_postgres::types::{FromSql, IsNull, ToSql, Type};
 
@@ -25,7 +25,8 @@ pub struct FakeBackend {
     pub disconnects: AtomicUsize,
 }
 
-pub struct FakeSession;
+/// A session: the interrupt the wire gave it at connect.
+pub struct FakeSession(Interrupt);
 
 fn t_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
@@ -179,9 +180,14 @@ impl FakeBackend {
 impl Backend for FakeBackend {
     type Session = FakeSession;
 
-    async fn connect(&self, _user: &str, database: &str) -> Result<FakeSession, RsError> {
+    async fn connect(
+        &self,
+        _user: &str,
+        database: &str,
+        interrupt: Interrupt,
+    ) -> Result<FakeSession, RsError> {
         if database == "default" {
-            Ok(FakeSession)
+            Ok(FakeSession(interrupt))
         } else {
             Err(RsError::new(
                 &codes::UNKNOWN_DATABASE,
@@ -192,9 +198,14 @@ impl Backend for FakeBackend {
 
     async fn execute(
         &self,
-        _session: &mut FakeSession,
+        session: &mut FakeSession,
         sql: &str,
     ) -> Vec<Result<StatementResult, RsError>> {
+        // Runs until the client cancels it.
+        if sql == "WAIT FOR CANCEL" {
+            session.0.requested().await;
+            return vec![Err(RsError::new(&codes::QUERY_CANCELED, "canceled"))];
+        }
         let mut results = Vec::new();
         for statement in sql.split(';').map(str::trim).filter(|s| !s.is_empty()) {
             let result = self.run(statement, &[]);

@@ -1,0 +1,167 @@
+//! What ends a statement early: a cancel request, or `statement_timeout`.
+//!
+//! Each statement gets a [`Stop`]: the connection's [`Interrupt`] and the
+//! deadline `statement_timeout` sets, counted from the statement's start
+//! (each statement of a query string on its own, as in PostgreSQL). The
+//! interruption points are where a statement reads: a query's execution,
+//! and the rows a DML statement computes before it changes anything. An
+//! interrupted statement fails with 57014 and, like any failed statement,
+//! changes nothing. A commit is not an interruption point: once the engine
+//! has a transaction it finishes, so a client is never told a commit that
+//! happened failed.
+
+use std::time::Duration;
+
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::dataframe::DataFrame;
+use rockstream_common::Runtime;
+use rockstream_pgwire::Interrupt;
+use rockstream_types::{codes, RsError, RsResult};
+
+use crate::dml::query_error;
+
+/// PostgreSQL's bound on `statement_timeout`, in milliseconds.
+const TIMEOUT_MS_MAX: i64 = i32::MAX as i64;
+
+/// What may stop the running statement (see the module docs).
+pub(crate) struct Stop {
+    interrupt: Interrupt,
+    /// When the statement times out, in the runtime's microseconds.
+    deadline_micros: Option<i64>,
+    runtime: Runtime,
+}
+
+impl Stop {
+    pub(crate) fn new(interrupt: Interrupt, timeout: Option<Duration>, runtime: Runtime) -> Stop {
+        let deadline_micros = timeout.map(|timeout| {
+            let micros = i64::try_from(timeout.as_micros()).unwrap_or(i64::MAX);
+            runtime.now_micros().saturating_add(micros)
+        });
+        Stop {
+            interrupt,
+            deadline_micros,
+            runtime,
+        }
+    }
+
+    /// Runs `frame` to its batches, unless the statement is stopped first.
+    pub(crate) async fn collect(&self, frame: DataFrame) -> RsResult<Vec<RecordBatch>> {
+        tokio::select! {
+            biased;
+            reason = self.reached() => Err(reason),
+            batches = frame.collect() => batches.map_err(query_error),
+        }
+    }
+
+    /// Resolves, with the error to report, when the statement must stop.
+    async fn reached(&self) -> RsError {
+        let timed_out = async {
+            match self.deadline_micros {
+                Some(deadline) => {
+                    let left = deadline.saturating_sub(self.runtime.now_micros()).max(0);
+                    self.runtime
+                        .sleep(Duration::from_micros(left.unsigned_abs()))
+                        .await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = self.interrupt.requested() => RsError::new(
+                &codes::QUERY_CANCELED,
+                "canceling statement due to user request",
+            ),
+            () = timed_out => RsError::new(
+                &codes::STATEMENT_TIMEOUT,
+                "canceling statement due to statement timeout",
+            ),
+        }
+    }
+}
+
+/// A `statement_timeout` value as PostgreSQL reads it: a number of
+/// milliseconds, or a number with a unit (`'30s'`, `'1.5min'`); 0 turns
+/// the limit off (`None`).
+pub(crate) fn parse_timeout(text: &str) -> RsResult<Option<Duration>> {
+    let invalid = || {
+        RsError::new(
+            &codes::INVALID_PARAMETER_VALUE,
+            format!("invalid value for parameter \"statement_timeout\": \"{text}\""),
+        )
+    };
+    let trimmed = text.trim();
+    let split = trimmed
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-' || c == '+'))
+        .unwrap_or(trimmed.len());
+    let (number, unit) = trimmed.split_at(split);
+    let number: f64 = number.parse().map_err(|_| invalid())?;
+    let unit_ms = match unit.trim() {
+        "" | "ms" => 1.0,
+        "us" => 0.001,
+        "s" => 1_000.0,
+        "min" => 60_000.0,
+        "h" => 3_600_000.0,
+        "d" => 86_400_000.0,
+        _ => return Err(invalid()),
+    };
+    let ms = (number * unit_ms).round();
+    if !(0.0..=TIMEOUT_MS_MAX as f64).contains(&ms) {
+        return Err(RsError::new(
+            &codes::INVALID_PARAMETER_VALUE,
+            format!(
+                "{ms} ms is outside the valid range for parameter \"statement_timeout\" (0 .. {TIMEOUT_MS_MAX})"
+            ),
+        ));
+    }
+    // In range, so the cast is exact.
+    let ms = ms as u64;
+    Ok((ms > 0).then(|| Duration::from_millis(ms)))
+}
+
+/// `SHOW statement_timeout`: PostgreSQL's form, in the largest unit that
+/// divides the value (`0` when off).
+pub(crate) fn show_timeout(timeout: Option<Duration>) -> String {
+    let Some(timeout) = timeout else {
+        return "0".to_string();
+    };
+    let ms = timeout.as_millis();
+    for (unit, size) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("min", 60_000),
+        ("s", 1_000),
+    ] {
+        if ms.is_multiple_of(size) {
+            return format!("{}{unit}", ms / size);
+        }
+    }
+    format!("{ms}ms")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeouts_read_and_print_as_postgresql() {
+        let cases = [
+            ("2000", "2s"),
+            ("2s", "2s"),
+            ("1500", "1500ms"),
+            ("1.5min", "90s"),
+            (" 3 h", "3h"),
+            ("0", "0"),
+            ("1d", "1d"),
+        ];
+        for (text, shown) in cases {
+            let timeout = parse_timeout(text).map_err(|error| error.to_string());
+            assert_eq!(timeout.map(show_timeout).as_deref(), Ok(shown), "{text}");
+        }
+        for text in ["2x", "", "-1", "abc", "99999999999"] {
+            let Err(error) = parse_timeout(text) else {
+                panic!("{text} must be refused");
+            };
+            assert_eq!(error.sqlstate(), "22023", "{text}");
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! Goal: a running statement can be stopped, and stopping it changes nothing: a client's cancel
+//! request (`cancel()` in drivers, Ctrl-C in psql) and `statement_timeout` end a long query or a
+//! long `INSERT ... SELECT` with 57014, the session goes on, nothing of the stopped statement is
+//! written, and other sessions are not touched. Method: queries over a large `generate_series`
+//! that would run for minutes, stopped after a fraction of a second.
+#![allow(clippy::unwrap_used)] // Tests may unwrap: a panic is the failure report.
+#![allow(clippy::disallowed_methods)] // The test harness sleeps on tokio directly.
+
+use std::time::{Duration, Instant};
+
+use tokio_postgres::NoTls;
+
+use crate::harness::compare::fetch_text_rows;
+use crate::harness::server::TestServer;
+use crate::harness::sqlstate;
+
+/// Minutes of work if nothing stops it.
+const ENDLESS: &str = "SELECT count(*) FROM generate_series(1, 10000000000) g(a) WHERE a % 7 = 3";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_request_stops_a_running_query() {
+    let server = TestServer::start().await;
+    let client = server.client().await;
+    let bystander = server.client().await;
+    let token = client.cancel_token();
+    let started = Instant::now();
+    let (outcome, ()) = tokio::join!(client.simple_query(ENDLESS), async {
+        // Until the query runs, a cancel finds the session idle and is dropped.
+        for _ in 0..50 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            token
+                .cancel_query(NoTls)
+                .await
+                .expect("the cancel is delivered");
+        }
+    });
+    let error = outcome.expect_err("canceled");
+    assert_eq!(sqlstate(&error), "57014", "{error}");
+    assert!(started.elapsed() < Duration::from_secs(30));
+    for session in [&client, &bystander] {
+        let rows = fetch_text_rows(session, "SELECT 1")
+            .await
+            .expect("the session goes on");
+        assert_eq!(format!("{rows:?}"), r#"[[Some("1")]]"#);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statement_timeout_stops_queries_and_writes_that_run_too_long() {
+    let server = TestServer::start().await;
+    let client = server.client().await;
+    client
+        .batch_execute("CREATE TABLE t (id BIGINT PRIMARY KEY, v BIGINT)")
+        .await
+        .unwrap();
+    client
+        .batch_execute("SET statement_timeout = '300ms'")
+        .await
+        .unwrap();
+    let shown = fetch_text_rows(&client, "SHOW statement_timeout")
+        .await
+        .unwrap();
+    assert_eq!(format!("{shown:?}"), r#"[[Some("300ms")]]"#);
+
+    let started = Instant::now();
+    let error = client.simple_query(ENDLESS).await.expect_err("timed out");
+    assert_eq!(sqlstate(&error), "57014", "{error}");
+    assert!(started.elapsed() < Duration::from_secs(30));
+
+    let endless_insert =
+        "INSERT INTO t SELECT a, a FROM generate_series(1, 10000000000) g(a) WHERE a % 1000 = 0";
+    let error = client
+        .simple_query(endless_insert)
+        .await
+        .expect_err("timed out");
+    assert_eq!(sqlstate(&error), "57014", "{error}");
+
+    // Inside a transaction the timed-out statement aborts it, as in PostgreSQL.
+    client.batch_execute("BEGIN").await.unwrap();
+    client
+        .batch_execute("INSERT INTO t VALUES (1, 1)")
+        .await
+        .unwrap();
+    let error = client
+        .simple_query(endless_insert)
+        .await
+        .expect_err("timed out");
+    assert_eq!(sqlstate(&error), "57014", "{error}");
+    let error = client.simple_query("SELECT 1").await.expect_err("aborted");
+    assert_eq!(sqlstate(&error), "25P02", "{error}");
+    client.batch_execute("ROLLBACK").await.unwrap();
+
+    // Nothing of the stopped writes is there; cheap statements still run.
+    client
+        .batch_execute("INSERT INTO t VALUES (2, 2)")
+        .await
+        .unwrap();
+    let rows = fetch_text_rows(&client, "SELECT id FROM t").await.unwrap();
+    assert_eq!(format!("{rows:?}"), r#"[[Some("2")]]"#);
+
+    // Off again: 0, as in PostgreSQL; malformed values are refused.
+    client
+        .batch_execute("SET statement_timeout = 0")
+        .await
+        .unwrap();
+    let shown = fetch_text_rows(&client, "SHOW statement_timeout")
+        .await
+        .unwrap();
+    assert_eq!(format!("{shown:?}"), r#"[[Some("0")]]"#);
+    let error = client
+        .simple_query("SET statement_timeout = '2 fortnights'")
+        .await
+        .expect_err("refused");
+    assert_eq!(sqlstate(&error), "22023", "{error}");
+}
