@@ -8,6 +8,9 @@
 //! interruption point (the backend decides where: reading is, committing
 //! is not) and fails with 57014, as in PostgreSQL.
 //!
+//! A client that leaves while a statement runs abandons its connection:
+//! that statement and any later one stop the same way.
+//!
 //! Invariants:
 //! - a request counts only while a statement runs ([`Interrupt::begin`] to
 //!   [`Interrupt::end`]); one arriving between statements is dropped, as
@@ -39,6 +42,8 @@ struct InterruptState {
 struct Flags {
     running: bool,
     requested: bool,
+    /// The client left: every statement, running or to come, stops.
+    abandoned: bool,
 }
 
 impl Interrupt {
@@ -52,11 +57,16 @@ impl Interrupt {
     /// A statement starts: requests from before it are forgotten. The
     /// statement runs until the returned guard drops.
     pub(crate) fn begin(&self) -> Running<'_> {
-        *self.flags() = Flags {
-            running: true,
-            requested: false,
-        };
+        let mut flags = self.flags();
+        flags.running = true;
+        flags.requested = false;
         Running(self)
+    }
+
+    /// The client left: the running statement and any later one stop.
+    pub(crate) fn abandon(&self) {
+        self.flags().abandoned = true;
+        self.0.raised.notify_waiters();
     }
 
     /// Asks the running statement, if any, to stop.
@@ -71,7 +81,8 @@ impl Interrupt {
 
     /// Whether the running statement was asked to stop.
     pub fn is_requested(&self) -> bool {
-        self.flags().requested
+        let flags = self.flags();
+        flags.requested || flags.abandoned
     }
 
     /// Resolves once the running statement is asked to stop.
@@ -95,7 +106,9 @@ pub(crate) struct Running<'a>(&'a Interrupt);
 
 impl Drop for Running<'_> {
     fn drop(&mut self) {
-        *self.0.flags() = Flags::default();
+        let mut flags = self.0.flags();
+        flags.running = false;
+        flags.requested = false;
     }
 }
 
@@ -174,6 +187,12 @@ mod tests {
         assert!(interrupt.is_requested());
         drop(running);
         assert!(!interrupt.is_requested(), "the next statement starts clean");
+        interrupt.abandon();
+        let _running = interrupt.begin();
+        assert!(
+            interrupt.is_requested(),
+            "an abandoned connection stops all"
+        );
     }
 
     #[tokio::test]

@@ -21,6 +21,7 @@ use pgwire::tokio::server::{
 };
 use rockstream_types::{codes, RsError};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::task::coop::unconstrained;
 use tokio_util::codec::{Framed, FramedParts};
 
 use crate::connection::ConnectionCore;
@@ -29,6 +30,7 @@ use crate::handlers::Connection;
 use crate::interrupt::Cancels;
 use crate::wire_error::{fatal_error, user_error};
 use crate::Backend;
+use crate::Interrupt;
 
 /// Pause before accepting again after a failed accept.
 const ACCEPT_RETRY_DELAY: Duration = Duration::from_millis(100);
@@ -64,7 +66,14 @@ async fn run_connection<B: Backend>(
 ) {
     let core = Arc::new(ConnectionCore::new(backend));
     let connection = Arc::new(Connection::new(core.clone(), cancels.clone()));
-    let outcome = spawn_task(process_socket(socket, connection, cancels.clone())).await;
+    let interrupt = core.interrupt.clone();
+    let outcome = spawn_task(process_socket(
+        socket,
+        connection,
+        cancels.clone(),
+        interrupt,
+    ))
+    .await;
     match outcome {
         Ok(Ok(())) => tracing::debug!(%peer, "connection closed"),
         Ok(Err(error)) => tracing::debug!(%peer, %error, "connection ended with an I/O error"),
@@ -83,7 +92,13 @@ async fn process_socket<B: Backend>(
     socket: TcpStream,
     connection: Arc<Connection<B>>,
     cancels: Arc<Cancels>,
+    interrupt: Interrupt,
 ) -> std::io::Result<()> {
+    // A second handle on the socket, to notice the client leaving while a
+    // statement runs (nothing reads the socket then).
+    let socket = socket.into_std()?;
+    let watcher = TcpStream::from_std(socket.try_clone()?)?;
+    let socket = TcpStream::from_std(socket)?;
     // A client that does not finish starting up in time is dropped (as
     // PostgreSQL's authentication_timeout).
     let startup_deadline = pause(STARTUP_TIMEOUT);
@@ -153,17 +168,34 @@ async fn process_socket<B: Backend>(
             _ => message.is_extended_query(),
         };
         let cancel_request = matches!(message, PgWireFrontendMessage::CancelRequest(_));
-        if let Err(error) = process_message(
-            message,
-            &mut socket,
-            connection.clone(),
-            connection.clone(),
-            connection.clone(),
-            connection.clone(),
-            cancels.clone(),
-        )
-        .await
-        {
+        let processed = {
+            let processing = process_message(
+                message,
+                &mut socket,
+                connection.clone(),
+                connection.clone(),
+                connection.clone(),
+                connection.clone(),
+                cancels.clone(),
+            );
+            tokio::pin!(processing);
+            // A client that leaves while its statement runs stops it, as a
+            // cancel request would (at the statement's next interruption
+            // point; a commit under way completes).
+            // The watcher is polled first and outside tokio's cooperative
+            // budget: a statement spends the budget on every poll, and
+            // would starve a watcher polled after it.
+            tokio::select! {
+                biased;
+                () = unconstrained(peer_gone(&watcher)) => {
+                    tracing::debug!("the client left during a statement; interrupting it");
+                    interrupt.abandon();
+                    processing.await
+                }
+                processed = &mut processing => processed,
+            }
+        };
+        if let Err(error) = processed {
             let fatal = error.is_fatal();
             process_error(&mut socket, error, wait_for_sync).await?;
             if fatal {
@@ -176,6 +208,18 @@ async fn process_socket<B: Backend>(
         }
     }
     Ok(())
+}
+
+/// Resolves when the client has closed the connection (or it failed). Data
+/// it sent meanwhile (a pipelined next message) hides a close behind it:
+/// then it waits for ever, and the statement runs to its end.
+async fn peer_gone(watcher: &TcpStream) {
+    let mut byte = [0_u8; 1];
+    // Waits until the socket has something to read: the end, or data.
+    match watcher.peek(&mut byte).await {
+        Ok(0) | Err(_) => {}
+        Ok(_) => std::future::pending().await,
+    }
 }
 
 /// Puts a [`FrameGuard`] between the negotiated socket and its codec.

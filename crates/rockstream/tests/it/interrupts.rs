@@ -1,8 +1,9 @@
 //! Goal: a running statement can be stopped, and stopping it changes nothing: a client's cancel
 //! request (`cancel()` in drivers, Ctrl-C in psql) and `statement_timeout` end a long query or a
 //! long `INSERT ... SELECT` with 57014, the session goes on, nothing of the stopped statement is
-//! written, and other sessions are not touched. Method: queries over a large `generate_series`
-//! that would run for minutes, stopped after a fraction of a second.
+//! written, and other sessions are not touched; a client that leaves mid-statement stops it too.
+//! Method: queries over a large `generate_series` that would run for minutes, stopped after a
+//! fraction of a second.
 #![allow(clippy::unwrap_used)] // Tests may unwrap: a panic is the failure report.
 #![allow(clippy::disallowed_methods)] // The test harness sleeps on tokio directly.
 
@@ -43,6 +44,40 @@ async fn a_cancel_request_stops_a_running_query() {
             .expect("the session goes on");
         assert_eq!(format!("{rows:?}"), r#"[[Some("1")]]"#);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_leaving_stops_its_running_query() {
+    use tokio::io::AsyncWriteExt;
+    let server = TestServer::start().await;
+    let mut socket = tokio::net::TcpStream::connect(("127.0.0.1", server.config().get_ports()[0]))
+        .await
+        .unwrap();
+    let mut startup = 196_608_i32.to_be_bytes().to_vec();
+    startup.extend_from_slice(b"user\0tester\0database\0default\0\0");
+    let mut messages = ((startup.len() + 4) as i32).to_be_bytes().to_vec();
+    messages.extend(startup);
+    let query = format!("{ENDLESS}\0");
+    messages.push(b'Q');
+    messages.extend(((query.len() + 4) as i32).to_be_bytes());
+    messages.extend(query.as_bytes());
+    socket.write_all(&messages).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    drop(socket);
+    // A running query keeps a core busy; a stopped one leaves the server idle.
+    let mut idle = false;
+    for _ in 0..20 {
+        let Some(before) = server.cpu_time() else {
+            return; // No /proc: nothing to measure.
+        };
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let after = server.cpu_time().unwrap_or(before);
+        if after - before < Duration::from_millis(300) {
+            idle = true;
+            break;
+        }
+    }
+    assert!(idle, "the query of a client that left kept running");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -372,6 +372,21 @@ async fn a_cancel_request_interrupts_the_running_statement_only() {
 }
 
 #[tokio::test]
+async fn a_client_leaving_stops_its_running_statement() {
+    let (backend, port) = start().await;
+    let mut client = RawClient::connect(port).await;
+    client.send(b'Q', b"WAIT FOR CANCEL\0").await;
+    drop(client);
+    for _ in 0..250 {
+        if backend.interrupted.load(Ordering::SeqCst) == 1 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the statement of a client that left was not stopped");
+}
+
+#[tokio::test]
 async fn unknown_database_is_fatal_and_sessions_are_returned() {
     let (backend, port) = start().await;
     let Err(error) = connect(port, "nope").await else {

@@ -126,6 +126,18 @@ impl TestServer {
         server
     }
 
+    /// CPU time the server process has used so far (Linux `/proc`; `None` elsewhere).
+    pub fn cpu_time(&self) -> Option<Duration> {
+        let pid = self.child.as_ref()?.id();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // Fields after the command name (which may hold spaces) start at state, field 3;
+        // utime and stime are fields 14 and 15, in clock ticks (100 per second on Linux).
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        let ticks: u64 =
+            fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+        Some(Duration::from_millis(ticks * 10))
+    }
+
     /// Sets (or, with `None`, removes) an environment variable of the servers started from now
     /// on (by [`TestServer::restart`]).
     pub fn set_env(&mut self, name: &str, value: Option<String>) {

@@ -23,6 +23,8 @@ pub type Table = Vec<Vec<Option<String>>>;
 pub struct FakeBackend {
     pub table: Mutex<Table>,
     pub disconnects: AtomicUsize,
+    /// Statements stopped while waiting for a cancel.
+    pub interrupted: AtomicUsize,
 }
 
 /// A session: the interrupt the wire gave it at connect.
@@ -204,6 +206,7 @@ impl Backend for FakeBackend {
         // Runs until the client cancels it.
         if sql == "WAIT FOR CANCEL" {
             session.0.requested().await;
+            self.interrupted.fetch_add(1, Ordering::SeqCst);
             return vec![Err(RsError::new(&codes::QUERY_CANCELED, "canceled"))];
         }
         let mut results = Vec::new();
