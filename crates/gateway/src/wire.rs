@@ -23,7 +23,7 @@ use rockstream_types::{codes, RsError, RsResult};
 use crate::backend::{
     as_postgres_reads_it, pg_result_schema, renamed_schema, repeats_a_name, Gateway,
 };
-use crate::complexity::check_nesting;
+use crate::complexity::{check_nesting, check_select_lists};
 use crate::dml::{self, query_error};
 use crate::fast_path;
 use crate::providers::SnapshotResolver;
@@ -66,6 +66,7 @@ pub(crate) fn parse(sql: &str) -> RsResult<Vec<Command>> {
             parse_refresh(&mut parser).map_err(syntax_error)?
         } else {
             let mut statement = parser.parse_statement().map_err(syntax_error)?;
+            check_select_lists(&statement)?;
             normalize_interval_literals(&mut statement);
             normalize_number_literals(&mut statement);
             Command::Sql(Box::new(statement))
