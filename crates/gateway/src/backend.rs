@@ -11,9 +11,9 @@ use datafusion::arrow::datatypes::{
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::execution::context::SessionContext;
 use datafusion::sql::sqlparser::ast::{
-    ContextModifier, CopyOption, CopySource, CopyTarget as SqlCopyTarget, Expr as SqlExpr,
-    FromTable, ObjectName, ObjectType, Query, Reset, ResetStatement, Set, Statement, TableFactor,
-    TableObject, TransactionIsolationLevel, TransactionMode, Value,
+    CopyOption, CopySource, CopyTarget as SqlCopyTarget, Expr as SqlExpr, FromTable, ObjectName,
+    ObjectType, Query, Set, Statement, TableFactor, TableObject, TransactionIsolationLevel,
+    TransactionMode,
 };
 use rockstream_common::Runtime;
 use rockstream_control::{CatalogEntry, Database, ObjectKind};
@@ -32,7 +32,8 @@ use crate::dml::{self, query_error};
 use crate::fast_path;
 use crate::providers::{view_failure, ReadContext, SnapshotResolver, ROW_KEY_COLUMN};
 use crate::session::{GatewaySession, Isolation, Transaction};
-use crate::statement_limits::{parse_timeout, show_timeout, Stop};
+use crate::session_commands;
+use crate::statement_limits::{show_timeout, Stop};
 use crate::wire::Command;
 
 pub struct Gateway {
@@ -528,40 +529,15 @@ impl Gateway {
                 &codes::UNSUPPORTED_STATEMENT,
                 "SET TRANSACTION SNAPSHOT is not supported",
             )),
-            Statement::Set(Set::SingleAssignment {
-                scope,
-                variable,
-                values,
-                ..
-            }) if is_statement_timeout(variable) => {
-                if matches!(scope, Some(ContextModifier::Local)) {
-                    return Err(RsError::new(
-                        &codes::UNSUPPORTED_STATEMENT,
-                        "SET LOCAL statement_timeout is not supported; use SET statement_timeout (for the session)",
-                    ));
-                }
-                session.statement_timeout = match values.as_slice() {
-                    [SqlExpr::Identifier(word)] if word.value.eq_ignore_ascii_case("default") => {
-                        None
-                    }
-                    [SqlExpr::Value(value)] => match &value.value {
-                        Value::Number(text, _) | Value::SingleQuotedString(text) => {
-                            parse_timeout(text)?
-                        }
-                        other => parse_timeout(&other.to_string())?,
-                    },
-                    other => {
-                        let text: Vec<String> = other.iter().map(ToString::to_string).collect();
-                        parse_timeout(&text.join(" "))?
-                    }
-                };
-                command("SET")
-            }
-            Statement::Reset(ResetStatement {
-                reset: Reset::ConfigurationParameter(variable),
-            }) if is_statement_timeout(variable) => {
-                session.statement_timeout = None;
-                command("RESET")
+            Statement::Set(_)
+            | Statement::Reset(_)
+            | Statement::Discard { .. }
+            | Statement::Deallocate { .. }
+            | Statement::Close { .. }
+            | Statement::UNLISTEN { .. }
+                if session_commands::handles(statement) =>
+            {
+                session_commands::run(session, statement, in_explicit)
             }
             Statement::Set(_) => command("SET"),
             Statement::ShowVariable { variable } => self.show(
@@ -600,6 +576,11 @@ impl Gateway {
                 | Statement::Rollback { .. }
                 | Statement::Set(_)
                 | Statement::ShowVariable { .. }
+                | Statement::Reset(_)
+                | Statement::Discard { .. }
+                | Statement::Deallocate { .. }
+                | Statement::Close { .. }
+                | Statement::UNLISTEN { .. }
         ) {
             return;
         }
@@ -1070,11 +1051,4 @@ fn requested_isolation(modes: &[TransactionMode]) -> RsResult<Option<Isolation>>
         }
     }
     Ok(isolation)
-}
-
-/// Whether a `SET`/`RESET` names `statement_timeout`.
-fn is_statement_timeout(variable: &ObjectName) -> bool {
-    variable
-        .to_string()
-        .eq_ignore_ascii_case("statement_timeout")
 }

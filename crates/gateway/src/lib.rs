@@ -18,6 +18,7 @@ mod dml;
 mod fast_path;
 mod providers;
 mod session;
+mod session_commands;
 mod statement_limits;
 mod wire;
 

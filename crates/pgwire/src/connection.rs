@@ -141,7 +141,13 @@ impl<B: Backend> ConnectionCore<B> {
     }
 
     /// Simple protocol: runs a query string, one response per statement.
-    pub(crate) async fn execute_simple(&self, query: &str) -> Vec<Response> {
+    /// `forget` removes a statement prepared by Parse, answering whether
+    /// there was one (for `DEALLOCATE`).
+    pub(crate) async fn execute_simple(
+        &self,
+        query: &str,
+        forget: &(dyn Fn(&str) -> bool + Send + Sync),
+    ) -> Vec<Response> {
         let mut state = self.state.lock().await;
         let running = self.interrupt.begin();
         let results = match state.session_mut() {
@@ -154,6 +160,7 @@ impl<B: Backend> ConnectionCore<B> {
         for result in results {
             let (response, is_last) = match result {
                 Ok(StatementResult::CopyIn(target)) => (Ok(state.start_copy(target)), true),
+                Ok(StatementResult::Deallocate { name }) => (deallocate(name, forget), false),
                 Ok(result) => (statement_response(result, &Format::UnifiedText), false),
                 Err(error) => (Err(error), true),
             };
@@ -192,6 +199,7 @@ impl<B: Backend> ConnectionCore<B> {
     pub(crate) async fn execute_portal(
         &self,
         portal: &Portal<PreparedStatement>,
+        forget: &(dyn Fn(&str) -> bool + Send + Sync),
     ) -> Result<Response, RsError> {
         let statement = &portal.statement;
         let types = parameter_types(statement);
@@ -210,6 +218,7 @@ impl<B: Backend> ConnectionCore<B> {
             .await?;
         match result {
             StatementResult::CopyIn(target) => Ok(state.start_copy(target)),
+            StatementResult::Deallocate { name } => deallocate(name, forget),
             result => statement_response(result, &portal.result_column_format),
         }
     }
@@ -271,8 +280,27 @@ fn statement_response(result: StatementResult, format: &Format) -> Result<Respon
     match result {
         StatementResult::Query { schema, batches } => query_response(&schema, &batches, format),
         StatementResult::Command { tag } => Ok(command_response(tag)),
-        StatementResult::CopyIn(_) => Err(RsError::internal("COPY result reached the row encoder")),
+        StatementResult::CopyIn(_) | StatementResult::Deallocate { .. } => Err(RsError::internal(
+            "a COPY or DEALLOCATE result reached the row encoder",
+        )),
     }
+}
+
+/// `DEALLOCATE name` / `DEALLOCATE ALL` (see [`StatementResult::Deallocate`]).
+fn deallocate(
+    name: Option<String>,
+    forget: &(dyn Fn(&str) -> bool + Send + Sync),
+) -> Result<Response, RsError> {
+    let Some(name) = name else {
+        return Ok(command_response("DEALLOCATE ALL".to_string()));
+    };
+    if !forget(&name) {
+        return Err(RsError::new(
+            &codes::UNDEFINED_PREPARED_STATEMENT,
+            format!("prepared statement \"{name}\" does not exist"),
+        ));
+    }
+    Ok(command_response("DEALLOCATE".to_string()))
 }
 
 fn query_response(

@@ -104,14 +104,16 @@ impl<B: Backend> StartupHandler for Connection<B> {
 
 #[async_trait]
 impl<B: Backend> SimpleQueryHandler for Connection<B> {
-    async fn do_query<C>(&self, _client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+    async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::PortalStore: PortalStore,
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        Ok(self.core.execute_simple(query).await)
+        let store = client.portal_store();
+        let forget = |name: &str| forget_statement(store, name);
+        Ok(self.core.execute_simple(query, &forget).await)
     }
 }
 
@@ -240,7 +242,7 @@ impl<B: Backend> ExtendedQueryHandler for Connection<B> {
 
     async fn do_query<C>(
         &self,
-        _client: &mut C,
+        client: &mut C,
         portal: &Portal<PreparedStatement>,
         _max_rows: usize,
     ) -> PgWireResult<Response>
@@ -250,7 +252,12 @@ impl<B: Backend> ExtendedQueryHandler for Connection<B> {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        self.core.execute_portal(portal).await.map_err(user_error)
+        let store = client.portal_store();
+        let forget = |name: &str| forget_statement(store, name);
+        self.core
+            .execute_portal(portal, &forget)
+            .await
+            .map_err(user_error)
     }
 }
 
@@ -294,4 +301,11 @@ impl<B: Backend> CopyHandler for Connection<B> {
             format!("COPY from stdin failed: {}", fail.message),
         ))
     }
+}
+
+/// Removes the statement Parse prepared as `name`; whether there was one.
+fn forget_statement<S: PortalStore>(store: &S, name: &str) -> bool {
+    let existed = store.get_statement(name).is_some();
+    store.rm_statement(name);
+    existed
 }

@@ -68,6 +68,12 @@ pub enum StatementResult {
     /// COPY ... FROM STDIN: the front end switches to copy-in mode, collects
     /// and parses the data, then calls [`Backend::copy_in`].
     CopyIn(CopyTarget),
+    /// `DEALLOCATE name` (or `ALL`, `None`): the front end forgets the
+    /// statement prepared (by Parse) under that name; a name it does not
+    /// know is an error (26000), as in PostgreSQL. `ALL` forgets none of
+    /// the statements prepared by Parse: a client that prepares a name
+    /// again replaces its statement.
+    Deallocate { name: Option<String> },
 }
 
 /// The data format of a `COPY ... FROM STDIN`.

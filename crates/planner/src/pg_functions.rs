@@ -1,7 +1,8 @@
 //! PostgreSQL functions DataFusion lacks: `mod(a, b)`, `pg_typeof(x)`,
 //! `age(a, b)`, `sign(x)` (DataFusion's `signum`) and the aggregate
 //! `variance(x)` (DataFusion's `var_samp`); and `chr(n)`, whose
-//! DataFusion form returns a NUL character PostgreSQL refuses.
+//! DataFusion form returns a NUL character PostgreSQL refuses; and
+//! `pg_advisory_unlock_all()`, which connection pools call.
 
 use std::sync::{Arc, LazyLock};
 
@@ -27,8 +28,11 @@ use rockstream_types::RsResult;
 use crate::columnar::invoke_on_arrays;
 
 /// The scalar functions of this module.
-pub static FUNCTIONS: LazyLock<[Arc<ScalarUDF>; 4]> = LazyLock::new(|| {
+pub static FUNCTIONS: LazyLock<[Arc<ScalarUDF>; 5]> = LazyLock::new(|| {
     [
+        Arc::new(ScalarUDF::from(AdvisoryUnlockAll {
+            signature: Signature::nullary(Volatility::Volatile),
+        })),
         Arc::new(ScalarUDF::from(Chr {
             signature: Signature::uniform(1, vec![DataType::Int64], Volatility::Immutable),
         })),
@@ -43,6 +47,35 @@ pub static FUNCTIONS: LazyLock<[Arc<ScalarUDF>; 4]> = LazyLock::new(|| {
         })),
     ]
 });
+
+/// `pg_advisory_unlock_all()`: releases the session's advisory locks.
+/// RockStream has none (`pg_advisory_lock` does not exist), so there is
+/// nothing to release; connection pools call it when they take a
+/// connection back. PostgreSQL's result is `void`, printed empty.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct AdvisoryUnlockAll {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for AdvisoryUnlockAll {
+    fn name(&self) -> &str {
+        "pg_advisory_unlock_all"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arguments: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(&self, _args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        Ok(ColumnarValue::Scalar(ScalarValue::Utf8(
+            Some(String::new()),
+        )))
+    }
+}
 
 /// `chr(n)`: the character with code point `n`. PostgreSQL refuses 0 (text
 /// holds no NUL), negative numbers and what is no Unicode scalar value,

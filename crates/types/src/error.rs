@@ -102,6 +102,12 @@ pub mod codes {
             "The statement ran longer than statement_timeout and its changes were not made: make it cheaper (a view keeps an expensive result current), or raise the limit with SET statement_timeout = '5min' (0 turns it off).");
         INVALID_PARAMETER_VALUE = (2041, "session.invalid_parameter_value", "22023",
             "Give the setting a value of its type (the message names the accepted form, e.g. statement_timeout = '30s'; units us, ms, s, min, h, d).");
+        UNDEFINED_PREPARED_STATEMENT = (2042, "session.undefined_prepared_statement", "26000",
+            "Prepare the statement first (the name is case-sensitive as the client sent it); DEALLOCATE ALL forgets every name.");
+        UNDEFINED_CURSOR = (2043, "session.undefined_cursor", "34000",
+            "Cursors (DECLARE ... CURSOR) are not supported yet, so none exists to close; fetch results with an ordinary SELECT (drivers' server-side cursors: turn them off).");
+        NOT_IN_TRANSACTION_BLOCK = (2044, "transaction.statement_not_in_transaction_block", "25001",
+            "Run the statement outside BEGIN ... COMMIT (after COMMIT or ROLLBACK).");
         // Direct-write transactions: 2200–2299.
         UNIQUE_VIOLATION = (2201, "write.unique_violation", "23505",
             "A row with this primary key already exists: UPDATE it, or DELETE it first.");

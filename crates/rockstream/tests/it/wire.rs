@@ -387,6 +387,28 @@ async fn a_client_leaving_stops_its_running_statement() {
 }
 
 #[tokio::test]
+async fn deallocate_forgets_a_statement_prepared_by_parse() {
+    let (_backend, port) = start().await;
+    let mut client = RawClient::connect(port).await;
+    client.send(b'P', b"stmt1\0SELECT types\0\0\0").await;
+    client.send(b'S', b"").await;
+    assert_eq!(client.read_until_ready().await, ["1"], "ParseComplete");
+
+    client.send(b'Q', b"DEALLOCATE stmt1\0").await;
+    assert_eq!(client.read_until_ready().await, ["DEALLOCATE"]);
+    client.send(b'Q', b"DEALLOCATE stmt1\0").await;
+    assert_eq!(client.read_error().await, ("ERROR".into(), "26000".into()));
+    client.read_until_ready().await;
+    // Binding the forgotten statement fails.
+    client.send(b'B', b"\0stmt1\0\0\0\0\0\0\0").await;
+    client.send(b'S', b"").await;
+    assert_eq!(client.read_error().await.0, "ERROR");
+    client.read_until_ready().await;
+    client.send(b'Q', b"DEALLOCATE ALL\0").await;
+    assert_eq!(client.read_until_ready().await, ["DEALLOCATE ALL"]);
+}
+
+#[tokio::test]
 async fn unknown_database_is_fatal_and_sessions_are_returned() {
     let (backend, port) = start().await;
     let Err(error) = connect(port, "nope").await else {

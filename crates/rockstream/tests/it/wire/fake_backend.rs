@@ -143,6 +143,10 @@ impl FakeBackend {
         if let Some(target) = copy_target(sql) {
             return Ok(StatementResult::CopyIn(target));
         }
+        if let Some(name) = sql.strip_prefix("DEALLOCATE ") {
+            let name = (name != "ALL").then(|| name.to_owned());
+            return Ok(StatementResult::Deallocate { name });
+        }
         match sql {
             "BEGIN" | "COMMIT" => command(sql),
             "SELECT types" => Ok(types_result()),
