@@ -629,12 +629,17 @@ impl Gateway {
             "datestyle" => "ISO, MDY".to_string(),
             "rockstream.arrangement_cache" => cache(),
             "statement_timeout" => show_timeout(session.statement_timeout),
-            other => {
-                return Err(RsError::new(
-                    &codes::UNSUPPORTED_STATEMENT,
-                    format!("unrecognized configuration parameter \"{other}\""),
-                ))
-            }
+            // A custom parameter's dotted name arrives with spaces.
+            other => match session.settings.get(&other.replace(' ', ".")) {
+                Some(value) => value.clone(),
+                None if crate::settings::is_settable(other) => {
+                    return Err(RsError::new(
+                        &codes::UNSUPPORTED_STATEMENT,
+                        format!("SHOW {other} is not supported unless the session SET it"),
+                    ))
+                }
+                None => return Err(session_commands::unrecognized(other)),
+            },
         };
         let schema = Arc::new(ArrowSchema::new(vec![Field::new(
             name,

@@ -19,6 +19,7 @@ mod fast_path;
 mod providers;
 mod session;
 mod session_commands;
+mod settings;
 mod statement_limits;
 mod wire;
 

@@ -65,6 +65,9 @@ pub struct GatewaySession {
     pub interrupt: Interrupt,
     /// `statement_timeout` (`None`: no limit, PostgreSQL's default).
     pub statement_timeout: Option<Duration>,
+    /// Other parameters the session `SET`, lower-case name → value, which
+    /// `SHOW` reports (RockStream does not act on them).
+    pub settings: BTreeMap<String, String>,
 }
 
 /// What a failed statement restores: the transaction's tables before it.

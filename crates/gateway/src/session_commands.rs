@@ -1,6 +1,6 @@
 //! Statements about the session rather than the data: `SET` and `RESET` of
-//! the settings RockStream keeps (`statement_timeout`), `RESET ALL`,
-//! `DISCARD`, `DEALLOCATE`, `CLOSE` and `UNLISTEN`.
+//! a parameter (see `settings` for which), `RESET ALL`, `DISCARD`,
+//! `DEALLOCATE`, `CLOSE` and `UNLISTEN`.
 //!
 //! Connection pools send the last five to clean a connection before they
 //! lend it again (asyncpg: `SELECT pg_advisory_unlock_all(); CLOSE ALL;
@@ -11,19 +11,19 @@
 //! does.
 
 use datafusion::sql::sqlparser::ast::{
-    CloseCursor, ContextModifier, DiscardObject, Expr, ObjectName, Reset, ResetStatement, Set,
-    Statement, Value,
+    CloseCursor, ContextModifier, DiscardObject, Expr, Reset, ResetStatement, Set, Statement, Value,
 };
 use rockstream_pgwire::StatementResult;
 use rockstream_types::{codes, RsError, RsResult};
 
 use crate::session::{GatewaySession, Isolation};
+use crate::settings::is_settable;
 use crate::statement_limits::parse_timeout;
 
 /// Whether [`run`] handles `statement`.
 pub(crate) fn handles(statement: &Statement) -> bool {
     match statement {
-        Statement::Set(Set::SingleAssignment { variable, .. }) => is_statement_timeout(variable),
+        Statement::Set(Set::SingleAssignment { .. }) => true,
         Statement::Reset(_)
         | Statement::Discard { .. }
         | Statement::Deallocate { .. }
@@ -40,24 +40,50 @@ pub(crate) fn run(
     in_explicit: bool,
 ) -> RsResult<StatementResult> {
     match statement {
-        Statement::Set(Set::SingleAssignment { scope, values, .. }) => {
+        Statement::Set(Set::SingleAssignment {
+            scope,
+            variable,
+            values,
+            ..
+        }) => {
+            let name = variable.to_string().to_lowercase();
             if matches!(scope, Some(ContextModifier::Local)) {
                 return Err(RsError::new(
                     &codes::UNSUPPORTED_STATEMENT,
-                    "SET LOCAL statement_timeout is not supported; use SET statement_timeout (for the session)",
+                    format!("SET LOCAL {name} is not supported; use SET {name} (for the session)"),
                 ));
             }
-            session.statement_timeout = timeout_value(values)?;
+            if name == "statement_timeout" {
+                session.statement_timeout = timeout_value(values)?;
+            } else if FIXED_PARAMETERS.contains(&name.as_str()) {
+                // Accepted; SHOW keeps answering RockStream's value.
+            } else if is_settable(&name) {
+                match values.as_slice() {
+                    [Expr::Identifier(word)] if word.value.eq_ignore_ascii_case("default") => {
+                        session.settings.remove(&name);
+                    }
+                    values => {
+                        let value: Vec<String> = values.iter().map(value_text).collect();
+                        session.settings.insert(name, value.join(", "));
+                    }
+                }
+            } else {
+                return Err(unrecognized(&name));
+            }
             command("SET")
         }
         Statement::Reset(ResetStatement { reset }) => {
             match reset {
                 Reset::ALL => reset_all(session),
-                Reset::ConfigurationParameter(variable) if is_statement_timeout(variable) => {
-                    session.statement_timeout = None;
+                Reset::ConfigurationParameter(variable) => {
+                    let name = variable.to_string().to_lowercase();
+                    if name == "statement_timeout" {
+                        session.statement_timeout = None;
+                    } else if !FIXED_PARAMETERS.contains(&name.as_str()) && !is_settable(&name) {
+                        return Err(unrecognized(&name));
+                    }
+                    session.settings.remove(&name);
                 }
-                // As `SET` of a setting RockStream does not keep.
-                Reset::ConfigurationParameter(_) => {}
             }
             command("RESET")
         }
@@ -99,6 +125,37 @@ pub(crate) fn run(
 fn reset_all(session: &mut GatewaySession) {
     session.statement_timeout = None;
     session.default_isolation = Isolation::default();
+    session.settings.clear();
+}
+
+/// Parameters whose value RockStream fixes (`SHOW` answers it): a `SET`
+/// is accepted, as drivers send them when they connect.
+const FIXED_PARAMETERS: &[&str] = &[
+    "client_encoding",
+    "datestyle",
+    "intervalstyle",
+    "standard_conforming_strings",
+    "timezone",
+];
+
+/// PostgreSQL's error for a parameter it does not know.
+pub(crate) fn unrecognized(name: &str) -> RsError {
+    RsError::new(
+        &codes::UNRECOGNIZED_PARAMETER,
+        format!("unrecognized configuration parameter \"{name}\""),
+    )
+}
+
+/// A `SET` value as `SHOW` prints it: strings without their quotes.
+fn value_text(value: &Expr) -> String {
+    match value {
+        Expr::Value(value) => match &value.value {
+            Value::SingleQuotedString(text) | Value::Number(text, _) => text.clone(),
+            other => other.to_string(),
+        },
+        Expr::Identifier(word) => word.value.clone(),
+        other => other.to_string(),
+    }
 }
 
 /// The value of `SET statement_timeout = ...` (`DEFAULT` included).
@@ -114,13 +171,6 @@ fn timeout_value(values: &[Expr]) -> RsResult<Option<std::time::Duration>> {
             parse_timeout(&text.join(" "))
         }
     }
-}
-
-/// Whether a `SET`/`RESET` names `statement_timeout`.
-fn is_statement_timeout(variable: &ObjectName) -> bool {
-    variable
-        .to_string()
-        .eq_ignore_ascii_case("statement_timeout")
 }
 
 fn command(tag: &str) -> RsResult<StatementResult> {

@@ -256,6 +256,7 @@ impl Backend for Gateway {
             default_isolation: Default::default(),
             interrupt,
             statement_timeout: None,
+            settings: Default::default(),
         })
     }
 

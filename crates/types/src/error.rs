@@ -108,6 +108,8 @@ pub mod codes {
             "Cursors (DECLARE ... CURSOR) are not supported yet, so none exists to close; fetch results with an ordinary SELECT (drivers' server-side cursors: turn them off).");
         NOT_IN_TRANSACTION_BLOCK = (2044, "transaction.statement_not_in_transaction_block", "25001",
             "Run the statement outside BEGIN ... COMMIT (after COMMIT or ROLLBACK).");
+        UNRECOGNIZED_PARAMETER = (2045, "session.unrecognized_parameter", "42704",
+            "Check the parameter's name against PostgreSQL's documentation; names with a dot are custom parameters (myapp.setting), except under rockstream., which RockStream reserves.");
         // Direct-write transactions: 2200–2299.
         UNIQUE_VIOLATION = (2201, "write.unique_violation", "23505",
             "A row with this primary key already exists: UPDATE it, or DELETE it first.");

@@ -147,4 +147,11 @@ async fn statement_timeout_stops_queries_and_writes_that_run_too_long() {
         .await
         .expect_err("refused");
     assert_eq!(sqlstate(&error), "22023", "{error}");
+    // RockStream reserves its own prefix: an unknown name under it is refused
+    // (PostgreSQL would take it as a custom parameter).
+    let error = client
+        .simple_query("SET rockstream.anything = 1")
+        .await
+        .expect_err("refused");
+    assert_eq!(sqlstate(&error), "42704", "{error}");
 }
