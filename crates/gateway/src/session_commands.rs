@@ -22,15 +22,15 @@ use crate::statement_limits::parse_timeout;
 
 /// Whether [`run`] handles `statement`.
 pub(crate) fn handles(statement: &Statement) -> bool {
-    match statement {
-        Statement::Set(Set::SingleAssignment { .. }) => true,
-        Statement::Reset(_)
-        | Statement::Discard { .. }
-        | Statement::Deallocate { .. }
-        | Statement::Close { .. } => true,
-        Statement::UNLISTEN { .. } => true,
-        _ => false,
-    }
+    matches!(
+        statement,
+        Statement::Set(Set::SingleAssignment { .. })
+            | Statement::Reset(_)
+            | Statement::Discard { .. }
+            | Statement::Deallocate { .. }
+            | Statement::Close { .. }
+            | Statement::UNLISTEN { .. }
+    )
 }
 
 /// Runs a statement [`handles`] accepts.
