@@ -14,7 +14,7 @@ use datafusion::arrow::compute::kernels::numeric;
 use datafusion::arrow::datatypes::{
     DataType, Int64Type, IntervalMonthDayNano, IntervalUnit, TimeUnit, TimestampMicrosecondType,
 };
-use datafusion::common::{exec_err, plan_err, Result, ScalarValue};
+use datafusion::common::{exec_err, plan_err, DataFusionError, Result, ScalarValue};
 use datafusion::logical_expr::simplify::{ExprSimplifyResult, SimplifyContext};
 use datafusion::logical_expr::type_coercion::binary::BinaryTypeCoercer;
 use datafusion::logical_expr::{
@@ -128,6 +128,93 @@ fn character(code: i64) -> RsResult<String> {
         None => Err(refused(format!(
             "requested character not valid for encoding: {code}"
         ))),
+    }
+}
+
+/// PostgreSQL's largest value (`MaxAllocSize - 1`, just under 1 GiB): a
+/// function that would make a longer text fails instead.
+const VALUE_BYTES_MAX: i64 = 0x3fff_ffff;
+
+/// `repeat`, `lpad` and `rpad` bounded as PostgreSQL bounds them: a result
+/// beyond [`VALUE_BYTES_MAX`] fails with "requested length too large"
+/// (54000) before anything is allocated (DataFusion's own allocate it:
+/// `repeat('x', 2^31 - 1)` took 8.7 GB).
+pub fn length_bounded() -> Vec<ScalarUDF> {
+    use datafusion::functions::{string, unicode};
+    [
+        (string::repeat(), Bound::Repeat),
+        (unicode::lpad(), Bound::Pad),
+        (unicode::rpad(), Bound::Pad),
+    ]
+    .into_iter()
+    .map(|(inner, bound)| ScalarUDF::from(LengthBounded { inner, bound }))
+    .collect()
+}
+
+/// How a function's arguments give its result's length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Bound {
+    /// `repeat(text, count)`: bytes × count.
+    Repeat,
+    /// `lpad/rpad(text, length [, fill])`: length characters of up to four
+    /// bytes each (PostgreSQL's check for UTF8).
+    Pad,
+}
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct LengthBounded {
+    inner: Arc<ScalarUDF>,
+    bound: Bound,
+}
+
+impl ScalarUDFImpl for LengthBounded {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn signature(&self) -> &Signature {
+        self.inner.signature()
+    }
+
+    fn return_type(&self, arguments: &[DataType]) -> Result<DataType> {
+        self.inner.return_type(arguments)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
+        let too_long = match (self.bound, arrays.as_slice()) {
+            (Bound::Repeat, [text, count, ..]) => {
+                let bytes = datafusion::arrow::compute::kernels::length::length(text)?;
+                let bytes = datafusion::arrow::compute::cast(&bytes, &DataType::Int64)?;
+                let count = datafusion::arrow::compute::cast(count, &DataType::Int64)?;
+                let (bytes, count) = (
+                    bytes.as_primitive::<Int64Type>(),
+                    count.as_primitive::<Int64Type>(),
+                );
+                (0..bytes.len()).any(|row| {
+                    bytes.is_valid(row)
+                        && count.is_valid(row)
+                        && bytes
+                            .value(row)
+                            .checked_mul(count.value(row))
+                            .is_none_or(|total| total > VALUE_BYTES_MAX)
+                })
+            }
+            (Bound::Pad, [_, length, ..]) => {
+                let length = datafusion::arrow::compute::cast(length, &DataType::Int64)?;
+                let length = length.as_primitive::<Int64Type>();
+                (0..length.len())
+                    .any(|row| length.is_valid(row) && length.value(row) > VALUE_BYTES_MAX / 4)
+            }
+            _ => false,
+        };
+        if too_long {
+            return Err(DataFusionError::External(Box::new(RsError::new(
+                &codes::PROGRAM_LIMIT_EXCEEDED,
+                format!("{}: requested length too large", self.inner.name()),
+            ))));
+        }
+        self.inner.invoke_with_args(args)
     }
 }
 

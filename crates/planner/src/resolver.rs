@@ -101,6 +101,9 @@ pub fn new_context(resolver: Arc<dyn TableResolver>) -> SessionContext {
         context.register_udf(function.as_ref().clone());
     }
     context.register_udf(crate::pg_functions::sign());
+    for function in crate::pg_functions::length_bounded() {
+        context.register_udf(function);
+    }
     context.register_udf(crate::pg_number_format::to_char());
     context.register_udaf(crate::pg_functions::variance());
     for function in crate::pg_clock::CLOCK_FUNCTIONS.iter() {
