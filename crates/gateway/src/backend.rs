@@ -18,7 +18,7 @@ use datafusion::sql::sqlparser::ast::{
 use rockstream_common::Runtime;
 use rockstream_control::{CatalogEntry, Database, ObjectKind};
 use rockstream_ops::arrow_rows::{duration_to_interval, rows_to_batch};
-use rockstream_pgwire::{CopyTarget, StatementResult};
+use rockstream_pgwire::{CopyTarget, PreparedStatements, StatementResult};
 use rockstream_planner::{
     alias_select_items, new_context, normalize_query, pg_column_names, rewrite_using_joins,
     uses_bag_set_operation,
@@ -119,9 +119,10 @@ impl Gateway {
         &self,
         session: &mut GatewaySession,
         command: &Command,
+        prepared: &dyn PreparedStatements,
     ) -> RsResult<StatementResult> {
         match command {
-            Command::Sql(statement) => self.execute_statement(session, statement).await,
+            Command::Sql(statement) => self.execute_statement(session, statement, prepared).await,
             Command::RefreshMaterializedView { name, with_data } => {
                 let result = self.refresh(session, name, *with_data);
                 if result.is_err() {
@@ -182,6 +183,7 @@ impl Gateway {
         &self,
         session: &mut GatewaySession,
         statement: &Statement,
+        prepared: &dyn PreparedStatements,
     ) -> RsResult<StatementResult> {
         let aborted = session
             .transaction
@@ -205,7 +207,9 @@ impl Gateway {
         );
         let savepoint = writes.then(|| session.savepoint());
         self.start_statement(session, statement);
-        let result = self.dispatch(session, statement, in_explicit).await;
+        let result = self
+            .dispatch(session, statement, in_explicit, prepared)
+            .await;
         if result.is_err() && !(in_explicit && ends_transaction) {
             session.statement_failed(savepoint);
         }
@@ -217,6 +221,7 @@ impl Gateway {
         session: &mut GatewaySession,
         statement: &Statement,
         in_explicit: bool,
+        prepared: &dyn PreparedStatements,
     ) -> RsResult<StatementResult> {
         let command = |tag: &str| {
             Ok(StatementResult::Command {
@@ -537,7 +542,7 @@ impl Gateway {
             | Statement::UNLISTEN { .. }
                 if session_commands::handles(statement) =>
             {
-                session_commands::run(session, statement, in_explicit)
+                session_commands::run(session, statement, in_explicit, prepared)
             }
             Statement::Set(_) => command("SET"),
             Statement::ShowVariable { variable } => self.show(

@@ -7,13 +7,13 @@
 //! UNLISTEN *; RESET ALL`; psycopg 3 and pgbouncer: `DEALLOCATE ALL`,
 //! `DISCARD ALL`). RockStream has no cursors, listeners, sequences,
 //! temporary tables or cached plans, so those parts have nothing to undo;
-//! what it has (settings, prepared statements) they reset as PostgreSQL
-//! does.
+//! what it has (settings, the statements the client prepared) they reset as
+//! PostgreSQL does.
 
 use datafusion::sql::sqlparser::ast::{
     CloseCursor, ContextModifier, DiscardObject, Expr, Reset, ResetStatement, Set, Statement, Value,
 };
-use rockstream_pgwire::StatementResult;
+use rockstream_pgwire::{PreparedStatements, StatementResult};
 use rockstream_types::{codes, RsError, RsResult};
 
 use crate::session::{GatewaySession, Isolation};
@@ -38,6 +38,7 @@ pub(crate) fn run(
     session: &mut GatewaySession,
     statement: &Statement,
     in_explicit: bool,
+    prepared: &dyn PreparedStatements,
 ) -> RsResult<StatementResult> {
     match statement {
         Statement::Set(Set::SingleAssignment {
@@ -88,23 +89,36 @@ pub(crate) fn run(
             command("RESET")
         }
         Statement::Discard { object_type } => {
-            if in_explicit {
+            if in_explicit && matches!(object_type, DiscardObject::ALL) {
                 return Err(RsError::new(
                     &codes::NOT_IN_TRANSACTION_BLOCK,
                     format!("DISCARD {object_type} cannot run inside a transaction block"),
                 ));
             }
-            // DEALLOCATE ALL, CLOSE ALL and UNLISTEN * are part of it too,
-            // and leave nothing to undo (see `StatementResult::Deallocate`).
+            // Also CLOSE ALL and UNLISTEN *, which have nothing to undo.
             if matches!(object_type, DiscardObject::ALL) {
                 reset_all(session);
+                prepared.forget_all();
             }
             command(&format!("DISCARD {object_type}"))
         }
         Statement::Deallocate { name, .. } => {
-            let name = (!name.value.eq_ignore_ascii_case("all") || name.quote_style.is_some())
-                .then(|| name.value.clone());
-            Ok(StatementResult::Deallocate { name })
+            if name.quote_style.is_none() && name.value.eq_ignore_ascii_case("all") {
+                prepared.forget_all();
+                return command("DEALLOCATE ALL");
+            }
+            // An unquoted name folds to lower case, as every identifier.
+            let name = match name.quote_style {
+                Some(_) => name.value.clone(),
+                None => name.value.to_lowercase(),
+            };
+            if !prepared.forget(&name) {
+                return Err(RsError::new(
+                    &codes::UNDEFINED_PREPARED_STATEMENT,
+                    format!("prepared statement \"{name}\" does not exist"),
+                ));
+            }
+            command("DEALLOCATE")
         }
         Statement::Close { cursor } => match cursor {
             CloseCursor::All => command("CLOSE CURSOR ALL"),

@@ -13,7 +13,9 @@ use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
 use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer};
 use rockstream_control::ObjectKind;
-use rockstream_pgwire::{Backend, CopyTarget, Described, Interrupt, StatementResult};
+use rockstream_pgwire::{
+    Backend, CopyTarget, Described, Interrupt, PreparedStatements, StatementResult,
+};
 use rockstream_planner::{
     alias_select_items, new_context, normalize_interval_literals, normalize_number_literals,
     pg_column_names,
@@ -264,6 +266,7 @@ impl Backend for Gateway {
         &self,
         session: &mut GatewaySession,
         sql: &str,
+        prepared: &dyn PreparedStatements,
     ) -> Vec<Result<StatementResult, RsError>> {
         let statements = match parse(sql) {
             Ok(statements) => statements,
@@ -271,7 +274,7 @@ impl Backend for Gateway {
         };
         let mut results = Vec::with_capacity(statements.len());
         for statement in &statements {
-            let result = self.execute_command(session, statement).await;
+            let result = self.execute_command(session, statement, prepared).await;
             let failed = result.is_err();
             results.push(result);
             if failed {
@@ -357,6 +360,7 @@ impl Backend for Gateway {
         sql: &str,
         described: &Described,
         params: &[Option<String>],
+        prepared: &dyn PreparedStatements,
     ) -> Result<StatementResult, RsError> {
         // Types PostgreSQL fixed at Parse; described again only if Parse
         // could not type every parameter (a table created since).
@@ -377,7 +381,7 @@ impl Backend for Gateway {
                 normalize_interval_literals(statement);
             }
         }
-        self.execute_command(session, command).await
+        self.execute_command(session, command, prepared).await
     }
 
     async fn copy_in(

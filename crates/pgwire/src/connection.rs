@@ -14,6 +14,7 @@
 //!   it are dropped (and logged), as PostgreSQL never runs them before the
 //!   COPY data arrives.
 
+use std::collections::BTreeSet;
 use std::sync::{Arc, OnceLock};
 
 use datafusion::arrow::datatypes::SchemaRef;
@@ -33,7 +34,7 @@ use crate::encode::encode_batches;
 use crate::params::decode_parameters;
 use crate::types::{field_infos, pg_type};
 use crate::wire_error::error_info;
-use crate::{Backend, CopyTarget, Described, Interrupt, StatementResult};
+use crate::{Backend, CopyTarget, Described, Interrupt, PreparedStatements, StatementResult};
 
 /// A statement prepared by Parse: its text and what the backend said about it.
 #[derive(Debug, Clone)]
@@ -99,6 +100,9 @@ pub(crate) struct ConnectionCore<B: Backend> {
     pub(crate) interrupt: Interrupt,
     /// The process id cancel requests name, once startup assigned it.
     pub(crate) pid: OnceLock<i32>,
+    /// The names of the statements Parse prepared (`pgwire`'s store cannot
+    /// list them), for `DEALLOCATE ALL`; a closed one may linger.
+    pub(crate) statement_names: std::sync::Mutex<BTreeSet<String>>,
 }
 
 impl<B: Backend> ConnectionCore<B> {
@@ -111,6 +115,7 @@ impl<B: Backend> ConnectionCore<B> {
             }),
             interrupt: Interrupt::default(),
             pid: OnceLock::new(),
+            statement_names: Default::default(),
         }
     }
 
@@ -141,17 +146,15 @@ impl<B: Backend> ConnectionCore<B> {
     }
 
     /// Simple protocol: runs a query string, one response per statement.
-    /// `forget` removes a statement prepared by Parse, answering whether
-    /// there was one (for `DEALLOCATE`).
     pub(crate) async fn execute_simple(
         &self,
         query: &str,
-        forget: &(dyn Fn(&str) -> bool + Send + Sync),
+        prepared: &dyn PreparedStatements,
     ) -> Vec<Response> {
         let mut state = self.state.lock().await;
         let running = self.interrupt.begin();
         let results = match state.session_mut() {
-            Ok(session) => self.backend.execute(session, query).await,
+            Ok(session) => self.backend.execute(session, query, prepared).await,
             Err(error) => vec![Err(error)],
         };
         drop(running);
@@ -160,7 +163,6 @@ impl<B: Backend> ConnectionCore<B> {
         for result in results {
             let (response, is_last) = match result {
                 Ok(StatementResult::CopyIn(target)) => (Ok(state.start_copy(target)), true),
-                Ok(StatementResult::Deallocate { name }) => (deallocate(name, forget), false),
                 Ok(result) => (statement_response(result, &Format::UnifiedText), false),
                 Err(error) => (Err(error), true),
             };
@@ -199,7 +201,7 @@ impl<B: Backend> ConnectionCore<B> {
     pub(crate) async fn execute_portal(
         &self,
         portal: &Portal<PreparedStatement>,
-        forget: &(dyn Fn(&str) -> bool + Send + Sync),
+        prepared: &dyn PreparedStatements,
     ) -> Result<Response, RsError> {
         let statement = &portal.statement;
         let types = parameter_types(statement);
@@ -214,11 +216,11 @@ impl<B: Backend> ConnectionCore<B> {
                 &statement.statement.sql,
                 &statement.statement.described,
                 &parameters,
+                prepared,
             )
             .await?;
         match result {
             StatementResult::CopyIn(target) => Ok(state.start_copy(target)),
-            StatementResult::Deallocate { name } => deallocate(name, forget),
             result => statement_response(result, &portal.result_column_format),
         }
     }
@@ -280,27 +282,8 @@ fn statement_response(result: StatementResult, format: &Format) -> Result<Respon
     match result {
         StatementResult::Query { schema, batches } => query_response(&schema, &batches, format),
         StatementResult::Command { tag } => Ok(command_response(tag)),
-        StatementResult::CopyIn(_) | StatementResult::Deallocate { .. } => Err(RsError::internal(
-            "a COPY or DEALLOCATE result reached the row encoder",
-        )),
+        StatementResult::CopyIn(_) => Err(RsError::internal("COPY result reached the row encoder")),
     }
-}
-
-/// `DEALLOCATE name` / `DEALLOCATE ALL` (see [`StatementResult::Deallocate`]).
-fn deallocate(
-    name: Option<String>,
-    forget: &(dyn Fn(&str) -> bool + Send + Sync),
-) -> Result<Response, RsError> {
-    let Some(name) = name else {
-        return Ok(command_response("DEALLOCATE ALL".to_string()));
-    };
-    if !forget(&name) {
-        return Err(RsError::new(
-            &codes::UNDEFINED_PREPARED_STATEMENT,
-            format!("prepared statement \"{name}\" does not exist"),
-        ));
-    }
-    Ok(command_response("DEALLOCATE".to_string()))
 }
 
 fn query_response(

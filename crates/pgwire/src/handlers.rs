@@ -11,6 +11,7 @@
 //!   commands), Execute binds and runs;
 //! - copy: CopyData is buffered, CopyDone parses and loads, CopyFail aborts.
 
+use std::collections::BTreeSet;
 use std::fmt::Debug;
 use std::sync::Arc;
 
@@ -25,7 +26,7 @@ use pgwire::api::copy::CopyHandler;
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
 use pgwire::api::results::{FieldInfo, Response, Tag};
-use pgwire::api::stmt::QueryParser;
+use pgwire::api::stmt::{QueryParser, StoredStatement};
 use pgwire::api::store::{Entry, PortalStore};
 use pgwire::api::{
     ClientInfo, ClientPortalStore, Type, DEFAULT_NAME, METADATA_DATABASE, METADATA_USER,
@@ -34,7 +35,7 @@ use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
 use pgwire::messages::data::{NoData, ParameterDescription, RowDescription};
 use pgwire::messages::extendedquery::{
-    Describe, TARGET_TYPE_BYTE_PORTAL, TARGET_TYPE_BYTE_STATEMENT,
+    Describe, Parse, ParseComplete, TARGET_TYPE_BYTE_PORTAL, TARGET_TYPE_BYTE_STATEMENT,
 };
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use rockstream_types::{codes, RsError};
@@ -43,7 +44,7 @@ use crate::connection::{parameter_types, ConnectionCore, PreparedStatement};
 use crate::interrupt::Cancels;
 use crate::types::{field_infos, pg_type};
 use crate::wire_error::{fatal_error, user_error};
-use crate::Backend;
+use crate::{Backend, PreparedStatements};
 
 /// Every handler of one connection.
 pub(crate) struct Connection<B: Backend> {
@@ -111,9 +112,11 @@ impl<B: Backend> SimpleQueryHandler for Connection<B> {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let store = client.portal_store();
-        let forget = |name: &str| forget_statement(store, name);
-        Ok(self.core.execute_simple(query, &forget).await)
+        let prepared = ParsedStatements {
+            store: client.portal_store(),
+            names: &self.core.statement_names,
+        };
+        Ok(self.core.execute_simple(query, &prepared).await)
     }
 }
 
@@ -225,6 +228,36 @@ impl<B: Backend> ExtendedQueryHandler for Connection<B> {
         self.core.clone()
     }
 
+    /// `pgwire`'s Parse, also noting the statement's name for `DEALLOCATE
+    /// ALL` (the unnamed statement is replaced by every Parse anyway).
+    async fn on_parse<C>(&self, client: &mut C, message: Parse) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let name = message
+            .name
+            .clone()
+            .unwrap_or_else(|| DEFAULT_NAME.to_owned());
+        match StoredStatement::parse(client, &message, self.core.clone()).await? {
+            Some(statement) => client.portal_store().put_statement(Arc::new(statement)),
+            None => client.portal_store().put_empty_statement(&name),
+        }
+        if message.name.is_some() {
+            self.core
+                .statement_names
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .insert(name);
+        }
+        client
+            .send(PgWireBackendMessage::ParseComplete(ParseComplete::new()))
+            .await?;
+        Ok(())
+    }
+
     /// Unlike `pgwire`'s default, a command with parameters answers NoData
     /// (not an empty RowDescription), as PostgreSQL does.
     async fn on_describe<C>(&self, client: &mut C, message: Describe) -> PgWireResult<()>
@@ -252,10 +285,12 @@ impl<B: Backend> ExtendedQueryHandler for Connection<B> {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let store = client.portal_store();
-        let forget = |name: &str| forget_statement(store, name);
+        let prepared = ParsedStatements {
+            store: client.portal_store(),
+            names: &self.core.statement_names,
+        };
         self.core
-            .execute_portal(portal, &forget)
+            .execute_portal(portal, &prepared)
             .await
             .map_err(user_error)
     }
@@ -303,9 +338,32 @@ impl<B: Backend> CopyHandler for Connection<B> {
     }
 }
 
-/// Removes the statement Parse prepared as `name`; whether there was one.
-fn forget_statement<S: PortalStore>(store: &S, name: &str) -> bool {
-    let existed = store.get_statement(name).is_some();
-    store.rm_statement(name);
-    existed
+/// A connection's statement store, as [`PreparedStatements`].
+struct ParsedStatements<'a, S> {
+    store: &'a S,
+    /// The names Parse stored under (see `ConnectionCore::statement_names`).
+    names: &'a std::sync::Mutex<BTreeSet<String>>,
+}
+
+impl<S: PortalStore> ParsedStatements<'_, S> {
+    fn names(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
+        self.names
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl<S: PortalStore> PreparedStatements for ParsedStatements<'_, S> {
+    fn forget(&self, name: &str) -> bool {
+        self.names().remove(name);
+        let existed = self.store.get_statement(name).is_some();
+        self.store.rm_statement(name);
+        existed
+    }
+
+    fn forget_all(&self) {
+        for name in std::mem::take(&mut *self.names()) {
+            self.store.rm_statement(&name);
+        }
+    }
 }

@@ -68,12 +68,15 @@ pub enum StatementResult {
     /// COPY ... FROM STDIN: the front end switches to copy-in mode, collects
     /// and parses the data, then calls [`Backend::copy_in`].
     CopyIn(CopyTarget),
-    /// `DEALLOCATE name` (or `ALL`, `None`): the front end forgets the
-    /// statement prepared (by Parse) under that name; a name it does not
-    /// know is an error (26000), as in PostgreSQL. `ALL` forgets none of
-    /// the statements prepared by Parse: a client that prepares a name
-    /// again replaces its statement.
-    Deallocate { name: Option<String> },
+}
+
+/// The statements a client prepared with Parse on its connection, which
+/// `DEALLOCATE` forgets.
+pub trait PreparedStatements: Send + Sync {
+    /// Forgets the statement prepared as `name`; whether there was one.
+    fn forget(&self, name: &str) -> bool;
+    /// Forgets every named statement (`DEALLOCATE ALL`).
+    fn forget_all(&self);
 }
 
 /// The data format of a `COPY ... FROM STDIN`.
@@ -161,6 +164,7 @@ pub trait Backend: Send + Sync + 'static {
         &self,
         session: &mut Self::Session,
         sql: &str,
+        prepared: &dyn PreparedStatements,
     ) -> Vec<Result<StatementResult, RsError>>;
 
     /// Extended protocol: one statement with $1..$n placeholders. `columns`
@@ -179,6 +183,7 @@ pub trait Backend: Send + Sync + 'static {
         sql: &str,
         described: &Described,
         params: &[Option<String>],
+        prepared: &dyn PreparedStatements,
     ) -> Result<StatementResult, RsError>;
 
     /// Rows parsed from COPY data, each field None (NULL) or its text.

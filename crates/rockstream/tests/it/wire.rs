@@ -404,8 +404,15 @@ async fn deallocate_forgets_a_statement_prepared_by_parse() {
     client.send(b'S', b"").await;
     assert_eq!(client.read_error().await.0, "ERROR");
     client.read_until_ready().await;
+    // DEALLOCATE ALL forgets every named statement.
+    client.send(b'P', b"stmt2\0SELECT types\0\0\0").await;
+    client.send(b'S', b"").await;
+    assert_eq!(client.read_until_ready().await, ["1"], "ParseComplete");
     client.send(b'Q', b"DEALLOCATE ALL\0").await;
     assert_eq!(client.read_until_ready().await, ["DEALLOCATE ALL"]);
+    client.send(b'Q', b"DEALLOCATE stmt2\0").await;
+    assert_eq!(client.read_error().await, ("ERROR".into(), "26000".into()));
+    client.read_until_ready().await;
 }
 
 #[tokio::test]

@@ -12,7 +12,9 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::datatypes::{DataType, Field, IntervalMonthDayNano, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
-use rockstream_pgwire::{Backend, CopyTarget, Described, Interrupt, StatementResult};
+use rockstream_pgwire::{
+    Backend, CopyTarget, Described, Interrupt, PreparedStatements, StatementResult,
+};
 use rockstream_types::{codes, RsError};
 use tokio_postgres::types::{FromSql, IsNull, ToSql, Type};
 
@@ -143,10 +145,6 @@ impl FakeBackend {
         if let Some(target) = copy_target(sql) {
             return Ok(StatementResult::CopyIn(target));
         }
-        if let Some(name) = sql.strip_prefix("DEALLOCATE ") {
-            let name = (name != "ALL").then(|| name.to_owned());
-            return Ok(StatementResult::Deallocate { name });
-        }
         match sql {
             "BEGIN" | "COMMIT" => command(sql),
             "SELECT types" => Ok(types_result()),
@@ -206,7 +204,20 @@ impl Backend for FakeBackend {
         &self,
         session: &mut FakeSession,
         sql: &str,
+        prepared: &dyn PreparedStatements,
     ) -> Vec<Result<StatementResult, RsError>> {
+        if let Some(name) = sql.strip_prefix("DEALLOCATE ") {
+            if name == "ALL" {
+                prepared.forget_all();
+            } else if !prepared.forget(name) {
+                return vec![Err(RsError::new(
+                    &codes::UNDEFINED_PREPARED_STATEMENT,
+                    "no such statement",
+                ))];
+            }
+            let tag = format!("DEALLOCATE{}", if name == "ALL" { " ALL" } else { "" });
+            return vec![Ok(StatementResult::Command { tag })];
+        }
         // Runs until the client cancels it.
         if sql == "WAIT FOR CANCEL" {
             session.0.requested().await;
@@ -252,6 +263,7 @@ impl Backend for FakeBackend {
         sql: &str,
         _described: &Described,
         params: &[Option<String>],
+        _prepared: &dyn PreparedStatements,
     ) -> Result<StatementResult, RsError> {
         self.run(sql, params)
     }
