@@ -406,5 +406,9 @@ impl Backend for Gateway {
         result
     }
 
+    async fn statement_failed(&self, session: &mut GatewaySession) {
+        session.statement_failed(None);
+    }
+
     async fn disconnect(&self, _session: GatewaySession) {}
 }

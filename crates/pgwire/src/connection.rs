@@ -253,6 +253,15 @@ impl<B: Backend> ConnectionCore<B> {
         self.backend.copy_in(session, &target, rows).await
     }
 
+    /// The front end failed the current statement (see
+    /// [`Backend::statement_failed`]).
+    pub(crate) async fn statement_failed(&self) {
+        let mut state = self.state.lock().await;
+        if let Some(session) = state.session.as_mut() {
+            self.backend.statement_failed(session).await;
+        }
+    }
+
     /// CopyFail (or an error elsewhere): forgets the buffered data.
     pub(crate) async fn abandon_copy(&self) {
         self.state.lock().await.copy = None;

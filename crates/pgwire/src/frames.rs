@@ -31,7 +31,8 @@
 use std::collections::VecDeque;
 use std::io;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 
 use bytes::{Buf, BytesMut};
@@ -63,28 +64,42 @@ pub(crate) struct Rejection {
     pub(crate) error: RsError,
 }
 
-/// Rejections not yet answered, shared by the guard and the loop.
+/// What the guard tells the connection loop: the rejections not yet
+/// answered, and whether the client sent Terminate.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Rejections(Arc<Mutex<VecDeque<Rejection>>>);
+pub(crate) struct GuardReports(Arc<Reports>);
 
-impl Rejections {
-    /// The rejection of frame `frame`, if the guard refused it.
-    pub(crate) fn take(&self, frame: u64) -> Option<Rejection> {
-        let mut queue = self
-            .0
+#[derive(Debug, Default)]
+struct Reports {
+    rejections: Mutex<VecDeque<Rejection>>,
+    terminated: AtomicBool,
+}
+
+impl GuardReports {
+    fn rejections(&self) -> MutexGuard<'_, VecDeque<Rejection>> {
+        self.0
+            .rejections
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The rejection of frame `frame`, if the guard refused it.
+    pub(crate) fn take_rejection(&self, frame: u64) -> Option<Rejection> {
+        let mut queue = self.rejections();
         match queue.front() {
             Some(rejection) if rejection.frame == frame => queue.pop_front(),
             _ => None,
         }
     }
 
+    /// Whether a Terminate has passed the guard (the client is leaving on
+    /// purpose, after what it sent before).
+    pub(crate) fn client_terminated(&self) -> bool {
+        self.0.terminated.load(Ordering::Relaxed)
+    }
+
     fn push(&self, rejection: Rejection) {
-        self.0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .push_back(rejection);
+        self.rejections().push_back(rejection);
     }
 }
 
@@ -102,13 +117,13 @@ pub(crate) struct FrameGuard<S> {
     frames: u64,
     /// No more frames: the client closed, or framing was lost.
     ended: bool,
-    rejections: Rejections,
+    reports: GuardReports,
 }
 
 impl<S> FrameGuard<S> {
     /// Guards `inner`; `already_read` holds bytes read from it before (they
     /// are checked like the rest).
-    pub(crate) fn new(inner: S, already_read: BytesMut, rejections: Rejections) -> Self {
+    pub(crate) fn new(inner: S, already_read: BytesMut, reports: GuardReports) -> Self {
         let mut guard = FrameGuard {
             inner,
             unchecked: already_read,
@@ -116,7 +131,7 @@ impl<S> FrameGuard<S> {
             started: false,
             frames: 0,
             ended: false,
-            rejections,
+            reports,
         };
         guard.check_frames();
         guard
@@ -150,7 +165,12 @@ impl<S> FrameGuard<S> {
                 check_startup(&frame[4..])
             };
             match verdict {
-                Ok(()) => self.checked.extend_from_slice(&frame),
+                Ok(()) => {
+                    if self.started && frame[0] == b'X' {
+                        self.reports.0.terminated.store(true, Ordering::Relaxed);
+                    }
+                    self.checked.extend_from_slice(&frame);
+                }
                 // The codec reads a startup packet in its place: there is
                 // no harmless substitute, and a malformed one is FATAL in
                 // PostgreSQL too.
@@ -159,7 +179,7 @@ impl<S> FrameGuard<S> {
                     return;
                 }
                 Err(error) => {
-                    self.rejections.push(Rejection {
+                    self.reports.push(Rejection {
                         frame: self.frames,
                         message_type: Some(frame[0]),
                         error,
@@ -175,7 +195,7 @@ impl<S> FrameGuard<S> {
     /// Ends the stream before the current frame, queueing a fatal
     /// rejection for it: the codec sees the end of the stream.
     fn end_with(&mut self, message_type: Option<u8>, error: RsError) {
-        self.rejections.push(Rejection {
+        self.reports.push(Rejection {
             frame: self.frames,
             message_type,
             error,
@@ -490,14 +510,11 @@ impl<'a> Body<'a> {
     fn count(&mut self) -> Result<usize, RsError> {
         let count = self.i16()?;
         usize::try_from(count).map_err(|_| {
-            RsError::new(
-                &codes::PROTOCOL_VIOLATION,
-                format!(
-                    "invalid {} message: {} items exceed the 32,767 this server accepts",
-                    self.message,
-                    u16::from_be_bytes(count.to_be_bytes())
-                ),
-            )
+            protocol_violation(format!(
+                "invalid {} message: {} items exceed the 32,767 this server accepts",
+                self.message,
+                u16::from_be_bytes(count.to_be_bytes())
+            ))
         })
     }
 
@@ -546,7 +563,7 @@ fn utf8(bytes: &[u8]) -> Result<&str, RsError> {
     })
 }
 
-fn protocol_violation(message: String) -> RsError {
+pub(crate) fn protocol_violation(message: String) -> RsError {
     RsError::new(&codes::PROTOCOL_VIOLATION, message)
 }
 

@@ -54,8 +54,8 @@ fn sync() -> Vec<u8> {
 /// and the rejections queued.
 async fn guard(stream: &[u8], chunk: usize) -> (Vec<u8>, Vec<Rejection>) {
     let (mut client, server) = tokio::io::duplex(64 * 1024);
-    let rejections = Rejections::default();
-    let mut guard = FrameGuard::new(server, BytesMut::new(), rejections.clone());
+    let reports = GuardReports::default();
+    let mut guard = FrameGuard::new(server, BytesMut::new(), reports.clone());
     let write = async move {
         use tokio::io::AsyncWriteExt;
         for piece in stream.chunks(chunk) {
@@ -72,7 +72,7 @@ async fn guard(stream: &[u8], chunk: usize) -> (Vec<u8>, Vec<Rejection>) {
     };
     let (client, read) = tokio::join!(write, read);
     drop(client);
-    let queued = std::mem::take(&mut *rejections.0.lock().unwrap());
+    let queued = std::mem::take(&mut *reports.rejections());
     (read, queued.into_iter().collect())
 }
 
@@ -180,15 +180,15 @@ async fn impossible_framing_ends_the_stream_with_a_fatal_rejection() {
 
 #[test]
 fn rejections_are_taken_only_at_their_frame() {
-    let rejections = Rejections::default();
-    rejections.push(Rejection {
+    let reports = GuardReports::default();
+    reports.push(Rejection {
         frame: 3,
         message_type: Some(b'P'),
         error: protocol_violation("bad".into()),
     });
-    assert!(rejections.take(2).is_none());
-    assert!(rejections.take(3).is_some());
-    assert!(rejections.take(3).is_none());
+    assert!(reports.take_rejection(2).is_none());
+    assert!(reports.take_rejection(3).is_some());
+    assert!(reports.take_rejection(3).is_none());
 }
 
 /// A small deterministic generator (SplitMix64), so a failure replays.

@@ -58,6 +58,19 @@ impl<B: Backend> Connection<B> {
     }
 }
 
+impl<B: Backend> Connection<B> {
+    /// The front end failed the current statement (see
+    /// [`Backend::statement_failed`]).
+    pub(crate) async fn statement_failed(&self) {
+        self.core.statement_failed().await;
+    }
+
+    /// Ends a COPY in progress, dropping its buffered data.
+    pub(crate) async fn abandon_copy(&self) {
+        self.core.abandon_copy().await;
+    }
+}
+
 /// Startup message user and database (PostgreSQL defaults the database to
 /// the user name).
 fn login<C: ClientInfo>(client: &C) -> (String, String) {

@@ -195,6 +195,12 @@ pub trait Backend: Send + Sync + 'static {
         rows: Vec<Vec<Option<String>>>,
     ) -> Result<u64, RsError>;
 
+    /// An error the front end raised itself (a malformed message, an
+    /// unknown portal) was sent for the session's current statement: the
+    /// statement failed, as if the backend had failed it (inside `BEGIN`
+    /// the transaction is aborted).
+    async fn statement_failed(&self, session: &mut Self::Session);
+
     /// Called when the connection ends (to drop any open transaction).
     async fn disconnect(&self, session: Self::Session);
 }

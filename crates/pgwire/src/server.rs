@@ -14,18 +14,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use pgwire::api::query::ExtendedQueryHandler;
 use pgwire::api::{ClientInfo, PgWireConnectionState};
 use pgwire::messages::PgWireFrontendMessage;
 use pgwire::tokio::server::{
     negotiate_tls, process_error, process_message, MaybeTls, PgWireMessageServerCodec,
 };
-use rockstream_types::{codes, RsError};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::coop::unconstrained;
 use tokio_util::codec::{Framed, FramedParts};
 
 use crate::connection::ConnectionCore;
-use crate::frames::{FrameGuard, Rejections};
+use crate::frames::{protocol_violation, FrameGuard, GuardReports, Rejection};
 use crate::handlers::Connection;
 use crate::interrupt::Cancels;
 use crate::wire_error::{fatal_error, user_error};
@@ -85,9 +85,17 @@ async fn run_connection<B: Backend>(
     core.disconnect().await;
 }
 
+/// A connection's socket as `pgwire` reads and writes it: its codec over
+/// the [`FrameGuard`].
+type Socket<B> = Framed<
+    FrameGuard<MaybeTls>,
+    PgWireMessageServerCodec<<Connection<B> as ExtendedQueryHandler>::Statement>,
+>;
+
 /// One connection's protocol loop: `pgwire`'s own (`process_socket`), with
-/// every frame checked by a [`FrameGuard`] before `pgwire` decodes it and
-/// the guard's rejections answered in place of the frames they replace.
+/// every frame checked by a [`FrameGuard`] before `pgwire` decodes it, the
+/// guard's rejections answered in place of the frames they replace, and a
+/// watch for the client leaving while a statement runs.
 async fn process_socket<B: Backend>(
     socket: TcpStream,
     connection: Arc<Connection<B>>,
@@ -111,8 +119,8 @@ async fn process_socket<B: Backend>(
     let Some(negotiated) = negotiated else {
         return Ok(());
     };
-    let rejections = Rejections::default();
-    let mut socket = guarded(negotiated, rejections.clone());
+    let reports = GuardReports::default();
+    let mut socket = guarded(negotiated, reports.clone());
     let mut frame = 0_u64;
     loop {
         let starting = matches!(
@@ -135,11 +143,9 @@ async fn process_socket<B: Backend>(
             // decodes; a decode error left (an unsupported protocol
             // version, say) ends the connection too.
             ended => {
-                let error = match (rejections.take(frame), ended) {
+                let error = match (reports.take_rejection(frame), ended) {
                     (Some(rejection), _) => Some(rejection.error),
-                    (None, Some(Err(error))) => {
-                        Some(RsError::new(&codes::PROTOCOL_VIOLATION, error.to_string()))
-                    }
+                    (None, Some(Err(error))) => Some(protocol_violation(error.to_string())),
                     (None, _) => None,
                 };
                 if let Some(error) = error {
@@ -149,14 +155,9 @@ async fn process_socket<B: Backend>(
                 break;
             }
         };
-        let this_frame = frame;
         frame += 1;
-        if let Some(rejection) = rejections.take(this_frame) {
-            let wait_for_sync = match socket.state() {
-                PgWireConnectionState::CopyInProgress(extended) => extended,
-                _ => rejection.message_type.is_some_and(is_extended_query_type),
-            };
-            process_error(&mut socket, user_error(rejection.error), wait_for_sync).await?;
+        if let Some(rejection) = reports.take_rejection(frame - 1) {
+            answer_rejection(&mut socket, &connection, rejection).await?;
             continue;
         }
         // A Terminate ends the connection: the client waits for the close.
@@ -178,25 +179,13 @@ async fn process_socket<B: Backend>(
                 connection.clone(),
                 cancels.clone(),
             );
-            tokio::pin!(processing);
-            // A client that leaves while its statement runs stops it, as a
-            // cancel request would (at the statement's next interruption
-            // point; a commit under way completes).
-            // The watcher is polled first and outside tokio's cooperative
-            // budget: a statement spends the budget on every poll, and
-            // would starve a watcher polled after it.
-            tokio::select! {
-                biased;
-                () = unconstrained(peer_gone(&watcher)) => {
-                    tracing::debug!("the client left during a statement; interrupting it");
-                    interrupt.abandon();
-                    processing.await
-                }
-                processed = &mut processing => processed,
-            }
+            watched(processing, &watcher, &reports, &interrupt).await
         };
         if let Err(error) = processed {
             let fatal = error.is_fatal();
+            // Errors `pgwire` raises itself (an unknown portal, say) fail
+            // the transaction as the backend's own errors do.
+            connection.statement_failed().await;
             process_error(&mut socket, error, wait_for_sync).await?;
             if fatal {
                 break;
@@ -208,6 +197,59 @@ async fn process_socket<B: Backend>(
         }
     }
     Ok(())
+}
+
+/// Answers a frame the guard refused, as PostgreSQL answers a malformed
+/// message: an error that fails the transaction; then ReadyForQuery, or,
+/// within an extended-protocol exchange, skipping to Sync. Once an error
+/// already skips to Sync, a malformed frame is skipped silently like any
+/// other, except Sync itself, which ends the skipping.
+async fn answer_rejection<B: Backend>(
+    socket: &mut Socket<B>,
+    connection: &Connection<B>,
+    rejection: Rejection,
+) -> std::io::Result<()> {
+    let sync = rejection.message_type == Some(b'S');
+    let wait_for_sync = match socket.state() {
+        PgWireConnectionState::AwaitingSync if !sync => return Ok(()),
+        PgWireConnectionState::CopyInProgress(extended) => {
+            // The COPY ends with its error: its buffered data goes.
+            connection.abandon_copy().await;
+            extended
+        }
+        _ => !sync && rejection.message_type.is_some_and(is_extended_query_type),
+    };
+    connection.statement_failed().await;
+    process_error(socket, user_error(rejection.error), wait_for_sync).await
+}
+
+/// Runs `processing` (one message) while watching for the client leaving:
+/// a client that leaves while its statement runs stops it, as a cancel
+/// request would (at the statement's next interruption point; a commit
+/// under way completes). A client that sent Terminate before leaving
+/// wants its last statement finished, and is not watched.
+///
+/// The watcher is polled first and outside tokio's cooperative budget: a
+/// statement spends the budget on every poll, and would starve a watcher
+/// polled after it.
+async fn watched<F: std::future::Future>(
+    processing: F,
+    watcher: &TcpStream,
+    reports: &GuardReports,
+    interrupt: &Interrupt,
+) -> F::Output {
+    tokio::pin!(processing);
+    tokio::select! {
+        biased;
+        () = unconstrained(peer_gone(watcher)) => {
+            if !reports.client_terminated() {
+                tracing::debug!("the client left during a statement; interrupting it");
+                interrupt.abandon();
+            }
+            processing.await
+        }
+        processed = &mut processing => processed,
+    }
 }
 
 /// Resolves when the client has closed the connection (or it failed). Data
@@ -225,19 +267,19 @@ async fn peer_gone(watcher: &TcpStream) {
 /// Puts a [`FrameGuard`] between the negotiated socket and its codec.
 fn guarded<S>(
     socket: Framed<MaybeTls, PgWireMessageServerCodec<S>>,
-    rejections: Rejections,
+    reports: GuardReports,
 ) -> Framed<FrameGuard<MaybeTls>, PgWireMessageServerCodec<S>> {
     let parts = socket.into_parts();
-    let io = FrameGuard::new(parts.io, parts.read_buf, rejections);
+    let io = FrameGuard::new(parts.io, parts.read_buf, reports);
     let mut guarded = FramedParts::new(io, parts.codec);
     guarded.write_buf = parts.write_buf;
     Framed::from_parts(guarded)
 }
 
 /// Whether an error after this message type waits for Sync (the extended
-/// protocol's messages) rather than ending with ReadyForQuery.
+/// protocol's messages but Sync) rather than ending with ReadyForQuery.
 fn is_extended_query_type(message_type: u8) -> bool {
-    matches!(message_type, b'P' | b'B' | b'D' | b'E' | b'C' | b'S' | b'H')
+    matches!(message_type, b'P' | b'B' | b'D' | b'E' | b'C' | b'H')
 }
 
 /// Spawns a task. The workspace routes spawning and sleeping through

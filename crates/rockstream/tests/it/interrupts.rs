@@ -14,6 +14,7 @@ use tokio_postgres::NoTls;
 use crate::harness::compare::fetch_text_rows;
 use crate::harness::server::TestServer;
 use crate::harness::sqlstate;
+use crate::wire::raw_client::RawClient;
 
 /// Minutes of work if nothing stops it.
 const ENDLESS: &str = "SELECT count(*) FROM generate_series(1, 10000000000) g(a) WHERE a % 7 = 3";
@@ -48,22 +49,11 @@ async fn a_cancel_request_stops_a_running_query() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_leaving_stops_its_running_query() {
-    use tokio::io::AsyncWriteExt;
     let server = TestServer::start().await;
-    let mut socket = tokio::net::TcpStream::connect(("127.0.0.1", server.config().get_ports()[0]))
-        .await
-        .unwrap();
-    let mut startup = 196_608_i32.to_be_bytes().to_vec();
-    startup.extend_from_slice(b"user\0tester\0database\0default\0\0");
-    let mut messages = ((startup.len() + 4) as i32).to_be_bytes().to_vec();
-    messages.extend(startup);
-    let query = format!("{ENDLESS}\0");
-    messages.push(b'Q');
-    messages.extend(((query.len() + 4) as i32).to_be_bytes());
-    messages.extend(query.as_bytes());
-    socket.write_all(&messages).await.unwrap();
+    let mut client = RawClient::connect(server.config().get_ports()[0]).await;
+    client.send(b'Q', format!("{ENDLESS}\0").as_bytes()).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    drop(socket);
+    drop(client);
     // A running query keeps a core busy; a stopped one leaves the server idle.
     let mut idle = false;
     for _ in 0..20 {

@@ -19,6 +19,7 @@ mod fast_path;
 mod interrupts;
 mod isolation;
 mod limits;
+mod protocol;
 mod psql;
 mod refresh;
 mod slt;

@@ -9,7 +9,7 @@
 #![allow(clippy::unwrap_used)] // Tests may unwrap: a panic is the failure report.
 #![allow(clippy::disallowed_methods)] // The test harness spawns and sleeps on tokio directly.
 mod fake_backend;
-mod raw_client;
+pub(crate) mod raw_client;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -307,6 +307,19 @@ async fn malformed_messages_get_coded_errors_and_the_connection_goes_on() {
     client.send(b'B', &bind).await;
     client.send(b'E', b"\0\0\0\0\0").await;
     client.send(b'S', b"").await;
+    assert_eq!(client.read_error().await, ("ERROR".into(), "08P01".into()));
+    assert_eq!(client.read_until_ready().await, Vec::<String>::new());
+
+    // After the first error of an extended exchange, the rest up to Sync
+    // is skipped, malformed or not: one error per exchange.
+    client.send(b'P', &parse).await;
+    client.send(b'B', &bind).await;
+    client.send(b'S', b"").await;
+    assert_eq!(client.read_error().await, ("ERROR".into(), "08P01".into()));
+    assert_eq!(client.read_until_ready().await, Vec::<String>::new());
+
+    // A malformed Sync still ends the exchange.
+    client.send(b'S', b"extra").await;
     assert_eq!(client.read_error().await, ("ERROR".into(), "08P01".into()));
     assert_eq!(client.read_until_ready().await, Vec::<String>::new());
 

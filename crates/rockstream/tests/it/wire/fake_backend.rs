@@ -280,6 +280,8 @@ impl Backend for FakeBackend {
         Ok(count)
     }
 
+    async fn statement_failed(&self, _session: &mut FakeSession) {}
+
     async fn disconnect(&self, _session: FakeSession) {
         self.disconnects.fetch_add(1, Ordering::SeqCst);
     }

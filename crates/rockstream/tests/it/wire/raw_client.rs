@@ -13,6 +13,24 @@ impl RawClient {
         let stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
             .await
             .unwrap();
+        RawClient::start(stream).await
+    }
+
+    /// Connects as psql does by default: asks for TLS first (and is refused).
+    pub async fn connect_asking_for_tls(port: u16) -> RawClient {
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
+        stream
+            .write_all(&[0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f])
+            .await
+            .unwrap();
+        assert_eq!(stream.read_u8().await.unwrap(), b'N', "TLS refused");
+        RawClient::start(stream).await
+    }
+
+    /// Sends the startup message and reads up to ReadyForQuery.
+    async fn start(stream: tokio::net::TcpStream) -> RawClient {
         let mut client = RawClient { stream };
         let mut body = 196_608i32.to_be_bytes().to_vec();
         body.extend_from_slice(b"user\0tester\0database\0default\0\0");
@@ -43,10 +61,14 @@ impl RawClient {
         self.stream.write_all(bytes).await.unwrap();
     }
 
-    /// Whether the server has closed the connection (after what it sent).
+    /// Whether the server closes the connection (after what it sent) within 10 s.
     pub async fn closed(&mut self) -> bool {
         let mut rest = Vec::new();
-        self.stream.read_to_end(&mut rest).await.is_ok()
+        let read = self.stream.read_to_end(&mut rest);
+        matches!(
+            tokio::time::timeout(std::time::Duration::from_secs(10), read).await,
+            Ok(Ok(_))
+        )
     }
 
     /// An ErrorResponse's severity and SQLSTATE.
