@@ -206,6 +206,11 @@ impl Gateway {
             Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_)
         );
         let savepoint = writes.then(|| session.savepoint());
+        // statement_timeout counts from here, whatever the statement does.
+        session.statement_deadline = session.parameters.statement_timeout.map(|timeout| {
+            let micros = i64::try_from(timeout.as_micros()).unwrap_or(i64::MAX);
+            self.runtime.now_micros().saturating_add(micros)
+        });
         self.start_statement(session, statement);
         let result = self
             .dispatch(session, statement, in_explicit, prepared)
@@ -280,7 +285,7 @@ impl Gateway {
                 set_isolation(session, isolation_named(value)?, for_session)
             }
             Statement::Commit { .. } => {
-                let Some(transaction) = session.transaction.take() else {
+                let Some(transaction) = session.end_transaction() else {
                     return command("COMMIT");
                 };
                 if transaction.aborted {
@@ -290,7 +295,7 @@ impl Gateway {
                 command("COMMIT")
             }
             Statement::Rollback { .. } => {
-                session.transaction = None;
+                session.end_transaction();
                 command("ROLLBACK")
             }
             Statement::CreateTable(create) => {
@@ -633,9 +638,9 @@ impl Gateway {
             "client_encoding" => "UTF8".to_string(),
             "datestyle" => "ISO, MDY".to_string(),
             "rockstream.arrangement_cache" => cache(),
-            "statement_timeout" => show_timeout(session.statement_timeout),
+            "statement_timeout" => show_timeout(session.parameters.statement_timeout),
             // A custom parameter's dotted name arrives with spaces.
-            other => match session.settings.get(&other.replace(' ', ".")) {
+            other => match session.parameters.settings.get(&other.replace(' ', ".")) {
                 Some(value) => value.clone(),
                 None if crate::settings::is_settable(other) => {
                     return Err(RsError::new(
@@ -751,11 +756,11 @@ impl Gateway {
     }
 
     /// What stops the session's running statement: a cancel request, or
-    /// its `statement_timeout` counted from now.
+    /// its `statement_timeout` (counted from the statement's start).
     pub(crate) fn stop(&self, session: &GatewaySession) -> Stop {
         Stop::new(
             session.interrupt.clone(),
-            session.statement_timeout,
+            session.statement_deadline,
             self.runtime.clone(),
         )
     }

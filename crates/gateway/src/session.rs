@@ -53,6 +53,19 @@ pub struct Transaction {
     pub aborted: bool,
     /// Opened by BEGIN (false: the implicit transaction of one statement).
     pub explicit: bool,
+    /// The session's parameters before its first `SET LOCAL`, restored
+    /// when the transaction ends.
+    pub before_set_local: Option<Parameters>,
+}
+
+/// The parameters a session keeps.
+#[derive(Debug, Clone, Default)]
+pub struct Parameters {
+    /// `statement_timeout` (`None`: no limit, PostgreSQL's default).
+    pub statement_timeout: Option<Duration>,
+    /// Other parameters the session `SET`, lower-case name → value, which
+    /// `SHOW` reports (RockStream does not act on them).
+    pub settings: BTreeMap<String, String>,
 }
 
 pub struct GatewaySession {
@@ -63,17 +76,27 @@ pub struct GatewaySession {
     pub default_isolation: Isolation,
     /// Raised when the client cancels the running statement.
     pub interrupt: Interrupt,
-    /// `statement_timeout` (`None`: no limit, PostgreSQL's default).
-    pub statement_timeout: Option<Duration>,
-    /// Other parameters the session `SET`, lower-case name → value, which
-    /// `SHOW` reports (RockStream does not act on them).
-    pub settings: BTreeMap<String, String>,
+    /// `SET` parameters (`SET LOCAL` ones until the transaction ends).
+    pub parameters: Parameters,
+    /// When the running statement times out (the runtime's microseconds),
+    /// set as it starts.
+    pub statement_deadline: Option<i64>,
 }
 
 /// What a failed statement restores: the transaction's tables before it.
 pub type Savepoint = Option<BTreeMap<ObjectId, PendingTable>>;
 
 impl GatewaySession {
+    /// Ends the transaction (COMMIT or ROLLBACK), handing it back; the
+    /// parameters its `SET LOCAL`s changed return to what they were.
+    pub fn end_transaction(&mut self) -> Option<Transaction> {
+        let mut transaction = self.transaction.take()?;
+        if let Some(before) = transaction.before_set_local.take() {
+            self.parameters = before;
+        }
+        Some(transaction)
+    }
+
     /// Inside `BEGIN ... COMMIT`.
     pub fn in_explicit_transaction(&self) -> bool {
         self.transaction

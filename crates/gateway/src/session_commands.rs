@@ -11,12 +11,13 @@
 //! PostgreSQL does.
 
 use datafusion::sql::sqlparser::ast::{
-    CloseCursor, ContextModifier, DiscardObject, Expr, Reset, ResetStatement, Set, Statement, Value,
+    CloseCursor, ContextModifier, DiscardObject, Expr, ObjectName, Reset, ResetStatement, Set,
+    Statement, Value,
 };
 use rockstream_pgwire::{PreparedStatements, StatementResult};
 use rockstream_types::{codes, RsError, RsResult};
 
-use crate::session::{GatewaySession, Isolation};
+use crate::session::{GatewaySession, Isolation, Parameters};
 use crate::settings::is_settable;
 use crate::statement_limits::parse_timeout;
 
@@ -47,43 +48,38 @@ pub(crate) fn run(
             values,
             ..
         }) => {
-            let name = variable.to_string().to_lowercase();
-            if matches!(scope, Some(ContextModifier::Local)) {
-                return Err(RsError::new(
-                    &codes::UNSUPPORTED_STATEMENT,
-                    format!("SET LOCAL {name} is not supported; use SET {name} (for the session)"),
-                ));
+            let name = parameter_name(variable);
+            let local = matches!(scope, Some(ContextModifier::Local));
+            // SET LOCAL outside BEGIN has no effect (PostgreSQL warns).
+            if local && !in_explicit {
+                return command("SET");
             }
-            if name == "statement_timeout" {
-                session.statement_timeout = timeout_value(values)?;
-            } else if FIXED_PARAMETERS.contains(&name.as_str()) {
-                // Accepted; SHOW keeps answering RockStream's value.
-            } else if is_settable(&name) {
-                match values.as_slice() {
-                    [Expr::Identifier(word)] if word.value.eq_ignore_ascii_case("default") => {
-                        session.settings.remove(&name);
-                    }
-                    values => {
-                        let value: Vec<String> = values.iter().map(value_text).collect();
-                        session.settings.insert(name, value.join(", "));
-                    }
+            if local {
+                if let Some(transaction) = session.transaction.as_mut() {
+                    transaction
+                        .before_set_local
+                        .get_or_insert_with(|| session.parameters.clone());
                 }
-            } else {
-                return Err(unrecognized(&name));
             }
+            set(&mut session.parameters, &name, values)?;
             command("SET")
         }
         Statement::Reset(ResetStatement { reset }) => {
             match reset {
                 Reset::ALL => reset_all(session),
                 Reset::ConfigurationParameter(variable) => {
-                    let name = variable.to_string().to_lowercase();
-                    if name == "statement_timeout" {
-                        session.statement_timeout = None;
-                    } else if !FIXED_PARAMETERS.contains(&name.as_str()) && !is_settable(&name) {
-                        return Err(unrecognized(&name));
+                    let name = parameter_name(variable);
+                    match name.as_str() {
+                        "statement_timeout" => session.parameters.statement_timeout = None,
+                        "default_transaction_isolation" => {
+                            session.default_isolation = Isolation::default();
+                        }
+                        name if !FIXED_PARAMETERS.contains(&name) && !is_settable(name) => {
+                            return Err(unrecognized(name));
+                        }
+                        _ => {}
                     }
-                    session.settings.remove(&name);
+                    session.parameters.settings.remove(&name);
                 }
             }
             command("RESET")
@@ -137,9 +133,59 @@ pub(crate) fn run(
 
 /// `RESET ALL`: every setting the session keeps back to its default.
 fn reset_all(session: &mut GatewaySession) {
-    session.statement_timeout = None;
+    session.parameters = Parameters::default();
     session.default_isolation = Isolation::default();
-    session.settings.clear();
+}
+
+/// `SET name = values` (or `TO`), for the session or, once the caller has
+/// saved what to restore, `LOCAL`.
+fn set(parameters: &mut Parameters, name: &str, values: &[Expr]) -> RsResult<()> {
+    let default =
+        matches!(values, [Expr::Identifier(word)] if word.value.eq_ignore_ascii_case("default"));
+    let text = || {
+        let value: Vec<String> = values.iter().map(value_text).collect();
+        value.join(", ")
+    };
+    match name {
+        "statement_timeout" if default => parameters.statement_timeout = None,
+        "statement_timeout" => parameters.statement_timeout = parse_timeout(&text())?,
+        // Accepted; SHOW keeps answering RockStream's value.
+        name if FIXED_PARAMETERS.contains(&name) => {}
+        "default_transaction_read_only" | "transaction_read_only" if !default => {
+            if !matches!(text().to_lowercase().as_str(), "off" | "false" | "0" | "no") {
+                return Err(RsError::new(
+                    &codes::UNSUPPORTED_STATEMENT,
+                    format!(
+                        "{name} = {} is not supported: transactions are read-write",
+                        text()
+                    ),
+                ));
+            }
+        }
+        name if is_settable(name) => {
+            if default {
+                parameters.settings.remove(name);
+            } else {
+                parameters.settings.insert(name.to_string(), text());
+            }
+        }
+        name => return Err(unrecognized(name)),
+    }
+    Ok(())
+}
+
+/// A parameter's name as PostgreSQL looks it up: its parts' values (quotes
+/// removed), lower case, joined by dots.
+fn parameter_name(variable: &ObjectName) -> String {
+    variable
+        .0
+        .iter()
+        .map(|part| match part.as_ident() {
+            Some(ident) => ident.value.to_lowercase(),
+            None => part.to_string().to_lowercase(),
+        })
+        .collect::<Vec<_>>()
+        .join(".")
 }
 
 /// Parameters whose value RockStream fixes (`SHOW` answers it): a `SET`
@@ -169,21 +215,6 @@ fn value_text(value: &Expr) -> String {
         },
         Expr::Identifier(word) => word.value.clone(),
         other => other.to_string(),
-    }
-}
-
-/// The value of `SET statement_timeout = ...` (`DEFAULT` included).
-fn timeout_value(values: &[Expr]) -> RsResult<Option<std::time::Duration>> {
-    match values {
-        [Expr::Identifier(word)] if word.value.eq_ignore_ascii_case("default") => Ok(None),
-        [Expr::Value(value)] => match &value.value {
-            Value::Number(text, _) | Value::SingleQuotedString(text) => parse_timeout(text),
-            other => parse_timeout(&other.to_string()),
-        },
-        other => {
-            let text: Vec<String> = other.iter().map(ToString::to_string).collect();
-            parse_timeout(&text.join(" "))
-        }
     }
 }
 

@@ -12,7 +12,9 @@
 //! are custom parameters, which PostgreSQL accepts from any session.
 
 /// The parameters whose `pg_settings.context` is `user` or `superuser` in
-/// PostgreSQL 15, lower case, sorted (for binary search).
+/// PostgreSQL 15, and those PostgreSQL 16 and 17 added (`pg_dump` 17
+/// writes `SET transaction_timeout = 0`), lower case, sorted (for binary
+/// search).
 const SESSION_PARAMETERS: &[&str] = &[
     "allow_in_place_tablespaces",
     "allow_system_table_mods",
@@ -33,10 +35,13 @@ const SESSION_PARAMETERS: &[&str] = &[
     "cpu_index_tuple_cost",
     "cpu_operator_cost",
     "cpu_tuple_cost",
+    "createrole_self_grant",
     "cursor_tuple_fraction",
     "datestyle",
     "deadlock_timeout",
     "debug_discard_caches",
+    "debug_logical_replication_streaming",
+    "debug_parallel_query",
     "debug_pretty_print",
     "debug_print_parse",
     "debug_print_plan",
@@ -55,6 +60,7 @@ const SESSION_PARAMETERS: &[&str] = &[
     "enable_async_append",
     "enable_bitmapscan",
     "enable_gathermerge",
+    "enable_group_by_reordering",
     "enable_hashagg",
     "enable_hashjoin",
     "enable_incremental_sort",
@@ -69,10 +75,12 @@ const SESSION_PARAMETERS: &[&str] = &[
     "enable_partition_pruning",
     "enable_partitionwise_aggregate",
     "enable_partitionwise_join",
+    "enable_presorted_aggregate",
     "enable_seqscan",
     "enable_sort",
     "enable_tidscan",
     "escape_string_warning",
+    "event_triggers",
     "exit_on_error",
     "extension_destdir",
     "extra_float_digits",
@@ -88,10 +96,12 @@ const SESSION_PARAMETERS: &[&str] = &[
     "gin_fuzzy_search_limit",
     "gin_pending_list_limit",
     "hash_mem_multiplier",
+    "icu_validation_level",
     "idle_in_transaction_session_timeout",
     "idle_session_timeout",
     "ignore_checksum_failure",
     "intervalstyle",
+    "io_combine_limit",
     "jit",
     "jit_above_cost",
     "jit_dump_bitcode",
@@ -144,6 +154,7 @@ const SESSION_PARAMETERS: &[&str] = &[
     "recursive_worktable_factor",
     "restrict_nonsystem_relation_kind",
     "row_security",
+    "scram_iterations",
     "search_path",
     "seq_page_cost",
     "session_preload_libraries",
@@ -172,8 +183,10 @@ const SESSION_PARAMETERS: &[&str] = &[
     "transaction_deferrable",
     "transaction_isolation",
     "transaction_read_only",
+    "transaction_timeout",
     "transform_null_equals",
     "update_process_title",
+    "vacuum_buffer_usage_limit",
     "vacuum_cost_delay",
     "vacuum_cost_limit",
     "vacuum_cost_page_dirty",

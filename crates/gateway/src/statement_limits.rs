@@ -32,11 +32,11 @@ pub(crate) struct Stop {
 }
 
 impl Stop {
-    pub(crate) fn new(interrupt: Interrupt, timeout: Option<Duration>, runtime: Runtime) -> Stop {
-        let deadline_micros = timeout.map(|timeout| {
-            let micros = i64::try_from(timeout.as_micros()).unwrap_or(i64::MAX);
-            runtime.now_micros().saturating_add(micros)
-        });
+    pub(crate) fn new(
+        interrupt: Interrupt,
+        deadline_micros: Option<i64>,
+        runtime: Runtime,
+    ) -> Stop {
         Stop {
             interrupt,
             deadline_micros,

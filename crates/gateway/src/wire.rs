@@ -257,8 +257,8 @@ impl Backend for Gateway {
             transaction: None,
             default_isolation: Default::default(),
             interrupt,
-            statement_timeout: None,
-            settings: Default::default(),
+            parameters: Default::default(),
+            statement_deadline: None,
         })
     }
 

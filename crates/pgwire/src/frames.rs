@@ -341,12 +341,14 @@ fn check_startup(body: &[u8]) -> Result<(), RsError> {
         // A request code (cancel, SSL, GSS): fixed layouts pgwire reads.
         return Ok(());
     }
+    // Only the layout: PostgreSQL takes parameter values in any encoding
+    // (an application_name from a Latin-1 path, say).
     loop {
-        let name = body.text()?;
+        let name = body.cstring()?;
         if name.is_empty() {
             break;
         }
-        body.text()?;
+        body.cstring()?;
     }
     body.end()
 }
@@ -518,16 +520,20 @@ impl<'a> Body<'a> {
         })
     }
 
-    /// A NUL-terminated UTF-8 string.
-    fn text(&mut self) -> Result<&'a str, RsError> {
+    /// A NUL-terminated string's bytes (without the NUL).
+    fn cstring(&mut self) -> Result<&'a [u8], RsError> {
         let Some(end) = self.bytes.iter().position(|&byte| byte == 0) else {
             return Err(protocol_violation(format!(
                 "invalid {} message: invalid string in message",
                 self.message
             )));
         };
-        let text = self.take(end + 1)?;
-        utf8(&text[..end])
+        Ok(&self.take(end + 1)?[..end])
+    }
+
+    /// A NUL-terminated UTF-8 string.
+    fn text(&mut self) -> Result<&'a str, RsError> {
+        utf8(self.cstring()?)
     }
 
     /// Nothing may follow the last field.

@@ -12,8 +12,8 @@
 //! that statement and any later one stop the same way.
 //!
 //! Invariants:
-//! - a request counts only while a statement runs ([`Interrupt::begin`] to
-//!   [`Interrupt::end`]); one arriving between statements is dropped, as
+//! - a request counts only while a statement runs (from [`Interrupt::begin`]
+//!   until its guard drops); one arriving between statements is dropped, as
 //!   PostgreSQL drops a cancel for an idle backend;
 //! - a wrong secret or unknown id changes nothing and reveals nothing (the
 //!   cancel connection is closed either way).

@@ -39,8 +39,9 @@ impl VisitorMut for NumberLiterals {
             ..
         }) = expr
         {
-            if has_exponent(text) && !fits_a_decimal(text) {
-                let text = std::mem::take(text);
+            // PostgreSQL's digit separators (`1_000e200`) mean nothing.
+            if has_exponent(text) && !fits_a_decimal(&text.replace('_', "")) {
+                let text = text.replace('_', "");
                 *expr = Expr::Cast {
                     kind: CastKind::Cast,
                     expr: Box::new(Expr::value(Value::SingleQuotedString(text))),
