@@ -3,9 +3,10 @@
 //! [`serve`] accepts TCP connections and speaks the PostgreSQL v3 protocol
 //! (through the `pgwire` crate) on each of them: startup without
 //! authentication, the simple query protocol, the extended protocol
-//! (Parse/Bind/Describe/Execute/Sync) and `COPY ... FROM STDIN` in text and
-//! CSV format. Everything that knows SQL lives behind the [`Backend`] trait;
-//! this crate only translates between wire messages and that trait.
+//! (Parse/Bind/Describe/Execute/Sync), `COPY ... FROM STDIN` in text and
+//! CSV format, and cancel requests. Everything that knows SQL lives behind
+//! the [`Backend`] trait; this crate only translates between wire messages
+//! and that trait.
 //!
 //! Layout:
 //! - `server`: the accept loop and one task per connection;
@@ -26,6 +27,10 @@
 //!   its `next_steps` as the hint;
 //! - after an error the rest of a simple-query string is not processed, and
 //!   the extended protocol discards messages until Sync (PostgreSQL rules);
+//!   an error this crate raises itself fails the backend's statement too
+//!   ([`Backend::statement_failed`]);
+//! - `pgwire` decodes only messages whose layout was checked whole
+//!   (`frames`);
 //! - a connection owns exactly one backend session, created at startup and
 //!   handed back to [`Backend::disconnect`] however the connection ends, even
 //!   if its task panics;
