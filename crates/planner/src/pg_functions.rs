@@ -12,7 +12,8 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::compute::kernels::numeric;
 use datafusion::arrow::datatypes::{
-    DataType, Int64Type, IntervalMonthDayNano, IntervalUnit, TimeUnit, TimestampMicrosecondType,
+    DataType, Float64Type, Int64Type, IntervalMonthDayNano, IntervalUnit, TimeUnit,
+    TimestampMicrosecondType,
 };
 use datafusion::common::{exec_err, plan_err, DataFusionError, Result, ScalarValue};
 use datafusion::logical_expr::simplify::{ExprSimplifyResult, SimplifyContext};
@@ -215,6 +216,90 @@ impl ScalarUDFImpl for LengthBounded {
             ))));
         }
         self.inner.invoke_with_args(args)
+    }
+}
+
+/// `power` (`^`) and `exp` over floats fail as PostgreSQL's do when the
+/// result leaves the float range: "value out of range: overflow" for an
+/// infinite result of finite arguments, "underflow" for a zero result of a
+/// finite non-zero first argument (22003). DataFusion's return `Infinity`
+/// and `0`. (DataFusion computes `power` of numerics in floats too, so
+/// `power(10::numeric, 400)` fails here where PostgreSQL's exact numeric
+/// answers.)
+pub fn range_checked() -> Vec<ScalarUDF> {
+    use datafusion::functions::math;
+    [math::power(), math::exp()]
+        .into_iter()
+        .map(|inner| ScalarUDF::from(RangeChecked { inner }))
+        .collect()
+}
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct RangeChecked {
+    inner: Arc<ScalarUDF>,
+}
+
+impl ScalarUDFImpl for RangeChecked {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn aliases(&self) -> &[String] {
+        self.inner.aliases()
+    }
+
+    fn signature(&self) -> &Signature {
+        self.inner.signature()
+    }
+
+    fn return_type(&self, arguments: &[DataType]) -> Result<DataType> {
+        self.inner.return_type(arguments)
+    }
+
+    fn simplify(&self, args: Vec<Expr>, info: &SimplifyContext) -> Result<ExprSimplifyResult> {
+        self.inner.simplify(args, info)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let arguments = ColumnarValue::values_to_arrays(&args.args)?;
+        let number_rows = args.number_rows;
+        let result = self.inner.invoke_with_args(args)?;
+        let values = result.to_array(number_rows)?;
+        let (Some(values), Ok(as_floats)) = (
+            values.as_primitive_opt::<Float64Type>(),
+            arguments
+                .iter()
+                .map(|argument| datafusion::arrow::compute::cast(argument, &DataType::Float64))
+                .collect::<std::result::Result<Vec<_>, _>>(),
+        ) else {
+            return Ok(result);
+        };
+        let inputs: Vec<_> = as_floats
+            .iter()
+            .map(|array| array.as_primitive::<Float64Type>().clone())
+            .collect();
+        for row in 0..values.len() {
+            if values.is_null(row) || inputs.iter().any(|input| input.is_null(row)) {
+                continue;
+            }
+            let finite = inputs.iter().all(|input| input.value(row).is_finite());
+            let value = values.value(row);
+            let problem = if finite && value.is_infinite() {
+                "overflow"
+            } else if finite
+                && value == 0.0
+                && inputs.first().is_some_and(|first| first.value(row) != 0.0)
+            {
+                "underflow"
+            } else {
+                continue;
+            };
+            return Err(DataFusionError::External(Box::new(RsError::new(
+                &codes::NUMERIC_OUT_OF_RANGE,
+                format!("value out of range: {problem}"),
+            ))));
+        }
+        Ok(result)
     }
 }
 

@@ -101,6 +101,9 @@ pub fn new_context(resolver: Arc<dyn TableResolver>) -> SessionContext {
         context.register_udf(function.as_ref().clone());
     }
     context.register_udf(crate::pg_functions::sign());
+    for function in crate::pg_functions::range_checked() {
+        context.register_udf(function);
+    }
     for function in crate::pg_functions::length_bounded() {
         context.register_udf(function);
     }
