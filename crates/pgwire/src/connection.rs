@@ -102,7 +102,32 @@ pub(crate) struct ConnectionCore<B: Backend> {
     pub(crate) pid: OnceLock<i32>,
     /// The names of the statements Parse prepared (`pgwire`'s store cannot
     /// list them), for `DEALLOCATE ALL`; a closed one may linger.
-    pub(crate) statement_names: std::sync::Mutex<BTreeSet<String>>,
+    pub(crate) statement_names: StatementNames,
+}
+
+/// The names Parse stored statements under on one connection.
+#[derive(Debug, Default)]
+pub(crate) struct StatementNames(std::sync::Mutex<BTreeSet<String>>);
+
+impl StatementNames {
+    fn names(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub(crate) fn remember(&self, name: String) {
+        self.names().insert(name);
+    }
+
+    pub(crate) fn forget(&self, name: &str) {
+        self.names().remove(name);
+    }
+
+    /// Every name remembered, forgetting them.
+    pub(crate) fn take_all(&self) -> BTreeSet<String> {
+        std::mem::take(&mut *self.names())
+    }
 }
 
 impl<B: Backend> ConnectionCore<B> {

@@ -11,7 +11,6 @@
 //!   commands), Execute binds and runs;
 //! - copy: CopyData is buffered, CopyDone parses and loads, CopyFail aborts.
 
-use std::collections::BTreeSet;
 use std::fmt::Debug;
 use std::sync::Arc;
 
@@ -40,7 +39,7 @@ use pgwire::messages::extendedquery::{
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use rockstream_types::{codes, RsError};
 
-use crate::connection::{parameter_types, ConnectionCore, PreparedStatement};
+use crate::connection::{parameter_types, ConnectionCore, PreparedStatement, StatementNames};
 use crate::interrupt::Cancels;
 use crate::types::{field_infos, pg_type};
 use crate::wire_error::{fatal_error, user_error};
@@ -259,11 +258,7 @@ impl<B: Backend> ExtendedQueryHandler for Connection<B> {
             None => client.portal_store().put_empty_statement(&name),
         }
         if message.name.is_some() {
-            self.core
-                .statement_names
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .insert(name);
+            self.core.statement_names.remember(name);
         }
         client
             .send(PgWireBackendMessage::ParseComplete(ParseComplete::new()))
@@ -354,28 +349,19 @@ impl<B: Backend> CopyHandler for Connection<B> {
 /// A connection's statement store, as [`PreparedStatements`].
 struct ParsedStatements<'a, S> {
     store: &'a S,
-    /// The names Parse stored under (see `ConnectionCore::statement_names`).
-    names: &'a std::sync::Mutex<BTreeSet<String>>,
-}
-
-impl<S: PortalStore> ParsedStatements<'_, S> {
-    fn names(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
-        self.names
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
+    names: &'a StatementNames,
 }
 
 impl<S: PortalStore> PreparedStatements for ParsedStatements<'_, S> {
     fn forget(&self, name: &str) -> bool {
-        self.names().remove(name);
+        self.names.forget(name);
         let existed = self.store.get_statement(name).is_some();
         self.store.rm_statement(name);
         existed
     }
 
     fn forget_all(&self) {
-        for name in std::mem::take(&mut *self.names()) {
+        for name in self.names.take_all() {
             self.store.rm_statement(&name);
         }
     }
