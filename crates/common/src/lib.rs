@@ -8,6 +8,7 @@
 #![allow(clippy::disallowed_methods)]
 
 mod background;
+mod local_store;
 mod object_store_url;
 
 use std::future::Future;
@@ -16,6 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub use background::BackgroundRuntime;
+pub use local_store::{disk_full_root, is_disk_full, DiskFull};
 pub use object_store_url::object_store_for;
 
 /// Source of wall-clock time.

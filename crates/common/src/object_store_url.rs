@@ -8,6 +8,8 @@ use slatedb::object_store::ObjectStore;
 
 use rockstream_types::{codes, RsError, RsResult};
 
+use crate::local_store::LocalStore;
+
 /// `./dir`, `/abs/dir` or `file:///abs/dir` → local files (created if
 /// missing); `memory://` → an in-process store (tests). Other schemes are
 /// refused with a coded error until their features are built.
@@ -42,5 +44,5 @@ pub fn object_store_for(location: &str) -> RsResult<Arc<dyn ObjectStore>> {
             )
         })?
         .with_fsync(true);
-    Ok(Arc::new(store))
+    Ok(Arc::new(LocalStore::new(store, &path)))
 }

@@ -12,11 +12,10 @@ use slatedb::{Db, WriteBatch};
 use tokio::sync::{oneshot, Mutex};
 
 use crate::catalog::{CatalogEntry, ColumnDef, ObjectKind, DEFAULT_NAMESPACE, NEXT_ID_KEY};
+use crate::control_db::{ControlDb, CONTROL_PATH};
 use crate::follower::{self, CatalogChange, FollowerSender};
 use crate::resolver::{plan_inline_view, CatalogResolver};
 
-/// Path of the control database inside the storage location.
-const CONTROL_PATH: &str = "control";
 /// The control-database key of the storage's bucket map, which also
 /// records its shard count (outside the catalog's `0x01` range).
 const BUCKET_MAP_KEY: [u8; 3] = [0x02, b'B', b'M'];
@@ -40,7 +39,7 @@ impl Default for OpenOptions {
 }
 
 pub struct Database {
-    control: Db,
+    control: ControlDb,
     /// Entries in creation order (which is dependency order).
     catalog: RwLock<Vec<CatalogEntry>>,
     engine: Engine,
@@ -71,15 +70,13 @@ impl Database {
             arrangement_cache_bytes,
         } = options;
         let store = object_store_for(location)?;
-        let control = Db::builder(CONTROL_PATH, store.clone())
-            .build()
-            .await
-            .map_err(|error| storage_error(CONTROL_PATH, error))?;
-        let map = Arc::new(bucket_map(&control, shards).await?);
+        let control = ControlDb::open(store.clone()).await?;
+        let control_db = control.db().await?;
+        let map = Arc::new(bucket_map(&control_db, shards).await?);
         let shards = ShardDb::open_all(store, map.shard_count(), arrangement_cache_bytes).await?;
         let engine = Engine::start(&runtime, shards, map).await?;
         let follower = follower::start(&runtime, engine.clone());
-        let entries = load_entries(&control).await?;
+        let entries = load_entries(&control_db).await?;
         let database = Arc::new(Database {
             control,
             catalog: RwLock::new(Vec::new()),
@@ -328,7 +325,7 @@ impl Database {
             };
             marks.put(marked.key(), entry_json(&marked)?);
         }
-        durable(self.control.write(marks).await).await?;
+        self.control.write(marks).await?;
         self.catalog_mut()
             .retain(|existing| !doomed.iter().any(|gone| gone.id == existing.id));
         for doomed_entry in doomed.into_iter().rev() {
@@ -401,15 +398,11 @@ impl Database {
     }
 
     async fn allocate_id(&self) -> RsResult<ObjectId> {
-        let current = self
-            .control
-            .get(NEXT_ID_KEY)
-            .await
-            .map_err(|error| storage_error(CONTROL_PATH, error))?;
+        let current = self.control.get(&NEXT_ID_KEY).await?;
         let next = match current {
             Some(bytes) => u64::from_be_bytes(
                 bytes
-                    .as_ref()
+                    .as_slice()
                     .try_into()
                     .map_err(|_| RsError::internal("corrupt id counter"))?,
             ),
@@ -421,15 +414,15 @@ impl Database {
     }
 
     async fn durable_put(&self, key: &[u8], value: &[u8]) -> RsResult<()> {
-        durable(self.control.put(key, value).await).await
+        self.control.put(key, value).await
     }
 
     async fn durable_delete(&self, key: &[u8]) -> RsResult<()> {
-        durable(self.control.delete(key).await).await
+        self.control.delete(key).await
     }
 
     pub async fn close(&self) {
-        let _ = self.control.close().await;
+        self.control.close().await;
     }
 }
 
@@ -1101,7 +1094,7 @@ mod tests {
             };
             marks.put(marked.key(), entry_json(&marked).unwrap());
         }
-        durable(database.control.write(marks).await).await.unwrap();
+        database.control.write(marks).await.unwrap();
         drop(database);
 
         let reopened = Database::open(&location, Runtime::system(), test_shards())
@@ -1113,7 +1106,8 @@ mod tests {
         for prefix in &state_prefixes {
             assert_eq!(keys_under(&reopened, prefix).await, 0, "{prefix:?}");
         }
-        let entries = load_entries(&reopened.control).await.unwrap();
+        let control = reopened.control.db().await.unwrap();
+        let entries = load_entries(&control).await.unwrap();
         assert!(entries.is_empty(), "the marked entries are deleted too");
     }
 

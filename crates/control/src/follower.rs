@@ -93,7 +93,7 @@ impl Follower {
                 let sql = entry.definition.clone().unwrap_or_default();
                 let plan = match plan_view(&context, entry.id, &sql).await {
                     Ok(plan) => plan,
-                    Err(error) if replay && error.code != &codes::STORAGE_IO => {
+                    Err(error) if replay && !error.is_storage_failure() => {
                         self.not_maintainable(&entry, &error.message);
                         return Ok(());
                     }

@@ -4,6 +4,7 @@
 //! (ARCHITECTURE principle 3). Restart replays the catalog in creation order.
 
 mod catalog;
+mod control_db;
 mod database;
 mod follower;
 mod resolver;

@@ -58,6 +58,7 @@ pub struct TableChange {
 }
 
 /// A dataflow to install for a materialized view.
+#[derive(Clone)]
 pub struct InstallView {
     pub view_id: ObjectId,
     pub name: String,

@@ -38,12 +38,14 @@ use crate::engine::{
 mod backfill;
 mod log;
 mod reclaim;
+mod recovery;
 
 pub use backfill::installed_marker;
 pub(crate) use log::repair;
 
 use backfill::{BuildInputs, Phase};
 use reclaim::Reclaim;
+use recovery::{refuse, Failure};
 
 type Reply<T = Epoch> = oneshot::Sender<RsResult<T>>;
 
@@ -92,6 +94,8 @@ pub(crate) struct EpochLoop {
     reclaiming: Arc<AtomicUsize>,
     /// The coordinator's log record of the last epoch, deleted by the next.
     logged: Vec<Vec<u8>>,
+    /// Set while storage has failed and its shards are not reopened.
+    failure: Option<Failure>,
 }
 
 /// What an engine starts from.
@@ -124,6 +128,7 @@ impl EpochLoop {
             reclaims: Vec::new(),
             reclaiming,
             logged: start.logged,
+            failure: None,
         }
     }
 
@@ -137,9 +142,7 @@ impl EpochLoop {
     /// busy commit stream cannot starve the background work.
     pub async fn run(mut self, mut receiver: mpsc::Receiver<Command>) {
         if let Err(error) = self.resume_reclaims().await {
-            tracing::error!(%error, "engine stopped after a storage failure");
-            self.close().await;
-            return;
+            self.storage_failed(error);
         }
         let mut deferred: Option<Command> = None;
         // Set when background work is pending but none of it can move (a
@@ -147,6 +150,28 @@ impl EpochLoop {
         // waits for a command instead of spinning.
         let mut stalled = false;
         loop {
+            if let Some(wait) = self.reopen_wait() {
+                // Storage failed ([`recovery`]): wait for a command or the
+                // next attempt to reopen it.
+                let command = match deferred.take() {
+                    Some(command) => Some(command),
+                    None => tokio::select! {
+                        command = receiver.recv() => match command {
+                            Some(command) => Some(command),
+                            None => break,
+                        },
+                        () = self.runtime.sleep(wait) => None,
+                    },
+                };
+                if let Err(error) = self.recover().await {
+                    if let Some(command) = command {
+                        refuse(command, error);
+                    }
+                    continue;
+                }
+                deferred = command;
+                stalled = false;
+            }
             let building = self.has_background_work() && !stalled;
             let command = match deferred.take() {
                 Some(command) => Some(command),
@@ -177,8 +202,7 @@ impl EpochLoop {
                 other => other,
             };
             if let Err(error) = result {
-                tracing::error!(%error, "engine stopped after a storage failure");
-                break;
+                self.storage_failed(error);
             }
         }
         self.close().await;
@@ -193,7 +217,7 @@ impl EpochLoop {
     /// Serves one command; a commit takes every commit queued behind it
     /// into its epoch, up to [`EPOCH_COMMITS_MAX`], and leaves the first
     /// other command in `deferred`. `Err`: a storage failure, after which
-    /// the engine stops.
+    /// the engine reopens its storage ([`recovery`]).
     async fn serve(
         &mut self,
         command: Command,
@@ -225,23 +249,19 @@ impl EpochLoop {
                 built,
             } => {
                 let result = self.install(*view, built).await;
-                let fatal = matches!(&result, Err(error) if stops_the_engine(error));
+                let failed = result
+                    .as_ref()
+                    .err()
+                    .filter(|error| stops_the_engine(error));
+                let failed = failed.cloned();
                 let _ = registered.send(result);
-                if fatal {
-                    Err(RsError::new(&codes::STORAGE_IO, "install failed"))
-                } else {
-                    Ok(())
-                }
+                failed.map_or(Ok(()), Err)
             }
             Command::Drop { object_id, reply } => {
                 let result = self.drop_object(object_id).await;
-                let fatal = result.is_err();
+                let failed = result.as_ref().err().cloned();
                 let _ = reply.send(result);
-                if fatal {
-                    Err(RsError::new(&codes::STORAGE_IO, "drop failed"))
-                } else {
-                    Ok(())
-                }
+                failed.map_or(Ok(()), Err)
             }
         }
     }
@@ -282,7 +302,15 @@ impl EpochLoop {
     }
 
     async fn run_commits(&mut self, commits: Vec<(Vec<TableChange>, Reply)>) -> RsResult<()> {
-        let mut stores = self.new_stores()?;
+        let mut stores = match self.new_stores() {
+            Ok(stores) => stores,
+            Err(error) => {
+                for (_, reply) in commits {
+                    let _ = reply.send(Err(error.clone()));
+                }
+                return Err(error);
+            }
+        };
         let mut accepted: Vec<Reply> = Vec::new();
         let mut deltas: Deltas = vec![HashMap::new(); self.shard_count()];
         let mut build_inputs = BuildInputs::new();
@@ -374,14 +402,16 @@ impl EpochLoop {
             }
         }
         for committed in futures::future::join_all(others).await {
-            // The epoch is durable in the coordinator's log: the next start
-            // completes it. Its writers are told so, not that it failed.
-            committed.map_err(|error| {
-                RsError::new(
+            // The epoch is durable in the coordinator's log: reopening the
+            // storage completes it. Its writers are told so, not that it
+            // failed; the shard's error is why storage is unusable.
+            if let Err(error) = committed {
+                self.storage_failed(error.clone());
+                return Err(RsError::new(
                     &codes::COMMIT_DURABLE_UNPUBLISHED,
                     format!("epoch {epoch} is durable but not yet on every shard: {error}"),
-                )
-            })?;
+                ));
+            }
         }
         self.epoch = epoch;
         let snapshots = self
@@ -753,10 +783,11 @@ fn failpoint_between_shard_commits() {
     }
 }
 
-/// Whether `error` leaves the engine unable to go on: storage failed, or an
-/// epoch is committed on some shards only (the next start completes it).
+/// Whether `error` leaves the engine unable to go on without reopening its
+/// storage ([`recovery`]): storage failed, or an epoch is committed on some
+/// shards only (reopening completes it).
 fn stops_the_engine(error: &RsError) -> bool {
-    error.code == &codes::STORAGE_IO || error.code == &codes::COMMIT_DURABLE_UNPUBLISHED
+    error.is_storage_failure() || error.code == &codes::COMMIT_DURABLE_UNPUBLISHED
 }
 
 /// The steps of one view on every shard: all their outputs and writes, or
@@ -768,7 +799,7 @@ pub(super) fn split_steps(results: Vec<StepResult>) -> RsResult<Result<Vec<Stepp
     for result in results {
         match result {
             Ok(step) => stepped.push(step),
-            Err(error) if error.code == &codes::STORAGE_IO => return Err(error),
+            Err(error) if error.is_storage_failure() => return Err(error),
             Err(error) => errors.push(error),
         }
     }

@@ -371,6 +371,14 @@ impl StateCache {
         self.insert_complete_many(generation, [(prefix, entries)]);
     }
 
+    /// Forgets every entry (the database below was reopened); snapshots
+    /// taken before stop reading the cache.
+    pub fn forget_all(&self) {
+        let mut inner = self.lock();
+        inner.forget();
+        inner.generation += 2;
+    }
+
     /// Marks a commit in flight: snapshots taken before it stop reading
     /// the cache.
     pub fn begin_commit(&self) {

@@ -99,9 +99,23 @@ pub struct ShardDb {
     /// The hot part of the shard's operator state, kept coherent by
     /// [`ShardDb::commit`].
     cache: Arc<StateCache>,
+    /// What [`ShardDb::reopen`] opens it with again.
+    opened: Opened,
     /// Runs the shard's compactions (shared by the shards of a storage);
     /// declared after `db` so it outlives it.
-    _compaction: Arc<BackgroundRuntime>,
+    compaction: Arc<BackgroundRuntime>,
+}
+
+/// How a shard was opened.
+#[derive(Clone)]
+struct Opened {
+    store: Arc<dyn ObjectStore>,
+    /// How many shards share the storage's memtable budget.
+    shards: u16,
+    /// The block cache (shared by the storage's shards) and the shard's
+    /// id in it.
+    block_cache: Arc<dyn DbCache>,
+    cache_id: u64,
 }
 
 /// Where shard `shard` of a storage lives.
@@ -113,8 +127,14 @@ impl ShardDb {
     /// Opens (creating if new) the database at `path` inside `store`.
     pub async fn open(store: Arc<dyn ObjectStore>, path: &str) -> RsResult<ShardDb> {
         let compaction = Arc::new(compaction_runtime(path)?);
-        let caches = (block_and_meta_cache(), 0, ARRANGEMENT_CACHE_BYTES_DEFAULT);
-        ShardDb::open_with(store, path, 1, caches, compaction).await
+        let opened = Opened {
+            store,
+            shards: 1,
+            block_cache: block_and_meta_cache(),
+            cache_id: 0,
+        };
+        let cache = Arc::new(StateCache::new(ARRANGEMENT_CACHE_BYTES_DEFAULT));
+        ShardDb::open_with(path, opened, cache, compaction).await
     }
 
     /// Opens (creating if new) shards `0..count` of the storage in `store`,
@@ -132,30 +152,48 @@ impl ShardDb {
         let mut shards = Vec::with_capacity(usize::from(count));
         for shard in 0..count {
             let path = shard_path(shard);
-            shards.push(
-                ShardDb::open_with(
-                    store.clone(),
-                    &path,
-                    count,
-                    (cache.clone(), u64::from(shard), arrangement_cache_bytes),
-                    compaction.clone(),
-                )
-                .await?,
-            );
+            let opened = Opened {
+                store: store.clone(),
+                shards: count,
+                block_cache: cache.clone(),
+                cache_id: u64::from(shard),
+            };
+            let state_cache = Arc::new(StateCache::new(arrangement_cache_bytes));
+            shards.push(ShardDb::open_with(&path, opened, state_cache, compaction.clone()).await?);
         }
         Ok(shards)
     }
 
+    /// Opens this shard's database again over what is durable, after a
+    /// failure closed it (a full disk, say): its epoch's unfinished write
+    /// is gone, as after a crash. The shard keeps its caches (the
+    /// arrangement cache emptied). The failed instance is closed first.
+    pub async fn reopen(&self) -> RsResult<ShardDb> {
+        if let Err(error) = self.db.close().await {
+            tracing::debug!(shard = %self.name, %error, "closing a failed shard");
+        }
+        self.cache.forget_all();
+        ShardDb::open_with(
+            &self.name,
+            self.opened.clone(),
+            self.cache.clone(),
+            self.compaction.clone(),
+        )
+        .await
+    }
+
     async fn open_with(
-        store: Arc<dyn ObjectStore>,
         path: &str,
-        // How many shards share the storage's memtable budget.
-        shards: u16,
-        // A block cache shared by several databases keeps each one's
-        // entries apart by its id; the arrangement cache's bound.
-        (cache, cache_id, arrangement_cache_bytes): (Arc<dyn DbCache>, u64, usize),
+        opened: Opened,
+        cache: Arc<StateCache>,
         compaction: Arc<BackgroundRuntime>,
     ) -> RsResult<ShardDb> {
+        let Opened {
+            store,
+            shards,
+            block_cache,
+            cache_id,
+        } = opened.clone();
         let mut settings = settings(path, shards)?;
         // The compactor runs in-process with SlateDB's default options, on
         // low-priority threads of its own, with the filter removing zero
@@ -168,7 +206,9 @@ impl ShardDb {
             .with_compaction_filter_supplier(Arc::new(ZeroCounts));
         let db = Db::builder(path.to_string(), store)
             .with_settings(settings)
-            .with_db_cache(cache, cache_id)
+            // A block cache shared by several databases keeps each one's
+            // entries apart by its id.
+            .with_db_cache(block_cache, cache_id)
             .with_merge_operator(Arc::new(CountSum))
             .with_filter_policies(filter_policies())
             .with_compactor_builder(compactor)
@@ -178,8 +218,9 @@ impl ShardDb {
         let shard = ShardDb {
             db,
             name: path.to_string(),
-            cache: Arc::new(StateCache::new(arrangement_cache_bytes)),
-            _compaction: compaction,
+            cache,
+            opened,
+            compaction,
         };
         shard.check_format_version().await?;
         Ok(shard)
@@ -893,8 +934,23 @@ fn compaction_runtime(name: &str) -> RsResult<BackgroundRuntime> {
         .map_err(|error| RsError::new(&codes::STORAGE_IO, format!("storage '{name}': {error}")))
 }
 
+/// A SlateDB error of the database `name` as a coded error: 53100 if the
+/// disk is full, else an I/O failure.
 pub fn storage_error(name: &str, error: slatedb::Error) -> RsError {
-    RsError::new(&codes::STORAGE_IO, format!("storage '{name}': {error}"))
+    match rockstream_common::disk_full_root(&error) {
+        Some(root) => {
+            let location = if root.is_empty() {
+                String::new()
+            } else {
+                format!(" in '{root}'")
+            };
+            RsError::new(
+                &codes::STORAGE_FULL,
+                format!("could not write storage '{name}'{location}: the disk is full"),
+            )
+        }
+        None => RsError::new(&codes::STORAGE_IO, format!("storage '{name}': {error}")),
+    }
 }
 
 #[cfg(test)]
@@ -923,6 +979,25 @@ mod tests {
         }
         assert_eq!(unflushed_bytes_per_shard(1), UNFLUSHED_BYTES_SHARD_MAX);
         assert_eq!(unflushed_bytes_per_shard(4), UNFLUSHED_BYTES_TOTAL / 4);
+    }
+
+    /// One shard at `path` with an arrangement cache of `cache_bytes`.
+    pub(super) async fn open_shard(
+        store: Arc<dyn ObjectStore>,
+        path: &str,
+        cache_bytes: usize,
+    ) -> ShardDb {
+        let opened = Opened {
+            store,
+            shards: 1,
+            block_cache: block_and_meta_cache(),
+            cache_id: 0,
+        };
+        let cache = Arc::new(StateCache::new(cache_bytes));
+        let compaction = Arc::new(compaction_runtime(path).expect("runtime"));
+        ShardDb::open_with(path, opened, cache, compaction)
+            .await
+            .expect("opens")
     }
 
     /// A key of plain values (table rows).
@@ -1134,6 +1209,7 @@ mod cache_tests {
 
     use rockstream_ops::{MemoryStore, StateRead, StateStore};
 
+    use super::tests::open_shard;
     use super::*;
 
     /// A small deterministic generator (splitmix64).
@@ -1234,11 +1310,7 @@ mod cache_tests {
             let mut random = Random(seed);
             let store = object_store_for("memory://").expect("memory store");
             // A few dozen keys' worth: evictions happen all the time.
-            let cache = (block_and_meta_cache(), 0, 3072);
-            let compaction = Arc::new(compaction_runtime("cache").expect("runtime"));
-            let shard = ShardDb::open_with(store, "cache", 1, cache, compaction)
-                .await
-                .expect("opens");
+            let shard = open_shard(store, "cache", 3072).await;
             let mut model = MemoryStore::default();
             for epoch in 1..40 {
                 // Counts may not go negative: only add what keeps them >= 0.
@@ -1280,11 +1352,7 @@ mod cache_tests {
         // Groups 0..250 with 0..6 entries each (some none), no cache: the
         // forward pass steps over short gaps and seeks over long ones.
         let store = object_store_for("memory://").expect("memory store");
-        let cache = (block_and_meta_cache(), 0, 0);
-        let compaction = Arc::new(compaction_runtime("scans").expect("runtime"));
-        let shard = ShardDb::open_with(store, "scans", 1, cache, compaction)
-            .await
-            .expect("opens");
+        let shard = open_shard(store, "scans", 0).await;
         let mut random = Random(7);
         let mut writes = Vec::new();
         for group in 0..250u8 {

@@ -125,13 +125,13 @@ pub mod codes {
             "Shorten the value to the column's declared length, or declare the column with a larger length (or as text).");
         // Shard / runtime: 3000–3499.
         ENGINE_STOPPED = (3003, "runtime.engine_stopped", "57P01",
-            "The server's engine stopped after a storage failure; check the server log and restart it.");
+            "The server's engine is not running (the server is shutting down, or a bug stopped it); check the server log and restart it.");
         VIEW_BUILDING = (3004, "runtime.view_building", "55000",
             "The materialized view is still being computed from its inputs (after a restart that interrupted its CREATE); the server log shows its progress and pg_matviews.ispopulated turns true when it is done. Retry the read then.");
         VIEW_BACKFILL_FAILED = (3005, "runtime.view_backfill_failed", "22000",
             "A row of the view's inputs made its first computation fail (the message names the cause). DROP MATERIALIZED VIEW it, fix or delete the row, and create it again.");
         COMMIT_DURABLE_UNPUBLISHED = (3007, "runtime.commit_durable_unpublished", "08007",
-            "The transaction is durable, but a shard failed to store its part: the server's engine stopped, and the transaction becomes visible when the server restarts. Check the server log and restart it.");
+            "The transaction is durable, but a shard failed to store its part; it becomes visible once the server has reopened its storage, which it retries by itself (the server log says when). Check the log for the cause.");
         SHARD_COUNT_INVALID = (3006, "runtime.invalid_shard_count", "22023",
             "Start with --shards between 1 and 256 (a new storage keeps the count it is created with).");
         // Storage format: 5000–5499.
@@ -139,6 +139,8 @@ pub mod codes {
             "Open this storage with a RockStream binary that supports its format version, or point --storage elsewhere.");
         STORAGE_IO = (5003, "storage.io_failure", "58030",
             "Check that the --storage location exists, is writable and has free space; then retry.");
+        STORAGE_FULL = (5005, "storage.disk_full", "53100",
+            "Free space on the file system holding --storage (or grow it). Nothing acknowledged is lost: writes succeed again once there is room, without a restart.");
         STORAGE_SETTINGS_INVALID = (5004, "storage.invalid_settings", "22023",
             "Fix or unset the ROCKSTREAM_SLATEDB_* environment variable the message names (SlateDB's setting name in upper case, a value of its type, durations such as 500ms or 2s); a name SlateDB does not know is ignored.");
         // Internal: 9000–9999.
@@ -202,6 +204,12 @@ impl RsError {
                 construct.into()
             ),
         )
+    }
+
+    /// Whether storage failed (an I/O error, or a full disk): nothing
+    /// about the statement itself.
+    pub fn is_storage_failure(&self) -> bool {
+        self.code == &codes::STORAGE_IO || self.code == &codes::STORAGE_FULL
     }
 
     pub fn sqlstate(&self) -> &'static str {

@@ -15,6 +15,7 @@ mod copy;
 mod corpus;
 mod crash;
 mod differential;
+mod disk_full;
 mod fast_path;
 mod interrupts;
 mod isolation;

@@ -117,7 +117,7 @@ impl EpochLoop {
         Ok(())
     }
 
-    fn publish_reclaims(&self) {
+    pub(super) fn publish_reclaims(&self) {
         self.reclaiming
             .store(self.reclaims.len(), std::sync::atomic::Ordering::Relaxed);
     }

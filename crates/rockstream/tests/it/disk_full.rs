@@ -1,0 +1,216 @@
+//! Goal: a full disk fails writes with 53100 (`RS-5005`) instead of hanging them; the server
+//! stays up and answers; nothing acknowledged is lost; once space is back, writes succeed again
+//! without a restart, and the tables and views are as they should be, also after a restart.
+//! Method: the server's storage is a small tmpfs the test mounts (skipped, saying why, where it
+//! cannot mount one: it needs root); the test fills it with INSERTs of 64 KiB rows until one
+//! fails, then fills what is left with a file of its own, checks DML and DDL fail with 53100,
+//! frees the space and checks everything acknowledged is there.
+#![allow(clippy::unwrap_used)] // Tests may unwrap: a panic is the failure report.
+#![allow(clippy::disallowed_methods)] // The test harness sleeps on tokio directly.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use tokio_postgres::Client;
+
+use crate::harness::compare::fetch_text_rows;
+use crate::harness::server::{Storage, TestServer};
+use crate::harness::sqlstate;
+
+/// The tmpfs's size: room for the server's empty storage and some rows.
+const FILESYSTEM_BYTES: usize = 48 << 20;
+/// Held back at the start, freed to bring space back.
+const BALLAST_BYTES: usize = 8 << 20;
+const PAD_BYTES: usize = 64 << 10;
+/// Longest a write may take to fail: it must not hang.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A tmpfs mounted over a directory, unmounted on drop.
+struct Tmpfs {
+    path: PathBuf,
+}
+
+impl Tmpfs {
+    /// Mounts one at `path`; `Err` says why it could not.
+    fn mount(path: &Path, bytes: usize) -> Result<Tmpfs, String> {
+        let output = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
+            .arg(path)
+            .output()
+            .map_err(|error| format!("cannot run mount: {error}"))?;
+        if !output.status.success() {
+            return Err(format!(
+                "mount -t tmpfs failed: {}",
+                String::from_utf8_lossy(&output.stderr).trim()
+            ));
+        }
+        Ok(Tmpfs {
+            path: path.to_path_buf(),
+        })
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.path).status();
+    }
+}
+
+/// Writes `path` until the file system is full (or `bytes` are written).
+fn fill(path: &Path, bytes: usize) {
+    let mut file = std::fs::File::create(path).unwrap();
+    let block = vec![0x55u8; 64 << 10];
+    let mut written = 0;
+    while written < bytes {
+        match file.write(&block) {
+            Ok(0) => break,
+            Ok(n) => written += n,
+            Err(error) => {
+                assert_eq!(error.raw_os_error(), Some(28), "{error}");
+                break;
+            }
+        }
+    }
+    // A tmpfs needs no sync; the file's blocks are taken once written.
+}
+
+async fn insert(client: &Client, id: i64) -> Result<(), tokio_postgres::Error> {
+    let statement = format!("INSERT INTO t VALUES ({id}, repeat('x', {PAD_BYTES}))");
+    tokio::time::timeout(WRITE_TIMEOUT, client.batch_execute(&statement))
+        .await
+        .unwrap_or_else(|_| panic!("INSERT {id} neither committed nor failed in {WRITE_TIMEOUT:?}"))
+}
+
+fn assert_disk_full(error: &tokio_postgres::Error, what: &str) {
+    assert_eq!(sqlstate(error), "53100", "{what}: {error}");
+    let message = error.as_db_error().unwrap().message();
+    assert!(message.starts_with("RS-5005"), "{what}: {message}");
+    assert!(message.contains("the disk is full"), "{what}: {message}");
+}
+
+/// Every acknowledged row is there, and the view says what its query says.
+async fn check_contents(client: &Client, acknowledged: &[i64]) {
+    let rows = fetch_text_rows(client, "SELECT id FROM t ORDER BY id")
+        .await
+        .unwrap();
+    let stored: Vec<i64> = rows
+        .iter()
+        .map(|row| row[0].as_deref().unwrap().parse().unwrap())
+        .collect();
+    for id in acknowledged {
+        assert!(stored.contains(id), "acknowledged row {id} is missing");
+    }
+    let view = fetch_text_rows(client, "SELECT n, bytes FROM totals")
+        .await
+        .unwrap();
+    let query = fetch_text_rows(client, "SELECT count(*), sum(length(pad)) FROM t")
+        .await
+        .unwrap();
+    assert_eq!(view, query, "the view differs from its query");
+    assert_eq!(
+        view[0][0].as_deref(),
+        Some(stored.len().to_string().as_str())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_fails_writes_and_they_succeed_once_space_is_back() {
+    let storage = Storage::new();
+    let _tmpfs = match Tmpfs::mount(&storage.storage_path(), FILESYSTEM_BYTES) {
+        Ok(tmpfs) => tmpfs,
+        Err(reason) => {
+            eprintln!("skipped: the test needs a tmpfs it can mount ({reason})");
+            return;
+        }
+    };
+    let ballast = storage.storage_path().join("ballast");
+    fill(&ballast, BALLAST_BYTES);
+    let mut server = TestServer::start_on(storage.clone()).await;
+    let client = server.client().await;
+    client
+        .batch_execute(
+            "CREATE TABLE t (id bigint PRIMARY KEY, pad text);
+             CREATE MATERIALIZED VIEW totals AS SELECT count(*) AS n, sum(length(pad)) AS bytes FROM t;",
+        )
+        .await
+        .unwrap();
+
+    let mut acknowledged = Vec::new();
+    let mut next = 1;
+    let first_failure = loop {
+        match insert(&client, next).await {
+            Ok(()) => acknowledged.push(next),
+            Err(error) => break error,
+        }
+        next += 1;
+        assert!(
+            next < (FILESYSTEM_BYTES / PAD_BYTES) as i64 * 4,
+            "the disk never filled"
+        );
+    };
+    if sqlstate(&first_failure) == "08007" {
+        // Durable on the coordinator but not on every shard (a shard found
+        // the disk full): it must appear once storage reopens.
+        let message = first_failure.as_db_error().unwrap().message();
+        assert!(message.starts_with("RS-3007"), "{message}");
+        assert!(message.contains("the disk is full"), "{message}");
+        acknowledged.push(next);
+    } else {
+        assert_disk_full(&first_failure, "the INSERT that found the disk full");
+    }
+    next += 1;
+    assert!(!acknowledged.is_empty());
+
+    // Whatever room is left goes too: every write now fails.
+    fill(&storage.storage_path().join("filler"), FILESYSTEM_BYTES);
+    let error = insert(&client, next).await.unwrap_err();
+    assert_disk_full(&error, "an INSERT on a full disk");
+    let error = client
+        .batch_execute("CREATE TABLE u (a int)")
+        .await
+        .unwrap_err();
+    assert_disk_full(&error, "a CREATE TABLE on a full disk");
+    // The server is up and answers, on this session and on new ones.
+    let fresh = server.client().await;
+    for session in [&client, &fresh] {
+        let rows = fetch_text_rows(session, "SELECT 1").await.unwrap();
+        assert_eq!(rows[0][0].as_deref(), Some("1"));
+    }
+
+    // Space comes back: writes succeed again, without a restart.
+    std::fs::remove_file(storage.storage_path().join("filler")).unwrap();
+    std::fs::remove_file(&ballast).unwrap();
+    let started = Instant::now();
+    loop {
+        match insert(&client, next).await {
+            Ok(()) => break,
+            Err(error) => {
+                assert_disk_full(&error, "an INSERT while storage reopens");
+                assert!(
+                    started.elapsed() < Duration::from_secs(20),
+                    "writes still fail after space came back: {error}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+    acknowledged.push(next);
+    client
+        .batch_execute("CREATE TABLE u (a int)")
+        .await
+        .unwrap();
+    client
+        .batch_execute("INSERT INTO u VALUES (1)")
+        .await
+        .unwrap();
+    check_contents(&client, &acknowledged).await;
+
+    server.restart().await;
+    let client = server.client().await;
+    check_contents(&client, &acknowledged).await;
+    let rows = fetch_text_rows(&client, "SELECT a FROM u").await.unwrap();
+    assert_eq!(rows.len(), 1);
+    server.stop();
+}

@@ -1,0 +1,168 @@
+//! Going on after storage fails, without a restart.
+//!
+//! A shard whose write fails (a full disk, say) is closed by SlateDB for
+//! good: its WAL writer stops at the first error it cannot retry. The
+//! engine then *recovers in place*, as a restart would: it reopens every
+//! shard over what is durable, completes an epoch the coordinator logged
+//! but another shard missed ([`repair`]), publishes that state and takes
+//! its views and reclaims on again from storage (a view being built starts
+//! its build over). What the failed epoch wrote was never acknowledged;
+//! its writers were told it failed.
+//!
+//! Until the shards reopen, every command is refused with the reason (a
+//! full disk gives 53100); reopening is tried at most once per
+//! [`REOPEN_INTERVAL_MICROS`], when a command arrives or that interval
+//! passes, so writes succeed again on their own once space is back.
+
+use std::time::Duration;
+
+use rockstream_types::{Epoch, RsError, RsResult};
+use tokio::sync::oneshot;
+
+use super::{repair, EpochLoop};
+use crate::engine::{Command, Published};
+use rockstream_storage::{ShardDb, SnapshotSet};
+
+/// Least time between two attempts to reopen failed storage.
+pub(super) const REOPEN_INTERVAL_MICROS: i64 = 1_000_000;
+
+/// Storage failed and is not reopened yet.
+pub(super) struct Failure {
+    /// Why the last attempt (or the failure itself) failed.
+    error: RsError,
+    /// When reopening was last tried (µs).
+    tried_at: i64,
+    attempts: u64,
+}
+
+impl EpochLoop {
+    /// Records that storage failed: commands are refused until
+    /// [`EpochLoop::recover`] reopens it. The first error is the cause;
+    /// later ones until then are its consequences.
+    pub(super) fn storage_failed(&mut self, error: RsError) {
+        if self.failure.is_some() {
+            return;
+        }
+        tracing::error!(%error, "storage failed; writes are refused until its shards reopen");
+        self.failure = Some(Failure {
+            error,
+            tried_at: self.runtime.now_micros(),
+            attempts: 0,
+        });
+    }
+
+    /// How long until reopening may be tried again; `None` if storage has
+    /// not failed.
+    pub(super) fn reopen_wait(&self) -> Option<Duration> {
+        let failure = self.failure.as_ref()?;
+        let next = failure.tried_at + REOPEN_INTERVAL_MICROS;
+        let micros = (next - self.runtime.now_micros()).max(0);
+        Some(Duration::from_micros(micros as u64))
+    }
+
+    /// Reopens failed storage, if the last attempt is old enough; `Err`:
+    /// why it is still unusable.
+    pub(super) async fn recover(&mut self) -> RsResult<()> {
+        let now = self.runtime.now_micros();
+        let Some(failure) = self.failure.as_mut() else {
+            return Ok(());
+        };
+        if now < failure.tried_at + REOPEN_INTERVAL_MICROS {
+            return Err(failure.error.clone());
+        }
+        failure.tried_at = now;
+        failure.attempts += 1;
+        let attempts = failure.attempts;
+        match self.reopen().await {
+            Ok(epoch) => {
+                self.failure = None;
+                tracing::info!(
+                    epoch,
+                    attempts,
+                    "storage reopened; writes are accepted again"
+                );
+                Ok(())
+            }
+            Err(error) => {
+                tracing::debug!(%error, attempts, "storage is still unusable");
+                if let Some(failure) = self.failure.as_mut() {
+                    failure.error = error.clone();
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// Reopens every shard and takes the durable state on again; returns
+    /// its epoch.
+    async fn reopen(&mut self) -> RsResult<Epoch> {
+        for flush in std::mem::take(&mut self.flushing) {
+            flush.abort();
+        }
+        let mut shards = Vec::with_capacity(self.shards.len());
+        for shard in &self.shards {
+            match shard.reopen().await {
+                Ok(reopened) => shards.push(reopened),
+                Err(error) => {
+                    for opened in &shards {
+                        let _ = opened.close().await;
+                    }
+                    return Err(error);
+                }
+            }
+        }
+        self.shards = shards;
+        self.logged = repair(&self.shards).await?;
+        let epoch = self.shards[0].committed_epoch().await?;
+        if epoch > self.epoch {
+            // Durable on the coordinator, missing on a shard ([`repair`]
+            // completed it): its writers were told it is not yet visible.
+            tracing::info!(
+                epoch,
+                published = self.epoch,
+                "the reopened storage holds an epoch newer than the last published one; it is visible now"
+            );
+        }
+        self.epoch = epoch;
+        self.flushed_at = (epoch, self.runtime.now_micros());
+        let snapshots = self
+            .shards
+            .iter()
+            .map(ShardDb::snapshot)
+            .collect::<RsResult<Vec<_>>>()?;
+        let snapshot = SnapshotSet::new(snapshots, self.map.clone())?;
+        self.published.send_replace(Published { epoch, snapshot });
+        self.reclaims.clear();
+        self.publish_reclaims();
+        self.resume_reclaims().await?;
+        // Each view is installed again from what storage says of it, in
+        // dependency order (each one moves to the end as it is installed).
+        // If that fails part way, the rest keep their entries for the next
+        // attempt.
+        for _ in 0..self.views.len() {
+            let installed = &mut self.views[0];
+            let view = installed.view.clone();
+            let built = installed
+                .built
+                .take()
+                .unwrap_or_else(|| oneshot::channel().0);
+            self.install(view, built).await?;
+        }
+        Ok(epoch)
+    }
+}
+
+/// Answers a command with `error` (storage is unusable).
+pub(super) fn refuse(command: Command, error: RsError) {
+    match command {
+        Command::Commit { reply, .. } => {
+            let _ = reply.send(Err(error));
+        }
+        Command::Install { registered, .. } => {
+            let _ = registered.send(Err(error));
+        }
+        Command::Drop { reply, .. } => {
+            let _ = reply.send(Err(error));
+        }
+    }
+}
