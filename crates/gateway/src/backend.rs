@@ -20,8 +20,8 @@ use rockstream_control::{CatalogEntry, Database, ObjectKind};
 use rockstream_ops::arrow_rows::{duration_to_interval, rows_to_batch};
 use rockstream_pgwire::{CopyTarget, PreparedStatements, StatementResult};
 use rockstream_planner::{
-    alias_select_items, new_context, normalize_query, pg_column_names, rewrite_using_joins,
-    uses_bag_set_operation,
+    alias_select_items, new_context_in, normalize_query, pg_column_names, rewrite_using_joins,
+    uses_bag_set_operation, TableResolver,
 };
 use rockstream_runtime::{RowChange, TableChange};
 use rockstream_types::encoding::decode_row;
@@ -30,6 +30,7 @@ use rockstream_types::{codes, Row, RsError, RsResult};
 use crate::ddl::{ident_name, table_columns};
 use crate::dml::{self, query_error};
 use crate::fast_path;
+use crate::memory::{size_text, MemoryLimits, StatementMemory};
 use crate::providers::{view_failure, ReadContext, SnapshotResolver, ROW_KEY_COLUMN};
 use crate::session::{GatewaySession, Isolation, Transaction};
 use crate::session_commands;
@@ -39,11 +40,23 @@ use crate::wire::Command;
 pub struct Gateway {
     database: Arc<Database>,
     runtime: Runtime,
+    /// Running statements' working memory.
+    memory: StatementMemory,
 }
 
 impl Gateway {
-    pub fn new(database: Arc<Database>, runtime: Runtime) -> Gateway {
-        Gateway { database, runtime }
+    pub fn new(database: Arc<Database>, runtime: Runtime, memory: MemoryLimits) -> Gateway {
+        Gateway {
+            database,
+            runtime,
+            memory: StatementMemory::new(memory),
+        }
+    }
+
+    /// A planning and execution context for one statement over `resolver`,
+    /// its working memory bounded ([`crate::memory`]).
+    pub(crate) fn statement_context(&self, resolver: Arc<dyn TableResolver>) -> SessionContext {
+        new_context_in(resolver, self.memory.statement_runtime())
     }
 
     pub fn database(&self) -> &Database {
@@ -625,9 +638,19 @@ impl Gateway {
             )
         };
         // The parts of a dotted name arrive joined by spaces.
-        let name = match variable.to_lowercase().as_str() {
-            "rockstream arrangement_cache" => "rockstream.arrangement_cache".to_string(),
-            other => other.to_string(),
+        let name = variable.to_lowercase();
+        let name = match name.strip_prefix("rockstream ") {
+            Some(ours) => format!("rockstream.{ours}"),
+            None => name,
+        };
+        let memory = || {
+            let limits = self.memory.limits();
+            format!(
+                "statement={} total={} in_use_bytes={}",
+                size_text(limits.statement_bytes),
+                size_text(limits.total_bytes),
+                self.memory.reserved()
+            )
         };
         let value = match name.as_str() {
             "server_version" => "15.0 (RockStream)".to_string(),
@@ -638,6 +661,7 @@ impl Gateway {
             "client_encoding" => "UTF8".to_string(),
             "datestyle" => "ISO, MDY".to_string(),
             "rockstream.arrangement_cache" => cache(),
+            "rockstream.statement_memory" => memory(),
             "statement_timeout" => show_timeout(session.parameters.statement_timeout),
             // A custom parameter's dotted name arrives with spaces.
             other => match session.parameters.settings.get(&other.replace(' ', ".")) {
@@ -736,7 +760,7 @@ impl Gateway {
 
     /// A planning context over the session's read snapshot.
     fn query_context(&self, session: &GatewaySession) -> SessionContext {
-        new_context(Arc::new(SnapshotResolver {
+        self.statement_context(Arc::new(SnapshotResolver {
             context: Arc::new(self.read_context(session, false)),
         }))
     }

@@ -20,7 +20,7 @@ use rockstream_ops::arrow_rows::{array_to_datums, arrow_type};
 use rockstream_ops::keys::table_prefix;
 use rockstream_plan::arrow_types::{cast_rounds, datafusion_error, round_to_whole};
 use rockstream_plan::datetime_text::{arrow_datetime_texts, DatetimeInput};
-use rockstream_planner::{alias_select_items, new_context, rewrite_using_joins, uses_using_joins};
+use rockstream_planner::{alias_select_items, rewrite_using_joins, uses_using_joins};
 use rockstream_types::encoding::encode_row;
 use rockstream_types::{codes, Datum, Row, RsError, RsResult, SqlType};
 
@@ -42,7 +42,7 @@ pub async fn query_batches(
     let resolver = Arc::new(SnapshotResolver {
         context: Arc::new(gateway.read_context(session, with_row_keys)),
     });
-    let context = new_context(resolver);
+    let context = gateway.statement_context(resolver);
     let frame = context.sql(sql).await.map_err(query_error)?;
     gateway.stop(session).collect(frame).await
 }
@@ -50,6 +50,9 @@ pub async fn query_batches(
 pub fn query_error(error: datafusion::error::DataFusionError) -> RsError {
     if let Some(ours) = find_ours(&error) {
         return ours;
+    }
+    if let Some(out_of_memory) = crate::memory::out_of_memory(&error) {
+        return out_of_memory;
     }
     rockstream_planner::undefined_relation(&error).unwrap_or_else(|| datafusion_error(error))
 }
@@ -79,7 +82,7 @@ pub async fn insert(
     let resolver = Arc::new(SnapshotResolver {
         context: Arc::new(gateway.read_context(session, false)),
     });
-    let context = new_context(resolver);
+    let context = gateway.statement_context(resolver);
     let Statement::Insert(written) = statement else {
         return Err(RsError::internal("not an INSERT"));
     };

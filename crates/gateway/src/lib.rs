@@ -16,6 +16,7 @@ mod complexity;
 mod ddl;
 mod dml;
 mod fast_path;
+mod memory;
 mod providers;
 mod session;
 mod session_commands;
@@ -24,3 +25,4 @@ mod statement_limits;
 mod wire;
 
 pub use backend::Gateway;
+pub use memory::{MemoryLimits, STATEMENT_MEMORY_DEFAULT, TOTAL_STATEMENT_MEMORY_DEFAULT};

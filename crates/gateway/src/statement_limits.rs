@@ -14,6 +14,8 @@ use std::time::Duration;
 
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::dataframe::DataFrame;
+use datafusion::execution::memory_pool::MemoryConsumer;
+use futures::StreamExt;
 use rockstream_common::Runtime;
 use rockstream_pgwire::Interrupt;
 use rockstream_types::{codes, RsError, RsResult};
@@ -45,11 +47,13 @@ impl Stop {
     }
 
     /// Runs `frame` to its batches, unless the statement is stopped first.
+    /// The batches count against the statement's memory
+    /// ([`crate::memory`]): a result beyond it fails with 53200.
     pub(crate) async fn collect(&self, frame: DataFrame) -> RsResult<Vec<RecordBatch>> {
         tokio::select! {
             biased;
             reason = self.reached() => Err(reason),
-            batches = frame.collect() => batches.map_err(query_error),
+            batches = collect_counted(frame) => batches,
         }
     }
 
@@ -77,6 +81,23 @@ impl Stop {
             ),
         }
     }
+}
+
+/// Runs `frame` to its batches, reserving their memory in the statement's
+/// pool while they are collected.
+async fn collect_counted(frame: DataFrame) -> RsResult<Vec<RecordBatch>> {
+    let pool = frame.task_ctx().memory_pool().clone();
+    let reservation = MemoryConsumer::new("query result").register(&pool);
+    let mut stream = frame.execute_stream().await.map_err(query_error)?;
+    let mut batches = Vec::new();
+    while let Some(batch) = stream.next().await {
+        let batch = batch.map_err(query_error)?;
+        reservation
+            .try_grow(batch.get_array_memory_size())
+            .map_err(query_error)?;
+        batches.push(batch);
+    }
+    Ok(batches)
 }
 
 /// A `statement_timeout` value as PostgreSQL reads it: a number of

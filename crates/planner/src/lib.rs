@@ -41,7 +41,7 @@ pub use column_names::{alias_select_items, pg_column_names};
 pub use interval_literals::normalize_interval_literals;
 pub use number_literals::normalize_number_literals;
 pub use pg_compat::normalize_query;
-pub use resolver::{new_context, SchemaOnlyTable, TableResolver};
+pub use resolver::{new_context, new_context_in, SchemaOnlyTable, TableResolver};
 pub use set_operations::uses_bag_set_operation;
 pub use system_catalog::{ColumnInfo, RelationInfo, RelationKind};
 pub use translate::{plan_view, schema_of, undefined_relation};

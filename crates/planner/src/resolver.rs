@@ -8,6 +8,7 @@ use datafusion::catalog::{MemoryCatalogProvider, SchemaProvider, Session, TableP
 use datafusion::datasource::TableType;
 use datafusion::error::{DataFusionError, Result as DataFusionResult};
 use datafusion::execution::context::{SessionConfig, SessionContext};
+use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
 use rockstream_types::{ObjectId, RsError};
@@ -38,6 +39,15 @@ pub trait TableResolver: Send + Sync + std::fmt::Debug {
 
 /// A DataFusion session whose `public` schema is the given resolver.
 pub fn new_context(resolver: Arc<dyn TableResolver>) -> SessionContext {
+    new_context_in(resolver, Arc::new(RuntimeEnv::default()))
+}
+
+/// [`new_context`] whose execution reserves memory (and spills) in
+/// `runtime`.
+pub fn new_context_in(
+    resolver: Arc<dyn TableResolver>,
+    runtime: Arc<RuntimeEnv>,
+) -> SessionContext {
     let mut config = SessionConfig::new()
         .with_information_schema(false)
         .with_default_catalog_and_schema("rockstream", "public")
@@ -62,6 +72,7 @@ pub fn new_context(resolver: Arc<dyn TableResolver>) -> SessionContext {
     analyzer_rules.extend(datafusion::optimizer::Analyzer::new().rules);
     let state = datafusion::execution::SessionStateBuilder::new()
         .with_config(config)
+        .with_runtime_env(runtime)
         .with_default_features()
         .with_analyzer_rules(analyzer_rules)
         .build();

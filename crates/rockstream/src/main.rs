@@ -10,7 +10,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use rockstream_common::Runtime;
 use rockstream_control::{Database, OpenOptions};
-use rockstream_gateway::Gateway;
+use rockstream_gateway::{Gateway, MemoryLimits};
 
 /// mimalloc instead of the system allocator: the engine allocates many small
 /// rows and keys per epoch, and glibc's per-thread arenas both cost time
@@ -80,6 +80,14 @@ enum Command {
         /// (`0` turns it off). State beyond it is read from storage.
         #[arg(long, default_value = ARRANGEMENT_CACHE_DEFAULT, value_parser = parse_size)]
         arrangement_cache: usize,
+        /// Working memory of one statement (its sorts, joins, aggregates
+        /// and collected rows): a size such as `1GB`. A sort beyond it
+        /// spills to temporary files; anything else fails with 53200.
+        #[arg(long, default_value = STATEMENT_MEMORY_DEFAULT, value_parser = parse_size)]
+        statement_memory: usize,
+        /// Working memory of all running statements together.
+        #[arg(long, default_value = TOTAL_STATEMENT_MEMORY_DEFAULT, value_parser = parse_size)]
+        total_statement_memory: usize,
     },
 }
 
@@ -92,6 +100,11 @@ const WORKER_STACK_BYTES: usize = 64 << 20;
 
 /// Default of `--arrangement-cache`, per shard.
 const ARRANGEMENT_CACHE_DEFAULT: &str = "64MB";
+/// Defaults of `--statement-memory` and `--total-statement-memory`
+/// (`rockstream_gateway::STATEMENT_MEMORY_DEFAULT` and
+/// `TOTAL_STATEMENT_MEMORY_DEFAULT`; a test checks they agree).
+const STATEMENT_MEMORY_DEFAULT: &str = "1GB";
+const TOTAL_STATEMENT_MEMORY_DEFAULT: &str = "4GB";
 
 /// A memory size as PostgreSQL writes one (`512kB`, `64MB`, `1GB`; also
 /// `KiB`/`MiB`/`GiB`, and plain bytes), in bytes.
@@ -137,12 +150,18 @@ fn main() -> anyhow::Result<()> {
             listen,
             shards,
             arrangement_cache,
+            statement_memory,
+            total_statement_memory,
         } => {
             let options = OpenOptions {
                 shards: shards.unwrap_or_else(default_shards),
                 arrangement_cache_bytes: arrangement_cache,
             };
-            runtime.block_on(start(storage, listen, options))
+            let memory = MemoryLimits {
+                statement_bytes: statement_memory.min(total_statement_memory),
+                total_bytes: total_statement_memory,
+            };
+            runtime.block_on(start(storage, listen, options, memory))
         }
     }
 }
@@ -155,7 +174,12 @@ fn default_shards() -> u16 {
         .min(rockstream_types::partition::SHARDS_MAX)
 }
 
-async fn start(storage: String, listen: String, options: OpenOptions) -> anyhow::Result<()> {
+async fn start(
+    storage: String,
+    listen: String,
+    options: OpenOptions,
+    memory: MemoryLimits,
+) -> anyhow::Result<()> {
     let runtime = Runtime::system();
     let database = match Database::open_with(&storage, runtime.clone(), options).await {
         Ok(database) => database,
@@ -169,7 +193,7 @@ async fn start(storage: String, listen: String, options: OpenOptions) -> anyhow:
         .with_context(|| format!("binding {listen}"))?;
     let shards = database.engine().shard_count();
     tracing::info!(%storage, %listen, shards, "RockStream is ready: psql \"host=HOST port=PORT user=rockstream dbname=default\"");
-    let gateway = Arc::new(Gateway::new(database, runtime));
+    let gateway = Arc::new(Gateway::new(database, runtime, memory));
     rockstream_pgwire::serve(gateway, listener)
         .await
         .context("serving connections")?;
@@ -228,5 +252,17 @@ mod size_tests {
         assert!(parse_size("MB").is_err());
         assert!(parse_size("12 parsecs").is_err());
         assert!(parse_size("99999999999999999999GB").is_err());
+    }
+
+    #[test]
+    fn memory_defaults_agree_with_the_gateway() {
+        assert_eq!(
+            parse_size(super::STATEMENT_MEMORY_DEFAULT),
+            Ok(rockstream_gateway::STATEMENT_MEMORY_DEFAULT)
+        );
+        assert_eq!(
+            parse_size(super::TOTAL_STATEMENT_MEMORY_DEFAULT),
+            Ok(rockstream_gateway::TOTAL_STATEMENT_MEMORY_DEFAULT)
+        );
     }
 }

@@ -110,6 +110,8 @@ pub mod codes {
             "Run the statement outside BEGIN ... COMMIT (after COMMIT or ROLLBACK).");
         UNRECOGNIZED_PARAMETER = (2045, "session.unrecognized_parameter", "42704",
             "Check the parameter's name against PostgreSQL's documentation; names with a dot are custom parameters (myapp.setting), except under rockstream., which RockStream reserves.");
+        OUT_OF_MEMORY = (2046, "statement.out_of_memory", "53200",
+            "Make the statement need less memory (filter or aggregate more, or return fewer rows at once with LIMIT), or start the server with a larger --statement-memory (one statement) or --total-statement-memory (all running statements).");
         // Direct-write transactions: 2200–2299.
         UNIQUE_VIOLATION = (2201, "write.unique_violation", "23505",
             "A row with this primary key already exists: UPDATE it, or DELETE it first.");

@@ -1,10 +1,14 @@
 //! Goal: a statement too deeply nested to plan is refused with a coded error, and the server
 //! goes on serving: it does not overflow a thread's stack and abort; a select list beyond
-//! PostgreSQL's 1664 items is refused likewise. Method: long chains of `OR`, `+` and
-//! `UNION ALL`, a very wide select list, then ordinary queries on the same connection.
+//! PostgreSQL's 1664 items is refused likewise. A statement's working memory is bounded by
+//! `--statement-memory`: a result beyond it fails with 53200 and changes nothing, a sort beyond
+//! it spills and answers. Method: long chains of `OR`, `+` and `UNION ALL`, a very wide select
+//! list, queries over a large `generate_series`, then ordinary queries on the same connection.
+
+#![allow(clippy::unwrap_used)] // Tests may unwrap: a panic is the failure report.
 
 use crate::harness::compare::fetch_text_rows;
-use crate::harness::server::TestServer;
+use crate::harness::server::{Storage, TestServer};
 use crate::harness::sqlstate;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -34,4 +38,43 @@ async fn too_deep_statements_are_refused_and_the_server_goes_on() {
     let sum = format!("SELECT {}", vec!["1"; 500].join(" + "));
     let rows = fetch_text_rows(&client, &sum).await.expect("500 terms");
     assert_eq!(format!("{rows:?}"), r#"[[Some("500")]]"#);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_beyond_its_memory_fails_with_53200_and_the_session_goes_on() {
+    let server = TestServer::start_with(Storage::new(), &["--statement-memory", "16MB"]).await;
+    let client = server.client().await;
+    client
+        .batch_execute("CREATE TABLE t (id int PRIMARY KEY, pad text)")
+        .await
+        .unwrap();
+    // About 230 MB of rows: far beyond the statement's 16 MB.
+    let wide = "SELECT a, repeat('x', 100) FROM generate_series(1, 2000000) g(a)";
+    let error = client.simple_query(wide).await.expect_err("refused");
+    assert_eq!(sqlstate(&error), "53200", "{error}");
+    let message = error.as_db_error().unwrap().message();
+    assert!(message.starts_with("RS-2046"), "{message}");
+    assert!(message.contains("16MB"), "{message}");
+    // A DML statement computing as many rows fails the same way, writing nothing.
+    let error = client
+        .simple_query(&format!("INSERT INTO t {wide}"))
+        .await
+        .expect_err("refused");
+    assert_eq!(sqlstate(&error), "53200", "{error}");
+    let rows = fetch_text_rows(&client, "SELECT count(*) FROM t")
+        .await
+        .unwrap();
+    assert_eq!(rows[0][0].as_deref(), Some("0"));
+    // A sort of more than the bound spills to disk and answers.
+    let sorted = "SELECT a FROM generate_series(1, 3000000) g(a) ORDER BY a DESC OFFSET 2999998";
+    let rows = fetch_text_rows(&client, sorted).await.expect("sorted");
+    assert_eq!(format!("{rows:?}"), r#"[[Some("2")], [Some("1")]]"#);
+    // Nothing stays reserved once statements end.
+    let rows = fetch_text_rows(&client, "SHOW rockstream.statement_memory")
+        .await
+        .unwrap();
+    assert_eq!(
+        rows[0][0].as_deref(),
+        Some("statement=16MB total=4GB in_use_bytes=0")
+    );
 }
