@@ -662,7 +662,9 @@ impl Gateway {
             "datestyle" => "ISO, MDY".to_string(),
             "rockstream.arrangement_cache" => cache(),
             "rockstream.statement_memory" => memory(),
-            "statement_timeout" => show_timeout(session.parameters.statement_timeout),
+            name if session.parameters.timeout(name).is_some() => {
+                show_timeout(session.parameters.timeout(name).flatten())
+            }
             // A custom parameter's dotted name arrives with spaces.
             other => match session.parameters.settings.get(&other.replace(' ', ".")) {
                 Some(value) => value.clone(),

@@ -63,6 +63,11 @@ pub struct Transaction {
 pub struct Parameters {
     /// `statement_timeout` (`None`: no limit, PostgreSQL's default).
     pub statement_timeout: Option<Duration>,
+    /// `idle_in_transaction_session_timeout`: how long the session may wait
+    /// for its client inside a transaction block before it is closed.
+    pub idle_in_transaction_timeout: Option<Duration>,
+    /// `idle_session_timeout`: likewise, outside a transaction block.
+    pub idle_session_timeout: Option<Duration>,
     /// Other parameters the session `SET`, lower-case name → value, which
     /// `SHOW` reports (RockStream does not act on them).
     pub settings: BTreeMap<String, String>,
@@ -125,6 +130,28 @@ impl GatewaySession {
                 transaction.aborted = true;
             }
             _ => self.transaction = None,
+        }
+    }
+}
+
+impl Parameters {
+    /// The timeout parameter `name` (lower case), if it is one RockStream
+    /// acts on.
+    pub fn timeout_mut(&mut self, name: &str) -> Option<&mut Option<Duration>> {
+        match name {
+            "statement_timeout" => Some(&mut self.statement_timeout),
+            "idle_in_transaction_session_timeout" => Some(&mut self.idle_in_transaction_timeout),
+            "idle_session_timeout" => Some(&mut self.idle_session_timeout),
+            _ => None,
+        }
+    }
+
+    pub fn timeout(&self, name: &str) -> Option<Option<Duration>> {
+        match name {
+            "statement_timeout" => Some(self.statement_timeout),
+            "idle_in_transaction_session_timeout" => Some(self.idle_in_transaction_timeout),
+            "idle_session_timeout" => Some(self.idle_session_timeout),
+            _ => None,
         }
     }
 }

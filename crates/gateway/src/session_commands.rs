@@ -69,8 +69,10 @@ pub(crate) fn run(
                 Reset::ALL => reset_all(session),
                 Reset::ConfigurationParameter(variable) => {
                     let name = parameter_name(variable);
+                    if let Some(timeout) = session.parameters.timeout_mut(&name) {
+                        *timeout = None;
+                    }
                     match name.as_str() {
-                        "statement_timeout" => session.parameters.statement_timeout = None,
                         "default_transaction_isolation" => {
                             session.default_isolation = Isolation::default();
                         }
@@ -146,9 +148,15 @@ fn set(parameters: &mut Parameters, name: &str, values: &[Expr]) -> RsResult<()>
         let value: Vec<String> = values.iter().map(value_text).collect();
         value.join(", ")
     };
+    if let Some(timeout) = parameters.timeout_mut(name) {
+        *timeout = if default {
+            None
+        } else {
+            parse_timeout(name, &text())?
+        };
+        return Ok(());
+    }
     match name {
-        "statement_timeout" if default => parameters.statement_timeout = None,
-        "statement_timeout" => parameters.statement_timeout = parse_timeout(&text())?,
         // Accepted; SHOW keeps answering RockStream's value.
         name if FIXED_PARAMETERS.contains(&name) => {}
         "default_transaction_read_only" | "transaction_read_only" if !default => {

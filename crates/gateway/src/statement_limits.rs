@@ -100,14 +100,15 @@ async fn collect_counted(frame: DataFrame) -> RsResult<Vec<RecordBatch>> {
     Ok(batches)
 }
 
-/// A `statement_timeout` value as PostgreSQL reads it: a number of
-/// milliseconds, or a number with a unit (`'30s'`, `'1.5min'`); 0 turns
-/// the limit off (`None`).
-pub(crate) fn parse_timeout(text: &str) -> RsResult<Option<Duration>> {
+/// A timeout parameter's value (`statement_timeout`,
+/// `idle_in_transaction_session_timeout`, …) as PostgreSQL reads it: a
+/// number of milliseconds, or a number with a unit (`'30s'`, `'1.5min'`);
+/// 0 turns the limit off (`None`).
+pub(crate) fn parse_timeout(name: &str, text: &str) -> RsResult<Option<Duration>> {
     let invalid = || {
         RsError::new(
             &codes::INVALID_PARAMETER_VALUE,
-            format!("invalid value for parameter \"statement_timeout\": \"{text}\""),
+            format!("invalid value for parameter \"{name}\": \"{text}\""),
         )
     };
     let trimmed = text.trim();
@@ -130,7 +131,7 @@ pub(crate) fn parse_timeout(text: &str) -> RsResult<Option<Duration>> {
         return Err(RsError::new(
             &codes::INVALID_PARAMETER_VALUE,
             format!(
-                "{ms} ms is outside the valid range for parameter \"statement_timeout\" (0 .. {TIMEOUT_MS_MAX})"
+                "{ms} ms is outside the valid range for parameter \"{name}\" (0 .. {TIMEOUT_MS_MAX})"
             ),
         ));
     }
@@ -139,7 +140,7 @@ pub(crate) fn parse_timeout(text: &str) -> RsResult<Option<Duration>> {
     Ok((ms > 0).then(|| Duration::from_millis(ms)))
 }
 
-/// `SHOW statement_timeout`: PostgreSQL's form, in the largest unit that
+/// `SHOW` of a timeout parameter: PostgreSQL's form, in the largest unit that
 /// divides the value (`0` when off).
 pub(crate) fn show_timeout(timeout: Option<Duration>) -> String {
     let Some(timeout) = timeout else {
@@ -175,11 +176,12 @@ mod tests {
             ("1d", "1d"),
         ];
         for (text, shown) in cases {
-            let timeout = parse_timeout(text).map_err(|error| error.to_string());
+            let timeout =
+                parse_timeout("statement_timeout", text).map_err(|error| error.to_string());
             assert_eq!(timeout.map(show_timeout).as_deref(), Ok(shown), "{text}");
         }
         for text in ["2x", "", "-1", "abc", "99999999999"] {
-            let Err(error) = parse_timeout(text) else {
+            let Err(error) = parse_timeout("statement_timeout", text) else {
                 panic!("{text} must be refused");
             };
             assert_eq!(error.sqlstate(), "22023", "{text}");

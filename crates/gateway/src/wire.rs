@@ -14,7 +14,7 @@ use datafusion::sql::sqlparser::parser::{Parser, ParserError};
 use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer};
 use rockstream_control::ObjectKind;
 use rockstream_pgwire::{
-    Backend, CopyTarget, Described, Interrupt, PreparedStatements, StatementResult,
+    Backend, CopyTarget, Described, IdleLimit, Interrupt, PreparedStatements, StatementResult,
 };
 use rockstream_planner::{
     alias_select_items, new_context, normalize_interval_literals, normalize_number_literals,
@@ -408,6 +408,36 @@ impl Backend for Gateway {
 
     async fn statement_failed(&self, session: &mut GatewaySession) {
         session.statement_failed(None);
+    }
+
+    fn idle_limit(&self, session: &GatewaySession) -> Option<IdleLimit> {
+        let in_block = session
+            .transaction
+            .as_ref()
+            .is_some_and(|transaction| transaction.explicit);
+        if in_block {
+            session
+                .parameters
+                .idle_in_transaction_timeout
+                .map(|after| IdleLimit {
+                    after,
+                    error: RsError::new(
+                        &codes::IDLE_IN_TRANSACTION_TIMEOUT,
+                        "terminating connection due to idle-in-transaction timeout",
+                    ),
+                })
+        } else {
+            session
+                .parameters
+                .idle_session_timeout
+                .map(|after| IdleLimit {
+                    after,
+                    error: RsError::new(
+                        &codes::IDLE_SESSION_TIMEOUT,
+                        "terminating connection due to idle-session timeout",
+                    ),
+                })
+        }
     }
 
     async fn disconnect(&self, _session: GatewaySession) {}

@@ -34,7 +34,9 @@ use crate::encode::encode_batches;
 use crate::params::decode_parameters;
 use crate::types::{field_infos, pg_type};
 use crate::wire_error::error_info;
-use crate::{Backend, CopyTarget, Described, Interrupt, PreparedStatements, StatementResult};
+use crate::{
+    Backend, CopyTarget, Described, IdleLimit, Interrupt, PreparedStatements, StatementResult,
+};
 
 /// A statement prepared by Parse: its text and what the backend said about it.
 #[derive(Debug, Clone)]
@@ -285,6 +287,14 @@ impl<B: Backend> ConnectionCore<B> {
         if let Some(session) = state.session.as_mut() {
             self.backend.statement_failed(session).await;
         }
+    }
+
+    /// How long the session may now wait for its client
+    /// ([`Backend::idle_limit`]).
+    pub(crate) async fn idle_limit(&self) -> Option<IdleLimit> {
+        let state = self.state.lock().await;
+        let session = state.session.as_ref()?;
+        self.backend.idle_limit(session)
     }
 
     /// CopyFail (or an error elsewhere): forgets the buffered data.

@@ -64,6 +64,11 @@ impl<B: Backend> Connection<B> {
         self.core.statement_failed().await;
     }
 
+    /// How long the session may now wait for its client.
+    pub(crate) async fn idle_limit(&self) -> Option<crate::IdleLimit> {
+        self.core.idle_limit().await
+    }
+
     /// Ends a COPY in progress, dropping its buffered data.
     pub(crate) async fn abandon_copy(&self) {
         self.core.abandon_copy().await;

@@ -206,6 +206,20 @@ pub trait Backend: Send + Sync + 'static {
     /// the transaction is aborted).
     async fn statement_failed(&self, session: &mut Self::Session);
 
+    /// How long the session may wait for its client's next message, and
+    /// the error that closes the connection when it waits longer
+    /// (`idle_in_transaction_session_timeout`, `idle_session_timeout`);
+    /// `None`: no limit.
+    fn idle_limit(&self, session: &Self::Session) -> Option<IdleLimit>;
+
     /// Called when the connection ends (to drop any open transaction).
     async fn disconnect(&self, session: Self::Session);
+}
+
+/// How long a session may wait for its client (see [`Backend::idle_limit`]).
+#[derive(Debug, Clone)]
+pub struct IdleLimit {
+    pub after: std::time::Duration,
+    /// Sent as FATAL when the limit passes.
+    pub error: RsError,
 }

@@ -122,16 +122,35 @@ async fn process_socket<B: Backend>(
     let reports = GuardReports::default();
     let mut socket = guarded(negotiated, reports.clone());
     let mut frame = 0_u64;
+    // Whether the last message answered with ReadyForQuery (a Query, a
+    // Sync): the client is then the one to act, and the session's idle
+    // limit runs (not in the middle of an extended-protocol exchange or a
+    // COPY, as PostgreSQL).
+    let mut ready_for_query = false;
     loop {
         let starting = matches!(
             socket.state(),
             PgWireConnectionState::AwaitingStartup
                 | PgWireConnectionState::AuthenticationInProgress
         );
+        let copying = matches!(socket.state(), PgWireConnectionState::CopyInProgress(_));
+        let idle_limit = if ready_for_query && !copying {
+            connection.idle_limit().await
+        } else {
+            None
+        };
         let message = if starting {
             tokio::select! {
                 _ = &mut startup_deadline => None,
                 message = socket.next() => message,
+            }
+        } else if let Some(limit) = idle_limit {
+            tokio::select! {
+                message = socket.next() => message,
+                () = pause(limit.after) => {
+                    process_error(&mut socket, fatal_error(limit.error), true).await?;
+                    break;
+                }
             }
         } else {
             socket.next().await
@@ -169,6 +188,10 @@ async fn process_socket<B: Backend>(
             _ => message.is_extended_query(),
         };
         let cancel_request = matches!(message, PgWireFrontendMessage::CancelRequest(_));
+        ready_for_query = matches!(
+            message,
+            PgWireFrontendMessage::Query(_) | PgWireFrontendMessage::Sync(_)
+        );
         let processed = {
             let processing = process_message(
                 message,

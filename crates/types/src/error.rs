@@ -112,6 +112,10 @@ pub mod codes {
             "Check the parameter's name against PostgreSQL's documentation; names with a dot are custom parameters (myapp.setting), except under rockstream., which RockStream reserves.");
         OUT_OF_MEMORY = (2046, "statement.out_of_memory", "53200",
             "Make the statement need less memory (filter or aggregate more, or return fewer rows at once with LIMIT), or start the server with a larger --statement-memory (one statement) or --total-statement-memory (all running statements).");
+        IDLE_IN_TRANSACTION_TIMEOUT = (2047, "session.idle_in_transaction_timeout", "25P03",
+            "The session waited longer than idle_in_transaction_session_timeout inside a transaction block, so its transaction was rolled back and the connection closed. Reconnect; finish transactions promptly, or raise or turn off the setting.");
+        IDLE_SESSION_TIMEOUT = (2048, "session.idle_session_timeout", "57P05",
+            "The session waited longer than idle_session_timeout for its client, so the connection was closed. Reconnect, or raise or turn off the setting.");
         // Direct-write transactions: 2200–2299.
         UNIQUE_VIOLATION = (2201, "write.unique_violation", "23505",
             "A row with this primary key already exists: UPDATE it, or DELETE it first.");

@@ -2,6 +2,9 @@
 //! request (`cancel()` in drivers, Ctrl-C in psql) and `statement_timeout` end a long query or a
 //! long `INSERT ... SELECT` with 57014, the session goes on, nothing of the stopped statement is
 //! written, and other sessions are not touched; a client that leaves mid-statement stops it too.
+//! A session idle inside a transaction block longer than `idle_in_transaction_session_timeout`
+//! (or idle outside one longer than `idle_session_timeout`) is closed with FATAL 25P03 (57P05),
+//! its transaction rolled back.
 //! Method: queries over a large `generate_series` that would run for minutes, stopped after a
 //! fraction of a second.
 #![allow(clippy::unwrap_used)] // Tests may unwrap: a panic is the failure report.
@@ -144,4 +147,60 @@ async fn statement_timeout_stops_queries_and_writes_that_run_too_long() {
         .await
         .expect_err("refused");
     assert_eq!(sqlstate(&error), "42704", "{error}");
+}
+
+/// Sends one simple-protocol statement and reads its reply up to ReadyForQuery.
+async fn run(client: &mut RawClient, sql: &str) -> Vec<String> {
+    client.send(b'Q', format!("{sql}\0").as_bytes()).await;
+    client.read_until_ready().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_session_is_closed_after_its_idle_timeout() {
+    let server = TestServer::start().await;
+    let port = server.config().get_ports()[0];
+    let observer = server.client().await;
+    observer
+        .batch_execute("CREATE TABLE t (id int PRIMARY KEY)")
+        .await
+        .unwrap();
+
+    let mut idle_in_block = RawClient::connect(port).await;
+    run(
+        &mut idle_in_block,
+        "SET idle_in_transaction_session_timeout = '300ms'",
+    )
+    .await;
+    // Outside a transaction block the limit does not apply.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let seen = run(&mut idle_in_block, "SELECT 1").await;
+    assert_eq!(seen, ["T", "D", "SELECT 1"], "still open outside a block");
+    let seen = run(&mut idle_in_block, "BEGIN; INSERT INTO t VALUES (1)").await;
+    assert_eq!(seen, ["BEGIN", "INSERT 0 1"]);
+    let started = Instant::now();
+    let (severity, code) = idle_in_block.read_error().await;
+    assert_eq!((severity.as_str(), code.as_str()), ("FATAL", "25P03"));
+    assert!(started.elapsed() >= Duration::from_millis(250));
+    assert!(idle_in_block.closed().await, "the connection is closed");
+    let rows = fetch_text_rows(&observer, "SELECT count(*) FROM t")
+        .await
+        .unwrap();
+    assert_eq!(
+        rows[0][0].as_deref(),
+        Some("0"),
+        "the transaction is rolled back"
+    );
+
+    let mut idle = RawClient::connect(port).await;
+    run(&mut idle, "SET idle_session_timeout = 300").await;
+    let (severity, code) = idle.read_error().await;
+    assert_eq!((severity.as_str(), code.as_str()), ("FATAL", "57P05"));
+    assert!(idle.closed().await, "the connection is closed");
+    // A session that keeps talking is not closed.
+    let mut busy = RawClient::connect(port).await;
+    run(&mut busy, "SET idle_session_timeout = '1s'").await;
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(run(&mut busy, "SELECT 1").await, ["T", "D", "SELECT 1"]);
+    }
 }

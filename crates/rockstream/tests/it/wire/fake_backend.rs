@@ -13,7 +13,7 @@ use datafusion::arrow::array::{
 use datafusion::arrow::datatypes::{DataType, Field, IntervalMonthDayNano, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use rockstream_pgwire::{
-    Backend, CopyTarget, Described, Interrupt, PreparedStatements, StatementResult,
+    Backend, CopyTarget, Described, IdleLimit, Interrupt, PreparedStatements, StatementResult,
 };
 use rockstream_types::{codes, RsError};
 use tokio_postgres::types::{FromSql, IsNull, ToSql, Type};
@@ -281,6 +281,10 @@ impl Backend for FakeBackend {
     }
 
     async fn statement_failed(&self, _session: &mut FakeSession) {}
+
+    fn idle_limit(&self, _session: &FakeSession) -> Option<IdleLimit> {
+        None
+    }
 
     async fn disconnect(&self, _session: FakeSession) {
         self.disconnects.fetch_add(1, Ordering::SeqCst);
