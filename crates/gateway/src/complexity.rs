@@ -14,11 +14,12 @@
 //! Planning also grows faster than linearly in a select list's length (a
 //! `SELECT` of 16,000 expressions took 10 s to plan, one of 100,000 minutes
 //! of CPU). PostgreSQL caps a select list at [`SELECT_LIST_MAX`] items, so
-//! [`check_select_lists`] refuses longer ones, as it does (54000).
+//! [`check_select_lists`] refuses longer ones, as it does (54000), and a
+//! scalar subquery without columns.
 
 use std::ops::ControlFlow;
 
-use datafusion::sql::sqlparser::ast::{Query, SetExpr, Statement, Visit, Visitor};
+use datafusion::sql::sqlparser::ast::{Expr, Query, SetExpr, Statement, Visit, Visitor};
 use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan};
 use rockstream_types::{codes, RsError, RsResult};
@@ -47,6 +48,20 @@ impl Visitor for SelectLists {
 
     fn pre_visit_query(&mut self, query: &Query) -> ControlFlow<RsError> {
         check_body(&query.body)
+    }
+
+    /// A scalar subquery gives one column: PostgreSQL refuses one with
+    /// none (`(SELECT FROM t)`), which DataFusion cannot plan.
+    fn pre_visit_expr(&mut self, expr: &Expr) -> ControlFlow<RsError> {
+        match expr {
+            Expr::Subquery(query) if matches!(query.body.as_ref(), SetExpr::Select(select) if select.projection.is_empty()) => {
+                ControlFlow::Break(RsError::new(
+                    &codes::SYNTAX_ERROR,
+                    "subquery must return only one column",
+                ))
+            }
+            _ => ControlFlow::Continue(()),
+        }
     }
 }
 

@@ -14,12 +14,14 @@
 //!   it are dropped (and logged), as PostgreSQL never runs them before the
 //!   COPY data arrives.
 
+use std::any::Any;
 use std::collections::BTreeSet;
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, OnceLock};
 
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
-use futures::stream;
+use futures::{stream, FutureExt};
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::results::{CopyResponse, FieldFormat, FieldInfo, QueryResponse, Response, Tag};
 use pgwire::api::stmt::StoredStatement;
@@ -181,7 +183,13 @@ impl<B: Backend> ConnectionCore<B> {
         let mut state = self.state.lock().await;
         let running = self.interrupt.begin();
         let results = match state.session_mut() {
-            Ok(session) => self.backend.execute(session, query, prepared).await,
+            Ok(session) => {
+                let call = self.backend.execute(session, query, prepared);
+                match AssertUnwindSafe(call).catch_unwind().await {
+                    Ok(results) => results,
+                    Err(panic) => vec![Err(self.panicked(session, panic).await)],
+                }
+            }
             Err(error) => vec![Err(error)],
         };
         drop(running);
@@ -217,7 +225,11 @@ impl<B: Backend> ConnectionCore<B> {
     pub(crate) async fn prepare(&self, sql: &str) -> Result<PreparedStatement, RsError> {
         let mut state = self.state.lock().await;
         let session = state.session_mut()?;
-        let described = self.backend.describe(session, sql).await?;
+        let call = self.backend.describe(session, sql);
+        let described = match AssertUnwindSafe(call).catch_unwind().await {
+            Ok(described) => described?,
+            Err(panic) => return Err(self.panicked(session, panic).await),
+        };
         Ok(PreparedStatement {
             sql: sql.to_owned(),
             described,
@@ -236,16 +248,17 @@ impl<B: Backend> ConnectionCore<B> {
         let mut state = self.state.lock().await;
         let session = state.session_mut()?;
         let _running = self.interrupt.begin();
-        let result = self
-            .backend
-            .execute_with_params(
-                session,
-                &statement.statement.sql,
-                &statement.statement.described,
-                &parameters,
-                prepared,
-            )
-            .await?;
+        let call = self.backend.execute_with_params(
+            session,
+            &statement.statement.sql,
+            &statement.statement.described,
+            &parameters,
+            prepared,
+        );
+        let result = match AssertUnwindSafe(call).catch_unwind().await {
+            Ok(result) => result?,
+            Err(panic) => return Err(self.panicked(session, panic).await),
+        };
         match result {
             StatementResult::CopyIn(target) => Ok(state.start_copy(target)),
             result => statement_response(result, &portal.result_column_format),
@@ -277,7 +290,27 @@ impl<B: Backend> ConnectionCore<B> {
         drop(data);
         let session = state.session_mut()?;
         let _running = self.interrupt.begin();
-        self.backend.copy_in(session, &target, rows).await
+        let call = self.backend.copy_in(session, &target, rows);
+        match AssertUnwindSafe(call).catch_unwind().await {
+            Ok(loaded) => loaded,
+            Err(panic) => Err(self.panicked(session, panic).await),
+        }
+    }
+
+    /// A backend call panicked (a bug): its statement fails with an
+    /// internal error, as if the backend had failed it, and the connection
+    /// goes on instead of ending with the panic.
+    async fn panicked(&self, session: &mut B::Session, panic: Box<dyn Any + Send>) -> RsError {
+        let message = panic
+            .downcast_ref::<&str>()
+            .map(|text| text.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".to_string());
+        tracing::error!(%message, "a statement panicked; it failed and the session goes on");
+        self.backend.statement_failed(session).await;
+        RsError::internal(format!(
+            "the statement hit a bug and was stopped: {message}"
+        ))
     }
 
     /// The front end failed the current statement (see

@@ -17,6 +17,7 @@ mod crash;
 mod differential;
 mod disk_full;
 mod fast_path;
+mod fuzz_sql;
 mod interrupts;
 mod isolation;
 mod limits;

@@ -313,15 +313,36 @@ impl TestServer {
 }
 
 impl Drop for TestServer {
+    /// Kills the server; a test that passed fails here if any of its servers panicked (a panic
+    /// anywhere in a server is a bug, even one a connection task survived).
     fn drop(&mut self) {
         self.kill9();
-        if std::thread::panicking() && !self.log_reported {
-            for generation in 1..=self.generation {
-                eprintln!("{}", log_tail(&self.storage.log_path(generation)));
+        if std::thread::panicking() {
+            if !self.log_reported {
+                for generation in 1..=self.generation {
+                    eprintln!("{}", log_tail(&self.storage.log_path(generation)));
+                }
+            }
+            return;
+        }
+        for generation in 1..=self.generation {
+            let path = self.storage.log_path(generation);
+            let log = std::fs::read_to_string(&path).unwrap_or_default();
+            if let Some(line) = log.lines().position(|line| line.contains(PANIC_MARK)) {
+                let lines: Vec<&str> = log.lines().skip(line).take(LOG_TAIL_LINES).collect();
+                panic!(
+                    "the server panicked ({}, line {}):\n{}",
+                    path.display(),
+                    line + 1,
+                    lines.join("\n")
+                );
             }
         }
     }
 }
+
+/// What Rust's panic handler writes to the server's stderr (its log).
+const PANIC_MARK: &str = " panicked at ";
 
 /// A port that was free a moment ago (the OS picks it; we release it for the server to bind).
 fn free_port() -> u16 {
