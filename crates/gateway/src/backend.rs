@@ -53,6 +53,10 @@ impl Gateway {
         }
     }
 
+    pub(crate) fn memory(&self) -> &StatementMemory {
+        &self.memory
+    }
+
     /// A planning and execution context for one statement over `resolver`,
     /// its working memory bounded ([`crate::memory`]).
     pub(crate) fn statement_context(&self, resolver: Arc<dyn TableResolver>) -> SessionContext {

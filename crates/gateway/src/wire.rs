@@ -268,6 +268,11 @@ impl Backend for Gateway {
         sql: &str,
         prepared: &dyn PreparedStatements,
     ) -> Vec<Result<StatementResult, RsError>> {
+        // Held until the query string's statements are done with.
+        let _text = match self.memory().reserve_text(sql) {
+            Ok(reservation) => reservation,
+            Err(error) => return vec![Err(error)],
+        };
         let statements = match parse(sql) {
             Ok(statements) => statements,
             Err(error) => return vec![Err(error)],
@@ -289,6 +294,7 @@ impl Backend for Gateway {
         session: &mut GatewaySession,
         sql: &str,
     ) -> Result<Described, RsError> {
+        let _text = self.memory().reserve_text(sql)?;
         let statements = parse(sql)?;
         let Some(Command::Sql(statement)) = statements.first() else {
             return Ok(Described {
@@ -371,6 +377,7 @@ impl Backend for Gateway {
             redescribed = self.describe(session, sql).await?;
             &redescribed.parameter_types
         };
+        let _text = self.memory().reserve_text(sql)?;
         let mut statements = parse(sql)?;
         let Some(command) = statements.first_mut() else {
             return Ok(StatementResult::Command { tag: String::new() });

@@ -13,7 +13,7 @@
 //! `ROCKSTREAM_BENCH_PG_URL` (a tokio-postgres connection string; enables the
 //! PostgreSQL comparison), `ROCKSTREAM_BENCH_SECTIONS` (default
 //! `latency,ingest`; `backfill` measures the backfill alone, `roundtrip`
-//! one client's round trips),
+//! one client's round trips, `drop` a DROP under a concurrent writer),
 //! `ROCKSTREAM_BENCH_SHARDS` (default 1).
 // A client of the server, not engine code: it may use tokio's clock and tasks.
 #![allow(clippy::disallowed_methods)]
@@ -558,6 +558,70 @@ async fn backfill_under_load(rows: u64) -> BackfillFigures {
     }
 }
 
+/// How long `DROP TABLE orders CASCADE` (1M rows, both tour views) takes,
+/// and the single-row commits another session makes into another table
+/// from just before the DROP until the dropped state is reclaimed.
+struct DropFigures {
+    drop: Duration,
+    commits: usize,
+    commit_p99: Duration,
+    commit_max: Duration,
+}
+
+async fn drop_under_load(orders: u64) -> DropFigures {
+    let server = Server::start();
+    let client = server.client().await;
+    load(&client, orders, Views::Materialized, COPY_CHUNK_ROWS).await;
+    client
+        .batch_execute("CREATE TABLE pings (id BIGINT PRIMARY KEY, at TEXT)")
+        .await
+        .expect("schema");
+    server.settle().await;
+    let writer = server.client().await;
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer_done = std::sync::Arc::clone(&done);
+    let pinger = tokio::spawn(async move {
+        let mut latencies = Vec::new();
+        let mut id = 0u64;
+        while !writer_done.load(std::sync::atomic::Ordering::Relaxed) {
+            id += 1;
+            let started = Instant::now();
+            writer
+                .simple_query(&format!("INSERT INTO pings VALUES ({id}, 'x')"))
+                .await
+                .expect("insert during the drop");
+            latencies.push(started.elapsed());
+        }
+        latencies
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let started = Instant::now();
+    client
+        .batch_execute("DROP TABLE orders CASCADE")
+        .await
+        .expect("drop");
+    let drop = started.elapsed();
+    // The reclaim runs in the background, between commits; the writer
+    // keeps committing until the server is quiet again.
+    let deadline = Instant::now() + SETTLE_TIMEOUT;
+    loop {
+        let before = server.cpu_ticks();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        // The pinger alone keeps a core well below half busy.
+        if server.cpu_ticks() - before < 60 || Instant::now() > deadline {
+            break;
+        }
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut latencies = pinger.await.expect("writer");
+    DropFigures {
+        drop,
+        commits: latencies.len(),
+        commit_p99: percentile(&mut latencies, 0.99),
+        commit_max: percentile(&mut latencies, 1.0),
+    }
+}
+
 /// Resident set size of the server now, from /proc.
 fn rss_bytes(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
@@ -658,6 +722,23 @@ async fn main() {
     }
     if sections.contains("roundtrip") {
         round_trip_figures().await;
+    }
+    if sections.contains("drop") {
+        let dropped = drop_under_load(large).await;
+        println!(
+            "\n## DROP under a concurrent writer, {} shard(s)\n",
+            bench_shards()
+        );
+        println!(
+            "| DROP TABLE orders CASCADE ({large} rows, both tour views) | {:.1} ms | < 100 ms |",
+            milliseconds(dropped.drop)
+        );
+        println!(
+            "| single-row INSERTs into another table meanwhile, until reclaimed: count, p99, slowest | {}, {:.1} ms, {:.1} ms | < 50 ms |",
+            dropped.commits,
+            milliseconds(dropped.commit_p99),
+            milliseconds(dropped.commit_max)
+        );
     }
     if sections.contains("backfill") {
         let rows = environment("ROCKSTREAM_BENCH_BACKFILL_ROWS", 5_000_000);

@@ -69,12 +69,21 @@ async fn a_statement_beyond_its_memory_fails_with_53200_and_the_session_goes_on(
     let sorted = "SELECT a FROM generate_series(1, 3000000) g(a) ORDER BY a DESC OFFSET 2999998";
     let rows = fetch_text_rows(&client, sorted).await.expect("sorted");
     assert_eq!(format!("{rows:?}"), r#"[[Some("2")], [Some("1")]]"#);
-    // Nothing stays reserved once statements end.
+    // Nothing stays reserved once statements end: only the SHOW's own text is.
     let rows = fetch_text_rows(&client, "SHOW rockstream.statement_memory")
         .await
         .unwrap();
-    assert_eq!(
-        rows[0][0].as_deref(),
-        Some("statement=16MB total=4GB in_use_bytes=0")
-    );
+    let shown = rows[0][0].as_deref().unwrap();
+    let in_use: usize = shown
+        .strip_prefix("statement=16MB total=4GB in_use_bytes=")
+        .unwrap_or_else(|| panic!("{shown}"))
+        .parse()
+        .unwrap();
+    assert!(in_use < 4096, "{shown}");
+    // SQL text that would parse into more than the bound is refused unparsed.
+    let huge = format!("SELECT {}", vec!["1"; 40_000].join(", "));
+    let error = client.simple_query(&huge).await.expect_err("refused");
+    assert_eq!(sqlstate(&error), "53200", "{error}");
+    let message = error.as_db_error().unwrap().message();
+    assert!(message.contains("of SQL text"), "{message}");
 }

@@ -39,7 +39,7 @@ use rockstream_storage::{EpochStore, ShardDb, Snapshot};
 use rockstream_types::encoding::{decode_row, encode_datum, encode_row_into};
 use rockstream_types::{codes, ObjectId, Row, RsError, RsResult, ZSet};
 
-use super::{apply_view_output, split_steps, Deltas, EpochLoop, Stores};
+use super::{apply_view_output, split_steps, Deletion, Deltas, EpochLoop, Stores};
 use crate::engine::{InstallView, TableChange, ViewStatus, BACKFILL_EPOCH_ROWS};
 
 /// The changes of an epoch's transactions to building views' tables that
@@ -54,7 +54,7 @@ pub(super) enum Phase {
     /// Deleting `stale` (what an interrupted build left), then waiting for
     /// the views it reads to be complete.
     Preparing {
-        stale: Vec<Vec<u8>>,
+        stale: Deletion,
     },
     Building(Box<Backfill>),
     Maintained,
@@ -119,12 +119,11 @@ impl EpochLoop {
     async fn build_turn(&mut self) -> RsResult<bool> {
         for index in 0..self.views.len() {
             match &mut self.views[index].phase {
-                Phase::Preparing { stale } if !stale.is_empty() => {
-                    let prefix = stale[0].clone();
-                    if !self.delete_chunk(&prefix).await? {
-                        if let Phase::Preparing { stale } = &mut self.views[index].phase {
-                            stale.remove(0);
-                        }
+                Phase::Preparing { stale } if !stale.is_done() => {
+                    let deletion = std::mem::take(stale);
+                    let deletion = self.delete_step(deletion).await?;
+                    if let Phase::Preparing { stale } = &mut self.views[index].phase {
+                        *stale = deletion;
                     }
                     return Ok(true);
                 }

@@ -14,13 +14,13 @@ use rockstream_ops::keys;
 use rockstream_ops::{ScanOrder, StateStore};
 use rockstream_types::{ObjectId, RsError, RsResult};
 
-use super::{view_prefixes, EpochLoop};
+use super::{view_prefixes, Deletion, EpochLoop};
 
 /// A dropped object whose keys are still being deleted.
 pub(super) struct Reclaim {
     object_id: ObjectId,
-    /// Prefixes still holding keys of the object; the first is next.
-    prefixes: Vec<Vec<u8>>,
+    /// Its keys' prefixes, being deleted.
+    keys: Deletion,
 }
 
 /// The markers' common prefix: `0x06 'R' 'C'`.
@@ -91,7 +91,7 @@ impl EpochLoop {
         }
         self.reclaims.push(Reclaim {
             object_id,
-            prefixes: object_prefixes(object_id),
+            keys: Deletion::new(object_prefixes(object_id)),
         });
         self.publish_reclaims();
     }
@@ -102,10 +102,11 @@ impl EpochLoop {
         let Some(reclaim) = self.reclaims.first_mut() else {
             return Ok(());
         };
-        if let Some(prefix) = reclaim.prefixes.first().cloned() {
-            if !self.delete_chunk(&prefix).await? {
-                self.reclaims[0].prefixes.remove(0);
-            }
+        if !reclaim.keys.is_done() {
+            // On a storage failure the engine takes its reclaims on again
+            // from their markers ([`super::recovery`]).
+            let keys = std::mem::take(&mut reclaim.keys);
+            self.reclaims[0].keys = self.delete_step(keys).await?;
             return Ok(());
         }
         let object_id = reclaim.object_id;
