@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use rockstream_storage::storage_error;
-use rockstream_types::RsResult;
+use rockstream_types::{RsError, RsResult};
 use slatedb::object_store::ObjectStore;
 use slatedb::{Db, WriteBatch};
 use tokio::sync::Mutex;
@@ -57,15 +57,20 @@ impl ControlDb {
         let Err(error) = written else {
             return Ok(());
         };
-        let error = storage_error(CONTROL_PATH, error);
+        Err(self.failed(storage_error(CONTROL_PATH, error)).await)
+    }
+
+    /// `error` from the database: if storage failed, it is closed, to be
+    /// reopened before its next use.
+    async fn failed(&self, error: RsError) -> RsError {
         if error.is_storage_failure() {
-            tracing::error!(%error, "a control database write failed; it is reopened before its next use");
+            tracing::error!(%error, "the control database failed; it is reopened before its next use");
             let mut current = self.db.lock().await;
             if let Some(failed) = current.take() {
                 let _ = failed.close().await;
             }
         }
-        Err(error)
+        error
     }
 
     pub async fn put(&self, key: &[u8], value: &[u8]) -> RsResult<()> {
@@ -82,11 +87,10 @@ impl ControlDb {
 
     pub async fn get(&self, key: &[u8]) -> RsResult<Option<Vec<u8>>> {
         let db = self.db().await?;
-        let value = db
-            .get(key)
-            .await
-            .map_err(|error| storage_error(CONTROL_PATH, error))?;
-        Ok(value.map(|bytes| bytes.to_vec()))
+        match db.get(key).await {
+            Ok(value) => Ok(value.map(|bytes| bytes.to_vec())),
+            Err(error) => Err(self.failed(storage_error(CONTROL_PATH, error)).await),
+        }
     }
 
     pub async fn close(&self) {

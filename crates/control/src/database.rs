@@ -45,6 +45,10 @@ pub struct Database {
     engine: Engine,
     follower: FollowerSender,
     ddl: Mutex<()>,
+    /// Dropped objects whose catalog marks are durable (the DROP happened)
+    /// but whose removal from the engine failed with storage: retried
+    /// before the next DDL statement, else finished on the next start.
+    unfinished_drops: std::sync::Mutex<Vec<CatalogEntry>>,
 }
 
 impl Database {
@@ -83,10 +87,17 @@ impl Database {
             engine,
             follower,
             ddl: Mutex::new(()),
+            unfinished_drops: std::sync::Mutex::new(Vec::new()),
         });
         // Dependents first, as DROP ... CASCADE removes them.
-        for entry in entries.iter().rev().filter(|entry| entry.dropping) {
-            database.finish_drop(entry.clone()).await?;
+        let dropping: Vec<CatalogEntry> = entries
+            .iter()
+            .rev()
+            .filter(|entry| entry.dropping)
+            .cloned()
+            .collect();
+        if !dropping.is_empty() {
+            database.finish_drop(dropping).await?;
         }
         for entry in entries.into_iter().filter(|entry| !entry.dropping) {
             let catalog = database.entries(&entry.namespace);
@@ -151,6 +162,7 @@ impl Database {
         if_not_exists: bool,
     ) -> RsResult<bool> {
         let _guard = self.ddl.lock().await;
+        self.retry_unfinished_drops().await;
         if self.lookup(namespace, name).is_some() {
             if if_not_exists {
                 return Ok(false);
@@ -191,6 +203,7 @@ impl Database {
         if_not_exists: bool,
     ) -> RsResult<bool> {
         let _guard = self.ddl.lock().await;
+        self.retry_unfinished_drops().await;
         if self.lookup(namespace, name).is_some() {
             if if_not_exists {
                 return Ok(false);
@@ -280,6 +293,7 @@ impl Database {
         if_exists: bool,
     ) -> RsResult<bool> {
         let _guard = self.ddl.lock().await;
+        self.retry_unfinished_drops().await;
         let Some(entry) = self.lookup(namespace, name) else {
             if if_exists {
                 return Ok(false);
@@ -328,8 +342,14 @@ impl Database {
         self.control.write(marks).await?;
         self.catalog_mut()
             .retain(|existing| !doomed.iter().any(|gone| gone.id == existing.id));
-        for doomed_entry in doomed.into_iter().rev() {
-            self.finish_drop(doomed_entry).await?;
+        let doomed: Vec<CatalogEntry> = doomed.into_iter().rev().collect();
+        if let Err(error) = self.finish_drop(doomed.clone()).await {
+            // The marks are durable: the objects are gone; only their
+            // state's removal waits for storage to work again.
+            tracing::warn!(%error, "a DROP's state is reclaimed later: storage failed");
+            if let Ok(mut unfinished) = self.unfinished_drops.lock() {
+                unfinished.extend(doomed);
+            }
         }
         Ok(true)
     }
@@ -370,7 +390,8 @@ impl Database {
         {
             // Compensate: the statement failed, so it must change nothing.
             self.durable_delete(&entry.key()).await?;
-            let _ = self.follow(CatalogChange::Dropped { entry }).await;
+            let entries = vec![entry];
+            let _ = self.follow(CatalogChange::Dropped { entries }).await;
             return Err(error);
         }
         // Other sessions see the object once it is complete (a view only
@@ -379,11 +400,34 @@ impl Database {
         Ok(())
     }
 
-    /// Removes a dropped object's state, then its (marked) catalog entry.
-    async fn finish_drop(&self, entry: CatalogEntry) -> RsResult<()> {
-        let key = entry.key();
-        self.follow(CatalogChange::Dropped { entry }).await?;
-        self.durable_delete(&key).await
+    /// Finishes the drops storage failed to finish ([`Database::unfinished_drops`]);
+    /// any still failing wait for the next DDL statement.
+    async fn retry_unfinished_drops(&self) {
+        let entries = match self.unfinished_drops.lock() {
+            Ok(mut unfinished) => std::mem::take(&mut *unfinished),
+            Err(_) => return,
+        };
+        if entries.is_empty() {
+            return;
+        }
+        if let Err(error) = self.finish_drop(entries.clone()).await {
+            tracing::warn!(%error, "a DROP's state is still not reclaimed: storage failed");
+            if let Ok(mut unfinished) = self.unfinished_drops.lock() {
+                unfinished.extend(entries);
+            }
+        }
+    }
+
+    /// Removes dropped objects (dependents first) from the engine, then
+    /// their (marked) catalog entries, each step in one atomic write.
+    async fn finish_drop(&self, entries: Vec<CatalogEntry>) -> RsResult<()> {
+        let keys: Vec<Vec<u8>> = entries.iter().map(CatalogEntry::key).collect();
+        self.follow(CatalogChange::Dropped { entries }).await?;
+        let mut deletes = WriteBatch::new();
+        for key in keys {
+            deletes.delete(key);
+        }
+        self.control.write(deletes).await
     }
 
     async fn follow(&self, change: CatalogChange) -> RsResult<()> {

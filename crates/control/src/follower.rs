@@ -27,9 +27,8 @@ pub(crate) enum CatalogChange {
         /// Replayed from the catalog on start, rather than just created.
         replay: bool,
     },
-    Dropped {
-        entry: CatalogEntry,
-    },
+    /// Objects dropped together (dependents first).
+    Dropped { entries: Vec<CatalogEntry> },
 }
 
 pub(crate) type FollowerSender = mpsc::Sender<(CatalogChange, oneshot::Sender<RsResult<()>>)>;
@@ -188,12 +187,19 @@ impl Follower {
                 }
                 Ok(())
             }
-            CatalogChange::Dropped { entry } => {
-                self.not_maintainable.remove(&entry.id);
-                if entry.kind == ObjectKind::View {
+            CatalogChange::Dropped { entries } => {
+                let mut stored = Vec::new();
+                for entry in entries {
+                    self.not_maintainable.remove(&entry.id);
+                    // A plain view has nothing in the engine.
+                    if entry.kind != ObjectKind::View {
+                        stored.push(entry.id);
+                    }
+                }
+                if stored.is_empty() {
                     return Ok(());
                 }
-                self.engine.drop_object(entry.id).await
+                self.engine.drop_objects(stored).await
             }
         }
     }

@@ -208,7 +208,23 @@ pub(crate) fn parsed_bytes(sql: &str) -> usize {
             continue;
         }
         tokens += 1;
-        if byte == b'\'' || byte == b'"' {
+        let rest = &bytes[at..];
+        if rest.starts_with(b"--") {
+            at += rest.iter().position(|&b| b == b'\n').unwrap_or(rest.len());
+        } else if rest.starts_with(b"/*") {
+            at += rest
+                .windows(2)
+                .position(|pair| pair == b"*/")
+                .map_or(rest.len(), |end| end + 2);
+        } else if let Some(tag) = dollar_quote_tag(rest) {
+            // `$tag$ … $tag$`: one string, however it reads inside.
+            let body = &rest[tag.len()..];
+            at += tag.len()
+                + body
+                    .windows(tag.len())
+                    .position(|window| window == tag)
+                    .map_or(body.len(), |end| end + tag.len());
+        } else if byte == b'\'' || byte == b'"' {
             at += 1;
             while at < bytes.len() && bytes[at] != byte {
                 at += 1;
@@ -229,6 +245,21 @@ pub(crate) fn parsed_bytes(sql: &str) -> usize {
     }
     sql.len()
         .saturating_add(tokens.saturating_mul(PARSED_TOKEN_BYTES))
+}
+
+/// The opening `$tag$` (or `$$`) of a dollar-quoted string at the start of
+/// `text`, if there is one.
+fn dollar_quote_tag(text: &[u8]) -> Option<&[u8]> {
+    if text.first() != Some(&b'$') {
+        return None;
+    }
+    let end = text[1..]
+        .iter()
+        .position(|&b| !(b.is_ascii_alphanumeric() || b == b'_'))?;
+    let tag = &text[..end + 2];
+    // `$1` is a parameter, not a tag.
+    let is_tag = tag.last() == Some(&b'$') && !tag[1..].first().is_some_and(u8::is_ascii_digit);
+    is_tag.then_some(tag)
 }
 
 /// A pool's bound in bytes (0 if it has none).
@@ -313,6 +344,9 @@ mod tests {
         let quoted = "SELECT 'a b ''c', \"x y\".z_1";
         // A doubled quote inside a string counts as two strings.
         assert_eq!(parsed_bytes(quoted), quoted.len() + 7 * per_token);
+        let commented = "SELECT $j${\"a\": [1, 2]}$j$, $$x, y$$ -- a, b\n/* c, d */";
+        assert_eq!(parsed_bytes(commented), commented.len() + 6 * per_token);
+        assert_eq!(parsed_bytes("SELECT $1"), "SELECT $1".len() + 3 * per_token);
         let memory = StatementMemory::new(limits(100 * per_token, 200 * per_token));
         let held = memory.reserve_text(&"1,".repeat(40)).unwrap();
         assert!(memory.reserved() >= 80 * per_token);

@@ -190,7 +190,10 @@ async fn process_socket<B: Backend>(
         let cancel_request = matches!(message, PgWireFrontendMessage::CancelRequest(_));
         ready_for_query = matches!(
             message,
-            PgWireFrontendMessage::Query(_) | PgWireFrontendMessage::Sync(_)
+            PgWireFrontendMessage::Query(_)
+                | PgWireFrontendMessage::Sync(_)
+                | PgWireFrontendMessage::CopyDone(_)
+                | PgWireFrontendMessage::CopyFail(_)
         );
         let processed = {
             let processing = process_message(

@@ -109,7 +109,7 @@ pub(crate) enum Command {
         built: oneshot::Sender<RsResult<()>>,
     },
     Drop {
-        object_id: ObjectId,
+        object_ids: Vec<ObjectId>,
         reply: oneshot::Sender<RsResult<()>>,
     },
 }
@@ -236,12 +236,12 @@ impl Engine {
         })
     }
 
-    /// Removes a table or a view's dataflow. Returns once that is durable;
-    /// its rows, output and state are deleted afterwards, in the
-    /// background (resumed after a restart).
-    pub async fn drop_object(&self, object_id: ObjectId) -> RsResult<()> {
+    /// Removes tables and views' dataflows, in one epoch. Returns once that
+    /// is durable; their rows, output and state are deleted afterwards, in
+    /// the background (resumed after a restart).
+    pub async fn drop_objects(&self, object_ids: Vec<ObjectId>) -> RsResult<()> {
         let (reply, receiver) = oneshot::channel();
-        self.send(Command::Drop { object_id, reply }).await?;
+        self.send(Command::Drop { object_ids, reply }).await?;
         receiver.await.map_err(|_| stopped())?
     }
 

@@ -257,8 +257,8 @@ impl EpochLoop {
                 let _ = registered.send(result);
                 failed.map_or(Ok(()), Err)
             }
-            Command::Drop { object_id, reply } => {
-                let result = self.drop_object(object_id).await;
+            Command::Drop { object_ids, reply } => {
+                let result = self.drop_objects(&object_ids).await;
                 let failed = result.as_ref().err().cloned();
                 let _ = reply.send(result);
                 failed.map_or(Ok(()), Err)
@@ -281,6 +281,8 @@ impl EpochLoop {
         for finished in std::mem::take(&mut self.flushing) {
             match finished.await {
                 Ok(Ok(())) => {}
+                // SlateDB closes a shard whose flush failed: reopen it.
+                Ok(Err(error)) if error.is_storage_failure() => self.storage_failed(error),
                 Ok(Err(error)) => tracing::warn!(%error, "memtable flush failed"),
                 Err(error) => tracing::warn!(%error, "memtable flush task failed"),
             }
@@ -391,7 +393,21 @@ impl EpochLoop {
                 coordinator.insert(key, Write::Put(part));
             }
         }
-        self.shards[0].commit(epoch, coordinator).await?;
+        if let Err(failed) = self.shards[0].commit(epoch, coordinator).await {
+            if !failed.maybe_applied {
+                return Err(failed.cause);
+            }
+            // Its writers cannot be told it failed: reopening the storage
+            // finds whether it is durable ([`recovery`]).
+            self.storage_failed(failed.cause.clone());
+            return Err(RsError::new(
+                &codes::COMMIT_OUTCOME_UNKNOWN,
+                format!(
+                    "could not confirm that epoch {epoch} is durable: {}",
+                    failed.cause
+                ),
+            ));
+        }
         if !self.logged.is_empty() {
             failpoint_between_shard_commits();
         }
@@ -406,6 +422,7 @@ impl EpochLoop {
             // storage completes it. Its writers are told so, not that it
             // failed; the shard's error is why storage is unusable.
             if let Err(error) = committed {
+                let error = error.cause;
                 self.storage_failed(error.clone());
                 return Err(RsError::new(
                     &codes::COMMIT_DURABLE_UNPUBLISHED,
@@ -752,7 +769,9 @@ impl EpochLoop {
         for ((shard, store), after) in self.shards.iter().zip(&mut stores).zip(&mut deletion.after)
         {
             let snapshot = shard.snapshot()?;
-            let chunk = snapshot.scan_chunk(&prefix, after.as_deref()).await?;
+            let chunk = snapshot
+                .scan_chunk_of(&prefix, after.as_deref(), DELETE_CHUNK_KEYS)
+                .await?;
             if let Some((last, _)) = chunk.last() {
                 *after = Some(last.clone());
             }
@@ -770,6 +789,11 @@ impl EpochLoop {
         Ok(deletion)
     }
 }
+
+/// Keys a deletion turn removes on each shard: a commit arriving meanwhile
+/// waits for at most one turn. Measured (bench `drop`, 1M rows, release):
+/// turns of 8,192 keys held commits up to 126 ms (p99 63 ms).
+const DELETE_CHUNK_KEYS: usize = 2048;
 
 /// Key prefixes being deleted a chunk per turn (SlateDB has no range
 /// delete), and where each shard is in the first: a turn scans from the
@@ -825,7 +849,9 @@ fn failpoint_between_shard_commits() {
 /// storage ([`recovery`]): storage failed, or an epoch is committed on some
 /// shards only (reopening completes it).
 fn stops_the_engine(error: &RsError) -> bool {
-    error.is_storage_failure() || error.code == &codes::COMMIT_DURABLE_UNPUBLISHED
+    error.is_storage_failure()
+        || error.code == &codes::COMMIT_DURABLE_UNPUBLISHED
+        || error.code == &codes::COMMIT_OUTCOME_UNKNOWN
 }
 
 /// The steps of one view on every shard: all their outputs and writes, or

@@ -318,7 +318,7 @@ impl ShardDb {
         &self,
         epoch: Epoch,
         writes: impl IntoIterator<Item = (Vec<u8>, Write)>,
-    ) -> RsResult<()> {
+    ) -> Result<(), CommitError> {
         self.cache.begin_commit();
         let committed = self.write_epoch(epoch, writes).await;
         self.cache.finish_commit(committed.is_ok());
@@ -329,7 +329,7 @@ impl ShardDb {
         &self,
         epoch: Epoch,
         writes: impl IntoIterator<Item = (Vec<u8>, Write)>,
-    ) -> RsResult<()> {
+    ) -> Result<(), CommitError> {
         let writes: Vec<(Vec<u8>, Write)> = writes.into_iter().collect();
         self.cache.apply_all(&writes);
         let mut batch = WriteBatch::new();
@@ -351,19 +351,22 @@ impl ShardDb {
             }
         }
         batch.put(keys::epoch_key(), keys::encode_weight(epoch as i64));
-        let handle = self
-            .db
-            .write(batch)
-            .await
-            .map_err(|error| storage_error(&self.name, error))?;
+        let handle = self.db.write(batch).await.map_err(|error| CommitError {
+            cause: storage_error(&self.name, error),
+            maybe_applied: false,
+        })?;
         // Write the WAL now rather than at the next flush tick: the epoch
         // loop commits one batch at a time, so waiting for a tick would only
-        // add latency.
-        self.db
-            .flush()
-            .await
-            .map_err(|error| storage_error(&self.name, error))?;
-        self.durable(handle).await
+        // add latency. The batch is in SlateDB from here: a failure may
+        // come after its WAL was written.
+        let written = match self.db.flush().await {
+            Ok(()) => self.durable(handle).await,
+            Err(error) => Err(storage_error(&self.name, error)),
+        };
+        written.map_err(|cause| CommitError {
+            cause,
+            maybe_applied: true,
+        })
     }
 
     /// Writes the memtable out as an L0 table. Its entries are durable in
@@ -390,6 +393,22 @@ impl ShardDb {
             .close()
             .await
             .map_err(|error| storage_error(&self.name, error))
+    }
+}
+
+/// Why an epoch's commit failed.
+#[derive(Debug, Clone)]
+pub struct CommitError {
+    pub cause: RsError,
+    /// The batch reached SlateDB before the failure, so its WAL may have
+    /// been written: whether the epoch is durable is unknown until the
+    /// shard is opened again.
+    pub maybe_applied: bool,
+}
+
+impl From<CommitError> for RsError {
+    fn from(error: CommitError) -> RsError {
+        error.cause
     }
 }
 
@@ -635,6 +654,16 @@ impl Snapshot {
         prefix: &[u8],
         after: Option<&[u8]>,
     ) -> RsResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.scan_chunk_of(prefix, after, SCAN_CHUNK_ROWS_MAX).await
+    }
+
+    /// [`Snapshot::scan_chunk`] of at most `limit` entries.
+    pub async fn scan_chunk_of(
+        &self,
+        prefix: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> RsResult<Vec<(Vec<u8>, Vec<u8>)>> {
         // A scan for one leading value (a row by key, a view's rows for one
         // value) keeps its blocks cached; a scan of a whole table or view
         // streams past the cache instead of evicting the working set.
@@ -651,7 +680,7 @@ impl Snapshot {
             .scan_prefix_with_options(prefix, (lower, std::ops::Bound::Unbounded), &options)
             .await
             .map_err(|error| storage_error(&self.name, error))?;
-        self.collect(iterator, SCAN_CHUNK_ROWS_MAX).await
+        self.collect(iterator, limit).await
     }
 
     /// Reads up to `limit` visible entries from `iterator`.

@@ -138,6 +138,8 @@ pub mod codes {
             "A row of the view's inputs made its first computation fail (the message names the cause). DROP MATERIALIZED VIEW it, fix or delete the row, and create it again.");
         COMMIT_DURABLE_UNPUBLISHED = (3007, "runtime.commit_durable_unpublished", "08007",
             "The transaction is durable, but a shard failed to store its part; it becomes visible once the server has reopened its storage, which it retries by itself (the server log says when). Check the log for the cause.");
+        COMMIT_OUTCOME_UNKNOWN = (3008, "runtime.commit_outcome_unknown", "08007",
+            "Storage failed while the transaction was being made durable, so it is either wholly committed or not at all; the server finds out when it reopens its storage (it retries by itself). Check after that, by reading what the transaction wrote, before retrying it.");
         SHARD_COUNT_INVALID = (3006, "runtime.invalid_shard_count", "22023",
             "Start with --shards between 1 and 256 (a new storage keeps the count it is created with).");
         // Storage format: 5000–5499.

@@ -66,18 +66,24 @@ impl EpochLoop {
         Ok(())
     }
 
-    /// Forgets a dropped object and schedules its keys for deletion: the
-    /// marker is durable when this returns.
-    pub(super) async fn drop_object(&mut self, object_id: ObjectId) -> RsResult<()> {
+    /// Forgets dropped objects and schedules their keys for deletion: the
+    /// markers, written in one epoch, are durable when this returns.
+    pub(super) async fn drop_objects(&mut self, object_ids: &[ObjectId]) -> RsResult<()> {
         self.views
-            .retain(|installed| installed.view.view_id != object_id);
+            .retain(|installed| !object_ids.contains(&installed.view.view_id));
         if let Ok(mut statuses) = self.statuses.write() {
-            statuses.remove(&object_id);
+            for object_id in object_ids {
+                statuses.remove(object_id);
+            }
         }
         let mut stores = self.new_stores()?;
-        stores[0].put(reclaim_marker(object_id), Vec::new());
+        for &object_id in object_ids {
+            stores[0].put(reclaim_marker(object_id), Vec::new());
+        }
         self.commit_epoch(stores).await?;
-        self.enqueue_reclaim(object_id);
+        for &object_id in object_ids {
+            self.enqueue_reclaim(object_id);
+        }
         Ok(())
     }
 

@@ -116,7 +116,8 @@ impl EpochLoop {
         let epoch = self.shards[0].committed_epoch().await?;
         if epoch > self.epoch {
             // Durable on the coordinator, missing on a shard ([`repair`]
-            // completed it): its writers were told it is not yet visible.
+            // completed it), or durable although storage failed before
+            // that was confirmed: its writers were told so (08007).
             tracing::info!(
                 epoch,
                 published = self.epoch,
