@@ -431,14 +431,21 @@ impl EpochLoop {
             }
         }
         self.epoch = epoch;
+        self.publish()?;
+        Ok(epoch)
+    }
+
+    /// Gives readers every shard's newest snapshot, at [`EpochLoop::epoch`].
+    fn publish(&self) -> RsResult<()> {
         let snapshots = self
             .shards
             .iter()
             .map(ShardDb::snapshot)
             .collect::<RsResult<Vec<_>>>()?;
         let snapshot = SnapshotSet::new(snapshots, self.map.clone())?;
+        let epoch = self.epoch;
         self.published.send_replace(Published { epoch, snapshot });
-        Ok(epoch)
+        Ok(())
     }
 
     /// Runs every view with input in dependency order; each view's output

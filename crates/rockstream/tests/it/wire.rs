@@ -450,24 +450,31 @@ async fn unknown_database_is_fatal_and_sessions_are_returned() {
 }
 
 #[tokio::test]
-async fn a_panicking_connection_does_not_stop_the_server() {
+async fn a_panicking_statement_fails_alone_and_its_connection_goes_on() {
     let (backend, port) = start().await;
-    let doomed = connect(port, "default").await.unwrap();
-    assert!(doomed.simple_query("PANIC").await.is_err());
-
-    let survivor = connect(port, "default").await.unwrap();
+    let panicked = connect(port, "default").await.unwrap();
+    let error = panicked.simple_query("PANIC").await.unwrap_err();
     assert_eq!(
-        rows(&survivor.simple_query("SELECT types").await.unwrap()).len(),
-        1
+        error.as_db_error().map(|db| db.code().code()),
+        Some("XX000"),
+        "{error}"
     );
-    // The panicked connection's session was still handed back.
+    // The same connection goes on, and so does any other.
+    for session in [&panicked, &connect(port, "default").await.unwrap()] {
+        assert_eq!(
+            rows(&session.simple_query("SELECT types").await.unwrap()).len(),
+            1
+        );
+    }
+    drop(panicked);
+    // Its session is handed back when it ends (as the other one's was).
     for _ in 0..100 {
-        if backend.disconnects.load(Ordering::SeqCst) == 1 {
+        if backend.disconnects.load(Ordering::SeqCst) == 2 {
             return;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    panic!("disconnect was not called for the panicked connection");
+    panic!("disconnect was not called for the connection that panicked");
 }
 
 #[test]

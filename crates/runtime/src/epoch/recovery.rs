@@ -20,8 +20,7 @@ use rockstream_types::{Epoch, RsError, RsResult};
 use tokio::sync::oneshot;
 
 use super::{repair, EpochLoop};
-use crate::engine::{Command, Published};
-use rockstream_storage::{ShardDb, SnapshotSet};
+use crate::engine::Command;
 
 /// Least time between two attempts to reopen failed storage.
 pub(super) const REOPEN_INTERVAL_MICROS: i64 = 1_000_000;
@@ -126,13 +125,7 @@ impl EpochLoop {
         }
         self.epoch = epoch;
         self.flushed_at = (epoch, self.runtime.now_micros());
-        let snapshots = self
-            .shards
-            .iter()
-            .map(ShardDb::snapshot)
-            .collect::<RsResult<Vec<_>>>()?;
-        let snapshot = SnapshotSet::new(snapshots, self.map.clone())?;
-        self.published.send_replace(Published { epoch, snapshot });
+        self.publish()?;
         self.reclaims.clear();
         self.publish_reclaims();
         self.resume_reclaims().await?;
