@@ -19,6 +19,8 @@ use tokio::sync::{mpsc, oneshot};
 use crate::catalog::{CatalogEntry, ObjectKind};
 use crate::resolver::CatalogResolver;
 
+// One message per DDL statement: its size does not matter.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum CatalogChange {
     /// An object was created; `catalog` is the catalog it was planned against.
     Created {
