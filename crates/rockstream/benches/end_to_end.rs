@@ -490,6 +490,33 @@ struct BackfillFigures {
     commit_max: Duration,
 }
 
+/// Commits single-row INSERTs into `pings` on `writer`, one after another,
+/// until the returned flag is set; the task returns each commit's latency.
+fn ping(
+    writer: Client,
+) -> (
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+    tokio::task::JoinHandle<Vec<Duration>>,
+) {
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer_done = std::sync::Arc::clone(&done);
+    let pinger = tokio::spawn(async move {
+        let mut latencies = Vec::new();
+        let mut id = 0u64;
+        while !writer_done.load(std::sync::atomic::Ordering::Relaxed) {
+            id += 1;
+            let started = Instant::now();
+            writer
+                .simple_query(&format!("INSERT INTO pings VALUES ({id}, 'x')"))
+                .await
+                .expect("a single-row INSERT commits");
+            latencies.push(started.elapsed());
+        }
+        latencies
+    });
+    (done, pinger)
+}
+
 /// `CREATE MATERIALIZED VIEW` over `rows` loaded rows while another session
 /// commits single-row INSERTs into another table, one after another, until
 /// the CREATE returns; then the view is checked complete.
@@ -515,23 +542,7 @@ async fn backfill_under_load(rows: u64) -> BackfillFigures {
         loaded = end;
     }
     server.settle().await;
-    let writer = server.client().await;
-    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let writer_done = std::sync::Arc::clone(&done);
-    let pinger = tokio::spawn(async move {
-        let mut latencies = Vec::new();
-        let mut id = 0u64;
-        while !writer_done.load(std::sync::atomic::Ordering::Relaxed) {
-            id += 1;
-            let started = Instant::now();
-            writer
-                .simple_query(&format!("INSERT INTO pings VALUES ({id}, 'x')"))
-                .await
-                .expect("insert during the backfill");
-            latencies.push(started.elapsed());
-        }
-        latencies
-    });
+    let (done, pinger) = ping(server.client().await);
     let started = Instant::now();
     client
         .batch_execute(
@@ -579,23 +590,7 @@ async fn drop_under_load(orders: u64) -> DropFigures {
         .await
         .expect("schema");
     server.settle().await;
-    let writer = server.client().await;
-    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let writer_done = std::sync::Arc::clone(&done);
-    let pinger = tokio::spawn(async move {
-        let mut latencies = Vec::new();
-        let mut id = 0u64;
-        while !writer_done.load(std::sync::atomic::Ordering::Relaxed) {
-            id += 1;
-            let started = Instant::now();
-            writer
-                .simple_query(&format!("INSERT INTO pings VALUES ({id}, 'x')"))
-                .await
-                .expect("insert during the drop");
-            latencies.push(started.elapsed());
-        }
-        latencies
-    });
+    let (done, pinger) = ping(server.client().await);
     tokio::time::sleep(Duration::from_millis(500)).await;
     let started = Instant::now();
     client
