@@ -50,8 +50,14 @@ impl ControlDb {
     /// the database is closed, to be reopened before its next use.
     pub async fn write(&self, batch: WriteBatch) -> RsResult<()> {
         let db = self.db().await?;
+        // The WAL is written now, not at SlateDB's next flush tick (100 ms
+        // by default), which every DDL statement waited for, twice for a
+        // DROP.
         let written = match db.write(batch).await {
-            Ok(handle) => handle.await_durable().await,
+            Ok(handle) => match db.flush().await {
+                Ok(()) => handle.await_durable().await,
+                Err(error) => Err(error),
+            },
             Err(error) => Err(error),
         };
         let Err(error) = written else {
