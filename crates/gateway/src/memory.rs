@@ -72,16 +72,20 @@ impl StatementMemory {
 
     /// A runtime for one statement: its own bound, within the total.
     pub fn statement_runtime(&self) -> Arc<RuntimeEnv> {
-        let pool = StatementPool {
-            limit: self.limits.statement_bytes,
-            used: AtomicUsize::new(0),
-            total: self.base.memory_pool.clone(),
-        };
         Arc::new(RuntimeEnv {
-            memory_pool: Arc::new(pool),
+            memory_pool: self.statement_pool(),
             disk_manager: self.base.disk_manager.clone(),
             cache_manager: self.base.cache_manager.clone(),
             object_store_registry: self.base.object_store_registry.clone(),
+        })
+    }
+
+    /// One statement's pool: its own bound, within the total.
+    fn statement_pool(&self) -> Arc<dyn MemoryPool> {
+        Arc::new(StatementPool {
+            limit: self.limits.statement_bytes,
+            used: AtomicUsize::new(0),
+            total: self.base.memory_pool.clone(),
         })
     }
 
@@ -90,8 +94,8 @@ impl StatementMemory {
     /// of a few megabytes parses into gigabytes, so text beyond the
     /// statement's bound is refused (53200) before it is parsed.
     pub fn reserve_text(&self, sql: &str) -> RsResult<MemoryReservation> {
-        let runtime = self.statement_runtime();
-        let reservation = MemoryConsumer::new("statement text").register(&runtime.memory_pool);
+        // Every statement passes here: a pool alone, not a whole runtime.
+        let reservation = MemoryConsumer::new("statement text").register(&self.statement_pool());
         let needed = parsed_bytes(sql);
         match reservation.try_grow(needed) {
             Ok(()) => Ok(reservation),

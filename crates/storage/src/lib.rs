@@ -126,6 +126,15 @@ pub fn shard_path(shard: u16) -> String {
 impl ShardDb {
     /// Opens (creating if new) the database at `path` inside `store`.
     pub async fn open(store: Arc<dyn ObjectStore>, path: &str) -> RsResult<ShardDb> {
+        ShardDb::open_alone(store, path, ARRANGEMENT_CACHE_BYTES_DEFAULT).await
+    }
+
+    /// A storage's only shard, with an arrangement cache of `cache_bytes`.
+    async fn open_alone(
+        store: Arc<dyn ObjectStore>,
+        path: &str,
+        cache_bytes: usize,
+    ) -> RsResult<ShardDb> {
         let compaction = Arc::new(compaction_runtime(path)?);
         let opened = Opened {
             store,
@@ -133,7 +142,7 @@ impl ShardDb {
             block_cache: block_and_meta_cache(),
             cache_id: 0,
         };
-        let cache = Arc::new(StateCache::new(ARRANGEMENT_CACHE_BYTES_DEFAULT));
+        let cache = Arc::new(StateCache::new(cache_bytes));
         ShardDb::open_with(path, opened, cache, compaction).await
     }
 
@@ -1016,15 +1025,7 @@ mod tests {
         path: &str,
         cache_bytes: usize,
     ) -> ShardDb {
-        let opened = Opened {
-            store,
-            shards: 1,
-            block_cache: block_and_meta_cache(),
-            cache_id: 0,
-        };
-        let cache = Arc::new(StateCache::new(cache_bytes));
-        let compaction = Arc::new(compaction_runtime(path).expect("runtime"));
-        ShardDb::open_with(path, opened, cache, compaction)
+        ShardDb::open_alone(store, path, cache_bytes)
             .await
             .expect("opens")
     }
