@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The one test command: provisions a throwaway PostgreSQL server (the oracle the differential,
-# corpus and .slt tests compare RockStream with), exports ROCKSTREAM_TEST_PG_URL, runs
+# corpus and .slt tests compare RockStream with), exports ROCKSTREAM_TEST_PG_URL, installs the
+# Python clients the client-compatibility checks use (exports ROCKSTREAM_TEST_PYTHON), runs
 # `cargo test --workspace` (extra arguments are passed through to it), then `cargo fmt --check`
 # and `cargo clippy -D warnings`. Exits non-zero if any step fails. The PostgreSQL server lives in
 # a fresh temporary folder and is stopped and removed on exit, whatever the outcome.
@@ -144,6 +145,34 @@ else
     }
     export ROCKSTREAM_TEST_PG_URL="host=127.0.0.1 port=$postgres_port user=postgres dbname=postgres"
     log "PostgreSQL oracle ($("$postgres_bin/postgres" --version)) at: $ROCKSTREAM_TEST_PG_URL"
+fi
+
+# --- (c) the client drivers the client-compatibility checks run (`it::clients`) ---------------
+# Installed from PyPI into a virtual environment kept in the user's cache, rebuilt only when the
+# pinned requirements change.
+provision_python_clients() {
+    local requirements="$repository_root/crates/rockstream/tests/clients/python/requirements.txt"
+    local environment="${ROCKSTREAM_TEST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rockstream-test}/python"
+    if [[ -x "$environment/bin/python" ]] && cmp -s "$requirements" "$environment/installed.txt"; then
+        export ROCKSTREAM_TEST_PYTHON="$environment/bin/python"
+        return 0
+    fi
+    log "installing the Python clients (psycopg2, psycopg 3, asyncpg, SQLAlchemy, pandas) in $environment"
+    rm -rf "$environment"
+    python3 -m venv "$environment" || return 1
+    "$environment/bin/python" -m pip install --quiet --disable-pip-version-check \
+        -r "$requirements" || return 1
+    cp "$requirements" "$environment/installed.txt"
+    export ROCKSTREAM_TEST_PYTHON="$environment/bin/python"
+}
+
+if [[ -n "${ROCKSTREAM_TEST_PYTHON:-}" ]]; then
+    log "using the Python clients of ROCKSTREAM_TEST_PYTHON=$ROCKSTREAM_TEST_PYTHON"
+else
+    provision_python_clients || {
+        log "could not install the Python clients (python3 -m venv, then pip from PyPI)"
+        exit 1
+    }
 fi
 
 if [[ "${1:-}" == "--pg-shell" ]]; then

@@ -11,14 +11,14 @@ use datafusion::arrow::datatypes::{
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::execution::context::SessionContext;
 use datafusion::sql::sqlparser::ast::{
-    CopyOption, CopySource, CopyTarget as SqlCopyTarget, Expr as SqlExpr, FromTable, ObjectName,
-    ObjectType, Query, Set, Statement, TableFactor, TableObject, TransactionIsolationLevel,
-    TransactionMode,
+    CopySource, CopyTarget as SqlCopyTarget, Declare, DeclareType, Expr as SqlExpr, FetchDirection,
+    FromTable, ObjectName, ObjectType, Query, Set, Statement, TableFactor, TableObject,
+    TransactionIsolationLevel, TransactionMode, Value, ValueWithSpan,
 };
 use rockstream_common::Runtime;
 use rockstream_control::{CatalogEntry, Database, ObjectKind};
 use rockstream_ops::arrow_rows::{duration_to_interval, rows_to_batch};
-use rockstream_pgwire::{CopyTarget, PreparedStatements, StatementResult};
+use rockstream_pgwire::{PreparedStatements, StatementResult};
 use rockstream_planner::{
     alias_select_items, new_context_in, normalize_query, pg_column_names, rewrite_using_joins,
     uses_bag_set_operation, TableResolver,
@@ -27,12 +27,13 @@ use rockstream_runtime::{RowChange, TableChange};
 use rockstream_types::encoding::decode_row;
 use rockstream_types::{codes, Row, RsError, RsResult};
 
+use crate::copy_options;
 use crate::ddl::{ident_name, table_columns};
 use crate::dml::{self, query_error};
 use crate::fast_path;
 use crate::memory::{size_text, MemoryLimits, StatementMemory};
 use crate::providers::{view_failure, ReadContext, SnapshotResolver, ROW_KEY_COLUMN};
-use crate::session::{GatewaySession, Isolation, Transaction};
+use crate::session::{Cursor, GatewaySession, Isolation, SavepointCommand, Transaction};
 use crate::session_commands;
 use crate::statement_limits::{show_timeout, Stop};
 use crate::wire::Command;
@@ -208,9 +209,21 @@ impl Gateway {
             .is_some_and(|transaction| transaction.aborted);
         let ends_transaction = matches!(
             statement,
-            Statement::Commit { .. } | Statement::Rollback { .. }
+            Statement::Commit { .. }
+                | Statement::Rollback {
+                    savepoint: None,
+                    ..
+                }
         );
-        if aborted && !ends_transaction {
+        let allowed_when_aborted = ends_transaction
+            || matches!(
+                statement,
+                Statement::Rollback {
+                    savepoint: Some(_),
+                    ..
+                }
+            );
+        if aborted && !allowed_when_aborted {
             return Err(RsError::new(
                 &codes::TRANSACTION_ABORTED,
                 "current transaction is aborted, commands ignored until end of transaction block",
@@ -306,14 +319,43 @@ impl Gateway {
                     return command("COMMIT");
                 };
                 if transaction.aborted {
+                    session.close_transaction_cursors(false);
                     return command("ROLLBACK");
                 }
-                self.commit(transaction).await?;
+                let committed = self.commit(transaction).await;
+                session.close_transaction_cursors(committed.is_ok());
+                committed?;
                 command("COMMIT")
             }
-            Statement::Rollback { .. } => {
-                session.end_transaction();
+            Statement::Rollback {
+                savepoint: Some(name),
+                ..
+            } => {
+                session.savepoint_command(SavepointCommand::RollBackTo, &ident_name(name))?;
                 command("ROLLBACK")
+            }
+            Statement::Rollback { .. } => {
+                if session.end_transaction().is_some() {
+                    session.close_transaction_cursors(false);
+                }
+                command("ROLLBACK")
+            }
+            Statement::Declare { stmts } => {
+                for declare in stmts {
+                    self.declare_cursor(session, declare, in_explicit).await?;
+                }
+                command("DECLARE CURSOR")
+            }
+            Statement::Fetch {
+                name, direction, ..
+            } => fetch(session, &ident_name(name), direction),
+            Statement::Savepoint { name } => {
+                session.savepoint_command(SavepointCommand::Define, &ident_name(name))?;
+                command("SAVEPOINT")
+            }
+            Statement::ReleaseSavepoint { name } => {
+                session.savepoint_command(SavepointCommand::Release, &ident_name(name))?;
+                command("RELEASE")
             }
             Statement::CreateTable(create) => {
                 self.refuse_in_transaction(in_explicit)?;
@@ -520,36 +562,12 @@ impl Gateway {
                     Some(ObjectKind::Table),
                 )?;
                 let columns: Vec<String> = columns.iter().map(ident_name).collect();
-                let mut copy = CopyTarget::text(entry.name.clone(), columns.clone());
-                let legacy_csv = legacy_options
-                    .iter()
-                    .any(|option| option.to_string().eq_ignore_ascii_case("CSV"));
-                if legacy_csv {
-                    copy = CopyTarget::csv(entry.name.clone(), columns.clone());
-                }
-                for option in options {
-                    match option {
-                        CopyOption::Format(format) if format.value.eq_ignore_ascii_case("csv") => {
-                            copy = CopyTarget {
-                                delimiter: copy.delimiter,
-                                ..CopyTarget::csv(entry.name.clone(), columns.clone())
-                            }
-                        }
-                        CopyOption::Format(format) if format.value.eq_ignore_ascii_case("text") => {
-                        }
-                        CopyOption::Delimiter(delimiter) => copy.delimiter = *delimiter as u8,
-                        CopyOption::Null(null) => copy.null_string = null.clone(),
-                        CopyOption::Header(header) => copy.header = *header,
-                        CopyOption::Quote(quote) => copy.quote = *quote as u8,
-                        CopyOption::Escape(escape) => copy.escape = *escape as u8,
-                        other => {
-                            return Err(RsError::new(
-                                &codes::UNSUPPORTED_STATEMENT,
-                                format!("COPY option {other} is not supported"),
-                            ))
-                        }
-                    }
-                }
+                let copy = copy_options::copy_target(
+                    entry.name.clone(),
+                    columns,
+                    options,
+                    legacy_options,
+                )?;
                 Ok(StatementResult::CopyIn(copy))
             }
             Statement::Set(Set::SetTransaction { .. }) => Err(RsError::new(
@@ -582,6 +600,63 @@ impl Gateway {
         }
     }
 
+    /// `DECLARE name [NO SCROLL] CURSOR [WITH[OUT] HOLD] FOR query`: runs
+    /// the query and keeps its result for `FETCH` (see [`Cursor`]). Without
+    /// `WITH HOLD` a cursor lives inside a transaction block only.
+    async fn declare_cursor(
+        &self,
+        session: &mut GatewaySession,
+        declare: &Declare,
+        in_explicit: bool,
+    ) -> RsResult<()> {
+        let (Some(DeclareType::Cursor), Some(query), [name]) = (
+            &declare.declare_type,
+            &declare.for_query,
+            declare.names.as_slice(),
+        ) else {
+            return Err(RsError::new(
+                &codes::UNSUPPORTED_STATEMENT,
+                format!("DECLARE is supported for one cursor at a time: {declare}"),
+            ));
+        };
+        if declare.binary == Some(true) {
+            return Err(RsError::new(
+                &codes::UNSUPPORTED_STATEMENT,
+                "BINARY cursors are not supported; declare the cursor without BINARY",
+            ));
+        }
+        let hold = declare.hold == Some(true);
+        if !hold && !in_explicit {
+            return Err(RsError::new(
+                &codes::NO_ACTIVE_TRANSACTION,
+                "DECLARE CURSOR can only be used in transaction blocks",
+            ));
+        }
+        let name = ident_name(name);
+        if session.cursors.contains_key(&name) {
+            return Err(RsError::new(
+                &codes::DUPLICATE_CURSOR,
+                format!("cursor \"{name}\" already exists"),
+            ));
+        }
+        let StatementResult::Query { schema, batches } = self.select_query(session, query).await?
+        else {
+            return Err(RsError::internal("a cursor's query gave no rows"));
+        };
+        let rows = datafusion::arrow::compute::concat_batches(&schema, &batches)
+            .map_err(rockstream_ops::arrow_rows::arrow_error)?;
+        session.cursors.insert(
+            name,
+            Cursor {
+                rows,
+                position: 0,
+                hold,
+                in_open_transaction: in_explicit,
+            },
+        );
+        Ok(())
+    }
+
     fn refuse_in_transaction(&self, in_explicit: bool) -> RsResult<()> {
         if in_explicit {
             return Err(RsError::new(
@@ -601,6 +676,8 @@ impl Gateway {
             Statement::StartTransaction { .. }
                 | Statement::Commit { .. }
                 | Statement::Rollback { .. }
+                | Statement::Savepoint { .. }
+                | Statement::ReleaseSavepoint { .. }
                 | Statement::Set(_)
                 | Statement::ShowVariable { .. }
                 | Statement::Reset(_)
@@ -623,6 +700,64 @@ impl Gateway {
     /// `SHOW variable`; the isolation level shown is the session's
     /// transaction's (or the one its next transaction gets).
     fn show(&self, variable: &str, session: &GatewaySession) -> RsResult<StatementResult> {
+        // The parts of a dotted name arrive joined by spaces.
+        let name = variable.to_lowercase();
+        let name = match name.strip_prefix("rockstream ") {
+            Some(ours) => format!("rockstream.{ours}"),
+            None => name,
+        };
+        let value = self.setting(&name.replace(' ', "."), session)?;
+        let schema = Arc::new(ArrowSchema::new(vec![Field::new(
+            name,
+            DataType::Utf8,
+            true,
+        )]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![Arc::new(StringArray::from(vec![value]))],
+        )
+        .map_err(rockstream_ops::arrow_rows::arrow_error)?;
+        Ok(StatementResult::Query {
+            schema,
+            batches: vec![batch],
+        })
+    }
+
+    /// The parameters `current_setting()` reads: those `SHOW` always knows
+    /// and those the session set.
+    fn settings(&self, session: &GatewaySession) -> BTreeMap<String, String> {
+        const ALWAYS_KNOWN: [&str; 14] = [
+            "server_version",
+            "server_version_num",
+            "server_encoding",
+            "client_encoding",
+            "default_table_access_method",
+            "transaction_isolation",
+            "default_transaction_isolation",
+            "standard_conforming_strings",
+            "timezone",
+            "datestyle",
+            "statement_timeout",
+            "idle_in_transaction_session_timeout",
+            "idle_session_timeout",
+            "rockstream.reclaims_pending",
+        ];
+        let names = ALWAYS_KNOWN
+            .iter()
+            .map(|name| name.to_string())
+            .chain(session.parameters.settings.keys().cloned());
+        names
+            .filter_map(|name| {
+                let value = self.setting(&name, session).ok()?;
+                Some((name, value))
+            })
+            .collect()
+    }
+
+    /// The value of parameter `name` (lower case, the parts of a dotted or
+    /// multi-word name joined by dots) as `SHOW` and `current_setting()`
+    /// report it.
+    fn setting(&self, name: &str, session: &GatewaySession) -> RsResult<String> {
         let default_isolation = session.default_isolation;
         let isolation = session
             .transaction
@@ -641,12 +776,6 @@ impl Gateway {
                 stats.bytes_max
             )
         };
-        // The parts of a dotted name arrive joined by spaces.
-        let name = variable.to_lowercase();
-        let name = match name.strip_prefix("rockstream ") {
-            Some(ours) => format!("rockstream.{ours}"),
-            None => name,
-        };
         let memory = || {
             let limits = self.memory.limits();
             format!(
@@ -656,12 +785,15 @@ impl Gateway {
                 self.memory.reserved()
             )
         };
-        let value = match name.as_str() {
-            "server_version" => "15.0 (RockStream)".to_string(),
-            "transaction_isolation" | "transaction isolation level" => isolation.name().to_string(),
+        let value = match name {
+            "server_version" => rockstream_pgwire::SERVER_VERSION.to_string(),
+            "server_version_num" => "150000".to_string(),
+            "server_encoding" => "UTF8".to_string(),
+            "default_table_access_method" => "heap".to_string(),
+            "transaction_isolation" | "transaction.isolation.level" => isolation.name().to_string(),
             "default_transaction_isolation" => default_isolation.name().to_string(),
             "standard_conforming_strings" => "on".to_string(),
-            "timezone" | "time zone" => "UTC".to_string(),
+            "timezone" | "time.zone" => "UTC".to_string(),
             "client_encoding" => "UTF8".to_string(),
             "datestyle" => "ISO, MDY".to_string(),
             "rockstream.arrangement_cache" => cache(),
@@ -671,8 +803,7 @@ impl Gateway {
             name if session.parameters.timeout(name).is_some() => {
                 show_timeout(session.parameters.timeout(name).flatten())
             }
-            // A custom parameter's dotted name arrives with spaces.
-            other => match session.parameters.settings.get(&other.replace(' ', ".")) {
+            other => match session.parameters.settings.get(other) {
                 Some(value) => value.clone(),
                 None if crate::settings::is_settable(other) => {
                     return Err(RsError::new(
@@ -683,20 +814,7 @@ impl Gateway {
                 None => return Err(session_commands::unrecognized(other)),
             },
         };
-        let schema = Arc::new(ArrowSchema::new(vec![Field::new(
-            name,
-            DataType::Utf8,
-            true,
-        )]));
-        let batch = RecordBatch::try_new(
-            schema.clone(),
-            vec![Arc::new(StringArray::from(vec![value]))],
-        )
-        .map_err(rockstream_ops::arrow_rows::arrow_error)?;
-        Ok(StatementResult::Query {
-            schema,
-            batches: vec![batch],
-        })
+        Ok(value)
     }
 
     /// Runs a query, written as PostgreSQL reads it (see `normalize_query`
@@ -707,6 +825,9 @@ impl Gateway {
         query: &Query,
     ) -> RsResult<StatementResult> {
         let context = self.query_context(session);
+        if query.to_string().to_lowercase().contains("current_setting") {
+            context.register_udf(rockstream_planner::current_setting(self.settings(session)));
+        }
         let mut normalized = as_postgres_reads_it(&context, query).await?;
         match self
             .run_query(session, &context, &normalized.to_string())
@@ -1078,6 +1199,52 @@ fn isolation_named(value: &SqlExpr) -> RsResult<Isolation> {
 
 /// The isolation level `modes` ask for, if any. SERIALIZABLE is refused:
 /// RockStream does not detect the read/write dependencies it needs.
+/// `FETCH [FORWARD] [n | ALL | NEXT] [FROM | IN] name`: the cursor's next
+/// rows. Cursors move forward only.
+fn fetch(
+    session: &mut GatewaySession,
+    name: &str,
+    direction: &FetchDirection,
+) -> RsResult<StatementResult> {
+    let count = |limit: &ValueWithSpan| -> RsResult<usize> {
+        match &limit.value {
+            Value::Number(number, _) => number.parse::<usize>().ok(),
+            _ => None,
+        }
+        .ok_or_else(|| {
+            RsError::new(
+                &codes::CURSOR_SCANS_FORWARD,
+                format!("cursor \"{name}\" can only scan forward"),
+            )
+        })
+    };
+    let count = match direction {
+        FetchDirection::Next => Some(1),
+        FetchDirection::Forward { limit: None } => Some(1),
+        FetchDirection::Count { limit } | FetchDirection::Forward { limit: Some(limit) } => {
+            Some(count(limit)?)
+        }
+        FetchDirection::All | FetchDirection::ForwardAll => None,
+        _ => {
+            return Err(RsError::new(
+                &codes::CURSOR_SCANS_FORWARD,
+                format!("cursor \"{name}\" can only scan forward"),
+            ))
+        }
+    };
+    let cursor = session.cursors.get_mut(name).ok_or_else(|| {
+        RsError::new(
+            &codes::UNDEFINED_CURSOR,
+            format!("cursor \"{name}\" does not exist"),
+        )
+    })?;
+    let rows = cursor.fetch(count);
+    Ok(StatementResult::Query {
+        schema: rows.schema(),
+        batches: vec![rows],
+    })
+}
+
 fn requested_isolation(modes: &[TransactionMode]) -> RsResult<Option<Isolation>> {
     let mut isolation = None;
     for mode in modes {

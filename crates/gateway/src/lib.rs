@@ -13,6 +13,7 @@
 
 mod backend;
 mod complexity;
+mod copy_options;
 mod ddl;
 mod dml;
 mod fast_path;

@@ -4,9 +4,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use datafusion::arrow::record_batch::RecordBatch;
 use rockstream_pgwire::Interrupt;
 use rockstream_storage::SnapshotSet;
-use rockstream_types::{ObjectId, Row};
+use rockstream_types::{codes, ObjectId, Row, RsError, RsResult};
 
 /// The isolation levels RockStream provides (SERIALIZABLE is refused).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -56,6 +57,17 @@ pub struct Transaction {
     /// The session's parameters before its first `SET LOCAL`, restored
     /// when the transaction ends.
     pub before_set_local: Option<Parameters>,
+    /// The savepoints defined and not yet released, oldest first.
+    pub savepoints: Vec<NamedSavepoint>,
+}
+
+/// A point inside a transaction block that `ROLLBACK TO SAVEPOINT` returns
+/// to: the pending changes and the session's parameters as they were when
+/// `SAVEPOINT` ran.
+pub struct NamedSavepoint {
+    pub name: String,
+    tables: BTreeMap<ObjectId, PendingTable>,
+    parameters: Parameters,
 }
 
 /// The parameters a session keeps.
@@ -73,8 +85,35 @@ pub struct Parameters {
     pub settings: BTreeMap<String, String>,
 }
 
+/// An open cursor (`DECLARE name CURSOR FOR query`): the query's result,
+/// computed when it was declared (the state it reads is that moment's, as
+/// in PostgreSQL), and how far `FETCH` has read it.
+pub struct Cursor {
+    pub rows: RecordBatch,
+    pub position: usize,
+    /// `WITH HOLD`: it outlives the transaction that declared it.
+    pub hold: bool,
+    /// Declared in the open transaction: its ROLLBACK closes it even `WITH
+    /// HOLD`.
+    pub in_open_transaction: bool,
+}
+
+impl Cursor {
+    /// The next `count` rows (all that are left when `None`), moving past
+    /// them.
+    pub fn fetch(&mut self, count: Option<usize>) -> RecordBatch {
+        let left = self.rows.num_rows() - self.position;
+        let taken = count.map_or(left, |count| count.min(left));
+        let rows = self.rows.slice(self.position, taken);
+        self.position += taken;
+        rows
+    }
+}
+
 pub struct GatewaySession {
     pub namespace: String,
+    /// Open cursors by name.
+    pub cursors: BTreeMap<String, Cursor>,
     pub transaction: Option<Transaction>,
     /// The level `BEGIN` uses when it names none (`SET SESSION
     /// CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL ...`).
@@ -100,6 +139,16 @@ impl GatewaySession {
             self.parameters = before;
         }
         Some(transaction)
+    }
+
+    /// The transaction block ended: its cursors close, except, when it
+    /// committed, those declared `WITH HOLD`.
+    pub fn close_transaction_cursors(&mut self, committed: bool) {
+        self.cursors
+            .retain(|_, cursor| cursor.hold && (committed || !cursor.in_open_transaction));
+        for cursor in self.cursors.values_mut() {
+            cursor.in_open_transaction = false;
+        }
     }
 
     /// Inside `BEGIN ... COMMIT`.
@@ -131,6 +180,79 @@ impl GatewaySession {
             }
             _ => self.transaction = None,
         }
+    }
+}
+
+/// What a savepoint statement asks of the transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SavepointCommand {
+    Define,
+    Release,
+    RollBackTo,
+}
+
+impl SavepointCommand {
+    /// The statement as PostgreSQL names it in its errors.
+    fn statement(self) -> &'static str {
+        match self {
+            SavepointCommand::Define => "SAVEPOINT",
+            SavepointCommand::Release => "RELEASE SAVEPOINT",
+            SavepointCommand::RollBackTo => "ROLLBACK TO SAVEPOINT",
+        }
+    }
+}
+
+impl GatewaySession {
+    /// `SAVEPOINT name`, `RELEASE [SAVEPOINT] name` or `ROLLBACK TO
+    /// [SAVEPOINT] name`, with PostgreSQL's rules: a savepoint exists only
+    /// inside a transaction block; a name may be reused (the newest one
+    /// answers to it); releasing one releases every later one; rolling back
+    /// to one undoes what the transaction did since (its writes and `SET`s),
+    /// ends an aborted state and keeps the savepoint, so that it can be
+    /// rolled back to again. Only `ROLLBACK TO` may run in an aborted
+    /// transaction (the caller refuses the others first).
+    pub fn savepoint_command(&mut self, command: SavepointCommand, name: &str) -> RsResult<()> {
+        let parameters = self.parameters.clone();
+        let transaction = match self.transaction.as_mut() {
+            Some(transaction) if transaction.explicit => transaction,
+            _ => {
+                return Err(RsError::new(
+                    &codes::NO_ACTIVE_TRANSACTION,
+                    format!(
+                        "{} can only be used in transaction blocks",
+                        command.statement()
+                    ),
+                ))
+            }
+        };
+        if command == SavepointCommand::Define {
+            transaction.savepoints.push(NamedSavepoint {
+                name: name.to_string(),
+                tables: transaction.tables.clone(),
+                parameters,
+            });
+            return Ok(());
+        }
+        let Some(position) = transaction
+            .savepoints
+            .iter()
+            .rposition(|savepoint| savepoint.name == name)
+        else {
+            return Err(RsError::new(
+                &codes::UNDEFINED_SAVEPOINT,
+                format!("savepoint \"{name}\" does not exist"),
+            ));
+        };
+        if command == SavepointCommand::Release {
+            transaction.savepoints.truncate(position);
+            return Ok(());
+        }
+        transaction.savepoints.truncate(position + 1);
+        let savepoint = &transaction.savepoints[position];
+        transaction.tables = savepoint.tables.clone();
+        transaction.aborted = false;
+        self.parameters = savepoint.parameters.clone();
+        Ok(())
     }
 }
 

@@ -5,9 +5,9 @@
 //! Connection pools send the last five to clean a connection before they
 //! lend it again (asyncpg: `SELECT pg_advisory_unlock_all(); CLOSE ALL;
 //! UNLISTEN *; RESET ALL`; psycopg 3 and pgbouncer: `DEALLOCATE ALL`,
-//! `DISCARD ALL`). RockStream has no cursors, listeners, sequences,
-//! temporary tables or cached plans, so those parts have nothing to undo;
-//! what it has (settings, the statements the client prepared) they reset as
+//! `DISCARD ALL`). RockStream has no listeners, sequences, temporary tables
+//! or cached plans, so those parts have nothing to undo; what it has
+//! (settings, cursors, the statements the client prepared) they reset as
 //! PostgreSQL does.
 
 use datafusion::sql::sqlparser::ast::{
@@ -96,6 +96,7 @@ pub(crate) fn run(
             // Also CLOSE ALL and UNLISTEN *, which have nothing to undo.
             if matches!(object_type, DiscardObject::ALL) {
                 reset_all(session);
+                session.cursors.clear();
                 prepared.forget_all();
             }
             command(&format!("DISCARD {object_type}"))
@@ -119,11 +120,23 @@ pub(crate) fn run(
             command("DEALLOCATE")
         }
         Statement::Close { cursor } => match cursor {
-            CloseCursor::All => command("CLOSE CURSOR ALL"),
-            CloseCursor::Specific { name } => Err(RsError::new(
-                &codes::UNDEFINED_CURSOR,
-                format!("cursor \"{}\" does not exist", name.value),
-            )),
+            CloseCursor::All => {
+                session.cursors.clear();
+                command("CLOSE CURSOR ALL")
+            }
+            CloseCursor::Specific { name } => {
+                let name = match name.quote_style {
+                    Some(_) => name.value.clone(),
+                    None => name.value.to_lowercase(),
+                };
+                match session.cursors.remove(&name) {
+                    Some(_) => command("CLOSE CURSOR"),
+                    None => Err(RsError::new(
+                        &codes::UNDEFINED_CURSOR,
+                        format!("cursor \"{name}\" does not exist"),
+                    )),
+                }
+            }
         },
         // No channel is ever listened to, so there is none to stop.
         Statement::UNLISTEN { .. } => command("UNLISTEN"),

@@ -1,20 +1,23 @@
 //! The pgwire [`Backend`] of the gateway: connection, simple and extended
 //! query protocol, COPY.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::DataType;
 use datafusion::sql::sqlparser::ast::{
-    visit_expressions_mut, Expr as SqlExpr, ObjectName, Statement, Value,
+    visit_expressions, visit_expressions_mut, Expr as SqlExpr, ObjectName, Statement, Value,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
 use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer};
 use rockstream_control::ObjectKind;
+use rockstream_ops::arrow_rows::arrow_type;
 use rockstream_pgwire::{
     Backend, CopyTarget, Described, IdleLimit, Interrupt, PreparedStatements, StatementResult,
+    TransactionState,
 };
 use rockstream_planner::{
     alias_select_items, new_context, normalize_interval_literals, normalize_number_literals,
@@ -139,6 +142,32 @@ fn parse_refresh(parser: &mut Parser<'_>) -> Result<Command, ParserError> {
     Ok(Command::RefreshMaterializedView { name, with_data })
 }
 
+/// The types of the `$n` placeholders written directly under a cast
+/// (`$1::int`), by number: PostgreSQL types such a parameter as the cast's
+/// target, where DataFusion leaves it untyped.
+fn cast_parameter_types(statement: &Statement) -> BTreeMap<usize, DataType> {
+    let mut types = BTreeMap::new();
+    let _ = visit_expressions(statement, |expr: &SqlExpr| {
+        if let SqlExpr::Cast {
+            expr: inner,
+            data_type,
+            ..
+        } = expr
+        {
+            if let SqlExpr::Value(value) = inner.as_ref() {
+                if let Value::Placeholder(name) = &value.value {
+                    let index = name.trim_start_matches('$').parse::<usize>().unwrap_or(0);
+                    if let Ok(sql_type) = crate::ddl::sql_type(data_type) {
+                        types.entry(index).or_insert_with(|| arrow_type(sql_type));
+                    }
+                }
+            }
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+    types
+}
+
 /// Replaces `$n` placeholders with typed literals.
 fn bind_parameters(
     statement: &mut Statement,
@@ -253,6 +282,7 @@ impl Backend for Gateway {
             ));
         }
         Ok(GatewaySession {
+            cursors: Default::default(),
             namespace: database.to_string(),
             transaction: None,
             default_isolation: Default::default(),
@@ -337,13 +367,15 @@ impl Backend for Gateway {
             _ => plan,
         };
         let types = plan.get_parameter_types().unwrap_or_default();
+        let casts = cast_parameter_types(statement);
         let mut parameter_types: Vec<(usize, DataType)> = types
             .into_iter()
             .map(|(name, data_type)| {
-                (
-                    name.trim_start_matches('$').parse().unwrap_or(0),
-                    data_type.unwrap_or(DataType::Utf8),
-                )
+                let index = name.trim_start_matches('$').parse().unwrap_or(0);
+                let data_type = data_type
+                    .or_else(|| casts.get(&index).cloned())
+                    .unwrap_or(DataType::Utf8);
+                (index, data_type)
             })
             .collect();
         parameter_types.sort_by_key(|(index, _)| *index);
@@ -444,6 +476,16 @@ impl Backend for Gateway {
                         "terminating connection due to idle-session timeout",
                     ),
                 })
+        }
+    }
+
+    fn transaction_state(&self, session: &GatewaySession) -> TransactionState {
+        match &session.transaction {
+            Some(transaction) if transaction.explicit && transaction.aborted => {
+                TransactionState::Failed
+            }
+            Some(transaction) if transaction.explicit => TransactionState::InTransaction,
+            _ => TransactionState::Idle,
         }
     }
 

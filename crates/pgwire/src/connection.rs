@@ -34,6 +34,7 @@ use tokio::sync::Mutex;
 use crate::copy::{parse_copy_data, COPY_BUFFER_BYTES_MAX};
 use crate::encode::encode_batches;
 use crate::params::decode_parameters;
+use crate::ready_status::SessionStatus;
 use crate::types::{field_infos, pg_type};
 use crate::wire_error::error_info;
 use crate::{
@@ -107,6 +108,9 @@ pub(crate) struct ConnectionCore<B: Backend> {
     /// The names of the statements Parse prepared (`pgwire`'s store cannot
     /// list them), for `DEALLOCATE ALL`; a closed one may linger.
     pub(crate) statement_names: StatementNames,
+    /// The session's transaction state as of the last backend call, which
+    /// the connection's ReadyForQuery messages report.
+    pub(crate) status: SessionStatus,
 }
 
 /// The names Parse stored statements under on one connection.
@@ -145,6 +149,7 @@ impl<B: Backend> ConnectionCore<B> {
             interrupt: Interrupt::default(),
             pid: OnceLock::new(),
             statement_names: Default::default(),
+            status: SessionStatus::default(),
         }
     }
 
@@ -193,6 +198,7 @@ impl<B: Backend> ConnectionCore<B> {
             Err(error) => vec![Err(error)],
         };
         drop(running);
+        self.report_state(&state);
         let total = results.len();
         let mut responses = Vec::with_capacity(total);
         for result in results {
@@ -256,10 +262,11 @@ impl<B: Backend> ConnectionCore<B> {
             prepared,
         );
         let result = match AssertUnwindSafe(call).catch_unwind().await {
-            Ok(result) => result?,
-            Err(panic) => return Err(self.panicked(session, panic).await),
+            Ok(result) => result,
+            Err(panic) => Err(self.panicked(session, panic).await),
         };
-        match result {
+        self.report_state(&state);
+        match result? {
             StatementResult::CopyIn(target) => Ok(state.start_copy(target)),
             result => statement_response(result, &portal.result_column_format),
         }
@@ -291,9 +298,19 @@ impl<B: Backend> ConnectionCore<B> {
         let session = state.session_mut()?;
         let _running = self.interrupt.begin();
         let call = self.backend.copy_in(session, &target, rows);
-        match AssertUnwindSafe(call).catch_unwind().await {
+        let loaded = match AssertUnwindSafe(call).catch_unwind().await {
             Ok(loaded) => loaded,
             Err(panic) => Err(self.panicked(session, panic).await),
+        };
+        self.report_state(&state);
+        loaded
+    }
+
+    /// Notes the session's transaction state for the ReadyForQuery that
+    /// follows (see [`crate::ready_status`]).
+    fn report_state(&self, state: &ConnectionState<B::Session>) {
+        if let Some(session) = state.session.as_ref() {
+            self.status.set(self.backend.transaction_state(session));
         }
     }
 
@@ -320,6 +337,7 @@ impl<B: Backend> ConnectionCore<B> {
         if let Some(session) = state.session.as_mut() {
             self.backend.statement_failed(session).await;
         }
+        self.report_state(&state);
     }
 
     /// How long the session may now wait for its client

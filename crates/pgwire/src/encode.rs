@@ -25,8 +25,11 @@ use datafusion::arrow::datatypes::{
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use pgwire::api::results::FieldFormat;
+use pgwire::api::Type;
 use pgwire::messages::data::DataRow;
 use rockstream_types::{codes, RsError};
+
+use crate::types::{array_type, pg_type};
 
 use rockstream_types::pg_text as text;
 
@@ -323,8 +326,13 @@ impl<'a> Column<'a> {
                 out.put_i32(months);
             }
             Column::Time(_, micros) => out.put_i64(micros[row]),
+            Column::List(array, elements) => match element_type(*array) {
+                Some(element) => array_binary(*array, elements, &element, row, out)?,
+                // An array of arrays is announced as text (types.rs).
+                None => out.put_slice(self.text(row)?.as_bytes()),
+            },
             // Announced as text (types.rs): text's binary form is its bytes.
-            Column::List(..) | Column::Display(..) => out.put_slice(self.text(row)?.as_bytes()),
+            Column::Display(..) => out.put_slice(self.text(row)?.as_bytes()),
         }
         Ok(())
     }
@@ -357,12 +365,9 @@ fn timestamp_values(array: &dyn Array, unit: TimeUnit) -> Option<&[i64]> {
     Some(&values[..])
 }
 
-/// PostgreSQL's `array_out` of one list value: elements separated by
-/// commas, NULL as `NULL`, an element quoted (with `"` and `\` escaped)
-/// when it is empty, is `NULL`, or holds a brace, comma, quote, backslash
-/// or white space; nested lists nest braces.
-fn array_text(array: &dyn Array, column: &Column<'_>, row: usize) -> Result<String, RsError> {
-    let elements = match array.data_type() {
+/// The rows of the elements of list value `row`.
+fn list_elements(array: &dyn Array, row: usize) -> Result<std::ops::Range<usize>, RsError> {
+    Ok(match array.data_type() {
         DataType::List(_) => {
             let offsets = array.as_list::<i32>().value_offsets();
             offsets[row] as usize..offsets[row + 1] as usize
@@ -372,7 +377,61 @@ fn array_text(array: &dyn Array, column: &Column<'_>, row: usize) -> Result<Stri
             offsets[row] as usize..offsets[row + 1] as usize
         }
         other => return Err(mismatch(other)),
+    })
+}
+
+/// The PostgreSQL type of a list's elements, when the list goes out as a
+/// one-dimensional array of them (see [`crate::types::pg_type`]).
+fn element_type(array: &dyn Array) -> Option<Type> {
+    let (DataType::List(element) | DataType::LargeList(element)) = array.data_type() else {
+        return None;
     };
+    let element = pg_type(element.data_type());
+    array_type(&element).map(|_| element)
+}
+
+/// PostgreSQL's `array_send` of one list value: dimensions (none when
+/// empty, else one, from subscript 1), whether any element is NULL, the
+/// element type, then each element's length (-1: NULL) and binary form.
+fn array_binary(
+    array: &dyn Array,
+    column: &Column<'_>,
+    element: &Type,
+    row: usize,
+    out: &mut BytesMut,
+) -> Result<(), RsError> {
+    let elements = list_elements(array, row)?;
+    let count = i32::try_from(elements.len())
+        .map_err(|_| RsError::internal("an array of more than 2^31 elements"))?;
+    let has_null = elements.clone().any(|element| column.is_null(element));
+    out.put_i32(i32::from(count > 0));
+    out.put_i32(i32::from(has_null));
+    out.put_u32(element.oid());
+    if count > 0 {
+        out.put_i32(count);
+        out.put_i32(1);
+    }
+    for element in elements {
+        if column.is_null(element) {
+            out.put_i32(-1);
+            continue;
+        }
+        let start = out.len();
+        out.put_i32(0);
+        column.binary(element, out)?;
+        let length = i32::try_from(out.len() - start - 4)
+            .map_err(|_| RsError::internal("an array element over 2 GiB"))?;
+        out[start..start + 4].copy_from_slice(&length.to_be_bytes());
+    }
+    Ok(())
+}
+
+/// PostgreSQL's `array_out` of one list value: elements separated by
+/// commas, NULL as `NULL`, an element quoted (with `"` and `\` escaped)
+/// when it is empty, is `NULL`, or holds a brace, comma, quote, backslash
+/// or white space; nested lists nest braces.
+fn array_text(array: &dyn Array, column: &Column<'_>, row: usize) -> Result<String, RsError> {
+    let elements = list_elements(array, row)?;
     let mut out = String::from("{");
     for (position, element) in elements.enumerate() {
         if position > 0 {

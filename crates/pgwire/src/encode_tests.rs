@@ -222,3 +222,30 @@ fn multi_batch_multi_column_rows_keep_order() {
         vec![Some(vec![0, 0, 0, 2]), Some(b"y".to_vec())]
     );
 }
+
+#[test]
+fn lists_go_out_as_postgresql_arrays() {
+    use datafusion::arrow::array::{Int32Builder, ListBuilder};
+    let mut lists = ListBuilder::new(Int32Builder::new());
+    lists.append_value([Some(1), None, Some(3)]);
+    lists.append_value([]);
+    let array: ArrayRef = Arc::new(lists.finish());
+    assert_eq!(
+        crate::types::pg_type(array.data_type()),
+        pgwire::api::Type::INT4_ARRAY
+    );
+    assert_eq!(text_of(array.clone()), some(&["{1,NULL,3}", "{}"]));
+    let binary = encode_column(array, FieldFormat::Binary);
+    // array_send: one dimension of three from subscript 1, a NULL, int4
+    // elements; the empty array has no dimensions.
+    let mut expected = Vec::new();
+    for word in [1_i32, 1, 23, 3, 1, 4, 1, -1, 4, 3] {
+        expected.extend_from_slice(&word.to_be_bytes());
+    }
+    assert_eq!(binary[0].as_deref(), Some(expected.as_slice()));
+    let mut empty = Vec::new();
+    for word in [0_i32, 0, 23] {
+        empty.extend_from_slice(&word.to_be_bytes());
+    }
+    assert_eq!(binary[1].as_deref(), Some(empty.as_slice()));
+}

@@ -116,7 +116,10 @@ impl<B: Backend> StartupHandler for Connection<B> {
         let (pid, secret_key) = self.cancels.register(client, self.core.interrupt.clone());
         let _ = self.core.pid.set(pid);
         client.set_pid_and_secret_key(pid, secret_key);
-        finish_authentication(client, &DefaultServerParameterProvider::default()).await
+        let mut parameters = DefaultServerParameterProvider::default();
+        parameters.server_version = crate::SERVER_VERSION.to_string();
+        parameters.time_zone = "UTC".to_string();
+        finish_authentication(client, &parameters).await
     }
 }
 

@@ -43,6 +43,7 @@ mod frames;
 mod handlers;
 mod interrupt;
 mod params;
+mod ready_status;
 mod server;
 mod types;
 mod wire_error;
@@ -212,8 +213,30 @@ pub trait Backend: Send + Sync + 'static {
     /// `None`: no limit.
     fn idle_limit(&self, session: &Self::Session) -> Option<IdleLimit>;
 
+    /// The session's transaction state, which the ReadyForQuery after each
+    /// backend call reports.
+    fn transaction_state(&self, session: &Self::Session) -> TransactionState;
+
     /// Called when the connection ends (to drop any open transaction).
     async fn disconnect(&self, session: Self::Session);
+}
+
+/// The `server_version` every session reports (at startup and in `SHOW`):
+/// the PostgreSQL release whose behaviour RockStream follows. Drivers read
+/// features off it (psycopg2's `server_version` is 150000).
+pub const SERVER_VERSION: &str = "15.0 (RockStream)";
+
+/// Where a session stands with respect to transactions: what every
+/// ReadyForQuery reports (see [`Backend::transaction_state`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransactionState {
+    /// No transaction block is open.
+    Idle,
+    /// Inside `BEGIN ... COMMIT`.
+    InTransaction,
+    /// Inside a transaction block a failed statement aborted: everything
+    /// but `ROLLBACK` (or `ROLLBACK TO SAVEPOINT`) is refused.
+    Failed,
 }
 
 /// How long a session may wait for its client (see [`Backend::idle_limit`]).

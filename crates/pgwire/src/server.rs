@@ -28,6 +28,7 @@ use crate::connection::ConnectionCore;
 use crate::frames::{protocol_violation, FrameGuard, GuardReports, Rejection};
 use crate::handlers::Connection;
 use crate::interrupt::Cancels;
+use crate::ready_status::{SessionStatus, StatusWriter};
 use crate::wire_error::{fatal_error, user_error};
 use crate::Backend;
 use crate::Interrupt;
@@ -72,6 +73,7 @@ async fn run_connection<B: Backend>(
         connection,
         cancels.clone(),
         interrupt,
+        core.status.clone(),
     ))
     .await;
     match outcome {
@@ -86,9 +88,10 @@ async fn run_connection<B: Backend>(
 }
 
 /// A connection's socket as `pgwire` reads and writes it: its codec over
-/// the [`FrameGuard`].
+/// the [`FrameGuard`] (what comes in) and the [`StatusWriter`] (what goes
+/// out).
 type Socket<B> = Framed<
-    FrameGuard<MaybeTls>,
+    StatusWriter<FrameGuard<MaybeTls>>,
     PgWireMessageServerCodec<<Connection<B> as ExtendedQueryHandler>::Statement>,
 >;
 
@@ -101,6 +104,7 @@ async fn process_socket<B: Backend>(
     connection: Arc<Connection<B>>,
     cancels: Arc<Cancels>,
     interrupt: Interrupt,
+    status: SessionStatus,
 ) -> std::io::Result<()> {
     // A second handle on the socket, to notice the client leaving while a
     // statement runs (nothing reads the socket then).
@@ -120,7 +124,7 @@ async fn process_socket<B: Backend>(
         return Ok(());
     };
     let reports = GuardReports::default();
-    let mut socket = guarded(negotiated, reports.clone());
+    let mut socket = guarded(negotiated, reports.clone(), status);
     let mut frame = 0_u64;
     // Whether the last message answered with ReadyForQuery (a Query, a
     // Sync): the client is then the one to act, and the session's idle
@@ -290,13 +294,15 @@ async fn peer_gone(watcher: &TcpStream) {
     }
 }
 
-/// Puts a [`FrameGuard`] between the negotiated socket and its codec.
+/// Puts a [`FrameGuard`] and a [`StatusWriter`] between the negotiated
+/// socket and its codec.
 fn guarded<S>(
     socket: Framed<MaybeTls, PgWireMessageServerCodec<S>>,
     reports: GuardReports,
-) -> Framed<FrameGuard<MaybeTls>, PgWireMessageServerCodec<S>> {
+    status: SessionStatus,
+) -> Framed<StatusWriter<FrameGuard<MaybeTls>>, PgWireMessageServerCodec<S>> {
     let parts = socket.into_parts();
-    let io = FrameGuard::new(parts.io, parts.read_buf, reports);
+    let io = StatusWriter::new(FrameGuard::new(parts.io, parts.read_buf, reports), status);
     let mut guarded = FramedParts::new(io, parts.codec);
     guarded.write_buf = parts.write_buf;
     Framed::from_parts(guarded)

@@ -27,8 +27,32 @@ pub fn pg_type(data_type: &DataType) -> Type {
         DataType::Timestamp(_, Some(_)) => Type::TIMESTAMPTZ,
         DataType::Interval(_) => Type::INTERVAL,
         DataType::Time32(_) | DataType::Time64(_) => Type::TIME,
+        DataType::List(element) | DataType::LargeList(element) => {
+            array_type(&pg_type(element.data_type())).unwrap_or(Type::TEXT)
+        }
         _ => Type::TEXT,
     }
+}
+
+/// The one-dimensional array type of an element type; `None` for what has
+/// none here (arrays of arrays, which are sent as text).
+pub(crate) fn array_type(element: &Type) -> Option<Type> {
+    Some(match *element {
+        Type::BOOL => Type::BOOL_ARRAY,
+        Type::INT2 => Type::INT2_ARRAY,
+        Type::INT4 => Type::INT4_ARRAY,
+        Type::INT8 => Type::INT8_ARRAY,
+        Type::FLOAT4 => Type::FLOAT4_ARRAY,
+        Type::FLOAT8 => Type::FLOAT8_ARRAY,
+        Type::NUMERIC => Type::NUMERIC_ARRAY,
+        Type::DATE => Type::DATE_ARRAY,
+        Type::TIMESTAMP => Type::TIMESTAMP_ARRAY,
+        Type::TIMESTAMPTZ => Type::TIMESTAMPTZ_ARRAY,
+        Type::INTERVAL => Type::INTERVAL_ARRAY,
+        Type::TIME => Type::TIME_ARRAY,
+        Type::TEXT => Type::TEXT_ARRAY,
+        _ => return None,
+    })
 }
 
 /// `pg_type.typlen`: the fixed width in bytes, -1 for variable width.

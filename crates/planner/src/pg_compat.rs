@@ -28,7 +28,9 @@
 //!   [`crate::scalar_subquery`], keeping PostgreSQL's meaning (NULL for no
 //!   row, an error for more than one);
 //! - `[NOT] EXISTS (...)` in a select list, which DataFusion plans only as a
-//!   filter, counts the subquery's rows instead.
+//!   filter, counts the subquery's rows instead;
+//! - `generate_subscripts(a, 1)` is `unnest` of the range of `a`'s
+//!   subscripts.
 //!
 //! Only queries are rewritten, never the definition of a materialized view.
 
@@ -142,6 +144,10 @@ impl VisitorMut for Normalizer {
                     if let Some(last) = function.name.0.pop() {
                         function.name.0 = vec![last];
                     }
+                }
+                if let Some(subscripts) = first_dimension_subscripts(function) {
+                    *expr = subscripts;
+                    return ControlFlow::Continue(());
                 }
                 // `age(x)` is the age at midnight today: `age(CURRENT_DATE, x)`.
                 if matches!(name_parts(&function.name), Some((name, _)) if name == "age") {
@@ -546,6 +552,35 @@ fn today() -> Expr {
         over: None,
         within_group: Vec::new(),
     })
+}
+
+/// `generate_subscripts(a, 1)`, the subscripts of a one-dimensional array
+/// (clients number the elements of `unnest(a)` with it, beside it in the
+/// same select list): `unnest(range(1, cardinality(a) + 1))`, which
+/// DataFusion unnests in step with `unnest(a)`. Other dimensions exist in
+/// no array RockStream makes.
+fn first_dimension_subscripts(function: &Function) -> Option<Expr> {
+    let (name, _) = name_parts(&function.name)?;
+    if name != "generate_subscripts" {
+        return None;
+    }
+    let FunctionArguments::List(list) = &function.args else {
+        return None;
+    };
+    let [FunctionArg::Unnamed(FunctionArgExpr::Expr(array)), FunctionArg::Unnamed(FunctionArgExpr::Expr(dimension))] =
+        list.args.as_slice()
+    else {
+        return None;
+    };
+    if dimension.to_string() != "1" {
+        return None;
+    }
+    Parser::new(&PostgreSqlDialect {})
+        .try_with_sql(&format!(
+            "unnest(range(1, CAST(cardinality({array}) AS BIGINT) + 1))"
+        ))
+        .and_then(|mut parser| parser.parse_expr())
+        .ok()
 }
 
 fn function_call(name: &str, argument: Expr) -> Expr {

@@ -108,6 +108,9 @@ pub fn new_context_in(
     for function in CATALOG_FUNCTIONS.iter() {
         context.register_udf(function.clone());
     }
+    for function in crate::system_catalog::SESSION_INFO_FUNCTIONS.iter() {
+        context.register_udf(function.clone());
+    }
     for function in crate::pg_functions::FUNCTIONS.iter() {
         context.register_udf(function.as_ref().clone());
     }

@@ -105,7 +105,7 @@ pub mod codes {
         UNDEFINED_PREPARED_STATEMENT = (2042, "session.undefined_prepared_statement", "26000",
             "Prepare the statement first (the name is case-sensitive as the client sent it); DEALLOCATE ALL forgets every name.");
         UNDEFINED_CURSOR = (2043, "session.undefined_cursor", "34000",
-            "Cursors (DECLARE ... CURSOR) are not supported yet, so none exists to close; fetch results with an ordinary SELECT (drivers' server-side cursors: turn them off).");
+            "Declare the cursor first (DECLARE name CURSOR FOR query); a cursor without WITH HOLD ends with its transaction.");
         NOT_IN_TRANSACTION_BLOCK = (2044, "transaction.statement_not_in_transaction_block", "25001",
             "Run the statement outside BEGIN ... COMMIT (after COMMIT or ROLLBACK).");
         UNRECOGNIZED_PARAMETER = (2045, "session.unrecognized_parameter", "42704",
@@ -116,6 +116,14 @@ pub mod codes {
             "The session waited longer than idle_in_transaction_session_timeout inside a transaction block, so its transaction was rolled back and the connection closed. Reconnect; finish transactions promptly, or raise or turn off the setting.");
         IDLE_SESSION_TIMEOUT = (2048, "session.idle_session_timeout", "57P05",
             "The session waited longer than idle_session_timeout for its client, so the connection was closed. Reconnect, or raise or turn off the setting.");
+        NO_ACTIVE_TRANSACTION = (2049, "transaction.no_active_sql_transaction", "25P01",
+            "Open a transaction block with BEGIN first: savepoints exist only inside one.");
+        UNDEFINED_SAVEPOINT = (2050, "transaction.undefined_savepoint", "3B001",
+            "Name a savepoint this transaction defined with SAVEPOINT and has not released or rolled back past (names are case-sensitive when quoted).");
+        DUPLICATE_CURSOR = (2051, "session.duplicate_cursor", "42P03",
+            "Pick another name, or CLOSE the existing cursor first.");
+        CURSOR_SCANS_FORWARD = (2052, "session.cursor_scans_forward_only", "55000",
+            "Cursors move forward only here (FETCH NEXT, FETCH n, FETCH FORWARD n, FETCH ALL); declare the query again to read from the start.");
         // Direct-write transactions: 2200–2299.
         UNIQUE_VIOLATION = (2201, "write.unique_violation", "23505",
             "A row with this primary key already exists: UPDATE it, or DELETE it first.");

@@ -1,5 +1,5 @@
 //! Catalog tables that RockStream has nothing to put in: no column
-//! defaults, role memberships, collations, row-level security policies, extended statistics,
+//! defaults, operator classes (every index uses its column type's default), role memberships, collations, row-level security policies, extended statistics,
 //! publications, inheritance, triggers, rules, comments, partitioning,
 //! foreign tables, sequences or extensions exist. They resolve, with the
 //! columns clients read, so that catalog queries naming them plan; and
@@ -15,7 +15,17 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema};
 
 /// Each table with its columns; `o` an oid or number, `t` text, `b` a
 /// boolean.
-const TABLES: [(&str, &[(&str, char)]); 16] = [
+const TABLES: [(&str, &[(&str, char)]); 17] = [
+    (
+        "pg_opclass",
+        &[
+            ("oid", 'o'),
+            ("opcmethod", 'o'),
+            ("opcname", 't'),
+            ("opcnamespace", 'o'),
+            ("opcdefault", 'b'),
+        ],
+    ),
     (
         "pg_auth_members",
         &[

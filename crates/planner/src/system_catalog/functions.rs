@@ -21,7 +21,10 @@ use datafusion::logical_expr::{
 use rockstream_types::{codes, RsError};
 
 use super::types::{format_type, type_name, type_oid};
-use super::{RelationInfo, RelationKind, OWNER, PG_CATALOG_OID, PUBLIC_OID, SCHEMA, UTF8_ENCODING};
+use super::{
+    RelationInfo, RelationKind, CATALOG_RELATION_OIDS, OWNER, PG_CATALOG_OID, PUBLIC_OID, SCHEMA,
+    UTF8_ENCODING,
+};
 use crate::resolver::TableResolver;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -39,6 +42,9 @@ enum Function {
     RegClass,
     RegType,
     RegNamespace,
+    /// `to_regtype(name)`: the type's oid, NULL when there is no such type
+    /// (where `'name'::regtype` fails).
+    ToRegType,
     IndexDef,
     ConstraintDef,
     ViewDef,
@@ -65,6 +71,7 @@ impl Function {
             Function::RegClass => "regclass",
             Function::RegType => "regtype",
             Function::RegNamespace => "regnamespace",
+            Function::ToRegType => "to_regtype",
             Function::IndexDef => "pg_get_indexdef",
             Function::ConstraintDef => "pg_get_constraintdef",
             Function::ViewDef => "pg_get_viewdef",
@@ -131,6 +138,7 @@ pub(crate) static CATALOG_FUNCTIONS: LazyLock<Vec<ScalarUDF>> = LazyLock::new(||
         Function::FormatType,
         Function::RegType,
         Function::RegNamespace,
+        Function::ToRegType,
         Function::Nothing("pg_get_expr"),
         Function::Nothing("col_description"),
         Function::Nothing("obj_description"),
@@ -189,6 +197,7 @@ impl ScalarUDFImpl for CatalogFunction {
             {
                 DataType::Int64
             }
+            Function::ToRegType => DataType::Int64,
             _ => DataType::Utf8,
         })
     }
@@ -224,7 +233,10 @@ impl ScalarUDFImpl for CatalogFunction {
                 ))))
             }
             Function::Nothing(_) => return Ok(ColumnarValue::Scalar(ScalarValue::Utf8(None))),
-            Function::RegClass | Function::RegType | Function::RegNamespace
+            Function::RegClass
+            | Function::RegType
+            | Function::RegNamespace
+            | Function::ToRegType
                 if is_text(first.data_type()) =>
             {
                 let names = cast(&first, &DataType::Utf8)?;
@@ -235,6 +247,9 @@ impl ScalarUDFImpl for CatalogFunction {
                 let mut oids = Vec::with_capacity(rows);
                 for name in names.iter() {
                     oids.push(match name {
+                        Some(name) if self.function == Function::ToRegType => {
+                            self.find_oid(name, &relations)
+                        }
                         Some(name) => Some(self.oid_of(name, &relations)?),
                         None => None,
                     });
@@ -310,11 +325,15 @@ impl CatalogFunction {
                 relation(oid)
                     .map(|relation| relation.name.clone())
                     .or_else(|| keyed(RelationInfo::index_oid).map(RelationInfo::key_name))
+                    .or_else(|| {
+                        CATALOG_RELATION_OIDS
+                            .iter()
+                            .find(|(_, known)| *known == oid)
+                            .map(|(name, _)| name.to_string())
+                    })
                     .unwrap_or_else(|| oid.to_string()),
             ),
-            Function::RegType => {
-                Some(type_name(oid).map_or_else(|| oid.to_string(), str::to_string))
-            }
+            Function::RegType => Some(type_name(oid).unwrap_or_else(|| oid.to_string())),
             Function::RegNamespace => Some(match oid {
                 PG_CATALOG_OID => "pg_catalog".to_string(),
                 PUBLIC_OID => SCHEMA.to_string(),
@@ -338,6 +357,7 @@ impl CatalogFunction {
             Function::UserById
             | Function::TableIsVisible
             | Function::Granted(_)
+            | Function::ToRegType
             | Function::Nothing(_) => None,
         }
     }
@@ -346,8 +366,32 @@ impl CatalogFunction {
     /// named object; an error naming it when there is none.
     fn oid_of(&self, name: &str, relations: &[RelationInfo]) -> DataFusionResult<i64> {
         let unquoted = name.trim().trim_matches('"');
-        let found = match self.function {
+        let kind = match self.function {
+            Function::RegClass => "relation",
+            Function::RegType => "type",
+            _ => "schema",
+        };
+        self.find_oid(name, relations).ok_or_else(|| {
+            DataFusionError::External(Box::new(RsError::new(
+                &codes::UNDEFINED_OBJECT,
+                format!("{kind} \"{unquoted}\" does not exist"),
+            )))
+        })
+    }
+
+    /// The oid of the object `name` names, if there is one.
+    fn find_oid(&self, name: &str, relations: &[RelationInfo]) -> Option<i64> {
+        let unquoted = name.trim().trim_matches('"');
+        match self.function {
             Function::RegClass => {
+                // pg_catalog comes first on the search path.
+                let catalog = unquoted.strip_prefix("pg_catalog.").unwrap_or(unquoted);
+                let known = CATALOG_RELATION_OIDS
+                    .iter()
+                    .find(|(name, _)| *name == catalog);
+                if let Some((_, oid)) = known {
+                    return Some(*oid);
+                }
                 let bare = unquoted.strip_prefix("public.").unwrap_or(unquoted);
                 relations
                     .iter()
@@ -362,24 +406,13 @@ impl CatalogFunction {
                             .map(RelationInfo::index_oid)
                     })
             }
-            Function::RegType => type_oid(unquoted),
+            Function::RegType | Function::ToRegType => type_oid(unquoted),
             _ => match unquoted {
                 "pg_catalog" => Some(PG_CATALOG_OID),
                 SCHEMA => Some(PUBLIC_OID),
                 _ => None,
             },
-        };
-        let kind = match self.function {
-            Function::RegClass => "relation",
-            Function::RegType => "type",
-            _ => "schema",
-        };
-        found.ok_or_else(|| {
-            DataFusionError::External(Box::new(RsError::new(
-                &codes::UNDEFINED_OBJECT,
-                format!("{kind} \"{unquoted}\" does not exist"),
-            )))
-        })
+        }
     }
 }
 

@@ -11,13 +11,16 @@
 
 mod empty;
 mod functions;
+mod session_info;
 mod tables;
 mod types;
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::arrow::array::{ArrayRef, BooleanArray, Int64Array, RecordBatch, StringArray};
+use datafusion::arrow::array::{
+    ArrayRef, BooleanArray, Int64Array, Int64Builder, ListBuilder, RecordBatch, StringArray,
+};
 use datafusion::arrow::datatypes::{Field, Schema};
 use datafusion::catalog::{MemTable, SchemaProvider, TableProvider};
 use datafusion::error::Result as DataFusionResult;
@@ -27,6 +30,8 @@ use crate::resolver::TableResolver;
 
 pub(crate) use empty::is_empty_table;
 pub(crate) use functions::{catalog_functions, CATALOG_FUNCTIONS};
+pub use session_info::current_setting;
+pub(crate) use session_info::SESSION_INFO_FUNCTIONS;
 
 /// What a user-visible relation is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,6 +139,31 @@ const HEAP_AM_OID: i64 = 2;
 const BTREE_AM_OID: i64 = 403;
 const DEFAULT_TABLESPACE_OID: i64 = 1663;
 const GLOBAL_TABLESPACE_OID: i64 = 1664;
+/// PostgreSQL's fixed oids of the catalog tables clients name as
+/// `'pg_class'::regclass` (comments are keyed by the catalog an object
+/// lives in, `pg_description.classoid`).
+pub(crate) const CATALOG_RELATION_OIDS: [(&str, i64); 20] = [
+    ("pg_am", 2601),
+    ("pg_attrdef", 2604),
+    ("pg_attribute", 1249),
+    ("pg_class", 1259),
+    ("pg_collation", 3456),
+    ("pg_constraint", 2606),
+    ("pg_database", 1262),
+    ("pg_description", 2609),
+    ("pg_extension", 3079),
+    ("pg_index", 2610),
+    ("pg_inherits", 2611),
+    ("pg_namespace", 2615),
+    ("pg_opclass", 2616),
+    ("pg_operator", 2617),
+    ("pg_proc", 1255),
+    ("pg_rewrite", 2618),
+    ("pg_sequence", 2224),
+    ("pg_tablespace", 1213),
+    ("pg_trigger", 2620),
+    ("pg_type", 1247),
+];
 /// Relations are numbered from PostgreSQL's first user object id.
 const FIRST_RELATION_OID: i64 = 16384;
 const INFORMATION_SCHEMA_TABLES: [&str; 2] = ["tables", "columns"];
@@ -298,6 +328,16 @@ pub(crate) fn text(values: impl IntoIterator<Item = Option<String>>) -> ArrayRef
 
 pub(crate) fn repeated(value: &str, count: usize) -> ArrayRef {
     text(std::iter::repeat_n(Some(value.to_string()), count))
+}
+
+/// A column of integer arrays (`int2vector` and `int2[]` columns).
+pub(crate) fn number_lists(values: impl Iterator<Item = Vec<i64>>) -> ArrayRef {
+    let mut lists = ListBuilder::new(Int64Builder::new());
+    for list in values {
+        lists.values().append_slice(&list);
+        lists.append(true);
+    }
+    Arc::new(lists.finish())
 }
 
 pub(crate) fn flags(value: bool, count: usize) -> ArrayRef {

@@ -9,8 +9,8 @@ use datafusion::error::Result as DataFusionResult;
 
 use super::types::{type_identity, type_storage};
 use super::{
-    batch, booleans, flags, repeated, text, ColumnInfo, RelationInfo, RelationKind, BTREE_AM_OID,
-    HEAP_AM_OID, OWNER, OWNER_OID, PUBLIC_OID, SCHEMA,
+    batch, booleans, flags, number_lists, repeated, text, ColumnInfo, RelationInfo, RelationKind,
+    BTREE_AM_OID, HEAP_AM_OID, OWNER, OWNER_OID, PUBLIC_OID, SCHEMA,
 };
 
 /// The oid and type modifier a relation's column reports. A view's numeric
@@ -222,19 +222,21 @@ fn with_primary_key(relations: &[RelationInfo]) -> Vec<&RelationInfo> {
 }
 
 /// The primary key's column numbers (from 1).
-fn key_numbers(relation: &RelationInfo) -> Vec<String> {
+fn key_numbers(relation: &RelationInfo) -> Vec<i64> {
     relation
         .primary_key
         .iter()
-        .map(|index| (index + 1).to_string())
+        .map(|index| *index as i64 + 1)
         .collect()
 }
 
-/// `pg_index`: one unique index per primary key. `indkey` is the column
-/// numbers, space-separated, as PostgreSQL prints an `int2vector`.
+/// `pg_index`: one unique index per primary key. `indkey` (PostgreSQL's
+/// `int2vector`), `indclass` and `indoption` are arrays here, so that
+/// clients can `unnest` them as they do in PostgreSQL.
 pub(crate) fn pg_index(relations: &[RelationInfo]) -> DataFusionResult<RecordBatch> {
     let keyed = with_primary_key(relations);
     let count = keyed.len();
+    let zeros = |relation: &&RelationInfo| vec![0; relation.primary_key.len()];
     batch(vec![
         (
             "indexrelid",
@@ -252,25 +254,40 @@ pub(crate) fn pg_index(relations: &[RelationInfo]) -> DataFusionResult<RecordBat
                     .map(|relation| relation.primary_key.len() as i64),
             ),
         ),
+        (
+            "indnkeyatts",
+            oids(
+                keyed
+                    .iter()
+                    .map(|relation| relation.primary_key.len() as i64),
+            ),
+        ),
         ("indisunique", flags(true, count)),
+        ("indnullsnotdistinct", flags(false, count)),
         ("indisprimary", flags(true, count)),
+        ("indisexclusion", flags(false, count)),
+        ("indimmediate", flags(true, count)),
         ("indisclustered", flags(false, count)),
         ("indisvalid", flags(true, count)),
+        ("indcheckxmin", flags(false, count)),
         ("indisready", flags(true, count)),
+        ("indislive", flags(true, count)),
         ("indisreplident", flags(false, count)),
         (
             "indkey",
-            text(
-                keyed
-                    .iter()
-                    .map(|relation| Some(key_numbers(relation).join(" "))),
-            ),
+            number_lists(keyed.iter().map(|relation| key_numbers(relation))),
         ),
+        // Operator classes and per-column options are not kept: the
+        // default class, no options.
+        ("indclass", number_lists(keyed.iter().map(zeros))),
+        ("indoption", number_lists(keyed.iter().map(zeros))),
+        ("indexprs", text(vec![None; count])),
+        ("indpred", text(vec![None; count])),
     ])
 }
 
 /// `pg_constraint`: the primary keys (NOT NULL is a column property, as in
-/// PostgreSQL 15).
+/// PostgreSQL 15). No foreign keys exist, so `confrelid` is always 0.
 pub(crate) fn pg_constraint(relations: &[RelationInfo]) -> DataFusionResult<RecordBatch> {
     let keyed = with_primary_key(relations);
     let count = keyed.len();
@@ -292,18 +309,25 @@ pub(crate) fn pg_constraint(relations: &[RelationInfo]) -> DataFusionResult<Reco
             "conrelid",
             oids(keyed.iter().map(|relation| relation.oid())),
         ),
+        ("contypid", oids(vec![0; count])),
         (
             "conindid",
             oids(keyed.iter().map(|relation| relation.index_oid())),
         ),
+        ("conparentid", oids(vec![0; count])),
+        ("confrelid", oids(vec![0; count])),
+        ("confupdtype", repeated(" ", count)),
+        ("confdeltype", repeated(" ", count)),
+        ("confmatchtype", repeated(" ", count)),
+        ("conislocal", flags(true, count)),
+        ("coninhcount", oids(vec![0; count])),
+        ("connoinherit", flags(true, count)),
         (
             "conkey",
-            text(
-                keyed
-                    .iter()
-                    .map(|relation| Some(format!("{{{}}}", key_numbers(relation).join(",")))),
-            ),
+            number_lists(keyed.iter().map(|relation| key_numbers(relation))),
         ),
+        ("confkey", number_lists(keyed.iter().map(|_| Vec::new()))),
+        ("conbin", text(vec![None; count])),
     ])
 }
 

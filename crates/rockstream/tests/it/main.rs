@@ -10,6 +10,7 @@ mod harness;
 
 mod backfill;
 mod cache;
+mod clients;
 mod consistency;
 mod copy;
 mod corpus;

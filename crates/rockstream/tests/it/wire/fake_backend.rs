@@ -14,6 +14,7 @@ use datafusion::arrow::datatypes::{DataType, Field, IntervalMonthDayNano, Schema
 use datafusion::arrow::record_batch::RecordBatch;
 use rockstream_pgwire::{
     Backend, CopyTarget, Described, IdleLimit, Interrupt, PreparedStatements, StatementResult,
+    TransactionState,
 };
 use rockstream_types::{codes, RsError};
 use tokio_postgres::types::{FromSql, IsNull, ToSql, Type};
@@ -30,7 +31,19 @@ pub struct FakeBackend {
 }
 
 /// A session: the interrupt the wire gave it at connect.
-pub struct FakeSession(Interrupt);
+pub struct FakeSession(Interrupt, TransactionState);
+
+impl FakeSession {
+    /// Follows BEGIN/COMMIT and errors, as a backend's transaction state.
+    fn track(&mut self, statement: &str, result: &Result<StatementResult, RsError>) {
+        self.1 = match (statement, result, self.1) {
+            ("BEGIN", Ok(_), _) => TransactionState::InTransaction,
+            ("COMMIT", Ok(_), _) => TransactionState::Idle,
+            (_, Err(_), TransactionState::InTransaction) => TransactionState::Failed,
+            (_, _, state) => state,
+        };
+    }
+}
 
 fn t_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
@@ -191,7 +204,7 @@ impl Backend for FakeBackend {
         interrupt: Interrupt,
     ) -> Result<FakeSession, RsError> {
         if database == "default" {
-            Ok(FakeSession(interrupt))
+            Ok(FakeSession(interrupt, TransactionState::Idle))
         } else {
             Err(RsError::new(
                 &codes::UNKNOWN_DATABASE,
@@ -227,6 +240,7 @@ impl Backend for FakeBackend {
         let mut results = Vec::new();
         for statement in sql.split(';').map(str::trim).filter(|s| !s.is_empty()) {
             let result = self.run(statement, &[]);
+            session.track(statement, &result);
             let failed = result.is_err();
             results.push(result);
             if failed {
@@ -259,13 +273,15 @@ impl Backend for FakeBackend {
 
     async fn execute_with_params(
         &self,
-        _session: &mut FakeSession,
+        session: &mut FakeSession,
         sql: &str,
         _described: &Described,
         params: &[Option<String>],
         _prepared: &dyn PreparedStatements,
     ) -> Result<StatementResult, RsError> {
-        self.run(sql, params)
+        let result = self.run(sql, params);
+        session.track(sql, &result);
+        result
     }
 
     async fn copy_in(
@@ -284,6 +300,10 @@ impl Backend for FakeBackend {
 
     fn idle_limit(&self, _session: &FakeSession) -> Option<IdleLimit> {
         None
+    }
+
+    fn transaction_state(&self, session: &FakeSession) -> TransactionState {
+        session.1
     }
 
     async fn disconnect(&self, _session: FakeSession) {

@@ -1,0 +1,216 @@
+//! `COPY`'s options, in both spellings PostgreSQL accepts: the list
+//! `WITH (FORMAT csv, HEADER, DELIMITER ';')` and the older keywords
+//! `WITH CSV HEADER DELIMITER ';'` (psql's `\copy` and many scripts write
+//! these). The format is settled first, then every option applies over its
+//! defaults, whatever the order they were written in: `(DELIMITER ';',
+//! FORMAT csv)` keeps the `;`.
+
+use datafusion::sql::sqlparser::ast::{CopyLegacyCsvOption, CopyLegacyOption, CopyOption};
+use rockstream_pgwire::{CopyFormat, CopyTarget};
+use rockstream_types::{codes, RsError, RsResult};
+
+/// The load `COPY table (columns) FROM STDIN` with these options describes.
+pub(crate) fn copy_target(
+    table: String,
+    columns: Vec<String>,
+    options: &[CopyOption],
+    legacy: &[CopyLegacyOption],
+) -> RsResult<CopyTarget> {
+    let mut target = match format(options, legacy)? {
+        CopyFormat::Csv => CopyTarget::csv(table, columns),
+        CopyFormat::Text => CopyTarget::text(table, columns),
+    };
+    for option in options {
+        match option {
+            CopyOption::Format(_) | CopyOption::Freeze(_) => {}
+            CopyOption::Delimiter(delimiter) => {
+                target.delimiter = one_byte("DELIMITER", *delimiter)?
+            }
+            CopyOption::Null(null) => target.null_string = null.clone(),
+            CopyOption::Header(header) => target.header = *header,
+            CopyOption::Quote(quote) => target.quote = one_byte("QUOTE", *quote)?,
+            CopyOption::Escape(escape) => target.escape = one_byte("ESCAPE", *escape)?,
+            CopyOption::Encoding(encoding) if is_utf8(encoding) => {}
+            other => return Err(unsupported(&other.to_string())),
+        }
+    }
+    for option in legacy {
+        match option {
+            CopyLegacyOption::Csv(csv_options) => {
+                for csv_option in csv_options {
+                    match csv_option {
+                        CopyLegacyCsvOption::Header => target.header = true,
+                        CopyLegacyCsvOption::Quote(quote) => {
+                            target.quote = one_byte("QUOTE", *quote)?
+                        }
+                        CopyLegacyCsvOption::Escape(escape) => {
+                            target.escape = one_byte("ESCAPE", *escape)?
+                        }
+                        other => return Err(unsupported(&other.to_string())),
+                    }
+                }
+            }
+            CopyLegacyOption::Delimiter(delimiter) => {
+                target.delimiter = one_byte("DELIMITER", *delimiter)?
+            }
+            CopyLegacyOption::Null(null) => target.null_string = null.clone(),
+            CopyLegacyOption::Header => target.header = true,
+            other => return Err(unsupported(&other.to_string())),
+        }
+    }
+    check(&target)?;
+    Ok(target)
+}
+
+/// The data format the options name: text unless CSV is asked for.
+fn format(options: &[CopyOption], legacy: &[CopyLegacyOption]) -> RsResult<CopyFormat> {
+    let mut format = CopyFormat::Text;
+    for option in options {
+        if let CopyOption::Format(name) = option {
+            format = match name.value.to_lowercase().as_str() {
+                "text" => CopyFormat::Text,
+                "csv" => CopyFormat::Csv,
+                "binary" => return Err(unsupported("FORMAT binary")),
+                other => {
+                    return Err(RsError::new(
+                        &codes::INVALID_PARAMETER_VALUE,
+                        format!("COPY format \"{other}\" not recognized"),
+                    ))
+                }
+            };
+        }
+    }
+    for option in legacy {
+        match option {
+            CopyLegacyOption::Csv(_) => format = CopyFormat::Csv,
+            CopyLegacyOption::Binary => return Err(unsupported("BINARY")),
+            _ => {}
+        }
+    }
+    Ok(format)
+}
+
+/// PostgreSQL's checks of the options against each other.
+fn check(target: &CopyTarget) -> RsResult<()> {
+    let csv = target.format == CopyFormat::Csv;
+    let refuse = |message: &str| Err(RsError::new(&codes::UNSUPPORTED_STATEMENT, message));
+    if !csv && target.header {
+        return refuse("COPY HEADER available only in CSV mode");
+    }
+    if !csv && (target.quote != b'"' || target.escape != b'"') {
+        return refuse("COPY quote and escape available only in CSV mode");
+    }
+    let delimiter = target.delimiter;
+    if matches!(delimiter, b'\n' | b'\r') {
+        return Err(RsError::new(
+            &codes::INVALID_PARAMETER_VALUE,
+            "COPY delimiter cannot be newline or carriage return",
+        ));
+    }
+    if !csv && (delimiter == b'\\' || delimiter.is_ascii_lowercase() || delimiter.is_ascii_digit())
+    {
+        return Err(RsError::new(
+            &codes::INVALID_PARAMETER_VALUE,
+            format!("COPY delimiter cannot be \"{}\"", delimiter as char),
+        ));
+    }
+    if csv && delimiter == target.quote {
+        return Err(RsError::new(
+            &codes::INVALID_PARAMETER_VALUE,
+            "COPY delimiter and quote must be different",
+        ));
+    }
+    if target.null_string.as_bytes().contains(&delimiter) {
+        return Err(RsError::new(
+            &codes::INVALID_PARAMETER_VALUE,
+            "COPY delimiter character must not appear in the NULL specification",
+        ));
+    }
+    Ok(())
+}
+
+/// A delimiter, quote or escape: one single-byte character.
+fn one_byte(option: &str, character: char) -> RsResult<u8> {
+    u8::try_from(character)
+        .ok()
+        .filter(u8::is_ascii)
+        .ok_or_else(|| {
+            RsError::new(
+                &codes::INVALID_PARAMETER_VALUE,
+                format!("COPY {option} must be a single one-byte character"),
+            )
+        })
+}
+
+fn is_utf8(encoding: &str) -> bool {
+    let name = encoding.to_lowercase().replace(['-', '_'], "");
+    name == "utf8" || name == "unicode"
+}
+
+fn unsupported(option: &str) -> RsError {
+    RsError::new(
+        &codes::UNSUPPORTED_STATEMENT,
+        format!("COPY option {option} is not supported"),
+    )
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use datafusion::sql::sqlparser::ast::Statement;
+    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
+
+    fn target(sql: &str) -> RsResult<CopyTarget> {
+        let statement = Parser::parse_sql(&PostgreSqlDialect {}, sql)
+            .unwrap()
+            .pop()
+            .unwrap();
+        let Statement::Copy {
+            options,
+            legacy_options,
+            ..
+        } = statement
+        else {
+            panic!("not a COPY: {sql}");
+        };
+        copy_target("t".into(), vec![], &options, &legacy_options)
+    }
+
+    #[test]
+    fn both_spellings_give_the_same_load() {
+        let expected =
+            target("COPY t FROM STDIN WITH (FORMAT csv, HEADER true, DELIMITER ';')").unwrap();
+        assert_eq!(expected.delimiter, b';');
+        assert!(expected.header);
+        assert_eq!(expected.format, CopyFormat::Csv);
+        for sql in [
+            "COPY t FROM STDIN WITH (DELIMITER ';', HEADER, FORMAT csv)",
+            "COPY t FROM STDIN WITH CSV HEADER DELIMITER ';'",
+            "COPY t FROM STDIN DELIMITER ';' CSV HEADER",
+        ] {
+            assert_eq!(target(sql).unwrap(), expected, "{sql}");
+        }
+        // FORMAT csv alone: a comma, not the text format's tab.
+        assert_eq!(
+            target("COPY t FROM STDIN (FORMAT csv)").unwrap().delimiter,
+            b','
+        );
+        assert_eq!(target("COPY t FROM STDIN").unwrap().delimiter, b'\t');
+    }
+
+    #[test]
+    fn options_postgresql_refuses_are_refused() {
+        for sql in [
+            "COPY t FROM STDIN WITH (HEADER)",
+            "COPY t FROM STDIN WITH (FORMAT csv, DELIMITER '\"')",
+            "COPY t FROM STDIN WITH (FORMAT json)",
+            "COPY t FROM STDIN WITH (FORMAT binary)",
+            "COPY t FROM STDIN WITH (DELIMITER '\\')",
+            "COPY t FROM STDIN WITH (FORMAT csv, NULL 'a,b')",
+        ] {
+            assert!(target(sql).is_err(), "{sql}");
+        }
+    }
+}

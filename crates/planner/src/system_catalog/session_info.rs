@@ -1,0 +1,231 @@
+//! PostgreSQL's session information functions that drivers call when they
+//! connect: `version()` (SQLAlchemy and others parse the PostgreSQL major
+//! version out of it, so it must start `PostgreSQL 15.`),
+//! `current_schema()` and `current_schemas(include_implicit)` (every
+//! relation lives in `public`, which is the whole search path), and
+//! `current_setting(name)` over the session's parameters.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, LazyLock};
+
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, ListBuilder, StringBuilder};
+use datafusion::arrow::datatypes::{DataType, Field};
+use datafusion::common::ScalarValue;
+use datafusion::error::{DataFusionError, Result as DataFusionResult};
+use datafusion::logical_expr::{
+    ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TypeSignature,
+    Volatility,
+};
+use rockstream_types::{codes, RsError};
+
+use super::{PG_CATALOG, SCHEMA};
+
+/// The PostgreSQL release whose behaviour RockStream follows; also what
+/// the `server_version` parameter reports.
+pub const POSTGRESQL_VERSION: &str = "15.0";
+
+/// `version()`'s text: PostgreSQL's shape (`PostgreSQL 15.0 (...) on
+/// <platform>, 64-bit`), naming RockStream inside the parentheses.
+pub fn version_text() -> String {
+    format!(
+        "PostgreSQL {POSTGRESQL_VERSION} (RockStream {}) on {}-{}, {}-bit",
+        env!("CARGO_PKG_VERSION"),
+        std::env::consts::ARCH,
+        std::env::consts::OS,
+        usize::BITS
+    )
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Info {
+    Version,
+    CurrentSchema,
+    CurrentSchemas,
+}
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct SessionInfo {
+    info: Info,
+    signature: Signature,
+}
+
+/// The functions of this module, registered in every query's session.
+pub(crate) static SESSION_INFO_FUNCTIONS: LazyLock<Vec<ScalarUDF>> = LazyLock::new(|| {
+    [
+        (Info::Version, Signature::nullary(Volatility::Stable)),
+        (Info::CurrentSchema, Signature::nullary(Volatility::Stable)),
+        (
+            Info::CurrentSchemas,
+            Signature::exact(vec![DataType::Boolean], Volatility::Stable),
+        ),
+    ]
+    .into_iter()
+    .map(|(info, signature)| ScalarUDF::from(SessionInfo { info, signature }))
+    .collect()
+});
+
+fn schema_list_type() -> DataType {
+    DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true)))
+}
+
+impl ScalarUDFImpl for SessionInfo {
+    fn name(&self) -> &str {
+        match self.info {
+            Info::Version => "version",
+            Info::CurrentSchema => "current_schema",
+            Info::CurrentSchemas => "current_schemas",
+        }
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arguments: &[DataType]) -> DataFusionResult<DataType> {
+        Ok(match self.info {
+            Info::CurrentSchemas => schema_list_type(),
+            _ => DataType::Utf8,
+        })
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DataFusionResult<ColumnarValue> {
+        match self.info {
+            Info::Version => Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(
+                version_text(),
+            )))),
+            Info::CurrentSchema => Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(
+                SCHEMA.to_string(),
+            )))),
+            Info::CurrentSchemas => {
+                let constant = args
+                    .args
+                    .iter()
+                    .all(|arg| matches!(arg, ColumnarValue::Scalar(_)));
+                let rows = if constant { 1 } else { args.number_rows };
+                let implicit = match args.args.first() {
+                    Some(argument) => argument.to_array(rows)?,
+                    None => return Ok(ColumnarValue::Scalar(ScalarValue::Null)),
+                };
+                let lists = schema_lists(implicit.as_boolean());
+                if constant {
+                    return Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(
+                        &lists, 0,
+                    )?));
+                }
+                Ok(ColumnarValue::Array(lists))
+            }
+        }
+    }
+}
+
+/// `current_schemas(b)` for each `b`: the search path, with the implicitly
+/// searched `pg_catalog` first when `b` is true; NULL for NULL.
+fn schema_lists(implicit: &datafusion::arrow::array::BooleanArray) -> ArrayRef {
+    let mut lists = ListBuilder::new(StringBuilder::new());
+    for row in 0..implicit.len() {
+        if implicit.is_null(row) {
+            lists.append_null();
+            continue;
+        }
+        if implicit.value(row) {
+            lists.values().append_value(PG_CATALOG);
+        }
+        lists.values().append_value(SCHEMA);
+        lists.append(true);
+    }
+    Arc::new(lists.finish())
+}
+
+/// `current_setting(name [, missing_ok])` over the session's parameters as
+/// `SHOW` reports them (`values`, keyed by lower-case name): an unknown
+/// name fails with 42704, or gives NULL when `missing_ok` is true.
+pub fn current_setting(values: BTreeMap<String, String>) -> ScalarUDF {
+    ScalarUDF::from(CurrentSetting {
+        values,
+        signature: Signature::one_of(
+            vec![
+                TypeSignature::Exact(vec![DataType::Utf8]),
+                TypeSignature::Exact(vec![DataType::Utf8, DataType::Boolean]),
+            ],
+            Volatility::Stable,
+        ),
+    })
+}
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct CurrentSetting {
+    values: BTreeMap<String, String>,
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for CurrentSetting {
+    fn name(&self) -> &str {
+        "current_setting"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arguments: &[DataType]) -> DataFusionResult<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DataFusionResult<ColumnarValue> {
+        let constant = args
+            .args
+            .iter()
+            .all(|arg| matches!(arg, ColumnarValue::Scalar(_)));
+        let rows = if constant { 1 } else { args.number_rows };
+        let arrays = args
+            .args
+            .iter()
+            .map(|arg| arg.to_array(rows))
+            .collect::<DataFusionResult<Vec<_>>>()?;
+        let names = arrays[0].as_string::<i32>();
+        let missing_ok = arrays.get(1).map(|array| array.as_boolean());
+        let mut values = StringBuilder::new();
+        for row in 0..rows {
+            if names.is_null(row) {
+                values.append_null();
+                continue;
+            }
+            let name = names.value(row).to_lowercase();
+            match self.values.get(&name) {
+                Some(value) => values.append_value(value),
+                None if missing_ok.is_some_and(|ok| ok.is_valid(row) && ok.value(row)) => {
+                    values.append_null()
+                }
+                None => {
+                    return Err(DataFusionError::External(Box::new(RsError::new(
+                        &codes::UNRECOGNIZED_PARAMETER,
+                        format!("unrecognized configuration parameter \"{name}\""),
+                    ))))
+                }
+            }
+        }
+        let values: ArrayRef = Arc::new(values.finish());
+        if constant {
+            return Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(
+                &values, 0,
+            )?));
+        }
+        Ok(ColumnarValue::Array(values))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn version_reads_as_postgresql_15() {
+        // SQLAlchemy's pattern for the server version.
+        let version = version_text();
+        assert!(
+            version.starts_with("PostgreSQL 15.0 (RockStream "),
+            "{version}"
+        );
+        assert!(version.ends_with("-bit"), "{version}");
+    }
+}

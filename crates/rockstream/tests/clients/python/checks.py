@@ -1,0 +1,592 @@
+"""Client-compatibility checks: what Python applications do with their PostgreSQL drivers.
+
+Usage: checks.py POSTGRESQL_URL [CHECK ...]
+
+Each check uses one client (psycopg2, psycopg 3, asyncpg, SQLAlchemy 2, pandas) with the client's
+default settings, the way an application would, and asserts what PostgreSQL answers. The same
+program runs against PostgreSQL and against RockStream (`it::clients` runs both); a check that
+fails on PostgreSQL is a wrong check. Tables a check needs are created first over an autocommit
+connection, named after the check, so that checks do not see each other's rows; only a check
+about DDL itself creates tables the client's own way.
+
+Prints one JSON object per check on its own line: {"check": name, "ok": bool, "error": text}.
+Exits 0 once every check has run, whatever their outcome (the caller judges them).
+"""
+
+import asyncio
+import datetime
+import decimal
+import io
+import json
+import sys
+import traceback
+import urllib.parse
+
+CHECKS = []
+
+
+def check(function):
+    CHECKS.append(function)
+    return function
+
+
+def ddl(url, *statements):
+    """Runs statements over an autocommit psycopg2 connection (a check's setup, not its test)."""
+    import psycopg2
+
+    connection = psycopg2.connect(url)
+    connection.autocommit = True
+    try:
+        with connection.cursor() as cursor:
+            for statement in statements:
+                cursor.execute(statement)
+    finally:
+        connection.close()
+
+
+def expect(actual, expected, what):
+    if actual != expected:
+        raise AssertionError(f"{what}: expected {expected!r}, got {actual!r}")
+
+
+ROW_TYPES = """CREATE TABLE {name} (
+    id BIGINT PRIMARY KEY, n INT, amount NUMERIC(12,2), label TEXT, day DATE,
+    at TIMESTAMP, flag BOOLEAN, ratio DOUBLE PRECISION)"""
+
+SAMPLE = (
+    1,
+    42,
+    decimal.Decimal("1234.50"),
+    "naïve café",
+    datetime.date(2024, 2, 29),
+    datetime.datetime(2024, 2, 29, 13, 45, 6, 789000),
+    True,
+    0.25,
+)
+
+# --- psycopg2 ----------------------------------------------------------------------------------
+
+
+@check
+def psycopg2_version(url):
+    import psycopg2
+
+    with psycopg2.connect(url) as connection, connection.cursor() as cursor:
+        cursor.execute("SELECT version()")
+        (version,) = cursor.fetchone()
+        if not version.startswith("PostgreSQL 15"):
+            raise AssertionError(f"version() is {version!r}")
+        if not 150000 <= connection.server_version < 160000:
+            raise AssertionError(f"server_version is {connection.server_version}")
+
+
+@check
+def psycopg2_parameters_and_types(url):
+    import psycopg2
+
+    ddl(url, ROW_TYPES.format(name="p2_types"))
+    connection = psycopg2.connect(url)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO p2_types VALUES (%s, %s, %s, %s, %s, %s, %s, %s)", SAMPLE
+            )
+            cursor.execute("INSERT INTO p2_types (id) VALUES (%(id)s)", {"id": 2})
+        connection.commit()
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT * FROM p2_types WHERE id = %s", (1,))
+            expect(cursor.fetchone(), SAMPLE, "row 1")
+            cursor.execute("SELECT * FROM p2_types WHERE id = %s", (2,))
+            expect(cursor.fetchone(), (2,) + (None,) * 7, "row 2")
+            expect(
+                [column.name for column in cursor.description],
+                ["id", "n", "amount", "label", "day", "at", "flag", "ratio"],
+                "column names",
+            )
+    finally:
+        connection.close()
+
+
+@check
+def psycopg2_executemany_and_rollback(url):
+    import psycopg2
+
+    ddl(url, "CREATE TABLE p2_many (id INT PRIMARY KEY, name TEXT)")
+    connection = psycopg2.connect(url)
+    try:
+        with connection.cursor() as cursor:
+            cursor.executemany(
+                "INSERT INTO p2_many VALUES (%s, %s)", [(i, f"n{i}") for i in range(100)]
+            )
+        connection.commit()
+        with connection.cursor() as cursor:
+            cursor.execute("DELETE FROM p2_many WHERE id < 50")
+            expect(cursor.rowcount, 50, "rows deleted")
+        connection.rollback()
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*), sum(id) FROM p2_many")
+            expect(cursor.fetchone(), (100, 4950), "count and sum after rollback")
+    finally:
+        connection.close()
+
+
+@check
+def psycopg2_materialized_view_follows_commits(url):
+    import psycopg2
+
+    ddl(
+        url,
+        "CREATE TABLE p2_orders (id INT PRIMARY KEY, region TEXT, amount NUMERIC(10,2))",
+        "CREATE MATERIALIZED VIEW p2_revenue AS "
+        "SELECT region, count(*) AS orders, sum(amount) AS revenue FROM p2_orders GROUP BY region",
+    )
+    connection = psycopg2.connect(url)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO p2_orders VALUES (1, 'eu', 10.50), (2, 'eu', 4.50), (3, 'us', 1)"
+            )
+            connection.commit()
+            # PostgreSQL's materialized views are refreshed by hand; RockStream's need not be.
+            # REFRESH is accepted by both.
+            cursor.execute("REFRESH MATERIALIZED VIEW p2_revenue")
+            connection.commit()
+            cursor.execute("SELECT region, orders, revenue FROM p2_revenue ORDER BY region")
+            expect(
+                cursor.fetchall(),
+                [("eu", 2, decimal.Decimal("15.00")), ("us", 1, decimal.Decimal("1.00"))],
+                "view rows",
+            )
+    finally:
+        connection.close()
+
+
+@check
+def psycopg2_ddl_in_a_transaction(url):
+    import psycopg2
+
+    connection = psycopg2.connect(url)  # a transaction opens before the first statement
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("CREATE TABLE p2_ddl (id INT PRIMARY KEY)")
+            cursor.execute("INSERT INTO p2_ddl VALUES (1)")
+        connection.commit()
+        with connection.cursor() as cursor:
+            cursor.execute("CREATE TABLE p2_ddl_gone (id INT)")
+        connection.rollback()
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT tablename FROM pg_tables WHERE tablename LIKE 'p2_ddl%' ORDER BY 1"
+            )
+            expect(cursor.fetchall(), [("p2_ddl",)], "tables left")
+    finally:
+        connection.close()
+
+
+@check
+def psycopg2_copy_csv_in(url):
+    import psycopg2
+
+    ddl(url, "CREATE TABLE p2_csv (id INT PRIMARY KEY, name TEXT, note TEXT)")
+    connection = psycopg2.connect(url)
+    try:
+        data = 'id,name,note\n1,"Smith, Jo","said ""hi"""\n2,plain,\n'
+        with connection.cursor() as cursor:
+            cursor.copy_expert(
+                "COPY p2_csv FROM STDIN WITH (FORMAT csv, HEADER true)", io.StringIO(data)
+            )
+            cursor.copy_expert(
+                "COPY p2_csv FROM STDIN WITH CSV HEADER DELIMITER ';'",
+                io.StringIO("id;name;note\n3;semi;x\n"),
+            )
+        connection.commit()
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT * FROM p2_csv ORDER BY id")
+            expect(
+                cursor.fetchall(),
+                [(1, "Smith, Jo", 'said "hi"'), (2, "plain", None), (3, "semi", "x")],
+                "rows",
+            )
+    finally:
+        connection.close()
+
+
+@check
+def psycopg2_copy_out(url):
+    import psycopg2
+
+    ddl(
+        url,
+        "CREATE TABLE p2_out (id INT PRIMARY KEY, name TEXT)",
+        "INSERT INTO p2_out VALUES (1, 'a'), (2, NULL)",
+    )
+    connection = psycopg2.connect(url)
+    try:
+        with connection.cursor() as cursor:
+            text = io.StringIO()
+            cursor.copy_expert("COPY (SELECT * FROM p2_out ORDER BY id) TO STDOUT", text)
+            expect(text.getvalue(), "1\ta\n2\t\\N\n", "text output")
+            csv = io.StringIO()
+            cursor.copy_expert("COPY p2_out TO STDOUT WITH (FORMAT csv, HEADER)", csv)
+            expect(sorted(csv.getvalue().splitlines()), ["1,a", "2,", "id,name"], "csv output")
+    finally:
+        connection.close()
+
+
+@check
+def psycopg2_server_side_cursor(url):
+    import psycopg2
+
+    ddl(url, "CREATE TABLE p2_cursor (id INT PRIMARY KEY)")
+    ddl(url, "INSERT INTO p2_cursor SELECT * FROM generate_series(1, 1000)")
+    connection = psycopg2.connect(url)
+    try:
+        with connection.cursor("big") as cursor:  # DECLARE big CURSOR ... / FETCH
+            cursor.itersize = 100
+            cursor.execute("SELECT id FROM p2_cursor ORDER BY id")
+            expect(sum(row[0] for row in cursor), 500500, "sum over the cursor")
+    finally:
+        connection.close()
+
+
+# --- psycopg 3 ---------------------------------------------------------------------------------
+
+
+@check
+def psycopg3_parameters_binary_and_prepared(url):
+    import psycopg
+
+    ddl(url, ROW_TYPES.format(name="p3_types"))
+    with psycopg.connect(url) as connection:
+        connection.execute("INSERT INTO p3_types VALUES (%s, %s, %s, %s, %s, %s, %s, %s)", SAMPLE)
+        connection.commit()
+        expect(
+            connection.execute("SELECT * FROM p3_types WHERE id = %s", (1,)).fetchone(),
+            SAMPLE,
+            "row (text results)",
+        )
+        with connection.cursor(binary=True) as cursor:
+            expect(
+                cursor.execute("SELECT * FROM p3_types WHERE id = %s", (1,)).fetchone(),
+                SAMPLE,
+                "row (binary results)",
+            )
+        # The sixth execution of one statement is prepared on the server; a rollback then sends
+        # DEALLOCATE ALL.
+        for _ in range(8):
+            expect(
+                connection.execute("SELECT n FROM p3_types WHERE id = %s", (1,)).fetchone(),
+                (42,),
+                "prepared lookup",
+            )
+        connection.rollback()
+        expect(connection.execute("SELECT count(*) FROM p3_types").fetchone(), (1,), "count")
+
+
+@check
+def psycopg3_copy(url):
+    import psycopg
+
+    ddl(url, "CREATE TABLE p3_copy (id INT PRIMARY KEY, name TEXT, at DATE)")
+    with psycopg.connect(url) as connection:
+        with connection.cursor() as cursor:
+            with cursor.copy("COPY p3_copy (id, name, at) FROM STDIN") as copy:
+                for i in range(1, 501):
+                    copy.write_row((i, f"row {i}", datetime.date(2024, 1, 1)))
+        connection.commit()
+        expect(
+            connection.execute("SELECT count(*), max(name) FROM p3_copy").fetchone(),
+            (500, "row 99"),
+            "copied rows",
+        )
+
+
+@check
+def psycopg3_nested_transactions(url):
+    import psycopg
+
+    ddl(url, "CREATE TABLE p3_nested (id INT PRIMARY KEY)")
+    with psycopg.connect(url) as connection:
+        with connection.transaction():
+            connection.execute("INSERT INTO p3_nested VALUES (1)")
+            try:
+                with connection.transaction():  # SAVEPOINT
+                    connection.execute("INSERT INTO p3_nested VALUES (2)")
+                    raise RuntimeError("undo the inner block")
+            except RuntimeError:
+                pass
+            # A failed statement inside the inner block: rolled back to its
+            # savepoint, after which the outer transaction goes on.
+            try:
+                with connection.transaction():
+                    connection.execute("INSERT INTO p3_nested VALUES (1)")
+            except psycopg.errors.UniqueViolation:
+                pass
+            connection.execute("INSERT INTO p3_nested VALUES (3)")
+        expect(
+            connection.execute("SELECT id FROM p3_nested ORDER BY id").fetchall(),
+            [(1,), (3,)],
+            "rows",
+        )
+
+
+# --- asyncpg -----------------------------------------------------------------------------------
+
+
+def run(coroutine):
+    return asyncio.run(coroutine)
+
+
+@check
+def asyncpg_parameters_and_types(url):
+    import asyncpg
+
+    ddl(url, ROW_TYPES.format(name="apg_types"))
+
+    async def body():
+        connection = await asyncpg.connect(url)
+        try:
+            await connection.execute(
+                "INSERT INTO apg_types VALUES ($1, $2, $3, $4, $5, $6, $7, $8)", *SAMPLE
+            )
+            row = await connection.fetchrow("SELECT * FROM apg_types WHERE id = $1", 1)
+            expect(tuple(row), SAMPLE, "row")
+            statement = await connection.prepare("SELECT label FROM apg_types WHERE id = $1")
+            expect(await statement.fetchval(1), SAMPLE[3], "prepared fetch")
+            async with connection.transaction():
+                await connection.execute("DELETE FROM apg_types")
+            try:
+                async with connection.transaction():
+                    await connection.execute("INSERT INTO apg_types (id) VALUES (9)")
+                    raise RuntimeError("roll back")
+            except RuntimeError:
+                pass
+            expect(await connection.fetchval("SELECT count(*) FROM apg_types"), 0, "count")
+        finally:
+            await connection.close()
+
+    run(body())
+
+
+@check
+def asyncpg_pool_release(url):
+    import asyncpg
+
+    async def body():
+        pool = await asyncpg.create_pool(url, min_size=1, max_size=2)
+        try:
+            for i in range(5):  # each release runs the pool's reset query
+                async with pool.acquire() as connection:
+                    expect(await connection.fetchval("SELECT $1::int + 1", i), i + 1, "answer")
+        finally:
+            await pool.close()
+
+    run(body())
+
+
+@check
+def asyncpg_copy_records(url):
+    import asyncpg
+
+    ddl(url, "CREATE TABLE apg_copy (id INT PRIMARY KEY, name TEXT)")
+
+    async def body():
+        connection = await asyncpg.connect(url)
+        try:
+            # Binary COPY: asyncpg's bulk load.
+            await connection.copy_records_to_table(
+                "apg_copy", records=[(i, f"r{i}") for i in range(200)]
+            )
+            expect(await connection.fetchval("SELECT count(*) FROM apg_copy"), 200, "count")
+        finally:
+            await connection.close()
+
+    run(body())
+
+
+# --- SQLAlchemy 2 and pandas -------------------------------------------------------------------
+
+
+def engine_url(url, dialect):
+    parts = urllib.parse.urlsplit(url)
+    return urllib.parse.urlunsplit(parts._replace(scheme=f"postgresql+{dialect}"))
+
+
+@check
+def sqlalchemy_connects_psycopg2(url):
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(engine_url(url, "psycopg2"))
+    with engine.connect() as connection:
+        expect(connection.execute(sqlalchemy.text("SELECT 1")).scalar(), 1, "SELECT 1")
+    engine.dispose()
+
+
+@check
+def sqlalchemy_connects_psycopg3(url):
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(engine_url(url, "psycopg"))
+    with engine.connect() as connection:
+        value = connection.execute(sqlalchemy.text("SELECT :x + 1"), {"x": 41}).scalar()
+        expect(value, 42, "bound parameter")
+    engine.dispose()
+
+
+@check
+def sqlalchemy_reflection(url):
+    import sqlalchemy
+
+    ddl(
+        url,
+        "CREATE TABLE sa_customers (id BIGINT PRIMARY KEY, name VARCHAR(40) NOT NULL, "
+        "balance NUMERIC(12,2), joined DATE)",
+        "CREATE TABLE sa_pairs (a INT, b TEXT, PRIMARY KEY (b, a))",
+        "CREATE VIEW sa_names AS SELECT name FROM sa_customers",
+    )
+    engine = sqlalchemy.create_engine(engine_url(url, "psycopg2"))
+    try:
+        inspector = sqlalchemy.inspect(engine)
+        tables = set(inspector.get_table_names())
+        if not {"sa_customers", "sa_pairs"} <= tables:
+            raise AssertionError(f"tables: {sorted(tables)}")
+        if "sa_names" not in inspector.get_view_names():
+            raise AssertionError(f"views: {inspector.get_view_names()}")
+        columns = inspector.get_columns("sa_customers")
+        expect(
+            [(c["name"], str(c["type"]), c["nullable"]) for c in columns],
+            [
+                ("id", "BIGINT", False),
+                ("name", "VARCHAR(40)", False),
+                ("balance", "NUMERIC(12, 2)", True),
+                ("joined", "DATE", True),
+            ],
+            "columns",
+        )
+        expect(
+            inspector.get_pk_constraint("sa_pairs")["constrained_columns"],
+            ["b", "a"],
+            "primary key",
+        )
+        table = sqlalchemy.Table("sa_customers", sqlalchemy.MetaData(), autoload_with=engine)
+        expect([c.name for c in table.primary_key], ["id"], "reflected primary key")
+    finally:
+        engine.dispose()
+
+
+@check
+def sqlalchemy_core_create_all(url):
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(engine_url(url, "psycopg2"))
+    metadata = sqlalchemy.MetaData()
+    items = sqlalchemy.Table(
+        "sa_items",
+        metadata,
+        sqlalchemy.Column("id", sqlalchemy.Integer, primary_key=True, autoincrement=False),
+        sqlalchemy.Column("name", sqlalchemy.String(30), nullable=False),
+    )
+    try:
+        metadata.create_all(engine)  # DDL inside a transaction
+        with engine.begin() as connection:
+            connection.execute(items.insert(), [{"id": 1, "name": "a"}, {"id": 2, "name": "b"}])
+        with engine.connect() as connection:
+            rows = connection.execute(sqlalchemy.select(items).order_by(items.c.id)).all()
+            expect([tuple(row) for row in rows], [(1, "a"), (2, "b")], "rows")
+    finally:
+        engine.dispose()
+
+
+@check
+def sqlalchemy_orm_session(url):
+    import sqlalchemy
+    from sqlalchemy import orm
+
+    ddl(url, "CREATE TABLE sa_users (id INT PRIMARY KEY, name TEXT NOT NULL, score INT)")
+
+    class Base(orm.DeclarativeBase):
+        pass
+
+    class User(Base):
+        __tablename__ = "sa_users"
+        id = sqlalchemy.Column(sqlalchemy.Integer, primary_key=True, autoincrement=False)
+        name = sqlalchemy.Column(sqlalchemy.Text, nullable=False)
+        score = sqlalchemy.Column(sqlalchemy.Integer)
+
+    engine = sqlalchemy.create_engine(engine_url(url, "psycopg2"))
+    try:
+        with orm.Session(engine) as session:
+            session.add_all([User(id=1, name="ann", score=3), User(id=2, name="bob", score=5)])
+            session.commit()
+        with orm.Session(engine) as session:
+            bob = session.get(User, 2)
+            bob.score = 7
+            session.commit()
+        with orm.Session(engine) as session:
+            users = session.scalars(sqlalchemy.select(User).order_by(User.id)).all()
+            expect([(u.name, u.score) for u in users], [("ann", 3), ("bob", 7)], "users")
+    finally:
+        engine.dispose()
+
+
+@check
+def pandas_read_sql(url):
+    import pandas
+    import sqlalchemy
+
+    ddl(
+        url,
+        "CREATE TABLE pd_read (id INT PRIMARY KEY, amount DOUBLE PRECISION, label TEXT)",
+        "INSERT INTO pd_read VALUES (1, 1.5, 'x'), (2, 2.5, 'y')",
+    )
+    engine = sqlalchemy.create_engine(engine_url(url, "psycopg2"))
+    try:
+        frame = pandas.read_sql("SELECT * FROM pd_read ORDER BY id", engine)
+        expect(list(frame.columns), ["id", "amount", "label"], "columns")
+        expect(frame["amount"].sum(), 4.0, "sum")
+        frame = pandas.read_sql_table("pd_read", engine)
+        expect(len(frame), 2, "rows of read_sql_table")
+    finally:
+        engine.dispose()
+
+
+@check
+def pandas_to_sql(url):
+    import pandas
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(engine_url(url, "psycopg2"))
+    try:
+        frame = pandas.DataFrame({"id": [1, 2, 3], "name": ["a", "b", "c"], "x": [0.5, 1.5, 2.5]})
+        frame.to_sql("pd_written", engine, index=False)
+        back = pandas.read_sql("SELECT * FROM pd_written ORDER BY id", engine)
+        expect(back.to_dict("list"), frame.to_dict("list"), "round trip")
+    finally:
+        engine.dispose()
+
+
+def main():
+    if len(sys.argv) < 2:
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)
+    url = sys.argv[1]
+    chosen = set(sys.argv[2:])
+    for function in CHECKS:
+        if chosen and function.__name__ not in chosen:
+            continue
+        try:
+            function(url)
+            outcome = {"check": function.__name__, "ok": True}
+        except Exception as error:  # noqa: BLE001 - every failure is reported, none stops the run
+            last = traceback.extract_tb(error.__traceback__)[-1]
+            outcome = {
+                "check": function.__name__,
+                "ok": False,
+                "error": f"{type(error).__name__}: {error}".strip()[:2000]
+                + f" (at {last.filename.rsplit('/', 1)[-1]}:{last.lineno})",
+            }
+        print(json.dumps(outcome), flush=True)
+
+
+if __name__ == "__main__":
+    main()
