@@ -153,16 +153,19 @@ fi
 provision_python_clients() {
     local requirements="$repository_root/crates/rockstream/tests/clients/python/requirements.txt"
     local environment="${ROCKSTREAM_TEST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rockstream-test}/python"
-    if [[ -x "$environment/bin/python" ]] && cmp -s "$requirements" "$environment/installed.txt"; then
+    # The environment is reused while the requirements and the interpreter are the same.
+    local stamp
+    stamp="$(python3 --version 2>&1; cat "$requirements")" || return 1
+    if [[ -x "$environment/bin/python" && "$(cat "$environment/installed.txt" 2>/dev/null)" == "$stamp" ]]; then
         export ROCKSTREAM_TEST_PYTHON="$environment/bin/python"
         return 0
     fi
     log "installing the Python clients (psycopg2, psycopg 3, asyncpg, SQLAlchemy, pandas) in $environment"
-    rm -rf "$environment"
+    rm -rf "$environment" || return 1
     python3 -m venv "$environment" || return 1
     "$environment/bin/python" -m pip install --quiet --disable-pip-version-check \
         -r "$requirements" || return 1
-    cp "$requirements" "$environment/installed.txt"
+    printf '%s' "$stamp" >"$environment/installed.txt" || return 1
     export ROCKSTREAM_TEST_PYTHON="$environment/bin/python"
 }
 

@@ -10,6 +10,7 @@ use datafusion::arrow::datatypes::{
 };
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::execution::context::SessionContext;
+use datafusion::sql::sqlparser::ast::visit_expressions;
 use datafusion::sql::sqlparser::ast::{
     CopySource, CopyTarget as SqlCopyTarget, Declare, DeclareType, Expr as SqlExpr, FetchDirection,
     FromTable, ObjectName, ObjectType, Query, Set, Statement, TableFactor, TableObject,
@@ -33,7 +34,7 @@ use crate::dml::{self, query_error};
 use crate::fast_path;
 use crate::memory::{size_text, MemoryLimits, StatementMemory};
 use crate::providers::{view_failure, ReadContext, SnapshotResolver, ROW_KEY_COLUMN};
-use crate::session::{Cursor, GatewaySession, Isolation, SavepointCommand, Transaction};
+use crate::session::{GatewaySession, Isolation, SavepointCommand, Transaction};
 use crate::session_commands;
 use crate::statement_limits::{show_timeout, Stop};
 use crate::wire::Command;
@@ -264,23 +265,7 @@ impl Gateway {
             })
         };
         match statement {
-            Statement::Query(query) => {
-                if let Some(result) = fast_path::constant_select(query) {
-                    return Ok(result);
-                }
-                let table = |name: &str| self.entry(session, name, Some(ObjectKind::Table)).ok();
-                if let Some(lookup) = fast_path::point_lookup(query, table) {
-                    return self.read_point(session, lookup).await;
-                }
-                if uses_bag_set_operation(&statement.to_string()) {
-                    return Err(RsError::new(
-                        &codes::UNSUPPORTED_STATEMENT,
-                        "EXCEPT ALL / INTERSECT ALL are supported in materialized views only",
-                    ));
-                }
-                let result = self.select_query(session, query).await?;
-                rename_columns(result, pg_column_names(query))
-            }
+            Statement::Query(query) => self.query(session, query).await,
             Statement::Explain { .. } => self.select(session, &statement.to_string()).await,
             Statement::StartTransaction { modes, .. } => {
                 let isolation = requested_isolation(modes)?.unwrap_or(session.default_isolation);
@@ -600,6 +585,25 @@ impl Gateway {
         }
     }
 
+    /// A query's rows, under PostgreSQL's column names.
+    async fn query(&self, session: &GatewaySession, query: &Query) -> RsResult<StatementResult> {
+        if let Some(result) = fast_path::constant_select(query) {
+            return Ok(result);
+        }
+        let table = |name: &str| self.entry(session, name, Some(ObjectKind::Table)).ok();
+        if let Some(lookup) = fast_path::point_lookup(query, table) {
+            return self.read_point(session, lookup).await;
+        }
+        if uses_bag_set_operation(&query.to_string()) {
+            return Err(RsError::new(
+                &codes::UNSUPPORTED_STATEMENT,
+                "EXCEPT ALL / INTERSECT ALL are supported in materialized views only",
+            ));
+        }
+        let result = self.select_query(session, query).await?;
+        rename_columns(result, pg_column_names(query))
+    }
+
     /// `DECLARE name [NO SCROLL] CURSOR [WITH[OUT] HOLD] FOR query`: runs
     /// the query and keeps its result for `FETCH` (see [`Cursor`]). Without
     /// `WITH HOLD` a cursor lives inside a transaction block only.
@@ -639,21 +643,12 @@ impl Gateway {
                 format!("cursor \"{name}\" already exists"),
             ));
         }
-        let StatementResult::Query { schema, batches } = self.select_query(session, query).await?
-        else {
+        let StatementResult::Query { schema, batches } = self.query(session, query).await? else {
             return Err(RsError::internal("a cursor's query gave no rows"));
         };
         let rows = datafusion::arrow::compute::concat_batches(&schema, &batches)
             .map_err(rockstream_ops::arrow_rows::arrow_error)?;
-        session.cursors.insert(
-            name,
-            Cursor {
-                rows,
-                position: 0,
-                hold,
-                in_open_transaction: in_explicit,
-            },
-        );
+        session.declare_cursor(name, rows, hold);
         Ok(())
     }
 
@@ -721,6 +716,19 @@ impl Gateway {
             schema,
             batches: vec![batch],
         })
+    }
+
+    /// Registers in `context` the functions that read the session, when
+    /// `query` calls them: `current_setting()`.
+    pub(crate) fn register_session_functions(
+        &self,
+        context: &SessionContext,
+        session: &GatewaySession,
+        query: &Query,
+    ) {
+        if calls_function(query, "current_setting") {
+            context.register_udf(rockstream_planner::current_setting(self.settings(session)));
+        }
     }
 
     /// The parameters `current_setting()` reads: those `SHOW` always knows
@@ -825,9 +833,7 @@ impl Gateway {
         query: &Query,
     ) -> RsResult<StatementResult> {
         let context = self.query_context(session);
-        if query.to_string().to_lowercase().contains("current_setting") {
-            context.register_udf(rockstream_planner::current_setting(self.settings(session)));
-        }
+        self.register_session_functions(&context, session, query);
         let mut normalized = as_postgres_reads_it(&context, query).await?;
         match self
             .run_query(session, &context, &normalized.to_string())
@@ -1197,8 +1203,25 @@ fn isolation_named(value: &SqlExpr) -> RsResult<Isolation> {
     Ok(requested_isolation(&[TransactionMode::IsolationLevel(level)])?.unwrap_or_default())
 }
 
-/// The isolation level `modes` ask for, if any. SERIALIZABLE is refused:
-/// RockStream does not detect the read/write dependencies it needs.
+/// Whether `query` calls the function `name` (unqualified or qualified)
+/// anywhere.
+fn calls_function(query: &Query, name: &str) -> bool {
+    let found = visit_expressions(query, |expr: &SqlExpr| match expr {
+        SqlExpr::Function(function)
+            if function
+                .name
+                .0
+                .last()
+                .and_then(|part| part.as_ident())
+                .is_some_and(|ident| ident.value.eq_ignore_ascii_case(name)) =>
+        {
+            std::ops::ControlFlow::Break(())
+        }
+        _ => std::ops::ControlFlow::Continue(()),
+    });
+    found.is_break()
+}
+
 /// `FETCH [FORWARD] [n | ALL | NEXT] [FROM | IN] name`: the cursor's next
 /// rows. Cursors move forward only.
 fn fetch(
@@ -1245,6 +1268,8 @@ fn fetch(
     })
 }
 
+/// The isolation level `modes` ask for, if any. SERIALIZABLE is refused:
+/// RockStream does not detect the read/write dependencies it needs.
 fn requested_isolation(modes: &[TransactionMode]) -> RsResult<Option<Isolation>> {
     let mut isolation = None;
     for mode in modes {

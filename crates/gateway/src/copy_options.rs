@@ -20,6 +20,9 @@ pub(crate) fn copy_target(
         CopyFormat::Csv => CopyTarget::csv(table, columns),
         CopyFormat::Text => CopyTarget::text(table, columns),
     };
+    // QUOTE and ESCAPE as given (CSV only); ESCAPE defaults to QUOTE.
+    let mut quote = None;
+    let mut escape = None;
     for option in options {
         match option {
             CopyOption::Format(_) | CopyOption::Freeze(_) => {}
@@ -28,8 +31,8 @@ pub(crate) fn copy_target(
             }
             CopyOption::Null(null) => target.null_string = null.clone(),
             CopyOption::Header(header) => target.header = *header,
-            CopyOption::Quote(quote) => target.quote = one_byte("QUOTE", *quote)?,
-            CopyOption::Escape(escape) => target.escape = one_byte("ESCAPE", *escape)?,
+            CopyOption::Quote(character) => quote = Some(one_byte("QUOTE", *character)?),
+            CopyOption::Escape(character) => escape = Some(one_byte("ESCAPE", *character)?),
             CopyOption::Encoding(encoding) if is_utf8(encoding) => {}
             other => return Err(unsupported(&other.to_string())),
         }
@@ -40,11 +43,11 @@ pub(crate) fn copy_target(
                 for csv_option in csv_options {
                     match csv_option {
                         CopyLegacyCsvOption::Header => target.header = true,
-                        CopyLegacyCsvOption::Quote(quote) => {
-                            target.quote = one_byte("QUOTE", *quote)?
+                        CopyLegacyCsvOption::Quote(character) => {
+                            quote = Some(one_byte("QUOTE", *character)?)
                         }
-                        CopyLegacyCsvOption::Escape(escape) => {
-                            target.escape = one_byte("ESCAPE", *escape)?
+                        CopyLegacyCsvOption::Escape(character) => {
+                            escape = Some(one_byte("ESCAPE", *character)?)
                         }
                         other => return Err(unsupported(&other.to_string())),
                     }
@@ -58,6 +61,16 @@ pub(crate) fn copy_target(
             other => return Err(unsupported(&other.to_string())),
         }
     }
+    if target.format != CopyFormat::Csv && (quote.is_some() || escape.is_some()) {
+        return Err(RsError::new(
+            &codes::UNSUPPORTED_STATEMENT,
+            "COPY QUOTE and ESCAPE are available only in CSV mode",
+        ));
+    }
+    if let Some(quote) = quote {
+        target.quote = quote;
+    }
+    target.escape = escape.unwrap_or(target.quote);
     check(&target)?;
     Ok(target)
 }
@@ -93,13 +106,6 @@ fn format(options: &[CopyOption], legacy: &[CopyLegacyOption]) -> RsResult<CopyF
 /// PostgreSQL's checks of the options against each other.
 fn check(target: &CopyTarget) -> RsResult<()> {
     let csv = target.format == CopyFormat::Csv;
-    let refuse = |message: &str| Err(RsError::new(&codes::UNSUPPORTED_STATEMENT, message));
-    if !csv && target.header {
-        return refuse("COPY HEADER available only in CSV mode");
-    }
-    if !csv && (target.quote != b'"' || target.escape != b'"') {
-        return refuse("COPY quote and escape available only in CSV mode");
-    }
     let delimiter = target.delimiter;
     if matches!(delimiter, b'\n' | b'\r') {
         return Err(RsError::new(
@@ -107,7 +113,12 @@ fn check(target: &CopyTarget) -> RsResult<()> {
             "COPY delimiter cannot be newline or carriage return",
         ));
     }
-    if !csv && (delimiter == b'\\' || delimiter.is_ascii_lowercase() || delimiter.is_ascii_digit())
+    // The text format's escapes (`\N`, `\.`, `\t`, ...) would read as
+    // delimiters.
+    if !csv
+        && (matches!(delimiter, b'\\' | b'.')
+            || delimiter.is_ascii_lowercase()
+            || delimiter.is_ascii_digit())
     {
         return Err(RsError::new(
             &codes::INVALID_PARAMETER_VALUE,
@@ -192,6 +203,11 @@ mod tests {
         ] {
             assert_eq!(target(sql).unwrap(), expected, "{sql}");
         }
+        // PostgreSQL 15 reads a header line in the text format too.
+        assert!(target("COPY t FROM STDIN WITH (HEADER)").unwrap().header);
+        // ESCAPE follows QUOTE unless given.
+        let quoted = target("COPY t FROM STDIN WITH (FORMAT csv, QUOTE '''')").unwrap();
+        assert_eq!((quoted.quote, quoted.escape), (b'\'', b'\''));
         // FORMAT csv alone: a comma, not the text format's tab.
         assert_eq!(
             target("COPY t FROM STDIN (FORMAT csv)").unwrap().delimiter,
@@ -203,7 +219,8 @@ mod tests {
     #[test]
     fn options_postgresql_refuses_are_refused() {
         for sql in [
-            "COPY t FROM STDIN WITH (HEADER)",
+            "COPY t FROM STDIN WITH (QUOTE '\"')",
+            "COPY t FROM STDIN WITH (DELIMITER '.')",
             "COPY t FROM STDIN WITH (FORMAT csv, DELIMITER '\"')",
             "COPY t FROM STDIN WITH (FORMAT json)",
             "COPY t FROM STDIN WITH (FORMAT binary)",

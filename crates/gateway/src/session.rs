@@ -68,6 +68,10 @@ pub struct NamedSavepoint {
     pub name: String,
     tables: BTreeMap<ObjectId, PendingTable>,
     parameters: Parameters,
+    before_set_local: Option<Parameters>,
+    /// Cursors declared from here on have higher serials: `ROLLBACK TO`
+    /// closes them.
+    cursor_serial: u64,
 }
 
 /// The parameters a session keeps.
@@ -91,6 +95,8 @@ pub struct Parameters {
 pub struct Cursor {
     pub rows: RecordBatch,
     pub position: usize,
+    /// The order cursors were declared in (see [`NamedSavepoint`]).
+    serial: u64,
     /// `WITH HOLD`: it outlives the transaction that declared it.
     pub hold: bool,
     /// Declared in the open transaction: its ROLLBACK closes it even `WITH
@@ -114,6 +120,8 @@ pub struct GatewaySession {
     pub namespace: String,
     /// Open cursors by name.
     pub cursors: BTreeMap<String, Cursor>,
+    /// Cursors declared so far, the serial of the next one.
+    pub cursors_declared: u64,
     pub transaction: Option<Transaction>,
     /// The level `BEGIN` uses when it names none (`SET SESSION
     /// CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL ...`).
@@ -139,6 +147,23 @@ impl GatewaySession {
             self.parameters = before;
         }
         Some(transaction)
+    }
+
+    /// Opens cursor `name` over `rows` (the caller checked the name is
+    /// free).
+    pub fn declare_cursor(&mut self, name: String, rows: RecordBatch, hold: bool) {
+        let in_open_transaction = self.in_explicit_transaction();
+        self.cursors.insert(
+            name,
+            Cursor {
+                rows,
+                position: 0,
+                serial: self.cursors_declared,
+                hold,
+                in_open_transaction,
+            },
+        );
+        self.cursors_declared += 1;
     }
 
     /// The transaction block ended: its cursors close, except, when it
@@ -207,12 +232,14 @@ impl GatewaySession {
     /// [SAVEPOINT] name`, with PostgreSQL's rules: a savepoint exists only
     /// inside a transaction block; a name may be reused (the newest one
     /// answers to it); releasing one releases every later one; rolling back
-    /// to one undoes what the transaction did since (its writes and `SET`s),
+    /// to one undoes what the transaction did since (its writes, `SET`s and
+    /// cursors),
     /// ends an aborted state and keeps the savepoint, so that it can be
     /// rolled back to again. Only `ROLLBACK TO` may run in an aborted
     /// transaction (the caller refuses the others first).
     pub fn savepoint_command(&mut self, command: SavepointCommand, name: &str) -> RsResult<()> {
         let parameters = self.parameters.clone();
+        let cursor_serial = self.cursors_declared;
         let transaction = match self.transaction.as_mut() {
             Some(transaction) if transaction.explicit => transaction,
             _ => {
@@ -230,6 +257,8 @@ impl GatewaySession {
                 name: name.to_string(),
                 tables: transaction.tables.clone(),
                 parameters,
+                before_set_local: transaction.before_set_local.clone(),
+                cursor_serial,
             });
             return Ok(());
         }
@@ -250,8 +279,12 @@ impl GatewaySession {
         transaction.savepoints.truncate(position + 1);
         let savepoint = &transaction.savepoints[position];
         transaction.tables = savepoint.tables.clone();
+        transaction.before_set_local = savepoint.before_set_local.clone();
         transaction.aborted = false;
         self.parameters = savepoint.parameters.clone();
+        let cursor_serial = savepoint.cursor_serial;
+        self.cursors
+            .retain(|_, cursor| cursor.serial < cursor_serial);
         Ok(())
     }
 }

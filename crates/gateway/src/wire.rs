@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::sql::sqlparser::ast::{
     visit_expressions, visit_expressions_mut, Expr as SqlExpr, ObjectName, Statement, Value,
 };
@@ -283,6 +283,7 @@ impl Backend for Gateway {
         }
         Ok(GatewaySession {
             cursors: Default::default(),
+            cursors_declared: 0,
             namespace: database.to_string(),
             transaction: None,
             default_isolation: Default::default(),
@@ -335,12 +336,26 @@ impl Backend for Gateway {
         if let Some(described) = self.describe_simple(session, statement) {
             return Ok(described);
         }
+        // FETCH returns its cursor's columns.
+        if let Statement::Fetch { name, .. } = &**statement {
+            let name = crate::ddl::ident_name(name);
+            return Ok(Described {
+                parameter_types: Vec::new(),
+                columns: session
+                    .cursors
+                    .get(&name)
+                    .map(|cursor| cursor.rows.schema()),
+            });
+        }
         let resolver = Arc::new(SnapshotResolver {
             context: Arc::new(self.read_context(session, false)),
         });
         let context = new_context(resolver);
         let mut normalized = match &**statement {
-            Statement::Query(query) => Some(as_postgres_reads_it(&context, query).await?),
+            Statement::Query(query) => {
+                self.register_session_functions(&context, session, query);
+                Some(as_postgres_reads_it(&context, query).await?)
+            }
             _ => None,
         };
         let sql = match &normalized {
@@ -477,6 +492,10 @@ impl Backend for Gateway {
                     ),
                 })
         }
+    }
+
+    fn cursor_columns(&self, session: &GatewaySession, name: &str) -> Option<SchemaRef> {
+        session.cursors.get(name).map(|cursor| cursor.rows.schema())
     }
 
     fn transaction_state(&self, session: &GatewaySession) -> TransactionState {

@@ -198,13 +198,21 @@ impl<B: Backend> ConnectionCore<B> {
             Err(error) => vec![Err(error)],
         };
         drop(running);
-        self.report_state(&state);
         let total = results.len();
         let mut responses = Vec::with_capacity(total);
         for result in results {
             let (response, is_last) = match result {
                 Ok(StatementResult::CopyIn(target)) => (Ok(state.start_copy(target)), true),
-                Ok(result) => (statement_response(result, &Format::UnifiedText), false),
+                Ok(result) => {
+                    let response = statement_response(result, &Format::UnifiedText);
+                    if response.is_err() {
+                        // Its rows could not be sent: the statement failed.
+                        if let Ok(session) = state.session_mut() {
+                            self.backend.statement_failed(session).await;
+                        }
+                    }
+                    (response, false)
+                }
                 Err(error) => (Err(error), true),
             };
             let stops = is_last || response.is_err();
@@ -224,6 +232,7 @@ impl<B: Backend> ConnectionCore<B> {
         if responses.is_empty() {
             responses.push(Response::EmptyQuery);
         }
+        self.report_state(&state);
         responses
     }
 
@@ -265,11 +274,22 @@ impl<B: Backend> ConnectionCore<B> {
             Ok(result) => result,
             Err(panic) => Err(self.panicked(session, panic).await),
         };
+        let response = match result {
+            Ok(StatementResult::CopyIn(target)) => Ok(state.start_copy(target)),
+            Ok(result) => {
+                let response = statement_response(result, &portal.result_column_format);
+                if response.is_err() {
+                    // Its rows could not be sent: the statement failed.
+                    if let Ok(session) = state.session_mut() {
+                        self.backend.statement_failed(session).await;
+                    }
+                }
+                response
+            }
+            Err(error) => Err(error),
+        };
         self.report_state(&state);
-        match result? {
-            StatementResult::CopyIn(target) => Ok(state.start_copy(target)),
-            result => statement_response(result, &portal.result_column_format),
-        }
+        response
     }
 
     /// Buffers one CopyData message.
@@ -338,6 +358,13 @@ impl<B: Backend> ConnectionCore<B> {
             self.backend.statement_failed(session).await;
         }
         self.report_state(&state);
+    }
+
+    /// The columns of the session's cursor `name`, if it has one open.
+    pub(crate) async fn cursor_columns(&self, name: &str) -> Option<SchemaRef> {
+        let state = self.state.lock().await;
+        let session = state.session.as_ref()?;
+        self.backend.cursor_columns(session, name)
     }
 
     /// How long the session may now wait for its client

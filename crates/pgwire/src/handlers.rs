@@ -283,10 +283,23 @@ impl<B: Backend> ExtendedQueryHandler for Connection<B> {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        match describe_target(client.portal_store(), &message) {
-            Some(description) => send_description(client, description).await,
-            None => self._on_describe(client, message).await,
+        if let Some(description) = describe_target(client.portal_store(), &message) {
+            return send_description(client, description).await;
         }
+        // A cursor the session declared is a portal too.
+        if message.target_type == TARGET_TYPE_BYTE_PORTAL {
+            if let Some(name) = message.name.as_deref() {
+                if let Some(columns) = self.core.cursor_columns(name).await {
+                    let description = Description {
+                        parameters: None,
+                        columns: Some(columns),
+                        format: Format::UnifiedText,
+                    };
+                    return send_description(client, description).await;
+                }
+            }
+        }
+        self._on_describe(client, message).await
     }
 
     async fn do_query<C>(

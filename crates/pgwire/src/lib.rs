@@ -213,6 +213,10 @@ pub trait Backend: Send + Sync + 'static {
     /// `None`: no limit.
     fn idle_limit(&self, session: &Self::Session) -> Option<IdleLimit>;
 
+    /// The columns of the session's open cursor `name` (`DECLARE name
+    /// CURSOR FOR ...`), which a client may Describe as a portal.
+    fn cursor_columns(&self, session: &Self::Session, name: &str) -> Option<SchemaRef>;
+
     /// The session's transaction state, which the ReadyForQuery after each
     /// backend call reports.
     fn transaction_state(&self, session: &Self::Session) -> TransactionState;

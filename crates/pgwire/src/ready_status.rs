@@ -114,8 +114,8 @@ impl Position {
     }
 
     /// The offset in `bytes` (the next to go out) of the first
-    /// ReadyForQuery status byte, if they hold one.
-    fn status_offset(&self, bytes: &[u8]) -> Option<usize> {
+    /// ReadyForQuery status byte that is not `status`, if they hold one.
+    fn differing_status_offset(&self, bytes: &[u8], status: u8) -> Option<usize> {
         let mut position = *self;
         let mut offset = 0;
         while offset < bytes.len() {
@@ -123,7 +123,12 @@ impl Position {
                 position.header_bytes = 0;
             }
             if position.at_status_byte() {
-                return Some(offset);
+                if bytes[offset] != status {
+                    return Some(offset);
+                }
+                position.advance(&bytes[offset..=offset]);
+                offset += 1;
+                continue;
             }
             // One header byte, or the rest of a body (all but a status
             // byte, which the check above stops at).
@@ -175,8 +180,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for StatusWriter<S> {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let substitute = this.status.byte().and_then(|status| {
-            let offset = this.position.status_offset(buf)?;
-            (buf[offset] != status).then_some((offset, status))
+            let offset = this.position.differing_status_offset(buf, status)?;
+            Some((offset, status))
         });
         let written = match substitute {
             None => ready!(Pin::new(&mut this.inner).poll_write(cx, buf))?,
@@ -268,6 +273,22 @@ mod tests {
                 let unchanged = write(&stream(b'I'), piece, accepts, TransactionState::Idle).await;
                 assert_eq!(unchanged, stream(b'I'));
             }
+        }
+    }
+
+    /// Statuses that already agree are passed over, not mistaken for the
+    /// end of the work: a later one that differs is still corrected.
+    #[tokio::test]
+    async fn a_differing_status_after_an_agreeing_one_is_corrected() {
+        let mut mixed = message(READY_FOR_QUERY, b"T");
+        mixed.extend(message(b'C', b"ROLLBACK\0"));
+        mixed.extend(message(READY_FOR_QUERY, b"E"));
+        let mut expected = message(READY_FOR_QUERY, b"T");
+        expected.extend(message(b'C', b"ROLLBACK\0"));
+        expected.extend(message(READY_FOR_QUERY, b"T"));
+        for piece in [1, 4, 64] {
+            let written = write(&mixed, piece, 1024, TransactionState::InTransaction).await;
+            assert_eq!(written, expected, "pieces of {piece}");
         }
     }
 

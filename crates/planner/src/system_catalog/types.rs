@@ -340,10 +340,12 @@ pub(crate) fn pg_type() -> DataFusionResult<RecordBatch> {
         (
             "typalign",
             texts(&|row| {
+                // Variable-length values align on 4 bytes, as does an
+                // array of one-byte elements.
                 match (row.array, row.base.length) {
                     (false, 1 | 64) => "c",
-                    (false, 2) => "s",
-                    (false, 4) => "i",
+                    (_, 2) => "s",
+                    (_, 1 | 4 | 64 | -1) => "i",
                     _ => "d",
                 }
                 .to_string()

@@ -330,6 +330,26 @@ def psycopg3_nested_transactions(url):
         )
 
 
+@check
+def psycopg3_server_side_cursor_and_settings(url):
+    import psycopg
+
+    ddl(
+        url,
+        "CREATE TABLE p3_cursor (id INT PRIMARY KEY)",
+        "INSERT INTO p3_cursor SELECT * FROM generate_series(1, 300)",
+    )
+    with psycopg.connect(url) as connection:
+        setting = connection.execute(
+            "SELECT current_setting(%s)", ("standard_conforming_strings",)
+        ).fetchone()
+        expect(setting, ("on",), "current_setting over the extended protocol")
+        with connection.cursor(name="p3_big") as cursor:  # DECLARE, then FETCH in batches
+            cursor.itersize = 100
+            cursor.execute("SELECT id FROM p3_cursor ORDER BY id")
+            expect(sum(row[0] for row in cursor), 45150, "sum over the cursor")
+
+
 # --- asyncpg -----------------------------------------------------------------------------------
 
 

@@ -38,7 +38,7 @@ impl FakeSession {
     fn track(&mut self, statement: &str, result: &Result<StatementResult, RsError>) {
         self.1 = match (statement, result, self.1) {
             ("BEGIN", Ok(_), _) => TransactionState::InTransaction,
-            ("COMMIT", Ok(_), _) => TransactionState::Idle,
+            ("COMMIT" | "ROLLBACK", Ok(_), _) => TransactionState::Idle,
             (_, Err(_), TransactionState::InTransaction) => TransactionState::Failed,
             (_, _, state) => state,
         };
@@ -159,7 +159,7 @@ impl FakeBackend {
             return Ok(StatementResult::CopyIn(target));
         }
         match sql {
-            "BEGIN" | "COMMIT" => command(sql),
+            "BEGIN" | "COMMIT" | "ROLLBACK" => command(sql),
             "SELECT types" => Ok(types_result()),
             "SELECT * FROM t" => Ok(table_result(&self.table.lock().unwrap())),
             "SELECT empty" => Ok(StatementResult::Query {
@@ -299,6 +299,10 @@ impl Backend for FakeBackend {
     async fn statement_failed(&self, _session: &mut FakeSession) {}
 
     fn idle_limit(&self, _session: &FakeSession) -> Option<IdleLimit> {
+        None
+    }
+
+    fn cursor_columns(&self, _session: &FakeSession, _name: &str) -> Option<SchemaRef> {
         None
     }
 
