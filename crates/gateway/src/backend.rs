@@ -10,12 +10,14 @@ use datafusion::arrow::datatypes::{
 };
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::execution::context::SessionContext;
-use datafusion::sql::sqlparser::ast::visit_expressions;
+use datafusion::sql::sqlparser::ast::{visit_expressions, CopyLegacyOption, CopyOption};
 use datafusion::sql::sqlparser::ast::{
     CopySource, CopyTarget as SqlCopyTarget, Declare, DeclareType, Expr as SqlExpr, FetchDirection,
     FromTable, ObjectName, ObjectType, Query, Set, Statement, TableFactor, TableObject,
     TransactionIsolationLevel, TransactionMode, Value, ValueWithSpan,
 };
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::parser::Parser;
 use rockstream_common::Runtime;
 use rockstream_control::{CatalogEntry, Database, ObjectKind};
 use rockstream_ops::arrow_rows::{duration_to_interval, rows_to_batch};
@@ -525,6 +527,17 @@ impl Gateway {
                 legacy_options,
                 ..
             } => {
+                if *to {
+                    if !matches!(target, SqlCopyTarget::Stdout) {
+                        return Err(RsError::new(
+                            &codes::UNSUPPORTED_STATEMENT,
+                            "only COPY ... TO STDOUT is supported (a file on the client: psql's \\copy ... TO 'file')",
+                        ));
+                    }
+                    return self
+                        .copy_out(session, source, options, legacy_options)
+                        .await;
+                }
                 let CopySource::Table {
                     table_name,
                     columns,
@@ -532,13 +545,13 @@ impl Gateway {
                 else {
                     return Err(RsError::new(
                         &codes::UNSUPPORTED_STATEMENT,
-                        "COPY (query) is not supported",
+                        "COPY (query) FROM is not valid: COPY FROM loads a table",
                     ));
                 };
-                if *to || !matches!(target, SqlCopyTarget::Stdin) {
+                if !matches!(target, SqlCopyTarget::Stdin) {
                     return Err(RsError::new(
                         &codes::UNSUPPORTED_STATEMENT,
-                        "only COPY ... FROM STDIN is supported",
+                        "only COPY ... FROM STDIN is supported (a file on the client: psql's \\copy ... FROM 'file')",
                     ));
                 }
                 let entry = self.entry(
@@ -583,6 +596,58 @@ impl Gateway {
                 format!("statement not supported: {}", truncate(&other.to_string())),
             )),
         }
+    }
+
+    /// `COPY table [(columns)] TO STDOUT` or `COPY (query) TO STDOUT`: the
+    /// rows, for the wire to write in the options' format.
+    async fn copy_out(
+        &self,
+        session: &GatewaySession,
+        source: &CopySource,
+        options: &[CopyOption],
+        legacy_options: &[CopyLegacyOption],
+    ) -> RsResult<StatementResult> {
+        let format = copy_options::copy_target(String::new(), Vec::new(), options, legacy_options)?;
+        let query = match source {
+            CopySource::Query(query) => query.as_ref().clone(),
+            CopySource::Table {
+                table_name,
+                columns,
+            } => {
+                // A table, as in PostgreSQL (a view's rows: `COPY (SELECT
+                // ...) TO`).
+                let entry = self.entry(
+                    session,
+                    &object_name(&table_name.to_string()),
+                    Some(ObjectKind::Table),
+                )?;
+                let list = if columns.is_empty() {
+                    "*".to_string()
+                } else {
+                    columns
+                        .iter()
+                        .map(|column| format!("\"{}\"", ident_name(column).replace('"', "\"\"")))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                let sql = format!("SELECT {list} FROM \"{}\"", entry.name.replace('"', "\"\""));
+                match Parser::parse_sql(&PostgreSqlDialect {}, &sql)
+                    .map_err(|error| RsError::internal(format!("{sql}: {error}")))?
+                    .pop()
+                {
+                    Some(Statement::Query(query)) => *query,
+                    _ => return Err(RsError::internal(format!("{sql} is not a query"))),
+                }
+            }
+        };
+        let StatementResult::Query { schema, batches } = self.query(session, &query).await? else {
+            return Err(RsError::internal("COPY's query gave no rows"));
+        };
+        Ok(StatementResult::CopyOut {
+            format,
+            schema,
+            batches,
+        })
     }
 
     /// A query's rows, under PostgreSQL's column names.

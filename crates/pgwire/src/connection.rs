@@ -32,6 +32,7 @@ use rockstream_types::{codes, RsError};
 use tokio::sync::Mutex;
 
 use crate::copy::{parse_copy_data, COPY_BUFFER_BYTES_MAX};
+use crate::copy_out::copy_out_lines;
 use crate::encode::encode_batches;
 use crate::params::decode_parameters;
 use crate::ready_status::SessionStatus;
@@ -405,6 +406,19 @@ fn statement_response(result: StatementResult, format: &Format) -> Result<Respon
         StatementResult::Query { schema, batches } => query_response(&schema, &batches, format),
         StatementResult::Command { tag } => Ok(command_response(tag)),
         StatementResult::CopyIn(_) => Err(RsError::internal("COPY result reached the row encoder")),
+        StatementResult::CopyOut {
+            format,
+            schema,
+            batches,
+        } => {
+            let lines = copy_out_lines(&format, &schema, &batches)?;
+            let data = lines.into_iter().map(|line| Ok(CopyData::new(line)));
+            Ok(Response::CopyOut(CopyResponse::new(
+                0,
+                schema.fields().len(),
+                stream::iter(data),
+            )))
+        }
     }
 }
 

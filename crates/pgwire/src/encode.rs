@@ -53,6 +53,33 @@ pub(crate) fn encode_batches(
     Ok(rows)
 }
 
+/// Calls `line` with the text form of each row's values (`None`: NULL), in
+/// order: what `COPY ... TO` writes.
+pub(crate) fn for_each_text_row(
+    batches: &[RecordBatch],
+    mut line: impl FnMut(&[Option<String>]) -> Result<(), RsError>,
+) -> Result<(), RsError> {
+    let mut values = Vec::new();
+    for batch in batches {
+        let columns = batch
+            .columns()
+            .iter()
+            .map(Column::new)
+            .collect::<Result<Vec<_>, _>>()?;
+        for row in 0..batch.num_rows() {
+            values.clear();
+            for column in &columns {
+                values.push(match column.is_null(row) {
+                    true => None,
+                    false => Some(column.text(row)?),
+                });
+            }
+            line(&values)?;
+        }
+    }
+    Ok(())
+}
+
 fn encode_batch(
     batch: &RecordBatch,
     formats: &[FieldFormat],

@@ -38,6 +38,7 @@
 
 mod connection;
 mod copy;
+mod copy_out;
 mod encode;
 mod frames;
 mod handlers;
@@ -74,6 +75,13 @@ pub enum StatementResult {
     /// COPY ... FROM STDIN: the front end switches to copy-in mode, collects
     /// and parses the data, then calls [`Backend::copy_in`].
     CopyIn(CopyTarget),
+    /// COPY ... TO STDOUT: these rows, written in the target's format
+    /// (its `table` and `columns` are not used).
+    CopyOut {
+        format: CopyTarget,
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+    },
 }
 
 /// The statements a client prepared with Parse on its connection, which
