@@ -21,7 +21,7 @@ use datafusion::sql::sqlparser::parser::Parser;
 use rockstream_common::Runtime;
 use rockstream_control::{CatalogEntry, Database, ObjectKind};
 use rockstream_ops::arrow_rows::{duration_to_interval, rows_to_batch};
-use rockstream_pgwire::{PreparedStatements, StatementResult};
+use rockstream_pgwire::{CopyFormat, PreparedStatements, StatementResult};
 use rockstream_planner::{
     alias_select_items, new_context_in, normalize_query, pg_column_names, rewrite_using_joins,
     uses_bag_set_operation, TableResolver,
@@ -560,12 +560,15 @@ impl Gateway {
                     Some(ObjectKind::Table),
                 )?;
                 let columns: Vec<String> = columns.iter().map(ident_name).collect();
-                let copy = copy_options::copy_target(
+                let mut copy = copy_options::copy_target(
                     entry.name.clone(),
                     columns,
                     options,
                     legacy_options,
                 )?;
+                if copy.format == CopyFormat::Binary {
+                    copy.column_types = copy_column_types(&entry, &copy.columns)?;
+                }
                 Ok(StatementResult::CopyIn(copy))
             }
             Statement::Set(Set::SetTransaction { .. }) => Err(RsError::new(
@@ -1266,6 +1269,37 @@ fn isolation_named(value: &SqlExpr) -> RsResult<Isolation> {
         }
     };
     Ok(requested_isolation(&[TransactionMode::IsolationLevel(level)])?.unwrap_or_default())
+}
+
+/// The types of the columns a `COPY` lists (every column when it lists
+/// none), by which binary data is read.
+fn copy_column_types(entry: &CatalogEntry, columns: &[String]) -> RsResult<Vec<DataType>> {
+    let listed: Vec<&rockstream_control::ColumnDef> = if columns.is_empty() {
+        entry.columns.iter().collect()
+    } else {
+        columns
+            .iter()
+            .map(|name| {
+                entry
+                    .columns
+                    .iter()
+                    .find(|column| &column.name == name)
+                    .ok_or_else(|| {
+                        RsError::new(
+                            &codes::UNDEFINED_COLUMN,
+                            format!(
+                                "column \"{name}\" of relation \"{}\" does not exist",
+                                entry.name
+                            ),
+                        )
+                    })
+            })
+            .collect::<RsResult<_>>()?
+    };
+    listed
+        .into_iter()
+        .map(|column| Ok(rockstream_ops::arrow_rows::arrow_type(column.sql_type()?)))
+        .collect()
 }
 
 /// Whether `query` calls the function `name` (unqualified or qualified)

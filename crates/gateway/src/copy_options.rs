@@ -19,6 +19,10 @@ pub(crate) fn copy_target(
     let mut target = match format(options, legacy)? {
         CopyFormat::Csv => CopyTarget::csv(table, columns),
         CopyFormat::Text => CopyTarget::text(table, columns),
+        CopyFormat::Binary => CopyTarget {
+            format: CopyFormat::Binary,
+            ..CopyTarget::text(table, columns)
+        },
     };
     // QUOTE and ESCAPE as given (CSV only); ESCAPE defaults to QUOTE.
     let mut quote = None;
@@ -61,6 +65,22 @@ pub(crate) fn copy_target(
             other => return Err(unsupported(&other.to_string())),
         }
     }
+    let binary = target.format == CopyFormat::Binary;
+    if binary
+        && (options.iter().any(|option| {
+            !matches!(
+                option,
+                CopyOption::Format(_) | CopyOption::Freeze(_) | CopyOption::Encoding(_)
+            )
+        }) || legacy
+            .iter()
+            .any(|option| !matches!(option, CopyLegacyOption::Binary)))
+    {
+        return Err(RsError::new(
+            &codes::UNSUPPORTED_STATEMENT,
+            "COPY options DELIMITER, NULL, HEADER, QUOTE and ESCAPE are not allowed in binary mode",
+        ));
+    }
     if target.format != CopyFormat::Csv && (quote.is_some() || escape.is_some()) {
         return Err(RsError::new(
             &codes::UNSUPPORTED_STATEMENT,
@@ -83,7 +103,7 @@ fn format(options: &[CopyOption], legacy: &[CopyLegacyOption]) -> RsResult<CopyF
             format = match name.value.to_lowercase().as_str() {
                 "text" => CopyFormat::Text,
                 "csv" => CopyFormat::Csv,
-                "binary" => return Err(unsupported("FORMAT binary")),
+                "binary" => CopyFormat::Binary,
                 other => {
                     return Err(RsError::new(
                         &codes::INVALID_PARAMETER_VALUE,
@@ -96,7 +116,7 @@ fn format(options: &[CopyOption], legacy: &[CopyLegacyOption]) -> RsResult<CopyF
     for option in legacy {
         match option {
             CopyLegacyOption::Csv(_) => format = CopyFormat::Csv,
-            CopyLegacyOption::Binary => return Err(unsupported("BINARY")),
+            CopyLegacyOption::Binary => format = CopyFormat::Binary,
             _ => {}
         }
     }
@@ -223,7 +243,7 @@ mod tests {
             "COPY t FROM STDIN WITH (DELIMITER '.')",
             "COPY t FROM STDIN WITH (FORMAT csv, DELIMITER '\"')",
             "COPY t FROM STDIN WITH (FORMAT json)",
-            "COPY t FROM STDIN WITH (FORMAT binary)",
+            "COPY t FROM STDIN WITH (FORMAT binary, HEADER)",
             "COPY t FROM STDIN WITH (DELIMITER '\\')",
             "COPY t FROM STDIN WITH (FORMAT csv, NULL 'a,b')",
         ] {

@@ -175,6 +175,21 @@ fn strict_cast(array: &ArrayRef, sql_type: SqlType) -> RsResult<ArrayRef> {
         },
         _ => array,
     };
+    // PostgreSQL's interval forms with a time of day (`1 day 00:00:05`,
+    // what PostgreSQL itself prints), which Arrow lacks.
+    let intervals: ArrayRef;
+    let array = match (&target, array.as_any().downcast_ref::<StringArray>()) {
+        (DataType::Interval(_), Some(texts)) => {
+            intervals = Arc::new(
+                texts
+                    .iter()
+                    .map(|text| text.map(rockstream_planner::readable_interval))
+                    .collect::<StringArray>(),
+            );
+            &intervals
+        }
+        _ => array,
+    };
     let options = CastOptions {
         safe: false,
         ..CastOptions::default()

@@ -25,6 +25,10 @@
 
 use rockstream_types::{codes, RsError};
 
+use pgwire::api::Type;
+
+use crate::params::{binary_text, BinaryProblem};
+use crate::types::pg_type;
 use crate::{CopyFormat, CopyTarget};
 
 /// The most COPY data buffered for one `COPY ... FROM STDIN` (1 GiB, like
@@ -46,6 +50,7 @@ pub fn parse_copy_data(
     let records = match target.format {
         CopyFormat::Text => text_records(data, target)?,
         CopyFormat::Csv => csv_records(data, target)?,
+        CopyFormat::Binary => return binary_rows(data, target),
     };
     records
         .into_iter()
@@ -114,6 +119,120 @@ fn finish_record(record: Record, target: &CopyTarget) -> Result<Vec<Option<Strin
                 .transpose()
         })
         .collect()
+}
+
+/// PostgreSQL's binary COPY signature, the first bytes of the data.
+const BINARY_SIGNATURE: &[u8; 11] = b"PGCOPY\n\xff\r\n\0";
+/// The flags bit saying each row starts with an oid (refused: no oids).
+const BINARY_HAS_OIDS: u32 = 1 << 16;
+/// Flags bits a reader must understand (16 to 31).
+const BINARY_CRITICAL_FLAGS: u32 = 0xffff_0000;
+
+/// Rows of PostgreSQL's binary COPY format: the signature, flags and a
+/// header extension (skipped), then per row a field count and each field's
+/// length (-1: NULL) and bytes, up to the trailer (a count of -1). Each
+/// field is read as its column's type and becomes its text form.
+fn binary_rows(data: &[u8], target: &CopyTarget) -> Result<Vec<Vec<Option<String>>>, RsError> {
+    let mut reader = BinaryReader { data, position: 0 };
+    let fail = |row: usize, problem: String| malformed(target, row, problem);
+    if reader.take(BINARY_SIGNATURE.len()) != Some(&BINARY_SIGNATURE[..]) {
+        return Err(fail(1, "COPY file signature not recognized".into()));
+    }
+    let flags = reader
+        .u32()
+        .ok_or_else(|| fail(1, "invalid COPY file header (missing flags)".into()))?;
+    if flags & BINARY_HAS_OIDS != 0 || flags & BINARY_CRITICAL_FLAGS != 0 {
+        return Err(fail(
+            1,
+            "unrecognized critical flags in COPY file header".into(),
+        ));
+    }
+    // The header extension: nothing in it is meant for this reader.
+    reader
+        .u32()
+        .and_then(|length| reader.take(length as usize))
+        .ok_or_else(|| fail(1, "invalid COPY file header (missing length)".into()))?;
+    let types: Vec<Type> = target.column_types.iter().map(pg_type).collect();
+    let mut rows = Vec::new();
+    loop {
+        let row = rows.len() + 1;
+        let count = reader
+            .u16()
+            .ok_or_else(|| fail(row, "unexpected EOF in COPY data".into()))?
+            as i16;
+        if count == -1 {
+            break;
+        }
+        if usize::try_from(count).ok() != Some(types.len()) {
+            return Err(fail(
+                row,
+                format!("row field count is {count}, expected {}", types.len()),
+            ));
+        }
+        let mut fields = Vec::with_capacity(types.len());
+        for (column, pg_type) in types.iter().enumerate() {
+            let length = reader
+                .u32()
+                .ok_or_else(|| fail(row, "unexpected EOF in COPY data".into()))?
+                as i32;
+            if length == -1 {
+                fields.push(None);
+                continue;
+            }
+            let bytes = usize::try_from(length)
+                .ok()
+                .and_then(|length| reader.take(length))
+                .ok_or_else(|| fail(row, "unexpected EOF in COPY data".into()))?;
+            let name = target.columns.get(column).map_or("?", String::as_str);
+            let text = binary_text(bytes, pg_type).map_err(|problem| {
+                let problem = match problem {
+                    BinaryProblem::Unsupported => format!(
+                        "column \"{name}\": binary format of type {} is not supported",
+                        pg_type.name()
+                    ),
+                    BinaryProblem::NotUtf8 => {
+                        format!("column \"{name}\": invalid byte sequence for encoding \"UTF8\"")
+                    }
+                    BinaryProblem::Malformed => {
+                        format!("column \"{name}\": incorrect binary data format")
+                    }
+                };
+                fail(row, problem)
+            })?;
+            fields.push(Some(text));
+        }
+        rows.push(fields);
+    }
+    if reader.position != data.len() {
+        return Err(fail(
+            rows.len() + 1,
+            "extra data after the COPY trailer".into(),
+        ));
+    }
+    Ok(rows)
+}
+
+/// Reads binary COPY data front to back.
+struct BinaryReader<'a> {
+    data: &'a [u8],
+    position: usize,
+}
+
+impl<'a> BinaryReader<'a> {
+    fn take(&mut self, length: usize) -> Option<&'a [u8]> {
+        let end = self.position.checked_add(length)?;
+        let bytes = self.data.get(self.position..end)?;
+        self.position = end;
+        Some(bytes)
+    }
+
+    fn u16(&mut self) -> Option<u16> {
+        Some(u16::from_be_bytes(self.take(2)?.try_into().ok()?))
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_be_bytes(self.take(4)?.try_into().ok()?))
+    }
 }
 
 /// The length of the line terminator at `position` (0 when there is none).

@@ -11,7 +11,7 @@
 use bytes::Bytes;
 use datafusion::arrow::datatypes::Schema;
 use datafusion::arrow::record_batch::RecordBatch;
-use rockstream_types::RsError;
+use rockstream_types::{codes, RsError};
 
 use crate::encode::for_each_text_row;
 use crate::{CopyFormat, CopyTarget};
@@ -24,6 +24,12 @@ pub(crate) fn copy_out_lines(
     schema: &Schema,
     batches: &[RecordBatch],
 ) -> Result<Vec<Bytes>, RsError> {
+    if target.format == CopyFormat::Binary {
+        return Err(RsError::new(
+            &codes::UNSUPPORTED_STATEMENT,
+            "COPY ... TO in the binary format is not supported; use the text or CSV format",
+        ));
+    }
     let single = schema.fields().len() == 1;
     let mut lines: Vec<Vec<u8>> = Vec::new();
     for_each_text_row(batches, |values| {
@@ -68,7 +74,9 @@ fn write_line<'a>(
         }
         match (value, target.format) {
             (None, _) => out.extend_from_slice(target.null_string.as_bytes()),
-            (Some(value), CopyFormat::Text) => write_text_value(target, value, out),
+            (Some(value), CopyFormat::Text | CopyFormat::Binary) => {
+                write_text_value(target, value, out)
+            }
             (Some(value), CopyFormat::Csv) => write_csv_value(target, value, single, out),
         }
     }

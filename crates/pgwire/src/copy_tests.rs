@@ -241,3 +241,59 @@ fn invalid_options_are_rejected() {
     target.quote = b',';
     assert!(parse_copy_data(b"x", &target).is_err());
 }
+
+/// Binary COPY data: the header, `rows` (each field's bytes or NULL), the trailer.
+fn binary_data(rows: &[Vec<Option<Vec<u8>>>]) -> Vec<u8> {
+    let mut data = b"PGCOPY\n\xff\r\n\0".to_vec();
+    data.extend_from_slice(&0_u32.to_be_bytes());
+    data.extend_from_slice(&4_u32.to_be_bytes());
+    data.extend_from_slice(b"skip");
+    for row in rows {
+        data.extend_from_slice(&(row.len() as i16).to_be_bytes());
+        for field in row {
+            match field {
+                None => data.extend_from_slice(&(-1_i32).to_be_bytes()),
+                Some(bytes) => {
+                    data.extend_from_slice(&(bytes.len() as i32).to_be_bytes());
+                    data.extend_from_slice(bytes);
+                }
+            }
+        }
+    }
+    data.extend_from_slice(&(-1_i16).to_be_bytes());
+    data
+}
+
+#[test]
+fn binary_copy_reads_each_field_by_its_columns_type() {
+    use datafusion::arrow::datatypes::DataType;
+    let mut target = CopyTarget::text("t", vec!["id".into(), "name".into()]);
+    target.format = CopyFormat::Binary;
+    target.column_types = vec![DataType::Int32, DataType::Utf8];
+    let rows = vec![
+        vec![Some(7_i32.to_be_bytes().to_vec()), Some(b"seven".to_vec())],
+        vec![None, None],
+    ];
+    let parsed = parse_copy_data(&binary_data(&rows), &target).unwrap();
+    assert_eq!(
+        parsed,
+        vec![
+            vec![Some("7".to_string()), Some("seven".to_string())],
+            vec![None, None]
+        ]
+    );
+    // A row of the wrong width, a field cut short, a missing trailer, an
+    // int4 of three bytes, a wrong signature: each a COPY error.
+    let wrong_width = binary_data(&[vec![None]]);
+    let mut cut = binary_data(&rows);
+    cut.truncate(cut.len() - 4);
+    let mut no_trailer = binary_data(&rows);
+    no_trailer.truncate(no_trailer.len() - 2);
+    let short_int = binary_data(&[vec![Some(vec![0, 0, 7]), None]]);
+    let mut signature = binary_data(&rows);
+    signature[0] = b'X';
+    for data in [wrong_width, cut, no_trailer, short_int, signature] {
+        let error = parse_copy_data(&data, &target).unwrap_err();
+        assert_eq!(error.code.sqlstate, "22P04", "{}", error.message);
+    }
+}

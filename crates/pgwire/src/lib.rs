@@ -100,6 +100,11 @@ pub enum CopyFormat {
     Text,
     /// CSV: quoted fields, an empty unquoted field for NULL.
     Csv,
+    /// PostgreSQL's binary format (`FORMAT binary`, asyncpg's
+    /// `copy_records_to_table`): each field in its type's `*send` form,
+    /// read by the types of [`CopyTarget::column_types`]. `COPY ... FROM`
+    /// only.
+    Binary,
 }
 
 /// Where and how COPY data is loaded.
@@ -118,6 +123,9 @@ pub struct CopyTarget {
     pub quote: u8,
     /// CSV only.
     pub escape: u8,
+    /// The types of the columns the data lists, in order: how binary
+    /// fields are read (unused by the text formats).
+    pub column_types: Vec<DataType>,
 }
 
 impl CopyTarget {
@@ -132,6 +140,7 @@ impl CopyTarget {
             header: false,
             quote: b'"',
             escape: b'"',
+            column_types: Vec::new(),
         }
     }
 

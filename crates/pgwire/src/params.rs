@@ -66,48 +66,71 @@ fn malformed(pg_type: &Type, index: usize) -> RsError {
     )
 }
 
-/// Exactly `N` bytes, or the "incorrect binary data format" error.
-fn fixed<const N: usize>(bytes: &[u8], pg_type: &Type, index: usize) -> Result<[u8; N], RsError> {
-    bytes.try_into().map_err(|_| malformed(pg_type, index))
+fn decode_binary(bytes: &[u8], pg_type: &Type, index: usize) -> Result<String, RsError> {
+    binary_text(bytes, pg_type).map_err(|problem| match problem {
+        BinaryProblem::Malformed => malformed(pg_type, index),
+        BinaryProblem::NotUtf8 => RsError::new(
+            &codes::INVALID_INPUT_VALUE,
+            format!("parameter ${} is not valid UTF-8", index + 1),
+        ),
+        BinaryProblem::Unsupported => unsupported_binary(pg_type, index),
+    })
 }
 
-fn decode_binary(bytes: &[u8], pg_type: &Type, index: usize) -> Result<String, RsError> {
-    let error = || malformed(pg_type, index);
+/// Why a binary value has no text form here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BinaryProblem {
+    /// Not the type's `*send` layout.
+    Malformed,
+    /// Text that is not UTF-8.
+    NotUtf8,
+    /// A type whose binary form is not read here.
+    Unsupported,
+}
+
+/// The text form of a value in its type's binary (`*send`) form.
+pub(crate) fn binary_text(bytes: &[u8], pg_type: &Type) -> Result<String, BinaryProblem> {
+    let malformed = || BinaryProblem::Malformed;
     Ok(match *pg_type {
-        Type::BOOL => match fixed::<1>(bytes, pg_type, index)? {
+        Type::BOOL => match fixed_width::<1>(bytes)? {
             [0] => "false".to_owned(),
             _ => "true".to_owned(),
         },
-        Type::INT2 => i16::from_be_bytes(fixed(bytes, pg_type, index)?).to_string(),
-        Type::INT4 => i32::from_be_bytes(fixed(bytes, pg_type, index)?).to_string(),
-        Type::INT8 => i64::from_be_bytes(fixed(bytes, pg_type, index)?).to_string(),
-        Type::FLOAT4 => text::float4(f32::from_be_bytes(fixed(bytes, pg_type, index)?)),
-        Type::FLOAT8 => text::float8(f64::from_be_bytes(fixed(bytes, pg_type, index)?)),
+        Type::INT2 => i16::from_be_bytes(fixed_width(bytes)?).to_string(),
+        Type::INT4 => i32::from_be_bytes(fixed_width(bytes)?).to_string(),
+        Type::INT8 => i64::from_be_bytes(fixed_width(bytes)?).to_string(),
+        Type::FLOAT4 => text::float4(f32::from_be_bytes(fixed_width(bytes)?)),
+        Type::FLOAT8 => text::float8(f64::from_be_bytes(fixed_width(bytes)?)),
         Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN | Type::JSON => {
-            utf8(bytes, index)?
+            String::from_utf8(bytes.to_vec()).map_err(|_| BinaryProblem::NotUtf8)?
         }
-        Type::NUMERIC => numeric_text(bytes).ok_or_else(error)?,
+        Type::NUMERIC => numeric_text(bytes).ok_or_else(malformed)?,
         Type::DATE => {
-            let days = i32::from_be_bytes(fixed(bytes, pg_type, index)?);
+            let days = i32::from_be_bytes(fixed_width(bytes)?);
             days.checked_add(POSTGRES_EPOCH_DAYS)
                 .and_then(text::date)
-                .ok_or_else(error)?
+                .ok_or_else(malformed)?
         }
         Type::TIMESTAMP | Type::TIMESTAMPTZ => {
-            let micros = i64::from_be_bytes(fixed(bytes, pg_type, index)?);
+            let micros = i64::from_be_bytes(fixed_width(bytes)?);
             let since_unix_epoch = micros
                 .checked_add(POSTGRES_EPOCH_MICROS)
-                .ok_or_else(error)?;
+                .ok_or_else(malformed)?;
             let rendered = if *pg_type == Type::TIMESTAMP {
                 text::timestamp(since_unix_epoch)
             } else {
                 text::timestamptz(since_unix_epoch)
             };
-            rendered.ok_or_else(error)?
+            rendered.ok_or_else(malformed)?
         }
-        Type::INTERVAL => interval_text(&fixed::<16>(bytes, pg_type, index)?),
-        _ => return Err(unsupported_binary(pg_type, index)),
+        Type::INTERVAL => interval_text(&fixed_width::<16>(bytes)?),
+        _ => return Err(BinaryProblem::Unsupported),
     })
+}
+
+/// Exactly `N` bytes.
+fn fixed_width<const N: usize>(bytes: &[u8]) -> Result<[u8; N], BinaryProblem> {
+    bytes.try_into().map_err(|_| BinaryProblem::Malformed)
 }
 
 fn unsupported_binary(pg_type: &Type, index: usize) -> RsError {

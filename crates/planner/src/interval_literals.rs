@@ -68,7 +68,7 @@ impl VisitorMut for IntervalLiterals {
 
 /// `text` as DataFusion reads it: in the unit form where it uses one of the
 /// forms this module rewrites, else unchanged.
-pub(crate) fn readable_interval(text: &str) -> String {
+pub fn readable_interval(text: &str) -> String {
     unit_form(text)
         .filter(|unit| parses(unit))
         .unwrap_or_else(|| text.to_string())

@@ -38,7 +38,7 @@ mod translate;
 mod using_joins;
 
 pub use column_names::{alias_select_items, pg_column_names};
-pub use interval_literals::normalize_interval_literals;
+pub use interval_literals::{normalize_interval_literals, readable_interval};
 pub use number_literals::normalize_number_literals;
 pub use pg_compat::normalize_query;
 pub use resolver::{new_context, new_context_in, SchemaOnlyTable, TableResolver};

@@ -27,7 +27,6 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
         "psycopg2_ddl_in_a_transaction",
         "DDL inside a transaction block (item 2)",
     ),
-    ("asyncpg_copy_records", "COPY ... FORMAT binary (item 5)"),
     (
         "sqlalchemy_core_create_all",
         "DDL inside a transaction block (item 2)",
