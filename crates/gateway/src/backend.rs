@@ -611,6 +611,12 @@ impl Gateway {
         legacy_options: &[CopyLegacyOption],
     ) -> RsResult<StatementResult> {
         let format = copy_options::copy_target(String::new(), Vec::new(), options, legacy_options)?;
+        if format.format == CopyFormat::Binary {
+            return Err(RsError::new(
+                &codes::UNSUPPORTED_STATEMENT,
+                "COPY ... TO in the binary format is not supported; use the text or CSV format",
+            ));
+        }
         let query = match source {
             CopySource::Query(query) => query.as_ref().clone(),
             CopySource::Table {
@@ -624,6 +630,9 @@ impl Gateway {
                     &object_name(&table_name.to_string()),
                     Some(ObjectKind::Table),
                 )?;
+                let names: Vec<String> = columns.iter().map(ident_name).collect();
+                // Each listed column exists (42703 naming it otherwise).
+                copy_column_types(&entry, &names)?;
                 let list = if columns.is_empty() {
                     "*".to_string()
                 } else {

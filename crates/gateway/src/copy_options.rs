@@ -151,6 +151,18 @@ fn check(target: &CopyTarget) -> RsResult<()> {
             "COPY delimiter and quote must be different",
         ));
     }
+    if target.null_string.contains(['\n', '\r']) {
+        return Err(RsError::new(
+            &codes::INVALID_PARAMETER_VALUE,
+            "COPY null representation cannot use newline or carriage return",
+        ));
+    }
+    if csv && target.null_string.as_bytes().contains(&target.quote) {
+        return Err(RsError::new(
+            &codes::INVALID_PARAMETER_VALUE,
+            "CSV quote character must not appear in the NULL specification",
+        ));
+    }
     if target.null_string.as_bytes().contains(&delimiter) {
         return Err(RsError::new(
             &codes::INVALID_PARAMETER_VALUE,

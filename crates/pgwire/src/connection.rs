@@ -39,7 +39,8 @@ use crate::ready_status::SessionStatus;
 use crate::types::{field_infos, pg_type};
 use crate::wire_error::error_info;
 use crate::{
-    Backend, CopyTarget, Described, IdleLimit, Interrupt, PreparedStatements, StatementResult,
+    Backend, CopyFormat, CopyTarget, Described, IdleLimit, Interrupt, PreparedStatements,
+    StatementResult,
 };
 
 /// A statement prepared by Parse: its text and what the backend said about it.
@@ -85,13 +86,18 @@ impl<S> ConnectionState<S> {
 
     /// Enters copy-in mode and returns the CopyInResponse to send.
     fn start_copy(&mut self, target: CopyTarget) -> Response {
-        let columns = target.columns.len();
+        // The client writes binary tuples only when told the format is
+        // binary (psycopg 3 picks its writer by it).
+        let (format, columns) = match target.format {
+            CopyFormat::Binary => (1, target.column_types.len()),
+            _ => (0, target.columns.len()),
+        };
         self.copy = Some(PendingCopy {
             target,
             data: Vec::new(),
         });
         Response::CopyIn(CopyResponse::new(
-            0,
+            format,
             columns,
             stream::empty::<PgWireResult<CopyData>>(),
         ))

@@ -156,6 +156,11 @@ fn binary_rows(data: &[u8], target: &CopyTarget) -> Result<Vec<Vec<Option<String
     let mut rows = Vec::new();
     loop {
         let row = rows.len() + 1;
+        // The data may end where a row would start, without the trailer
+        // (PostgreSQL accepts that too).
+        if reader.position == data.len() {
+            return Ok(rows);
+        }
         let count = reader
             .u16()
             .ok_or_else(|| fail(row, "unexpected EOF in COPY data".into()))?

@@ -16,9 +16,10 @@ use rockstream_types::{codes, RsError};
 use crate::encode::for_each_text_row;
 use crate::{CopyFormat, CopyTarget};
 
-/// The lines `COPY ... TO` sends for these rows, each ending in a newline.
-/// A header line (column names), when asked for, goes out with the first
-/// row, so that the line count is the row count (the `COPY n` tag).
+/// The lines `COPY ... TO` sends for these rows, each ending in a newline
+/// and each its own CopyData message, as in PostgreSQL: first the column
+/// names when a header is asked for. (`pgwire` tags the result `COPY n`
+/// with one row per message, so a header counts as a row there.)
 pub(crate) fn copy_out_lines(
     target: &CopyTarget,
     schema: &Schema,
@@ -50,13 +51,7 @@ pub(crate) fn copy_out_lines(
             .map(|field| Some(field.name().as_str()));
         let mut header = Vec::new();
         write_line(target, names, single, &mut header);
-        match lines.first_mut() {
-            Some(first) => {
-                header.append(first);
-                *first = header;
-            }
-            None => lines.push(header),
-        }
+        lines.insert(0, header);
     }
     Ok(lines.into_iter().map(Bytes::from).collect())
 }
@@ -179,11 +174,15 @@ mod tests {
     }
 
     #[test]
-    fn a_header_alone_is_one_line() {
+    fn each_line_is_its_own_message_the_header_first() {
         let mut target = CopyTarget::csv("t", vec![]);
         target.header = true;
-        let (schema, _) = rows();
-        let lines = copy_out_lines(&target, &schema, &[]).unwrap();
-        assert_eq!(lines, vec![Bytes::from("id,note\n")]);
+        let (schema, batch) = rows();
+        let lines = copy_out_lines(&target, &schema, &[batch]).unwrap();
+        assert_eq!(lines.len(), 5);
+        assert_eq!(lines[0], Bytes::from("id,note\n"));
+        assert_eq!(lines[2], Bytes::from("2,\n"));
+        let empty = copy_out_lines(&target, &schema, &[]).unwrap();
+        assert_eq!(empty, vec![Bytes::from("id,note\n")]);
     }
 }

@@ -19,7 +19,15 @@ use crate::types::format_at;
 use rockstream_types::pg_text as text;
 
 /// `numeric` sign words.
+const NUMERIC_POSITIVE: u16 = 0x0000;
 const NUMERIC_NEGATIVE: u16 = 0x4000;
+/// PostgreSQL's largest display scale.
+const NUMERIC_SCALE_MAX: u16 = 0x3fff;
+/// The weight (in base-10000 digits) of the largest value read: 10^40 and
+/// more exceed every RockStream numeric.
+const NUMERIC_WEIGHT_MAX: i32 = 9;
+/// The most zeros a display scale adds after the digits sent.
+const NUMERIC_PADDING_MAX: usize = 40;
 const NUMERIC_NAN: u16 = 0xC000;
 
 /// Decodes every parameter; `types[i]` is the type of `$i+1` (unknown when
@@ -167,8 +175,22 @@ pub(crate) fn numeric_text(bytes: &[u8]) -> Option<String> {
     if *sign == NUMERIC_NAN {
         return Some("NaN".to_owned());
     }
+    // PostgreSQL's other signs (its infinities among them) and display
+    // scales are refused, as are values beyond 10^40, more than any numeric
+    // RockStream holds (38 digits): so the text is never much longer than
+    // the bytes it comes from.
+    if !matches!(*sign, NUMERIC_POSITIVE | NUMERIC_NEGATIVE) || *scale > NUMERIC_SCALE_MAX {
+        return None;
+    }
     let weight = i32::from(*weight as i16);
-    let scale = usize::from(*scale);
+    if weight > NUMERIC_WEIGHT_MAX {
+        return None;
+    }
+    // Fraction digits past the last one sent are zeros: the display scale
+    // pads with them, up to 40 (past every RockStream scale), where the
+    // value is the same without more.
+    let sent_fraction_digits = (i32::from(*count) - 1 - weight).max(0) as usize * 4;
+    let scale = usize::from(*scale).min(sent_fraction_digits.max(NUMERIC_PADDING_MAX));
     let digit_at = |position: i32| {
         usize::try_from(weight - position)
             .ok()
@@ -287,6 +309,27 @@ mod tests {
             numeric_binary(*unscaled, *scale, &mut bytes);
             assert_eq!(numeric_text(&bytes).as_deref(), Some(*expected));
         }
+    }
+
+    /// Hostile numerics: unknown signs (PostgreSQL 14's infinities among
+    /// them) and scales are refused, and a huge weight or display scale
+    /// cannot make a text far longer than its bytes.
+    #[test]
+    fn hostile_binary_numerics_are_refused_or_stay_small() {
+        let numeric = |words: &[u16]| -> Vec<u8> {
+            words.iter().flat_map(|word| word.to_be_bytes()).collect()
+        };
+        // ndigits, weight, sign, dscale, digits
+        assert_eq!(numeric_text(&numeric(&[1, 0, 0xD000, 0, 1])), None);
+        assert_eq!(numeric_text(&numeric(&[1, 0, 0x1234, 0, 1])), None);
+        assert_eq!(numeric_text(&numeric(&[1, 0, 0, 0x4000, 1])), None);
+        assert_eq!(numeric_text(&numeric(&[1, 32767, 0, 0, 1])), None);
+        let padded = numeric_text(&numeric(&[1, 0, 0, 0x3fff, 1])).unwrap();
+        assert_eq!(padded, format!("1.{}", "0".repeat(40)));
+        assert_eq!(
+            numeric_text(&numeric(&[0, 0, 0xC000, 0])).as_deref(),
+            Some("NaN")
+        );
     }
 
     #[test]

@@ -133,8 +133,11 @@ async fn oracle_copy_to_stdout_writes_what_postgresql_writes() {
         "COPY (SELECT id, note FROM notes WHERE id > 1 ORDER BY id DESC) TO STDOUT WITH CSV",
         "COPY (SELECT id, day FROM notes ORDER BY id) TO STDOUT WITH (DELIMITER '|', NULL 'none')",
         "COPY (SELECT note FROM notes ORDER BY id) TO STDOUT WITH (FORMAT csv, QUOTE '''', NULL 'NULL')",
+        "COPY (SELECT id, note FROM notes WHERE id < 0) TO STDOUT WITH (FORMAT csv, HEADER)",
+        "COPY (SELECT id, amount FROM notes ORDER BY id) TO STDOUT WITH (HEADER)",
     ] {
         let expected = copy_out(&postgres, statement).await;
+        assert!(expected.is_ok(), "{statement} on PostgreSQL: {expected:?}");
         let actual = copy_out(&ours, statement).await;
         // A table's rows come in no promised order: compare them sorted.
         let sorted = |text: Result<String, String>| {

@@ -302,6 +302,29 @@ def psycopg3_copy(url):
 
 
 @check
+def psycopg3_binary_copy(url):
+    import psycopg
+
+    ddl(url, "CREATE TABLE p3_binary (id INT PRIMARY KEY, name TEXT, amount NUMERIC(10,2), at DATE)")
+    with psycopg.connect(url) as connection:
+        with connection.cursor() as cursor:
+            with cursor.copy("COPY p3_binary (id, name, amount, at) FROM STDIN (FORMAT BINARY)") as copy:
+                copy.set_types(["int4", "text", "numeric", "date"])
+                copy.write_row((1, "one", decimal.Decimal("1.50"), datetime.date(2024, 2, 29)))
+                copy.write_row((2, None, None, None))
+        connection.commit()
+        expect(
+            connection.execute("SELECT * FROM p3_binary ORDER BY id").fetchall(),
+            [(1, "one", decimal.Decimal("1.50"), datetime.date(2024, 2, 29)), (2, None, None, None)],
+            "rows",
+        )
+        with connection.cursor() as cursor:
+            with cursor.copy("COPY (SELECT id, name FROM p3_binary ORDER BY id) TO STDOUT") as copy:
+                rows = list(copy.rows())
+        expect(rows, [("1", "one"), ("2", None)], "rows copied out")
+
+
+@check
 def psycopg3_nested_transactions(url):
     import psycopg
 
