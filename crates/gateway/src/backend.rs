@@ -1283,31 +1283,12 @@ fn isolation_named(value: &SqlExpr) -> RsResult<Isolation> {
 /// The types of the columns a `COPY` lists (every column when it lists
 /// none), by which binary data is read.
 fn copy_column_types(entry: &CatalogEntry, columns: &[String]) -> RsResult<Vec<DataType>> {
-    let listed: Vec<&rockstream_control::ColumnDef> = if columns.is_empty() {
-        entry.columns.iter().collect()
-    } else {
-        columns
-            .iter()
-            .map(|name| {
-                entry
-                    .columns
-                    .iter()
-                    .find(|column| &column.name == name)
-                    .ok_or_else(|| {
-                        RsError::new(
-                            &codes::UNDEFINED_COLUMN,
-                            format!(
-                                "column \"{name}\" of relation \"{}\" does not exist",
-                                entry.name
-                            ),
-                        )
-                    })
-            })
-            .collect::<RsResult<_>>()?
-    };
-    listed
+    dml::copy_column_positions(entry, columns)?
         .into_iter()
-        .map(|column| Ok(rockstream_ops::arrow_rows::arrow_type(column.sql_type()?)))
+        .map(|position| {
+            let column = &entry.columns[position];
+            Ok(rockstream_ops::arrow_rows::arrow_type(column.sql_type()?))
+        })
         .collect()
 }
 

@@ -481,6 +481,35 @@ pub async fn modify(
     Ok(count)
 }
 
+/// The positions in the table of the columns a `COPY` lists (every column
+/// when it lists none); 42703 naming one that does not exist.
+pub(crate) fn copy_column_positions(
+    entry: &CatalogEntry,
+    columns: &[String],
+) -> RsResult<Vec<usize>> {
+    if columns.is_empty() {
+        return Ok((0..entry.columns.len()).collect());
+    }
+    columns
+        .iter()
+        .map(|name| {
+            entry
+                .columns
+                .iter()
+                .position(|column| &column.name == name)
+                .ok_or_else(|| {
+                    RsError::new(
+                        &codes::UNDEFINED_COLUMN,
+                        format!(
+                            "column \"{name}\" of relation \"{}\" does not exist",
+                            entry.name
+                        ),
+                    )
+                })
+        })
+        .collect()
+}
+
 /// `COPY ... FROM STDIN` rows (text fields) → typed rows of the table.
 pub fn copy_rows(
     entry: &CatalogEntry,
@@ -488,28 +517,7 @@ pub fn copy_rows(
     rows: Vec<Vec<Option<String>>>,
 ) -> RsResult<Vec<Row>> {
     let types = entry.sql_types()?;
-    let positions: Vec<usize> = if columns.is_empty() {
-        (0..entry.columns.len()).collect()
-    } else {
-        columns
-            .iter()
-            .map(|name| {
-                entry
-                    .columns
-                    .iter()
-                    .position(|column| &column.name == name)
-                    .ok_or_else(|| {
-                        RsError::new(
-                            &codes::UNDEFINED_COLUMN,
-                            format!(
-                                "column \"{name}\" of relation \"{}\" does not exist",
-                                entry.name
-                            ),
-                        )
-                    })
-            })
-            .collect::<RsResult<_>>()?
-    };
+    let positions = copy_column_positions(entry, columns)?;
     for (line, row) in rows.iter().enumerate() {
         if row.len() != positions.len() {
             return Err(RsError::new(

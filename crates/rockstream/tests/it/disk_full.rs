@@ -168,14 +168,31 @@ async fn a_full_disk_fails_writes_and_they_succeed_once_space_is_back() {
     next += 1;
     assert!(!acknowledged.is_empty());
 
-    // Whatever room is left goes too: every write now fails.
-    fill(&storage.storage_path().join("filler"), FILESYSTEM_BYTES);
-    let error = insert(&client, next).await.unwrap_err();
+    // Whatever room is left goes too: every write now fails. SlateDB may
+    // free room meanwhile (deleting obsolete files), and a write that finds
+    // room may succeed: fill again and retry, a few times.
+    let filler = storage.storage_path().join("filler");
+    let mut refill = 0;
+    let error = loop {
+        fill(&filler.with_extension(refill.to_string()), FILESYSTEM_BYTES);
+        match insert(&client, next).await {
+            Err(error) => break error,
+            Ok(()) => acknowledged.push(next),
+        }
+        next += 1;
+        refill += 1;
+        assert!(refill < 5, "INSERTs kept finding room on a full disk");
+    };
     assert_disk_full(&error, "an INSERT on a full disk");
-    let error = client
-        .batch_execute("CREATE TABLE u (a int)")
-        .await
-        .unwrap_err();
+    let error = loop {
+        fill(&filler.with_extension(refill.to_string()), FILESYSTEM_BYTES);
+        let create = format!("CREATE TABLE u{refill} (a int)");
+        if let Err(error) = client.batch_execute(&create).await {
+            break error;
+        }
+        refill += 1;
+        assert!(refill < 10, "CREATE TABLE kept finding room on a full disk");
+    };
     assert_disk_full(&error, "a CREATE TABLE on a full disk");
     // The server is up and answers, on this session and on new ones.
     let fresh = server.client().await;
@@ -185,7 +202,9 @@ async fn a_full_disk_fails_writes_and_they_succeed_once_space_is_back() {
     }
 
     // Space comes back: writes succeed again, without a restart.
-    std::fs::remove_file(storage.storage_path().join("filler")).unwrap();
+    for number in 0..=refill {
+        std::fs::remove_file(filler.with_extension(number.to_string())).unwrap();
+    }
     std::fs::remove_file(&ballast).unwrap();
     let started = Instant::now();
     loop {
