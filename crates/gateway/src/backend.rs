@@ -829,6 +829,8 @@ impl Gateway {
         ];
         let names = ALWAYS_KNOWN
             .iter()
+            .copied()
+            .chain(crate::settings::defaulted_names())
             .map(|name| name.to_string())
             .chain(session.parameters.settings.keys().cloned());
         names
@@ -890,13 +892,16 @@ impl Gateway {
             }
             other => match session.parameters.settings.get(other) {
                 Some(value) => value.clone(),
-                None if crate::settings::is_settable(other) => {
-                    return Err(RsError::new(
-                        &codes::UNSUPPORTED_STATEMENT,
-                        format!("SHOW {other} is not supported unless the session SET it"),
-                    ))
-                }
-                None => return Err(session_commands::unrecognized(other)),
+                None => match crate::settings::default_value(other) {
+                    Some(default) => default.to_string(),
+                    None if crate::settings::is_settable(other) => {
+                        return Err(RsError::new(
+                            &codes::UNSUPPORTED_STATEMENT,
+                            format!("SHOW {other} is not supported unless the session SET it"),
+                        ))
+                    }
+                    None => return Err(session_commands::unrecognized(other)),
+                },
             },
         };
         Ok(value)

@@ -210,6 +210,50 @@ const SESSION_PARAMETERS: &[&str] = &[
     "zero_damaged_pages",
 ];
 
+/// What `SHOW` and `current_setting()` report for parameters a session has
+/// not set: PostgreSQL 15's defaults (with the C locale RockStream's
+/// ordering follows), including read-only ones clients read when they
+/// connect (`max_identifier_length`, `integer_datetimes`, ...).
+const DEFAULTS: &[(&str, &str)] = &[
+    ("application_name", ""),
+    ("block_size", "8192"),
+    ("bytea_output", "hex"),
+    ("check_function_bodies", "on"),
+    ("client_min_messages", "notice"),
+    ("default_transaction_read_only", "off"),
+    ("escape_string_warning", "on"),
+    ("extra_float_digits", "1"),
+    ("integer_datetimes", "on"),
+    ("intervalstyle", "postgres"),
+    ("is_superuser", "on"),
+    ("lc_collate", "C"),
+    ("lc_ctype", "C"),
+    ("lc_messages", "C"),
+    ("lc_monetary", "C"),
+    ("lc_numeric", "C"),
+    ("lc_time", "C"),
+    ("max_identifier_length", "63"),
+    ("row_security", "on"),
+    ("search_path", "\"$user\", public"),
+    ("synchronous_commit", "on"),
+    ("transaction_read_only", "off"),
+    ("work_mem", "4MB"),
+    ("xmloption", "content"),
+];
+
+/// The default of parameter `name` (lower case), if [`DEFAULTS`] has it.
+pub(crate) fn default_value(name: &str) -> Option<&'static str> {
+    DEFAULTS
+        .iter()
+        .find(|(known, _)| *known == name)
+        .map(|(_, value)| *value)
+}
+
+/// The names [`DEFAULTS`] knows.
+pub(crate) fn defaulted_names() -> impl Iterator<Item = &'static str> {
+    DEFAULTS.iter().map(|(name, _)| *name)
+}
+
 /// Whether a session may set `name` (lower case).
 pub(crate) fn is_settable(name: &str) -> bool {
     if let Some((prefix, _)) = name.split_once('.') {
