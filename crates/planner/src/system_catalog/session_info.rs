@@ -11,7 +11,7 @@ use std::sync::{Arc, LazyLock};
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, ListBuilder, StringBuilder};
 use datafusion::arrow::datatypes::{DataType, Field};
 use datafusion::common::ScalarValue;
-use datafusion::error::{DataFusionError, Result as DataFusionResult};
+use datafusion::error::Result as DataFusionResult;
 use datafusion::logical_expr::{
     ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TypeSignature,
     Volatility,
@@ -19,6 +19,7 @@ use datafusion::logical_expr::{
 use rockstream_types::{codes, RsError};
 
 use super::{PG_CATALOG, SCHEMA};
+use crate::columnar::invoke_on_arrays;
 
 /// The PostgreSQL release whose behaviour RockStream follows; also what
 /// the `server_version` parameter reports.
@@ -96,24 +97,10 @@ impl ScalarUDFImpl for SessionInfo {
             Info::CurrentSchema => Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(
                 SCHEMA.to_string(),
             )))),
-            Info::CurrentSchemas => {
-                let constant = args
-                    .args
-                    .iter()
-                    .all(|arg| matches!(arg, ColumnarValue::Scalar(_)));
-                let rows = if constant { 1 } else { args.number_rows };
-                let implicit = match args.args.first() {
-                    Some(argument) => argument.to_array(rows)?,
-                    None => return Ok(ColumnarValue::Scalar(ScalarValue::Null)),
-                };
-                let lists = schema_lists(implicit.as_boolean());
-                if constant {
-                    return Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(
-                        &lists, 0,
-                    )?));
-                }
-                Ok(ColumnarValue::Array(lists))
-            }
+            Info::CurrentSchemas => invoke_on_arrays(&args.args, |arrays| match arrays {
+                [implicit] => Ok(schema_lists(implicit.as_boolean())),
+                _ => Err(RsError::internal("current_schemas takes one argument")),
+            }),
         }
     }
 }
@@ -172,45 +159,31 @@ impl ScalarUDFImpl for CurrentSetting {
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DataFusionResult<ColumnarValue> {
-        let constant = args
-            .args
-            .iter()
-            .all(|arg| matches!(arg, ColumnarValue::Scalar(_)));
-        let rows = if constant { 1 } else { args.number_rows };
-        let arrays = args
-            .args
-            .iter()
-            .map(|arg| arg.to_array(rows))
-            .collect::<DataFusionResult<Vec<_>>>()?;
-        let names = arrays[0].as_string::<i32>();
-        let missing_ok = arrays.get(1).map(|array| array.as_boolean());
-        let mut values = StringBuilder::new();
-        for row in 0..rows {
-            if names.is_null(row) {
-                values.append_null();
-                continue;
-            }
-            let name = names.value(row).to_lowercase();
-            match self.values.get(&name) {
-                Some(value) => values.append_value(value),
-                None if missing_ok.is_some_and(|ok| ok.is_valid(row) && ok.value(row)) => {
-                    values.append_null()
+        invoke_on_arrays(&args.args, |arrays| {
+            let names = arrays[0].as_string::<i32>();
+            let missing_ok = arrays.get(1).map(|array| array.as_boolean());
+            let mut values = StringBuilder::new();
+            for row in 0..names.len() {
+                if names.is_null(row) {
+                    values.append_null();
+                    continue;
                 }
-                None => {
-                    return Err(DataFusionError::External(Box::new(RsError::new(
-                        &codes::UNRECOGNIZED_PARAMETER,
-                        format!("unrecognized configuration parameter \"{name}\""),
-                    ))))
+                let name = names.value(row).to_lowercase();
+                match self.values.get(&name) {
+                    Some(value) => values.append_value(value),
+                    None if missing_ok.is_some_and(|ok| ok.is_valid(row) && ok.value(row)) => {
+                        values.append_null()
+                    }
+                    None => {
+                        return Err(RsError::new(
+                            &codes::UNRECOGNIZED_PARAMETER,
+                            format!("unrecognized configuration parameter \"{name}\""),
+                        ))
+                    }
                 }
             }
-        }
-        let values: ArrayRef = Arc::new(values.finish());
-        if constant {
-            return Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(
-                &values, 0,
-            )?));
-        }
-        Ok(ColumnarValue::Array(values))
+            Ok(Arc::new(values.finish()) as ArrayRef)
+        })
     }
 }
 
