@@ -86,6 +86,12 @@ pub struct CatalogEntry {
     /// restart finishes the drop of every entry so marked.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub dropping: bool,
+    /// Set while the catalog transaction that created (or, with
+    /// `dropping`, dropped) this entry is in doubt: written durably before
+    /// its commit point and cleared after it. A start resolves it by the
+    /// transaction's commit record (RFC 0002).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transaction: Option<u64>,
 }
 
 impl CatalogEntry {

@@ -16,6 +16,10 @@ use crate::control_db::{ControlDb, CONTROL_PATH};
 use crate::follower::{self, CatalogChange, FollowerSender};
 use crate::resolver::{plan_inline_view, CatalogResolver};
 
+mod transaction;
+
+pub use transaction::{PendingCatalog, FAILPOINT_DDL_TRANSACTION};
+
 /// The control-database key of the storage's bucket map, which also
 /// records its shard count (outside the catalog's `0x01` range).
 const BUCKET_MAP_KEY: [u8; 3] = [0x02, b'B', b'M'];
@@ -49,6 +53,11 @@ pub struct Database {
     /// but whose removal from the engine failed with storage: retried
     /// before the next DDL statement, else finished on the next start.
     unfinished_drops: std::sync::Mutex<Vec<CatalogEntry>>,
+    /// A catalog transaction whose commit storage failed to finish: ended
+    /// before the next DDL statement runs (RFC 0002).
+    unfinished_transaction: std::sync::Mutex<Option<transaction::Unfinished>>,
+    /// Serializes id allocations (read, then write, the counter).
+    ids: Mutex<()>,
 }
 
 impl Database {
@@ -88,7 +97,10 @@ impl Database {
             follower,
             ddl: Mutex::new(()),
             unfinished_drops: std::sync::Mutex::new(Vec::new()),
+            unfinished_transaction: std::sync::Mutex::new(None),
+            ids: Mutex::new(()),
         });
+        let entries = transaction::resolve_in_doubt(&database, entries).await?;
         // Dependents first, as DROP ... CASCADE removes them.
         let dropping: Vec<CatalogEntry> = entries
             .iter()
@@ -153,28 +165,58 @@ impl Database {
     }
 
     /// `CREATE TABLE`. Returns false when it existed and `if_not_exists`.
-    pub async fn create_table(
-        &self,
-        namespace: &str,
-        name: &str,
-        columns: Vec<ColumnDef>,
-        primary_key: Vec<usize>,
-        if_not_exists: bool,
-    ) -> RsResult<bool> {
+    pub async fn create_table(&self, namespace: &str, table: NewTable<'_>) -> RsResult<bool> {
         let _guard = self.ddl.lock().await;
-        self.retry_unfinished_drops().await;
-        if self.lookup(namespace, name).is_some() {
+        self.before_ddl().await?;
+        let catalog = self.entries(namespace);
+        let Some(entry) = self.table_entry(&catalog, namespace, table).await? else {
+            return Ok(false);
+        };
+        self.commit_created(entry).await?;
+        Ok(true)
+    }
+
+    /// `CREATE TABLE` inside a transaction block: recorded in `pending`,
+    /// created when the transaction commits (RFC 0002).
+    pub async fn create_table_in(
+        &self,
+        pending: &mut PendingCatalog,
+        namespace: &str,
+        table: NewTable<'_>,
+    ) -> RsResult<bool> {
+        let catalog = pending.overlay(namespace, self.entries(namespace));
+        let Some(entry) = self.table_entry(&catalog, namespace, table).await? else {
+            return Ok(false);
+        };
+        pending.created.push(entry);
+        Ok(true)
+    }
+
+    /// The entry of a new table in `catalog`; `None` when the name is taken
+    /// and `if_not_exists`.
+    async fn table_entry(
+        &self,
+        catalog: &[CatalogEntry],
+        namespace: &str,
+        table: NewTable<'_>,
+    ) -> RsResult<Option<CatalogEntry>> {
+        let NewTable {
+            name,
+            columns,
+            primary_key,
+            if_not_exists,
+        } = table;
+        if catalog.iter().any(|entry| entry.name == name) {
             if if_not_exists {
-                return Ok(false);
+                return Ok(None);
             }
             return Err(already_exists(name));
         }
         for column in &columns {
             column.sql_type()?;
         }
-        let id = self.allocate_id().await?;
-        let entry = CatalogEntry {
-            id,
+        Ok(Some(CatalogEntry {
+            id: self.allocate_id().await?,
             namespace: namespace.to_string(),
             name: name.to_string(),
             kind: ObjectKind::Table,
@@ -185,28 +227,58 @@ impl Database {
             output_key: None,
             state_layout: None,
             dropping: false,
+            transaction: None,
+        }))
+    }
+
+    /// `CREATE [MATERIALIZED] VIEW name AS query`. Returns false when it
+    /// existed and `if_not_exists`.
+    pub async fn create_view(&self, namespace: &str, view: NewView<'_>) -> RsResult<bool> {
+        let _guard = self.ddl.lock().await;
+        self.before_ddl().await?;
+        let catalog = self.entries(namespace);
+        let Some(entry) = self.view_entry(catalog, namespace, view).await? else {
+            return Ok(false);
         };
         self.commit_created(entry).await?;
         Ok(true)
     }
 
-    /// `CREATE [MATERIALIZED] VIEW name AS query`.
-    /// `column_names` overrides the planned names (PostgreSQL's naming, or
-    /// an explicit column list), positionally.
-    pub async fn create_view(
+    /// `CREATE [MATERIALIZED] VIEW` inside a transaction block: planned
+    /// now, created (and a materialized view built) when the transaction
+    /// commits (RFC 0002).
+    pub async fn create_view_in(
         &self,
+        pending: &mut PendingCatalog,
         namespace: &str,
-        name: &str,
-        query: &str,
-        column_names: Option<Vec<String>>,
-        materialized: bool,
-        if_not_exists: bool,
+        view: NewView<'_>,
     ) -> RsResult<bool> {
-        let _guard = self.ddl.lock().await;
-        self.retry_unfinished_drops().await;
-        if self.lookup(namespace, name).is_some() {
+        let catalog = pending.overlay(namespace, self.entries(namespace));
+        let Some(entry) = self.view_entry(catalog, namespace, view).await? else {
+            return Ok(false);
+        };
+        pending.created.push(entry);
+        Ok(true)
+    }
+
+    /// The entry of a new view planned over `catalog`; `None` when the
+    /// name is taken and `if_not_exists`.
+    async fn view_entry(
+        &self,
+        catalog: Vec<CatalogEntry>,
+        namespace: &str,
+        view: NewView<'_>,
+    ) -> RsResult<Option<CatalogEntry>> {
+        let NewView {
+            name,
+            query,
+            column_names,
+            materialized,
+            if_not_exists,
+        } = view;
+        if catalog.iter().any(|entry| entry.name == name) {
             if if_not_exists {
-                return Ok(false);
+                return Ok(None);
             }
             return Err(already_exists(name));
         }
@@ -215,7 +287,6 @@ impl Database {
                 "EXCEPT ALL / INTERSECT ALL in a (non-materialized) view",
             ));
         }
-        let catalog = self.entries(namespace);
         let id = self.allocate_id().await?;
         let resolver = CatalogResolver::new(catalog);
         let (schema, output_key, state_layout) = if materialized {
@@ -262,7 +333,7 @@ impl Database {
                 ));
             }
         }
-        let entry = CatalogEntry {
+        Ok(Some(CatalogEntry {
             id,
             namespace: namespace.to_string(),
             name: name.to_string(),
@@ -278,57 +349,17 @@ impl Database {
             output_key,
             state_layout,
             dropping: false,
-        };
-        self.commit_created(entry).await?;
-        Ok(true)
+            transaction: None,
+        }))
     }
 
     /// `DROP TABLE/VIEW/MATERIALIZED VIEW`; returns false if absent and `if_exists`.
-    pub async fn drop_object(
-        &self,
-        namespace: &str,
-        name: &str,
-        kind: ObjectKind,
-        cascade: bool,
-        if_exists: bool,
-    ) -> RsResult<bool> {
+    pub async fn drop_object(&self, namespace: &str, drop: DropObject<'_>) -> RsResult<bool> {
         let _guard = self.ddl.lock().await;
-        self.retry_unfinished_drops().await;
-        let Some(entry) = self.lookup(namespace, name) else {
-            if if_exists {
-                return Ok(false);
-            }
-            return Err(RsError::new(
-                &codes::UNDEFINED_OBJECT,
-                format!("{} \"{name}\" does not exist", kind.describe()),
-            ));
+        self.before_ddl().await?;
+        let Some(doomed) = doomed_by(&self.entries(namespace), drop)? else {
+            return Ok(false);
         };
-        if entry.kind != kind {
-            return Err(RsError::new(
-                &codes::WRONG_OBJECT_KIND,
-                format!(
-                    "\"{name}\" is a {}, not a {}",
-                    entry.kind.describe(),
-                    kind.describe()
-                ),
-            ));
-        }
-        let doomed = self.dependents_closure(namespace, entry.id);
-        if doomed.len() > 1 && !cascade {
-            let names: Vec<String> = doomed
-                .iter()
-                .skip(1)
-                .map(|e| format!("{} {}", e.kind.describe(), e.name))
-                .collect();
-            return Err(RsError::new(
-                &codes::DEPENDENT_OBJECTS_EXIST,
-                format!(
-                    "cannot drop {} {name} because other objects depend on it",
-                    entry.kind.describe()
-                ),
-            )
-            .with_detail(names.join(", ")));
-        }
         // Mark every doomed entry in one atomic write first: from then on
         // the DROP completes, if need be on the next start.
         let mut marks = WriteBatch::new();
@@ -342,38 +373,61 @@ impl Database {
         self.control.write(marks).await?;
         self.catalog_mut()
             .retain(|existing| !doomed.iter().any(|gone| gone.id == existing.id));
-        let doomed: Vec<CatalogEntry> = doomed.into_iter().rev().collect();
+        self.drop_in_background(doomed.into_iter().rev().collect())
+            .await;
+        Ok(true)
+    }
+
+    /// `DROP` inside a transaction block: recorded in `pending`, done when
+    /// the transaction commits (RFC 0002). Returns the ids of every object
+    /// it removes from the transaction's catalog (`None`: absent and
+    /// `if_exists`).
+    pub fn drop_object_in(
+        &self,
+        pending: &mut PendingCatalog,
+        namespace: &str,
+        drop: DropObject<'_>,
+    ) -> RsResult<Option<Vec<ObjectId>>> {
+        let catalog = pending.overlay(namespace, self.entries(namespace));
+        let Some(doomed) = doomed_by(&catalog, drop)? else {
+            return Ok(None);
+        };
+        let ids: Vec<ObjectId> = doomed.iter().map(|entry| entry.id).collect();
+        for entry in doomed {
+            match pending
+                .created
+                .iter()
+                .position(|created| created.id == entry.id)
+            {
+                Some(position) => {
+                    pending.created.remove(position);
+                }
+                None => pending.dropped.push(entry),
+            }
+        }
+        Ok(Some(ids))
+    }
+
+    /// Removes dropped objects (dependents first) from the engine now, or,
+    /// if storage fails, before a later DDL statement: their catalog marks
+    /// are durable, so the DROP happened; only their state's removal waits.
+    async fn drop_in_background(&self, doomed: Vec<CatalogEntry>) {
+        if doomed.is_empty() {
+            return;
+        }
         if let Err(error) = self.finish_drop(doomed.clone()).await {
-            // The marks are durable: the objects are gone; only their
-            // state's removal waits for storage to work again.
             tracing::warn!(%error, "a DROP's state is reclaimed later: storage failed");
             if let Ok(mut unfinished) = self.unfinished_drops.lock() {
                 unfinished.extend(doomed);
             }
         }
-        Ok(true)
     }
 
-    /// `entry` followed by everything depending on it, in creation order.
-    fn dependents_closure(&self, namespace: &str, id: ObjectId) -> Vec<CatalogEntry> {
-        let entries = self.entries(namespace);
-        let mut doomed: Vec<ObjectId> = vec![id];
-        for entry in &entries {
-            if entry
-                .dependencies
-                .iter()
-                .any(|dependency| doomed.contains(dependency))
-                && !doomed.contains(&entry.id)
-            {
-                doomed.push(entry.id);
-            }
-        }
-        let mut ordered: Vec<CatalogEntry> = entries
-            .into_iter()
-            .filter(|entry| doomed.contains(&entry.id))
-            .collect();
-        ordered.sort_by_key(|entry| if entry.id == id { 0 } else { 1 });
-        ordered
+    /// What every DDL statement does first, under the DDL lock: finish what
+    /// storage failures left undone (drops, a catalog transaction).
+    async fn before_ddl(&self) -> RsResult<()> {
+        self.retry_unfinished_drops().await;
+        self.resolve_unfinished_transaction().await
     }
 
     async fn commit_created(&self, entry: CatalogEntry) -> RsResult<()> {
@@ -442,6 +496,13 @@ impl Database {
     }
 
     async fn allocate_id(&self) -> RsResult<ObjectId> {
+        Ok(ObjectId::from(self.next_counter().await?))
+    }
+
+    /// The next value of the catalog's counter, which numbers objects and
+    /// catalog transactions alike.
+    pub(super) async fn next_counter(&self) -> RsResult<u64> {
+        let _guard = self.ids.lock().await;
         let current = self.control.get(&NEXT_ID_KEY).await?;
         let next = match current {
             Some(bytes) => u64::from_be_bytes(
@@ -454,7 +515,7 @@ impl Database {
         };
         self.durable_put(&NEXT_ID_KEY, &(next + 1).to_be_bytes())
             .await?;
-        Ok(next as ObjectId)
+        Ok(next)
     }
 
     async fn durable_put(&self, key: &[u8], value: &[u8]) -> RsResult<()> {
@@ -468,6 +529,109 @@ impl Database {
     pub async fn close(&self) {
         self.control.close().await;
     }
+}
+
+/// A new table, as `CREATE TABLE` declares it.
+pub struct NewTable<'a> {
+    pub name: &'a str,
+    pub columns: Vec<ColumnDef>,
+    /// Column positions of the primary key (empty: hidden row id).
+    pub primary_key: Vec<usize>,
+    pub if_not_exists: bool,
+}
+
+/// A new view, as `CREATE [MATERIALIZED] VIEW` declares it.
+pub struct NewView<'a> {
+    pub name: &'a str,
+    pub query: &'a str,
+    /// Overrides the planned column names (PostgreSQL's naming, or an
+    /// explicit column list), positionally.
+    pub column_names: Option<Vec<String>>,
+    pub materialized: bool,
+    pub if_not_exists: bool,
+}
+
+/// What `DROP` names.
+#[derive(Debug, Clone, Copy)]
+pub struct DropObject<'a> {
+    pub name: &'a str,
+    pub kind: ObjectKind,
+    pub cascade: bool,
+    pub if_exists: bool,
+}
+
+/// The entries a `DROP` removes from `catalog` (creation order): the named
+/// one first, then everything depending on it. `None` when it is absent
+/// and `if_exists`.
+fn doomed_by(
+    catalog: &[CatalogEntry],
+    drop: DropObject<'_>,
+) -> RsResult<Option<Vec<CatalogEntry>>> {
+    let DropObject {
+        name,
+        kind,
+        cascade,
+        if_exists,
+    } = drop;
+    let Some(entry) = catalog.iter().find(|entry| entry.name == name) else {
+        if if_exists {
+            return Ok(None);
+        }
+        return Err(RsError::new(
+            &codes::UNDEFINED_OBJECT,
+            format!("{} \"{name}\" does not exist", kind.describe()),
+        ));
+    };
+    if entry.kind != kind {
+        return Err(RsError::new(
+            &codes::WRONG_OBJECT_KIND,
+            format!(
+                "\"{name}\" is a {}, not a {}",
+                entry.kind.describe(),
+                kind.describe()
+            ),
+        ));
+    }
+    let doomed = dependents_closure(catalog, entry.id);
+    if doomed.len() > 1 && !cascade {
+        let names: Vec<String> = doomed
+            .iter()
+            .skip(1)
+            .map(|e| format!("{} {}", e.kind.describe(), e.name))
+            .collect();
+        return Err(RsError::new(
+            &codes::DEPENDENT_OBJECTS_EXIST,
+            format!(
+                "cannot drop {} {name} because other objects depend on it",
+                entry.kind.describe()
+            ),
+        )
+        .with_detail(names.join(", ")));
+    }
+    Ok(Some(doomed))
+}
+
+/// The entry `id` of `catalog` (in creation order, which is dependency
+/// order) followed by everything depending on it, in creation order.
+fn dependents_closure(catalog: &[CatalogEntry], id: ObjectId) -> Vec<CatalogEntry> {
+    let mut doomed: Vec<ObjectId> = vec![id];
+    for entry in catalog {
+        if entry
+            .dependencies
+            .iter()
+            .any(|dependency| doomed.contains(dependency))
+            && !doomed.contains(&entry.id)
+        {
+            doomed.push(entry.id);
+        }
+    }
+    let mut ordered: Vec<CatalogEntry> = catalog
+        .iter()
+        .filter(|entry| doomed.contains(&entry.id))
+        .cloned()
+        .collect();
+    ordered.sort_by_key(|entry| if entry.id == id { 0 } else { 1 });
+    ordered
 }
 
 fn entry_json(entry: &CatalogEntry) -> RsResult<Vec<u8>> {
@@ -728,11 +892,13 @@ mod tests {
         database
             .create_view(
                 "default",
-                "by_g",
-                "SELECT g, COUNT(*) AS n FROM t GROUP BY g",
-                None,
-                true,
-                false,
+                NewView {
+                    name: "by_g",
+                    query: "SELECT g, COUNT(*) AS n FROM t GROUP BY g",
+                    column_names: None,
+                    materialized: true,
+                    if_not_exists: false,
+                },
             )
             .await
             .unwrap();
@@ -742,7 +908,15 @@ mod tests {
         prefixes.extend(keys::view_output_prefixes(view.id));
         prefixes.extend(keys::view_op_prefixes(view.id));
         database
-            .drop_object("default", "t", ObjectKind::Table, true, false)
+            .drop_object(
+                "default",
+                DropObject {
+                    name: "t",
+                    kind: ObjectKind::Table,
+                    cascade: true,
+                    if_exists: false,
+                },
+            )
             .await
             .unwrap();
         assert!(database.lookup("default", "t").is_none());
@@ -785,10 +959,12 @@ mod tests {
         database
             .create_table(
                 "default",
-                "t",
-                vec![bigint("k"), bigint("g"), bigint("v")],
-                vec![0],
-                false,
+                NewTable {
+                    name: "t",
+                    columns: vec![bigint("k"), bigint("g"), bigint("v")],
+                    primary_key: vec![0],
+                    if_not_exists: false,
+                },
             )
             .await
             .unwrap();
@@ -807,11 +983,13 @@ mod tests {
         database
             .create_view(
                 "default",
-                "doubled",
-                "SELECT k, v * 2 AS w FROM t",
-                None,
-                true,
-                false,
+                NewView {
+                    name: "doubled",
+                    query: "SELECT k, v * 2 AS w FROM t",
+                    column_names: None,
+                    materialized: true,
+                    if_not_exists: false,
+                },
             )
             .await
             .unwrap();
@@ -863,11 +1041,13 @@ mod tests {
         database
             .create_view(
                 "default",
-                "ratio",
-                "SELECT k, 100 / (v - 7) AS r FROM t",
-                None,
-                true,
-                false,
+                NewView {
+                    name: "ratio",
+                    query: "SELECT k, 100 / (v - 7) AS r FROM t",
+                    column_names: None,
+                    materialized: true,
+                    if_not_exists: false,
+                },
             )
             .await
             .unwrap();
@@ -897,10 +1077,12 @@ mod tests {
         reopened
             .drop_object(
                 "default",
-                "rebuilt",
-                ObjectKind::MaterializedView,
-                false,
-                false,
+                DropObject {
+                    name: "rebuilt",
+                    kind: ObjectKind::MaterializedView,
+                    cascade: false,
+                    if_exists: false,
+                },
             )
             .await
             .unwrap();
@@ -933,20 +1115,24 @@ mod tests {
         database
             .create_table(
                 "default",
-                "t",
-                vec![bigint("k"), bigint("g"), bigint("v")],
-                vec![0],
-                false,
+                NewTable {
+                    name: "t",
+                    columns: vec![bigint("k"), bigint("g"), bigint("v")],
+                    primary_key: vec![0],
+                    if_not_exists: false,
+                },
             )
             .await
             .unwrap();
         database
             .create_table(
                 "default",
-                "dim",
-                vec![bigint("id"), bigint("w")],
-                vec![0],
-                false,
+                NewTable {
+                    name: "dim",
+                    columns: vec![bigint("id"), bigint("w")],
+                    primary_key: vec![0],
+                    if_not_exists: false,
+                },
             )
             .await
             .unwrap();
@@ -1016,7 +1202,16 @@ mod tests {
         ];
         for (name, query, _) in &views {
             database
-                .create_view("default", name, query, None, true, false)
+                .create_view(
+                    "default",
+                    NewView {
+                        name,
+                        query,
+                        column_names: None,
+                        materialized: true,
+                        if_not_exists: false,
+                    },
+                )
                 .await
                 .unwrap();
         }
@@ -1077,10 +1272,12 @@ mod tests {
         database
             .create_table(
                 "default",
-                "t",
-                vec![bigint("k"), bigint("v")],
-                vec![0],
-                false,
+                NewTable {
+                    name: "t",
+                    columns: vec![bigint("k"), bigint("v")],
+                    primary_key: vec![0],
+                    if_not_exists: false,
+                },
             )
             .await
             .unwrap();
@@ -1092,14 +1289,7 @@ mod tests {
         let (directory, database) = database_with_table().await;
         let location = directory.path().to_str().unwrap().to_string();
         database
-            .create_view(
-                "default",
-                "totals",
-                "SELECT k % 2 AS parity, SUM(v) AS total, MIN(v) AS low FROM t GROUP BY k % 2",
-                None,
-                true,
-                false,
-            )
+            .create_view("default", NewView { name: "totals", query: "SELECT k % 2 AS parity, SUM(v) AS total, MIN(v) AS low FROM t GROUP BY k % 2", column_names: None, materialized: true, if_not_exists: false })
             .await
             .unwrap();
         let table = database.lookup("default", "t").unwrap();
@@ -1177,7 +1367,16 @@ mod tests {
             ),
         ] {
             database
-                .create_view("default", name, query, None, true, false)
+                .create_view(
+                    "default",
+                    NewView {
+                        name,
+                        query,
+                        column_names: None,
+                        materialized: true,
+                        if_not_exists: false,
+                    },
+                )
                 .await
                 .unwrap();
         }
@@ -1246,7 +1445,16 @@ mod tests {
         }
         // A new view over it is refused rather than created dead.
         let error = reopened
-            .create_view("default", "newer", "SELECT k FROM old", None, true, false)
+            .create_view(
+                "default",
+                NewView {
+                    name: "newer",
+                    query: "SELECT k FROM old",
+                    column_names: None,
+                    materialized: true,
+                    if_not_exists: false,
+                },
+            )
             .await
             .expect_err("reads a view that cannot be maintained");
         assert_eq!(error.code, &codes::VIEW_NOT_MAINTAINABLE, "{error}");
@@ -1257,7 +1465,15 @@ mod tests {
             ViewStatus::Healthy
         ));
         reopened
-            .drop_object("default", "old", ObjectKind::MaterializedView, true, false)
+            .drop_object(
+                "default",
+                DropObject {
+                    name: "old",
+                    kind: ObjectKind::MaterializedView,
+                    cascade: true,
+                    if_exists: false,
+                },
+            )
             .await
             .unwrap();
         assert!(reopened.lookup("default", "above").is_none());

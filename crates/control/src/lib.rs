@@ -10,5 +10,7 @@ mod follower;
 mod resolver;
 
 pub use catalog::{CatalogEntry, ColumnDef, ObjectKind, DEFAULT_NAMESPACE};
-pub use database::{Database, OpenOptions};
+pub use database::{
+    Database, DropObject, NewTable, NewView, OpenOptions, PendingCatalog, FAILPOINT_DDL_TRANSACTION,
+};
 pub use resolver::{plan_inline_view, CatalogResolver};

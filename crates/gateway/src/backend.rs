@@ -19,7 +19,7 @@ use datafusion::sql::sqlparser::ast::{
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 use rockstream_common::Runtime;
-use rockstream_control::{CatalogEntry, Database, ObjectKind};
+use rockstream_control::{CatalogEntry, Database, DropObject, NewTable, NewView, ObjectKind};
 use rockstream_ops::arrow_rows::{duration_to_interval, rows_to_batch};
 use rockstream_pgwire::{CopyFormat, PreparedStatements, StatementResult};
 use rockstream_planner::{
@@ -94,7 +94,12 @@ impl Gateway {
             }
         }
         ReadContext {
-            entries: self.database.entries(&session.namespace),
+            entries: self.entries(session),
+            unbuilt_views: session
+                .transaction
+                .as_ref()
+                .map(|transaction| transaction.catalog.unbuilt_views().collect())
+                .unwrap_or_default(),
             databases: self.database.namespaces(),
             snapshot: session
                 .transaction
@@ -107,6 +112,18 @@ impl Gateway {
         }
     }
 
+    /// The session's catalog: the committed one, with its transaction's
+    /// DDL applied (RFC 0002).
+    pub(crate) fn entries(&self, session: &GatewaySession) -> Vec<CatalogEntry> {
+        let committed = self.database.entries(&session.namespace);
+        match &session.transaction {
+            Some(transaction) if !transaction.catalog.is_empty() => {
+                transaction.catalog.overlay(&session.namespace, committed)
+            }
+            _ => committed,
+        }
+    }
+
     pub(crate) fn entry(
         &self,
         session: &GatewaySession,
@@ -114,8 +131,9 @@ impl Gateway {
         kind: Option<ObjectKind>,
     ) -> RsResult<CatalogEntry> {
         let entry = self
-            .database
-            .lookup(&session.namespace, name)
+            .entries(session)
+            .into_iter()
+            .find(|entry| entry.name == name)
             .ok_or_else(|| {
                 RsError::new(
                     &codes::UNDEFINED_OBJECT,
@@ -309,7 +327,7 @@ impl Gateway {
                     session.close_transaction_cursors(false);
                     return command("ROLLBACK");
                 }
-                let committed = self.commit(transaction).await;
+                let committed = self.commit(&session.namespace, transaction).await;
                 session.close_transaction_cursors(committed.is_ok());
                 committed?;
                 command("COMMIT")
@@ -345,22 +363,29 @@ impl Gateway {
                 command("RELEASE")
             }
             Statement::CreateTable(create) => {
-                self.refuse_in_transaction(in_explicit)?;
                 let (columns, primary_key) = table_columns(create)?;
                 let name = object_name(&create.name.to_string());
-                self.database
-                    .create_table(
-                        &session.namespace,
-                        &name,
-                        columns,
-                        primary_key,
-                        create.if_not_exists,
-                    )
-                    .await?;
+                let table = NewTable {
+                    name: &name,
+                    columns,
+                    primary_key,
+                    if_not_exists: create.if_not_exists,
+                };
+                match session.transaction.as_mut() {
+                    Some(transaction) if in_explicit => {
+                        self.database
+                            .create_table_in(&mut transaction.catalog, &session.namespace, table)
+                            .await?
+                    }
+                    _ => {
+                        self.database
+                            .create_table(&session.namespace, table)
+                            .await?
+                    }
+                };
                 command("CREATE TABLE")
             }
             Statement::CreateView(create) => {
-                self.refuse_in_transaction(in_explicit)?;
                 if create.or_replace {
                     return Err(RsError::new(&codes::UNSUPPORTED_STATEMENT, "CREATE OR REPLACE VIEW is not supported; DROP the view and create it again"));
                 }
@@ -377,16 +402,21 @@ impl Gateway {
                             .collect(),
                     )
                 };
-                self.database
-                    .create_view(
-                        &session.namespace,
-                        &name,
-                        &query,
-                        column_names,
-                        create.materialized,
-                        create.if_not_exists,
-                    )
-                    .await?;
+                let view = NewView {
+                    name: &name,
+                    query: &query,
+                    column_names,
+                    materialized: create.materialized,
+                    if_not_exists: create.if_not_exists,
+                };
+                match session.transaction.as_mut() {
+                    Some(transaction) if in_explicit => {
+                        self.database
+                            .create_view_in(&mut transaction.catalog, &session.namespace, view)
+                            .await?
+                    }
+                    _ => self.database.create_view(&session.namespace, view).await?,
+                };
                 command(if create.materialized {
                     "CREATE MATERIALIZED VIEW"
                 } else {
@@ -400,7 +430,6 @@ impl Gateway {
                 cascade,
                 ..
             } => {
-                self.refuse_in_transaction(in_explicit)?;
                 let (kind, tag) = match object_type {
                     ObjectType::Table => (ObjectKind::Table, "DROP TABLE"),
                     ObjectType::View => (ObjectKind::View, "DROP VIEW"),
@@ -415,15 +444,29 @@ impl Gateway {
                     }
                 };
                 for name in names {
-                    self.database
-                        .drop_object(
-                            &session.namespace,
-                            &object_name(&name.to_string()),
-                            kind,
-                            *cascade,
-                            *if_exists,
-                        )
-                        .await?;
+                    let name = object_name(&name.to_string());
+                    let drop = DropObject {
+                        name: &name,
+                        kind,
+                        cascade: *cascade,
+                        if_exists: *if_exists,
+                    };
+                    match session.transaction.as_mut() {
+                        Some(transaction) if in_explicit => {
+                            let dropped = self.database.drop_object_in(
+                                &mut transaction.catalog,
+                                &session.namespace,
+                                drop,
+                            )?;
+                            // Its rows go with the table.
+                            for id in dropped.unwrap_or_default() {
+                                transaction.tables.remove(&id);
+                            }
+                        }
+                        _ => {
+                            self.database.drop_object(&session.namespace, drop).await?;
+                        }
+                    }
                 }
                 command(tag)
             }
@@ -729,16 +772,6 @@ impl Gateway {
         Ok(())
     }
 
-    fn refuse_in_transaction(&self, in_explicit: bool) -> RsResult<()> {
-        if in_explicit {
-            return Err(RsError::new(
-                &codes::DDL_IN_TRANSACTION,
-                "CREATE and DROP cannot run inside a transaction block",
-            ));
-        }
-        Ok(())
-    }
-
     /// A statement other than transaction control marks the transaction
     /// started; under REPEATABLE READ the first one pins the state every
     /// later one reads.
@@ -1015,12 +1048,12 @@ impl Gateway {
             return Ok(());
         }
         if let Some(transaction) = session.transaction.take() {
-            self.commit(transaction).await?;
+            self.commit(&session.namespace, transaction).await?;
         }
         Ok(())
     }
 
-    async fn commit(&self, transaction: Transaction) -> RsResult<()> {
+    async fn commit(&self, namespace: &str, transaction: Transaction) -> RsResult<()> {
         let changes: Vec<TableChange> = transaction
             .tables
             .into_iter()
@@ -1036,10 +1069,9 @@ impl Gateway {
             })
             .filter(|change| !change.rows.is_empty())
             .collect();
-        if changes.is_empty() {
-            return Ok(());
-        }
-        self.database.engine().commit(changes).await.map(|_| ())
+        self.database
+            .commit_transaction(namespace, transaction.catalog, changes)
+            .await
     }
 }
 

@@ -11,7 +11,7 @@
 //! For UPDATE/DELETE the table also exposes its storage key as a hidden
 //! trailing column, [`ROW_KEY_COLUMN`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -47,6 +47,9 @@ pub type TableOverlay = BTreeMap<Vec<u8>, Option<Row>>;
 #[derive(Clone)]
 pub struct ReadContext {
     pub entries: Vec<CatalogEntry>,
+    /// Materialized views the reading transaction created: not built until
+    /// it commits, they are read by evaluating their definitions.
+    pub unbuilt_views: BTreeSet<ObjectId>,
     /// Every namespace, which clients see as databases.
     pub databases: Vec<String>,
     pub snapshot: SnapshotSet,
@@ -79,7 +82,7 @@ impl TableResolver for SnapshotResolver {
         let Some(entry) = self.context.entries.iter().find(|entry| entry.name == name) else {
             return Ok(None);
         };
-        if entry.kind == ObjectKind::View {
+        if entry.kind == ObjectKind::View || self.context.unbuilt_views.contains(&entry.id) {
             let nested = Arc::new(SnapshotResolver {
                 context: Arc::new(ReadContext {
                     with_row_keys: false,

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use datafusion::arrow::record_batch::RecordBatch;
+use rockstream_control::PendingCatalog;
 use rockstream_pgwire::Interrupt;
 use rockstream_storage::SnapshotSet;
 use rockstream_types::{codes, ObjectId, Row, RsError, RsResult};
@@ -43,6 +44,8 @@ pub struct PendingTable {
 #[derive(Default)]
 pub struct Transaction {
     pub tables: BTreeMap<ObjectId, PendingTable>,
+    /// Its DDL, applied when it commits (RFC 0002).
+    pub catalog: PendingCatalog,
     pub isolation: Isolation,
     /// Under REPEATABLE READ, the state the first statement read; every
     /// statement after it reads the same.
@@ -62,11 +65,12 @@ pub struct Transaction {
 }
 
 /// A point inside a transaction block that `ROLLBACK TO SAVEPOINT` returns
-/// to: the pending changes and the session's parameters as they were when
+/// to: the pending changes (rows and DDL) and the session's parameters as they were when
 /// `SAVEPOINT` ran.
 pub struct NamedSavepoint {
     pub name: String,
     tables: BTreeMap<ObjectId, PendingTable>,
+    catalog: PendingCatalog,
     parameters: Parameters,
     before_set_local: Option<Parameters>,
     /// Cursors declared from here on have higher serials: `ROLLBACK TO`
@@ -232,7 +236,7 @@ impl GatewaySession {
     /// [SAVEPOINT] name`, with PostgreSQL's rules: a savepoint exists only
     /// inside a transaction block; a name may be reused (the newest one
     /// answers to it); releasing one releases every later one; rolling back
-    /// to one undoes what the transaction did since (its writes, `SET`s and
+    /// to one undoes what the transaction did since (its writes, DDL, `SET`s and
     /// cursors),
     /// ends an aborted state and keeps the savepoint, so that it can be
     /// rolled back to again. Only `ROLLBACK TO` may run in an aborted
@@ -256,6 +260,7 @@ impl GatewaySession {
             transaction.savepoints.push(NamedSavepoint {
                 name: name.to_string(),
                 tables: transaction.tables.clone(),
+                catalog: transaction.catalog.clone(),
                 parameters,
                 before_set_local: transaction.before_set_local.clone(),
                 cursor_serial,
@@ -279,6 +284,7 @@ impl GatewaySession {
         transaction.savepoints.truncate(position + 1);
         let savepoint = &transaction.savepoints[position];
         transaction.tables = savepoint.tables.clone();
+        transaction.catalog = savepoint.catalog.clone();
         transaction.before_set_local = savepoint.before_set_local.clone();
         transaction.aborted = false;
         self.parameters = savepoint.parameters.clone();

@@ -207,6 +207,12 @@ pub fn epoch_key() -> Vec<u8> {
     vec![SHARD_META, b'E', b'P']
 }
 
+/// The coordinator's record of the last catalog transaction that
+/// committed: its id (RFC 0002).
+pub fn ddl_transaction_key() -> Vec<u8> {
+    vec![SHARD_META, b'D', b'T']
+}
+
 /// Prefix of the input pending for a failed view.
 pub fn pending_prefix(view_id: ObjectId) -> Vec<u8> {
     let mut key = vec![SHARD_META, b'P', b'D'];

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
 use rockstream_common::Runtime;
-use rockstream_ops::keys::RowStorage;
+use rockstream_ops::keys::{self, RowStorage};
 use rockstream_ops::Dataflow;
 use rockstream_storage::{CacheStats, ShardDb, SnapshotSet, StateCache};
 use rockstream_types::partition::BucketMap;
@@ -95,9 +95,18 @@ impl ViewStatus {
     }
 }
 
+/// What one commit asks of an epoch.
+pub(crate) struct CommitRequest {
+    pub changes: Vec<TableChange>,
+    /// A transaction that also changed the catalog: its id is recorded on
+    /// the coordinator in the same epoch ([`keys::ddl_transaction_key`]),
+    /// which makes the epoch its commit point (RFC 0002).
+    pub ddl_transaction: Option<u64>,
+}
+
 pub(crate) enum Command {
     Commit {
-        changes: Vec<TableChange>,
+        request: CommitRequest,
         reply: oneshot::Sender<RsResult<Epoch>>,
     },
     Install {
@@ -212,8 +221,48 @@ impl Engine {
     /// Commits a transaction's changes; returns the epoch that holds them
     /// once they are durable and visible in every view.
     pub async fn commit(&self, changes: Vec<TableChange>) -> RsResult<Epoch> {
+        self.request_commit(CommitRequest {
+            changes,
+            ddl_transaction: None,
+        })
+        .await
+    }
+
+    /// Commits the changes of catalog transaction `transaction` together
+    /// with the record that it committed: the epoch is that transaction's
+    /// commit point (RFC 0002). A commit that validates records nothing.
+    pub async fn commit_ddl_transaction(
+        &self,
+        changes: Vec<TableChange>,
+        transaction: u64,
+    ) -> RsResult<Epoch> {
+        self.request_commit(CommitRequest {
+            changes,
+            ddl_transaction: Some(transaction),
+        })
+        .await
+    }
+
+    /// The catalog transaction whose commit the newest published epoch
+    /// records, if any ([`Engine::commit_ddl_transaction`]).
+    pub async fn last_ddl_transaction(&self) -> RsResult<Option<u64>> {
+        let stored = self
+            .published()
+            .snapshot
+            .get(&keys::ddl_transaction_key())
+            .await?;
+        stored
+            .map(|bytes| {
+                <[u8; 8]>::try_from(bytes.as_slice())
+                    .map(u64::from_be_bytes)
+                    .map_err(|_| RsError::internal("corrupt catalog transaction record"))
+            })
+            .transpose()
+    }
+
+    async fn request_commit(&self, request: CommitRequest) -> RsResult<Epoch> {
         let (reply, receiver) = oneshot::channel();
-        self.send(Command::Commit { changes, reply }).await?;
+        self.send(Command::Commit { request, reply }).await?;
         receiver.await.map_err(|_| stopped())?
     }
 

@@ -31,7 +31,7 @@ use rockstream_types::{codes, Epoch, ObjectId, Row, RsError, RsResult, ZSet};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::engine::{
-    Command, InstallView, Published, TableChange, ViewStatus, EPOCH_COMMITS_MAX,
+    Command, CommitRequest, InstallView, Published, TableChange, ViewStatus, EPOCH_COMMITS_MAX,
     MEMTABLE_FLUSH_EPOCHS, MEMTABLE_FLUSH_INTERVAL_MICROS, PARALLEL_STEP_ROWS_MIN,
 };
 
@@ -225,11 +225,11 @@ impl EpochLoop {
         deferred: &mut Option<Command>,
     ) -> RsResult<()> {
         match command {
-            Command::Commit { changes, reply } => {
-                let mut commits = vec![(changes, reply)];
+            Command::Commit { request, reply } => {
+                let mut commits = vec![(request, reply)];
                 while commits.len() < EPOCH_COMMITS_MAX {
                     match receiver.try_recv() {
-                        Ok(Command::Commit { changes, reply }) => commits.push((changes, reply)),
+                        Ok(Command::Commit { request, reply }) => commits.push((request, reply)),
                         Ok(other) => {
                             *deferred = Some(other);
                             break;
@@ -303,7 +303,7 @@ impl EpochLoop {
             .collect()
     }
 
-    async fn run_commits(&mut self, commits: Vec<(Vec<TableChange>, Reply)>) -> RsResult<()> {
+    async fn run_commits(&mut self, commits: Vec<(CommitRequest, Reply)>) -> RsResult<()> {
         let mut stores = match self.new_stores() {
             Ok(stores) => stores,
             Err(error) => {
@@ -316,8 +316,8 @@ impl EpochLoop {
         let mut accepted: Vec<Reply> = Vec::new();
         let mut deltas: Deltas = vec![HashMap::new(); self.shard_count()];
         let mut build_inputs = BuildInputs::new();
-        for (changes, reply) in commits {
-            let parts = split_by_shard(changes, &self.map);
+        for (request, reply) in commits {
+            let parts = split_by_shard(request.changes, &self.map);
             let mut valid = Ok(());
             for (store, (changes, keys)) in stores.iter_mut().zip(&parts) {
                 valid = validate_table_changes(store, changes, keys).await;
@@ -336,6 +336,12 @@ impl EpochLoop {
                 for (table_id, delta) in apply_table_changes(store, changes, keys) {
                     shard_deltas.entry(table_id).or_default().extend(delta);
                 }
+            }
+            if let Some(transaction) = request.ddl_transaction {
+                stores[0].put(
+                    keys::ddl_transaction_key(),
+                    transaction.to_be_bytes().to_vec(),
+                );
             }
             accepted.push(reply);
         }

@@ -76,8 +76,8 @@ pub mod codes {
             "Send ROLLBACK to end the failed transaction, then retry its statements.");
         VIEW_EVALUATION_ERROR = (2027, "view.evaluation_error", "22000",
             "A row in the view's inputs makes its definition fail (the message names the cause); fix or delete that row and the view heals on the next commit.");
-        DDL_IN_TRANSACTION = (2028, "transaction.ddl_in_transaction_block", "25001",
-            "Run CREATE/DROP outside BEGIN ... COMMIT.");
+        // 2028 (DDL refused inside a transaction block) is retired: DDL runs
+        // in transaction blocks since RFC 0002.
         DIVISION_BY_ZERO = (2029, "sql.division_by_zero", "22012",
             "Guard the divisor, e.g. NULLIF(divisor, 0).");
         SUBQUERY_MORE_THAN_ONE_ROW = (2031, "sql.subquery_more_than_one_row", "21000",

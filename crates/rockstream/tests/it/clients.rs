@@ -22,17 +22,7 @@ use crate::harness::server::TestServer;
 const PYTHON_VARIABLE: &str = "ROCKSTREAM_TEST_PYTHON";
 
 /// The checks that fail on RockStream today, and what each waits for (issue #16's items).
-const KNOWN_FAILURES: &[(&str, &str)] = &[
-    (
-        "psycopg2_ddl_in_a_transaction",
-        "DDL inside a transaction block (item 2)",
-    ),
-    (
-        "sqlalchemy_core_create_all",
-        "DDL inside a transaction block (item 2)",
-    ),
-    ("pandas_to_sql", "DDL inside a transaction block (item 2)"),
-];
+const KNOWN_FAILURES: &[(&str, &str)] = &[];
 
 /// The interpreter of the environment the clients are installed in.
 fn python() -> PathBuf {

@@ -1,0 +1,371 @@
+//! DDL inside transaction blocks (RFC 0002).
+//!
+//! A transaction block's `CREATE`s and `DROP`s are planned and checked when
+//! they run, against the catalog as the transaction sees it, and recorded
+//! in its [`PendingCatalog`]; nothing is written until `COMMIT`. The commit
+//! writes its *intent* (the entries, marked with the transaction) to the
+//! control database, builds the new materialized views, then commits the
+//! transaction's rows in one epoch together with the record that the
+//! transaction committed, on shard 0: that epoch is the commit point.
+//! Finally the marks are cleared. A start resolves marked entries by the
+//! record, so a crash anywhere leaves all of the transaction or none.
+
+use std::collections::HashSet;
+
+use rockstream_runtime::TableChange;
+use rockstream_types::{codes, ObjectId, RsError, RsResult};
+use slatedb::WriteBatch;
+
+use super::{already_exists, entry_json, Database};
+use crate::catalog::CatalogEntry;
+use crate::follower::CatalogChange;
+
+/// Set to `after_intent` or `after_commit_point`, aborts the process at
+/// that step of a catalog transaction's commit (crash tests).
+pub const FAILPOINT_DDL_TRANSACTION: &str = "ROCKSTREAM_FAILPOINT_DDL_TRANSACTION";
+
+/// The DDL a transaction block did, applied when it commits.
+#[derive(Debug, Clone, Default)]
+pub struct PendingCatalog {
+    /// Objects it created, in creation order (dependency order).
+    pub(super) created: Vec<CatalogEntry>,
+    /// Committed objects it dropped.
+    pub(super) dropped: Vec<CatalogEntry>,
+}
+
+impl PendingCatalog {
+    pub fn is_empty(&self) -> bool {
+        self.created.is_empty() && self.dropped.is_empty()
+    }
+
+    /// `committed`, namespace `namespace`'s committed entries in creation
+    /// order, as the transaction sees them.
+    pub fn overlay(&self, namespace: &str, committed: Vec<CatalogEntry>) -> Vec<CatalogEntry> {
+        let mut entries: Vec<CatalogEntry> = committed
+            .into_iter()
+            .filter(|entry| !self.dropped.iter().any(|gone| gone.id == entry.id))
+            .collect();
+        entries.extend(
+            self.created
+                .iter()
+                .filter(|entry| entry.namespace == namespace)
+                .cloned(),
+        );
+        entries
+    }
+
+    /// The materialized views this transaction created: they are built
+    /// when it commits, so until then its reads evaluate their definitions.
+    pub fn unbuilt_views(&self) -> impl Iterator<Item = ObjectId> + '_ {
+        self.created
+            .iter()
+            .filter(|entry| entry.kind == crate::ObjectKind::MaterializedView)
+            .map(|entry| entry.id)
+    }
+
+    fn dropped_ids(&self) -> HashSet<ObjectId> {
+        self.dropped.iter().map(|entry| entry.id).collect()
+    }
+}
+
+/// A catalog transaction whose commit a storage failure left unfinished:
+/// finished before the next DDL statement (and on the next start).
+pub(super) struct Unfinished {
+    transaction: u64,
+    pending: PendingCatalog,
+    /// Whether it committed; `None` until its commit record is read.
+    committed: Option<bool>,
+    /// Its objects are in the in-memory catalog.
+    visible: bool,
+}
+
+impl Database {
+    /// Commits a transaction block: its DDL (`pending`) and its rows
+    /// (`changes`), all visible at once or, on failure, none of it.
+    pub async fn commit_transaction(
+        &self,
+        namespace: &str,
+        pending: PendingCatalog,
+        mut changes: Vec<TableChange>,
+    ) -> RsResult<()> {
+        if pending.is_empty() {
+            if !changes.is_empty() {
+                self.engine.commit(changes).await?;
+            }
+            return Ok(());
+        }
+        let _guard = self.ddl.lock().await;
+        self.before_ddl().await?;
+        self.still_valid(namespace, &pending)?;
+        let transaction = self.next_counter().await?;
+        self.control.write(intent(transaction, &pending)?).await?;
+        failpoint("after_intent");
+        let mut unfinished = Unfinished {
+            transaction,
+            pending,
+            committed: None,
+            visible: false,
+        };
+        let dropped = unfinished.pending.dropped_ids();
+        let mut catalog: Vec<CatalogEntry> = self
+            .entries(namespace)
+            .into_iter()
+            .filter(|entry| !dropped.contains(&entry.id))
+            .collect();
+        for entry in unfinished.pending.created.clone() {
+            let change = CatalogChange::Created {
+                entry: entry.clone(),
+                catalog: catalog.clone(),
+                replay: false,
+            };
+            if let Err(error) = self.follow(change).await {
+                unfinished.committed = Some(false);
+                let _ = self.finish(unfinished).await;
+                return Err(error);
+            }
+            catalog.push(entry);
+        }
+        changes.retain(|change| !dropped.contains(&change.table_id));
+        let outcome = self
+            .engine
+            .commit_ddl_transaction(changes, transaction)
+            .await;
+        unfinished.committed = match &outcome {
+            Ok(_) => Some(true),
+            // Durable on the coordinator: committed.
+            Err(error) if error.code == &codes::COMMIT_DURABLE_UNPUBLISHED => Some(true),
+            // The record may or may not be durable: read once storage works.
+            Err(error) if error.code == &codes::COMMIT_OUTCOME_UNKNOWN => None,
+            Err(_) => Some(false),
+        };
+        failpoint("after_commit_point");
+        let finished = self.finish(unfinished).await;
+        outcome?;
+        // Committed: a failure to clear the marks is retried later and
+        // does not undo the commit.
+        if let Err(error) = finished {
+            tracing::warn!(%error, "a committed catalog transaction is finalized later: storage failed");
+        }
+        Ok(())
+    }
+
+    /// Checks `pending` against the committed catalog, which other sessions
+    /// may have changed since the transaction planned its DDL.
+    fn still_valid(&self, namespace: &str, pending: &PendingCatalog) -> RsResult<()> {
+        let committed = self.entries(namespace);
+        let dropped = pending.dropped_ids();
+        let exists = |id: &ObjectId| {
+            (committed.iter().any(|entry| entry.id == *id) && !dropped.contains(id))
+                || pending.created.iter().any(|entry| entry.id == *id)
+        };
+        for entry in &pending.dropped {
+            if !committed.iter().any(|other| other.id == entry.id) {
+                return Err(RsError::new(
+                    &codes::UNDEFINED_OBJECT,
+                    format!(
+                        "{} \"{}\" was dropped by another transaction",
+                        entry.kind.describe(),
+                        entry.name
+                    ),
+                ));
+            }
+        }
+        if let Some(dependent) = committed.iter().find(|entry| {
+            !dropped.contains(&entry.id) && entry.dependencies.iter().any(|id| dropped.contains(id))
+        }) {
+            return Err(RsError::new(
+                &codes::DEPENDENT_OBJECTS_EXIST,
+                format!(
+                    "cannot drop what this transaction dropped: {} \"{}\", created since by another transaction, depends on it",
+                    dependent.kind.describe(),
+                    dependent.name
+                ),
+            ));
+        }
+        for entry in &pending.created {
+            if committed
+                .iter()
+                .any(|other| other.name == entry.name && !dropped.contains(&other.id))
+            {
+                return Err(already_exists(&entry.name));
+            }
+            if !entry.dependencies.iter().all(exists) {
+                return Err(RsError::new(
+                    &codes::UNDEFINED_OBJECT,
+                    format!(
+                        "{} \"{}\" reads a relation another transaction dropped",
+                        entry.kind.describe(),
+                        entry.name
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Finishes a catalog transaction whose commit a storage failure left
+    /// unfinished, if there is one; until that succeeds, DDL is refused.
+    pub(super) async fn resolve_unfinished_transaction(&self) -> RsResult<()> {
+        let unfinished = match self.unfinished_transaction.lock() {
+            Ok(mut unfinished) => unfinished.take(),
+            Err(_) => None,
+        };
+        match unfinished {
+            Some(unfinished) => self.finish(unfinished).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Ends `unfinished` as its outcome says (reading its commit record if
+    /// need be): committed, its objects become visible and its marks are
+    /// cleared; not, its intent is undone. On failure it is kept for
+    /// [`Database::resolve_unfinished_transaction`].
+    async fn finish(&self, mut unfinished: Unfinished) -> RsResult<()> {
+        let result = self.try_finish(&mut unfinished).await;
+        if result.is_err() {
+            if let Ok(mut kept) = self.unfinished_transaction.lock() {
+                *kept = Some(unfinished);
+            }
+        }
+        result
+    }
+
+    async fn try_finish(&self, unfinished: &mut Unfinished) -> RsResult<()> {
+        let committed = match unfinished.committed {
+            Some(committed) => committed,
+            None => {
+                // An epoch commits only once the engine has recovered its
+                // storage: then the published state holds the record if
+                // the transaction's epoch is durable.
+                self.engine.commit(Vec::new()).await?;
+                let record = self.engine.last_ddl_transaction().await?;
+                let committed = record == Some(unfinished.transaction);
+                unfinished.committed = Some(committed);
+                committed
+            }
+        };
+        let pending = &unfinished.pending;
+        if !committed {
+            return self.roll_back(pending).await;
+        }
+        if !unfinished.visible {
+            let dropped = pending.dropped_ids();
+            let mut catalog = self.catalog_mut();
+            catalog.retain(|entry| !dropped.contains(&entry.id));
+            catalog.extend(pending.created.iter().cloned());
+            unfinished.visible = true;
+        }
+        let mut marks = WriteBatch::new();
+        for entry in &pending.created {
+            marks.put(entry.key(), entry_json(entry)?);
+        }
+        for entry in &pending.dropped {
+            let dropping = CatalogEntry {
+                dropping: true,
+                ..entry.clone()
+            };
+            marks.put(entry.key(), entry_json(&dropping)?);
+        }
+        self.control.write(marks).await?;
+        self.drop_in_background(pending.dropped.iter().rev().cloned().collect())
+            .await;
+        Ok(())
+    }
+
+    /// Undoes a transaction's intent in one durable write: the objects it
+    /// created become dropped ones (their state, a view's build included,
+    /// reclaimed as any DROP's), the ones it dropped are restored.
+    async fn roll_back(&self, pending: &PendingCatalog) -> RsResult<()> {
+        let mut undo = WriteBatch::new();
+        for entry in &pending.created {
+            let dropping = CatalogEntry {
+                dropping: true,
+                ..entry.clone()
+            };
+            undo.put(entry.key(), entry_json(&dropping)?);
+        }
+        for entry in &pending.dropped {
+            undo.put(entry.key(), entry_json(entry)?);
+        }
+        self.control.write(undo).await?;
+        self.drop_in_background(pending.created.iter().rev().cloned().collect())
+            .await;
+        Ok(())
+    }
+}
+
+/// The control-database batch stating that `transaction` creates and drops
+/// `pending`'s entries, to be resolved by its commit record.
+fn intent(transaction: u64, pending: &PendingCatalog) -> RsResult<WriteBatch> {
+    let mut batch = WriteBatch::new();
+    for entry in &pending.created {
+        let marked = CatalogEntry {
+            transaction: Some(transaction),
+            ..entry.clone()
+        };
+        batch.put(entry.key(), entry_json(&marked)?);
+    }
+    for entry in &pending.dropped {
+        let marked = CatalogEntry {
+            dropping: true,
+            transaction: Some(transaction),
+            ..entry.clone()
+        };
+        batch.put(entry.key(), entry_json(&marked)?);
+    }
+    Ok(batch)
+}
+
+/// Resolves the entries a crash left marked with their catalog transaction
+/// (at most one transaction, RFC 0002 §3): committed if the coordinator's
+/// record names it, else undone; durably, before the catalog is replayed.
+/// Returns the entries as they now stand.
+pub(super) async fn resolve_in_doubt(
+    database: &Database,
+    entries: Vec<CatalogEntry>,
+) -> RsResult<Vec<CatalogEntry>> {
+    if entries.iter().all(|entry| entry.transaction.is_none()) {
+        return Ok(entries);
+    }
+    let record = database.engine.last_ddl_transaction().await?;
+    let mut batch = WriteBatch::new();
+    let mut resolved = Vec::with_capacity(entries.len());
+    for entry in entries {
+        let Some(transaction) = entry.transaction else {
+            resolved.push(entry);
+            continue;
+        };
+        let committed = record == Some(transaction);
+        let entry = CatalogEntry {
+            transaction: None,
+            // Undone: what it created goes, what it dropped stays.
+            dropping: if committed {
+                entry.dropping
+            } else {
+                !entry.dropping
+            },
+            ..entry
+        };
+        tracing::info!(
+            object = %entry.name,
+            transaction,
+            committed,
+            "resolved a catalog transaction a crash interrupted"
+        );
+        batch.put(entry.key(), entry_json(&entry)?);
+        resolved.push(entry);
+    }
+    database.control.write(batch).await?;
+    Ok(resolved)
+}
+
+/// Aborts the process at `step` when [`FAILPOINT_DDL_TRANSACTION`] names it.
+fn failpoint(step: &str) {
+    if std::env::var(FAILPOINT_DDL_TRANSACTION).is_ok_and(|armed| armed == step) {
+        tracing::error!(
+            step,
+            "failpoint: aborting in a catalog transaction's commit"
+        );
+        std::process::abort();
+    }
+}
