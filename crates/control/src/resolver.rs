@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use datafusion::arrow::datatypes::{Field, Schema as ArrowSchema};
 use datafusion::catalog::TableProvider;
 use datafusion::datasource::ViewTable;
-use datafusion::logical_expr::LogicalPlan;
+use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder};
 use datafusion::sql::sqlparser::ast::Statement;
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
@@ -91,6 +91,36 @@ pub async fn plan_inline_view(
         .map_err(datafusion_error)
 }
 
+/// The plan a query reads view `entry` with (a plain view, or a
+/// materialized one read through its definition), its columns named as the
+/// catalog names them (PostgreSQL's names for expressions, or the view's
+/// column list).
+pub async fn inline_view(
+    resolver: Arc<dyn TableResolver>,
+    entry: &CatalogEntry,
+) -> RsResult<LogicalPlan> {
+    let sql = entry.definition.as_deref().unwrap_or_default();
+    let plan = plan_inline_view(resolver, sql).await?;
+    let planned = plan.schema().columns();
+    if planned.len() != entry.columns.len()
+        || planned
+            .iter()
+            .zip(&entry.columns)
+            .all(|(column, named)| column.name == named.name)
+    {
+        return Ok(plan);
+    }
+    let renamed: Vec<Expr> = planned
+        .into_iter()
+        .zip(&entry.columns)
+        .map(|(column, named)| Expr::Column(column).alias(named.name.clone()))
+        .collect();
+    LogicalPlanBuilder::from(plan)
+        .project(renamed)
+        .and_then(LogicalPlanBuilder::build)
+        .map_err(datafusion_error)
+}
+
 #[async_trait]
 impl TableResolver for CatalogResolver {
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>, RsError> {
@@ -124,6 +154,8 @@ impl TableResolver for CatalogResolver {
                     resolved: Mutex::new(Vec::new()),
                     depth: self.depth + 1,
                 });
+                // Not renamed as `inline_view` does: a projection would
+                // change the operator ids of views already stored.
                 let sql = entry.definition.clone().unwrap_or_default();
                 let plan = plan_inline_view(nested.clone(), &sql).await?;
                 for id in nested.resolved() {

@@ -27,7 +27,7 @@ use datafusion::logical_expr::{Expr, Operator, TableProviderFilterPushDown};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::physical_plan::ExecutionPlan;
-use rockstream_control::{plan_inline_view, CatalogEntry, ObjectKind};
+use rockstream_control::{inline_view, CatalogEntry, ObjectKind};
 use rockstream_ops::arrow_rows::{array_to_datums, rows_to_batch};
 use rockstream_ops::keys::{decode_weight, RowStorage};
 use rockstream_planner::{ColumnInfo, RelationInfo, RelationKind, TableResolver};
@@ -89,9 +89,11 @@ impl TableResolver for SnapshotResolver {
                     ..(*self.context).clone()
                 }),
             });
-            let sql = entry.definition.clone().unwrap_or_default();
-            let plan = plan_inline_view(nested, &sql).await?;
-            return Ok(Some(Arc::new(ViewTable::new(plan, Some(sql)))));
+            let plan = inline_view(nested, entry).await?;
+            return Ok(Some(Arc::new(ViewTable::new(
+                plan,
+                entry.definition.clone(),
+            ))));
         }
         Ok(Some(Arc::new(SnapshotTable::new(
             entry.clone(),

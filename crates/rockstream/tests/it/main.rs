@@ -26,6 +26,7 @@ mod protocol;
 mod psql;
 mod refresh;
 mod slt;
+mod transactional_ddl;
 mod unsupported;
 mod waves;
 mod wire;
