@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one test command: provisions a throwaway PostgreSQL server (the oracle the differential,
 # corpus and .slt tests compare RockStream with), exports ROCKSTREAM_TEST_PG_URL, installs the
-# Python clients the client-compatibility checks use (exports ROCKSTREAM_TEST_PYTHON), runs
+# clients the client-compatibility checks use (Python from PyPI, Node from npm, pgjdbc from apt;
+# exports ROCKSTREAM_TEST_PYTHON, ROCKSTREAM_TEST_NODE_PATH, ROCKSTREAM_TEST_JDBC_JAR), runs
 # `cargo test --workspace` (extra arguments are passed through to it), then `cargo fmt --check`
 # and `cargo clippy -D warnings`. Exits non-zero if any step fails. The PostgreSQL server lives in
 # a fresh temporary folder and is stopped and removed on exit, whatever the outcome.
@@ -32,26 +33,28 @@ find_postgres_bin() {
     printf '%s' "$found"
 }
 
-install_postgres() {
+# Installs Debian packages (as root, or with password-less sudo).
+apt_install() {
     local privileged=()
     if [[ "$(id -u)" != 0 ]]; then
         if command -v sudo >/dev/null; then
             privileged=(sudo -n)
         else
-            log "PostgreSQL is not installed and this is not root: install the 'postgresql' package"
+            log "this is not root and sudo is missing: install the packages $* yourself"
             exit 1
         fi
     fi
-    log "PostgreSQL not found under /usr/lib/postgresql/*/bin: installing it with apt-get"
+    log "installing $* with apt-get"
     "${privileged[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
     "${privileged[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
         -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold \
-        postgresql >/dev/null
+        "$@" >/dev/null
 }
 
 postgres_bin="$(find_postgres_bin)"
 if [[ -z "$postgres_bin" ]]; then
-    install_postgres
+    log "PostgreSQL not found under /usr/lib/postgresql/*/bin"
+    apt_install postgresql
     postgres_bin="$(find_postgres_bin)"
     if [[ -z "$postgres_bin" ]]; then
         log "apt-get installed postgresql but no initdb appeared under /usr/lib/postgresql/*/bin"
@@ -177,6 +180,50 @@ else
         exit 1
     }
 fi
+
+# Node's `pg` and `pg-copy-streams`, pinned by package-lock.json, installed by `npm ci` into the
+# cache, again only when the lock file (or Node's version) changes.
+provision_node_clients() {
+    local source="$repository_root/crates/rockstream/tests/clients/node"
+    local directory="${ROCKSTREAM_TEST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rockstream-test}/node"
+    if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+        apt_install nodejs npm
+    fi
+    local stamp
+    stamp="$(node --version; cat "$source/package-lock.json")" || return 1
+    if [[ -d "$directory/node_modules" && "$(cat "$directory/installed.txt" 2>/dev/null)" == "$stamp" ]]; then
+        export ROCKSTREAM_TEST_NODE_PATH="$directory/node_modules"
+        return 0
+    fi
+    log "installing the Node clients (npm ci) into $directory"
+    rm -rf "$directory"
+    mkdir -p "$directory"
+    cp "$source/package.json" "$source/package-lock.json" "$directory/"
+    (cd "$directory" && npm ci --no-audit --no-fund --loglevel=error >/dev/null) || return 1
+    printf '%s' "$stamp" >"$directory/installed.txt"
+    export ROCKSTREAM_TEST_NODE_PATH="$directory/node_modules"
+}
+
+if [[ -n "${ROCKSTREAM_TEST_NODE_PATH:-}" ]]; then
+    log "using the Node clients of ROCKSTREAM_TEST_NODE_PATH=$ROCKSTREAM_TEST_NODE_PATH"
+else
+    provision_node_clients || {
+        log "could not install the Node clients (npm ci from the npm registry)"
+        exit 1
+    }
+fi
+
+# pgjdbc from Debian (and a JDK to run the checks' single source file).
+if [[ -z "${ROCKSTREAM_TEST_JDBC_JAR:-}" ]]; then
+    if ! command -v javac >/dev/null; then
+        apt_install default-jdk-headless
+    fi
+    if [[ ! -f /usr/share/java/postgresql.jar ]]; then
+        apt_install libpostgresql-jdbc-java
+    fi
+    export ROCKSTREAM_TEST_JDBC_JAR=/usr/share/java/postgresql.jar
+fi
+log "using pgjdbc at ROCKSTREAM_TEST_JDBC_JAR=$ROCKSTREAM_TEST_JDBC_JAR"
 
 if [[ "${1:-}" == "--pg-shell" ]]; then
     log "oracle shell: ROCKSTREAM_TEST_PG_URL is set; exit the shell to stop the server"

@@ -65,6 +65,10 @@ pub fn arrow_datetime_text(text: &str, input: DatetimeInput) -> Option<String> {
         .trim_start();
     let (time, zone) = if rest.is_empty() {
         (None, Zone::None)
+    } else if rest.starts_with(['+', '-']) {
+        // A date with a zone and no time (pgjdbc's `setDate` sends
+        // `2000-02-29 +00`): midnight there.
+        (None, Zone::parse(rest)?)
     } else {
         let (mut time, after) = Time::parse(rest)?;
         let after = time.read_meridiem(after.trim_start())?;
@@ -422,6 +426,10 @@ mod tests {
             ("20260102", DataType::Date32, "2026-01-02"),
             ("2026-01-02 10:00:00", DataType::Date32, "2026-01-02"),
             ("epoch", DataType::Date32, "1970-01-01"),
+            ("2000-02-29 +00", DataType::Date32, "2000-02-29"),
+            ("2000-02-29 -05", DataType::Date32, "2000-02-29"),
+            ("2000-02-29 +02", timestamptz(), "2000-02-28T22:00:00Z"),
+            ("2000-02-29 +02", timestamp(), "2000-02-29T00:00:00"),
         ];
         for (text, data_type, expected) in cases {
             assert_eq!(

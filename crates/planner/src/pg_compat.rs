@@ -30,7 +30,9 @@
 //! - `[NOT] EXISTS (...)` in a select list, which DataFusion plans only as a
 //!   filter, counts the subquery's rows instead;
 //! - `generate_subscripts(a, 1)` is `unnest` of the range of `a`'s
-//!   subscripts.
+//!   subscripts, `information_schema._pg_expandarray(a)` a struct of `a`'s
+//!   elements and their subscripts unnested in step, and `(value).field`
+//!   is `get_field(value, 'field')`.
 //!
 //! Only queries are rewritten, never the definition of a materialized view.
 
@@ -39,9 +41,10 @@ use std::ops::ControlFlow;
 use std::sync::LazyLock;
 
 use datafusion::sql::sqlparser::ast::{
-    BinaryOperator, DataType, Expr, Function, FunctionArg, FunctionArgExpr, FunctionArgumentList,
-    FunctionArguments, GroupByExpr, Ident, JoinOperator, ObjectName, Query, Select, SelectItem,
-    SetExpr, SetOperator, Statement, TableFactor, TableWithJoins, Value, VisitMut, VisitorMut,
+    AccessExpr, BinaryOperator, DataType, Expr, Function, FunctionArg, FunctionArgExpr,
+    FunctionArgumentList, FunctionArguments, GroupByExpr, Ident, JoinOperator, ObjectName, Query,
+    Select, SelectItem, SetExpr, SetOperator, Statement, TableFactor, TableWithJoins, Value,
+    VisitMut, VisitorMut,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
@@ -149,6 +152,10 @@ impl VisitorMut for Normalizer {
                     *expr = subscripts;
                     return ControlFlow::Continue(());
                 }
+                if let Some(expanded) = expanded_array(function) {
+                    *expr = expanded;
+                    return ControlFlow::Continue(());
+                }
                 // `age(x)` is the age at midnight today: `age(CURRENT_DATE, x)`.
                 if matches!(name_parts(&function.name), Some((name, _)) if name == "age") {
                     if let FunctionArguments::List(list) = &mut function.args {
@@ -157,6 +164,18 @@ impl VisitorMut for Normalizer {
                                 .insert(0, FunctionArg::Unnamed(FunctionArgExpr::Expr(today())));
                         }
                     }
+                }
+            }
+            Expr::CompoundFieldAccess { root, access_chain }
+                if matches!(root.as_ref(), Expr::Nested(_)) =>
+            {
+                if let Some(fields) = field_names(access_chain) {
+                    let mut value = std::mem::replace(root.as_mut(), Expr::value(Value::Null));
+                    for field in fields {
+                        let field = Expr::value(Value::SingleQuotedString(field));
+                        value = call("get_field", vec![value, field]);
+                    }
+                    *expr = value;
                 }
             }
             Expr::BinaryOp { op, .. } => {
@@ -583,14 +602,73 @@ fn first_dimension_subscripts(function: &Function) -> Option<Expr> {
         .ok()
 }
 
+/// `information_schema._pg_expandarray(a)`, PostgreSQL's set-returning
+/// function of `(x, n)` records, one per element `x` of `a` with its
+/// subscript `n` (pgjdbc's `getPrimaryKeys` and other tools read index keys
+/// with it): a struct of the two unnested in step, which DataFusion
+/// expands like the function (and `(record).field` reads, see
+/// [`field_names`]).
+fn expanded_array(function: &Function) -> Option<Expr> {
+    let idents: Vec<&Ident> = function
+        .name
+        .0
+        .iter()
+        .filter_map(|part| part.as_ident())
+        .collect();
+    let named = match idents.as_slice() {
+        [name] => name,
+        [schema, name] if schema.value.eq_ignore_ascii_case("information_schema") => name,
+        _ => return None,
+    };
+    if !named.value.eq_ignore_ascii_case("_pg_expandarray") {
+        return None;
+    }
+    let FunctionArguments::List(list) = &function.args else {
+        return None;
+    };
+    let [FunctionArg::Unnamed(FunctionArgExpr::Expr(array))] = list.args.as_slice() else {
+        return None;
+    };
+    Parser::new(&PostgreSqlDialect {})
+        .try_with_sql(&format!(
+            "named_struct('x', unnest({array}), \
+             'n', CAST(unnest(range(1, CAST(cardinality({array}) AS BIGINT) + 1)) AS INT))"
+        ))
+        .and_then(|mut parser| parser.parse_expr())
+        .ok()
+}
+
+/// The field names of a composite value's `(value).field[.field...]`
+/// access (lower-cased unless quoted), read with `get_field`; `None` for
+/// other accesses (subscripts), which DataFusion plans itself.
+fn field_names(access_chain: &[AccessExpr]) -> Option<Vec<String>> {
+    access_chain
+        .iter()
+        .map(|access| match access {
+            AccessExpr::Dot(Expr::Identifier(ident)) => Some(match ident.quote_style {
+                Some(_) => ident.value.clone(),
+                None => ident.value.to_lowercase(),
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
 fn function_call(name: &str, argument: Expr) -> Expr {
+    call(name, vec![argument])
+}
+
+fn call(name: &str, arguments: Vec<Expr>) -> Expr {
     Expr::Function(Function {
         name: ObjectName::from(vec![Ident::new(name)]),
         uses_odbc_syntax: false,
         parameters: FunctionArguments::None,
         args: FunctionArguments::List(FunctionArgumentList {
             duplicate_treatment: None,
-            args: vec![FunctionArg::Unnamed(FunctionArgExpr::Expr(argument))],
+            args: arguments
+                .into_iter()
+                .map(|argument| FunctionArg::Unnamed(FunctionArgExpr::Expr(argument)))
+                .collect(),
             clauses: Vec::new(),
         }),
         filter: None,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::{BooleanArray, Int32Array, Int64Array, RecordBatch};
 use datafusion::error::Result as DataFusionResult;
 
-use super::types::{type_identity, type_storage};
+use super::types::{type_identity, type_length, type_storage};
 use super::{
     batch, booleans, flags, number_lists, repeated, text, ColumnInfo, RelationInfo, RelationKind,
     BTREE_AM_OID, HEAP_AM_OID, OWNER, OWNER_OID, PUBLIC_OID, SCHEMA,
@@ -182,6 +182,10 @@ pub(crate) fn pg_attribute(relations: &[RelationInfo]) -> DataFusionResult<Recor
             ),
         ),
         ("atttypid", oids(types.iter().map(|(oid, _)| *oid))),
+        (
+            "attlen",
+            oids(types.iter().map(|(oid, _)| type_length(*oid))),
+        ),
         (
             "attnum",
             oids(columns.iter().map(|(_, index, _)| *index as i64 + 1)),

@@ -1,17 +1,20 @@
 //! Goal: applications reach RockStream through the PostgreSQL drivers they already use, with each
-//! driver's default settings. Method: the client programs under `tests/clients/` (Python: psycopg2,
-//! psycopg 3, asyncpg, SQLAlchemy 2, pandas) run every check against the PostgreSQL oracle and
-//! against a RockStream server. Every check must pass on PostgreSQL (otherwise the check is wrong).
-//! On RockStream, the checks that fail must be exactly those of [`KNOWN_FAILURES`], each listed
-//! with what it waits for: a check that newly fails is a regression, and one that newly passes
-//! must leave the list, so the list is always the true state of client support.
+//! driver's default settings. Method: the client programs under `tests/clients/` (Python:
+//! psycopg2, psycopg 3, asyncpg, SQLAlchemy 2, pandas; Node: `pg`, `pg-copy-streams`; Java:
+//! pgjdbc) run every check against the PostgreSQL oracle and against a RockStream server. Every
+//! check must pass on PostgreSQL (otherwise the check is wrong). On RockStream, the checks that
+//! fail must be exactly the suite's `known_failures`, each listed with what it waits for: a check
+//! that newly fails is a regression, and one that newly passes must leave the list, so the list
+//! is always the true state of client support.
 //!
-//! `scripts/test.sh` installs the clients in a cached virtual environment and names its
-//! interpreter in `ROCKSTREAM_TEST_PYTHON`; like the oracle, a missing client fails the test
-//! rather than skipping it.
+//! `scripts/test.sh` installs the clients (a cached Python virtual environment, cached
+//! `node_modules`, Debian's pgjdbc) and names them in `ROCKSTREAM_TEST_PYTHON`,
+//! `ROCKSTREAM_TEST_NODE_PATH` and `ROCKSTREAM_TEST_JDBC_JAR`; like the oracle, a missing client
+//! fails the test rather than skipping it.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::process::Command;
 
 use tokio_postgres::config::Host;
 use tokio_postgres::Config;
@@ -19,23 +22,69 @@ use tokio_postgres::Config;
 use crate::harness::oracle::OracleDatabase;
 use crate::harness::server::TestServer;
 
-const PYTHON_VARIABLE: &str = "ROCKSTREAM_TEST_PYTHON";
-
-/// The checks that fail on RockStream today, and what each waits for (issue #16's items).
-const KNOWN_FAILURES: &[(&str, &str)] = &[];
-
-/// The interpreter of the environment the clients are installed in.
-fn python() -> PathBuf {
-    match std::env::var_os(PYTHON_VARIABLE) {
-        Some(path) if !path.is_empty() => PathBuf::from(path),
-        _ => panic!(
-            "this test needs the Python clients but {PYTHON_VARIABLE} is not set.\n\
-             Run it through `scripts/test.sh` (it installs them in a cached virtual environment), \
-             or `pip install -r crates/rockstream/tests/clients/python/requirements.txt` and \
-             export {PYTHON_VARIABLE}=python3."
-        ),
-    }
+/// One language's client programs.
+struct Suite {
+    name: &'static str,
+    /// The environment variable naming what the suite runs with (interpreter, modules, jar).
+    variable: &'static str,
+    /// How to install what `variable` names, for the failure message when it is not set.
+    install: &'static str,
+    /// The command running every check against a URL (appended), given `variable`'s value.
+    command: fn(&str) -> Command,
+    /// The checks that fail on RockStream today, and what each waits for (issue #16's items).
+    known_failures: &'static [(&'static str, &'static str)],
 }
+
+/// A client program under `tests/clients/`.
+fn program(path: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/clients")
+        .join(path)
+}
+
+const PYTHON: Suite = Suite {
+    name: "python",
+    variable: "ROCKSTREAM_TEST_PYTHON",
+    install: "pip install -r crates/rockstream/tests/clients/python/requirements.txt, \
+              then export ROCKSTREAM_TEST_PYTHON=python3",
+    command: |python| {
+        let mut command = Command::new(python);
+        command.arg(program("python/checks.py"));
+        command
+    },
+    known_failures: &[],
+};
+
+const NODE: Suite = Suite {
+    name: "node",
+    variable: "ROCKSTREAM_TEST_NODE_PATH",
+    install: "npm ci in crates/rockstream/tests/clients/node, then export \
+              ROCKSTREAM_TEST_NODE_PATH=crates/rockstream/tests/clients/node/node_modules",
+    command: |node_modules| {
+        let mut command = Command::new("node");
+        command
+            .env("NODE_PATH", node_modules)
+            .arg(program("node/checks.js"));
+        command
+    },
+    known_failures: &[(
+        "node_pg_array_parameter",
+        "array parameters typed from their use, `id = ANY($1)` (item 8)",
+    )],
+};
+
+const JAVA: Suite = Suite {
+    name: "java",
+    variable: "ROCKSTREAM_TEST_JDBC_JAR",
+    install: "apt-get install libpostgresql-jdbc-java, then export \
+              ROCKSTREAM_TEST_JDBC_JAR=/usr/share/java/postgresql.jar",
+    command: |jar| {
+        let mut command = Command::new("java");
+        command.arg("-cp").arg(jar).arg(program("java/Checks.java"));
+        command
+    },
+    known_failures: &[],
+};
 
 /// A `postgresql://` URL for `config` (the form every client takes).
 fn url(config: &Config) -> String {
@@ -54,21 +103,19 @@ fn url(config: &Config) -> String {
     format!("postgresql://{user}{password}@{host}:{port}/{database}")
 }
 
-/// Runs `checks.py` against `url`: each check's name and, if it failed, its error.
-async fn run_checks(python: &PathBuf, url: &str) -> BTreeMap<String, Option<String>> {
-    let program = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients/python/checks.py");
-    let mut command = std::process::Command::new(python);
-    command.arg(&program).arg(url);
+/// Runs `suite`'s checks against `url`: each check's name and, if it failed, its error.
+async fn run_checks(suite: &Suite, setting: &str, url: &str) -> BTreeMap<String, Option<String>> {
+    let mut command = (suite.command)(setting);
+    command.arg(url);
+    let described = format!("{command:?}");
     let output = tokio::task::spawn_blocking(move || command.output())
         .await
         .expect("the client programs' thread")
-        .unwrap_or_else(|error| panic!("cannot run {}: {error}", python.display()));
+        .unwrap_or_else(|error| panic!("cannot run {described}: {error}"));
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
-        "{} {} failed ({}):\n{stdout}\n{}",
-        python.display(),
-        program.display(),
+        "{described} failed ({}):\n{stdout}\n{}",
         output.status,
         String::from_utf8_lossy(&output.stderr)
     );
@@ -76,7 +123,7 @@ async fn run_checks(python: &PathBuf, url: &str) -> BTreeMap<String, Option<Stri
         .lines()
         .map(|line| {
             let outcome: serde_json::Value = serde_json::from_str(line)
-                .unwrap_or_else(|error| panic!("checks.py printed {line:?}: {error}"));
+                .unwrap_or_else(|error| panic!("{} printed {line:?}: {error}", suite.name));
             let name = outcome["check"].as_str().unwrap_or_default().to_string();
             let error = match outcome["ok"].as_bool() {
                 Some(true) => None,
@@ -87,12 +134,19 @@ async fn run_checks(python: &PathBuf, url: &str) -> BTreeMap<String, Option<Stri
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn python_clients_pass_on_postgresql_and_on_rockstream() {
-    let python = python();
-    let oracle = OracleDatabase::create("clients").await;
-    let on_postgresql = run_checks(&python, &url(oracle.config())).await;
-    assert!(!on_postgresql.is_empty(), "checks.py ran no check");
+/// Runs `suite` on the oracle and on RockStream and judges both (see the module docs).
+async fn check_suite(suite: &Suite) {
+    let setting = match std::env::var(suite.variable) {
+        Ok(setting) if !setting.is_empty() => setting,
+        _ => panic!(
+            "this test needs the {} clients but {} is not set.\n\
+             Run it through `scripts/test.sh` (it installs them), or {}.",
+            suite.name, suite.variable, suite.install
+        ),
+    };
+    let oracle = OracleDatabase::create(&format!("clients_{}", suite.name)).await;
+    let on_postgresql = run_checks(suite, &setting, &url(oracle.config())).await;
+    assert!(!on_postgresql.is_empty(), "{} ran no check", suite.name);
     let wrong: Vec<String> = on_postgresql
         .iter()
         .filter_map(|(name, error)| Some(format!("{name}: {}", error.as_ref()?)))
@@ -104,7 +158,7 @@ async fn python_clients_pass_on_postgresql_and_on_rockstream() {
     );
 
     let server = TestServer::start().await;
-    let on_rockstream = run_checks(&python, &url(&server.config())).await;
+    let on_rockstream = run_checks(suite, &setting, &url(&server.config())).await;
     assert_eq!(
         on_rockstream.keys().collect::<Vec<_>>(),
         on_postgresql.keys().collect::<Vec<_>>(),
@@ -112,21 +166,22 @@ async fn python_clients_pass_on_postgresql_and_on_rockstream() {
     );
     let mut report = Vec::new();
     for (name, error) in &on_rockstream {
-        let known = KNOWN_FAILURES.iter().find(|(known, _)| known == name);
+        let known = suite.known_failures.iter().find(|(known, _)| known == name);
         match (error, known) {
             (Some(error), None) => {
                 report.push(format!("FAILS (not a known failure) {name}: {error}"))
             }
             (None, Some((_, waits_for))) => report.push(format!(
-                "PASSES now (remove it from KNOWN_FAILURES; it waited for {waits_for}): {name}"
+                "PASSES now (remove it from known_failures; it waited for {waits_for}): {name}"
             )),
             _ => {}
         }
     }
-    for (name, _) in KNOWN_FAILURES {
+    for (name, _) in suite.known_failures {
         assert!(
             on_rockstream.contains_key(*name),
-            "KNOWN_FAILURES names {name}, which checks.py does not run"
+            "known_failures names {name}, which the {} suite does not run",
+            suite.name
         );
     }
     let passed = on_rockstream
@@ -134,8 +189,29 @@ async fn python_clients_pass_on_postgresql_and_on_rockstream() {
         .filter(|error| error.is_none())
         .count();
     println!(
-        "python clients: {passed} of {} checks pass on RockStream (all pass on PostgreSQL)",
+        "{} clients: {passed} of {} checks pass on RockStream (all pass on PostgreSQL)",
+        suite.name,
         on_rockstream.len()
     );
-    assert!(report.is_empty(), "{}", report.join("\n"));
+    assert!(
+        report.is_empty(),
+        "{}\n{}",
+        report.join("\n"),
+        server.log_tail()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_clients_pass_on_postgresql_and_on_rockstream() {
+    check_suite(&PYTHON).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_clients_pass_on_postgresql_and_on_rockstream() {
+    check_suite(&NODE).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn java_clients_pass_on_postgresql_and_on_rockstream() {
+    check_suite(&JAVA).await;
 }
