@@ -138,15 +138,39 @@ impl Database {
         vec![DEFAULT_NAMESPACE.to_string()]
     }
 
-    /// Every object of a namespace, in creation order.
+    /// Every object of a namespace, in creation order, as the newest
+    /// published state sees them.
     pub fn entries(&self, namespace: &str) -> Vec<CatalogEntry> {
+        self.entries_at(namespace, self.engine.published().ddl_transaction)
+    }
+
+    /// Every object of a namespace, in creation order, as a reader whose
+    /// state records catalog transaction `watermark` sees them
+    /// (`Published::ddl_transaction`): an entry a catalog transaction
+    /// created exists once that transaction has committed, one it dropped
+    /// until then (RFC 0002).
+    pub fn entries_at(&self, namespace: &str, watermark: u64) -> Vec<CatalogEntry> {
+        let visible = |entry: &CatalogEntry| match entry.transaction {
+            None => Some(entry.clone()),
+            Some(transaction) if entry.dropping => {
+                (watermark < transaction).then(|| CatalogEntry {
+                    dropping: false,
+                    transaction: None,
+                    ..entry.clone()
+                })
+            }
+            Some(transaction) => (watermark >= transaction).then(|| CatalogEntry {
+                transaction: None,
+                ..entry.clone()
+            }),
+        };
         self.catalog
             .read()
             .map(|catalog| {
                 catalog
                     .iter()
                     .filter(|entry| entry.namespace == namespace)
-                    .cloned()
+                    .filter_map(visible)
                     .collect()
             })
             .unwrap_or_default()

@@ -13,7 +13,7 @@ use datafusion::execution::context::SessionContext;
 use datafusion::sql::sqlparser::ast::{visit_expressions, CopyLegacyOption, CopyOption};
 use datafusion::sql::sqlparser::ast::{
     CopySource, CopyTarget as SqlCopyTarget, Declare, DeclareType, Expr as SqlExpr, FetchDirection,
-    FromTable, ObjectName, ObjectType, Query, Set, Statement, TableFactor, TableObject,
+    FromTable, Ident, ObjectName, ObjectType, Query, Set, Statement, TableFactor, TableObject,
     TransactionIsolationLevel, TransactionMode, Value, ValueWithSpan,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
@@ -93,8 +93,12 @@ impl Gateway {
                 overlays.insert(*table_id, overlay);
             }
         }
+        // The catalog as of the snapshot's epoch: a catalog transaction's
+        // objects appear with its rows (RFC 0002). A REPEATABLE READ
+        // transaction reads the newest catalog, as PostgreSQL's do.
+        let published = self.database.engine().published();
         ReadContext {
-            entries: self.entries(session),
+            entries: self.entries_at(session, published.ddl_transaction),
             unbuilt_views: session
                 .transaction
                 .as_ref()
@@ -105,7 +109,7 @@ impl Gateway {
                 .transaction
                 .as_ref()
                 .and_then(|transaction| transaction.snapshot.clone())
-                .unwrap_or_else(|| self.database.engine().published().snapshot),
+                .unwrap_or(published.snapshot),
             engine: self.database.engine().clone(),
             overlays,
             with_row_keys,
@@ -115,7 +119,14 @@ impl Gateway {
     /// The session's catalog: the committed one, with its transaction's
     /// DDL applied (RFC 0002).
     pub(crate) fn entries(&self, session: &GatewaySession) -> Vec<CatalogEntry> {
-        let committed = self.database.entries(&session.namespace);
+        let watermark = self.database.engine().published().ddl_transaction;
+        self.entries_at(session, watermark)
+    }
+
+    /// [`Gateway::entries`] as of catalog transaction `watermark`
+    /// ([`Database::entries_at`]).
+    fn entries_at(&self, session: &GatewaySession, watermark: u64) -> Vec<CatalogEntry> {
+        let committed = self.database.entries_at(&session.namespace, watermark);
         match &session.transaction {
             Some(transaction) if !transaction.catalog.is_empty() => {
                 transaction.catalog.overlay(&session.namespace, committed)
@@ -411,11 +422,17 @@ impl Gateway {
                 };
                 match session.transaction.as_mut() {
                     Some(transaction) if in_explicit => {
-                        self.database
+                        let created = self
+                            .database
                             .create_view_in(&mut transaction.catalog, &session.namespace, view)
-                            .await?
+                            .await?;
+                        if created && create.materialized {
+                            self.populate(session, &name, &query).await?;
+                        }
                     }
-                    _ => self.database.create_view(&session.namespace, view).await?,
+                    _ => {
+                        self.database.create_view(&session.namespace, view).await?;
+                    }
                 };
                 command(if create.materialized {
                     "CREATE MATERIALIZED VIEW"
@@ -770,6 +787,25 @@ impl Gateway {
             .map_err(rockstream_ops::arrow_rows::arrow_error)?;
         session.declare_cursor(name, rows, hold);
         Ok(())
+    }
+
+    /// Runs the definition of materialized view `name`, just created in the
+    /// session's transaction, over what the transaction sees, as PostgreSQL
+    /// populates a materialized view at `CREATE`: a row that makes it fail
+    /// (a division by zero) fails the `CREATE`. Its rows are not kept: the
+    /// view is built when the transaction commits. (A definition with
+    /// `EXCEPT ALL`/`INTERSECT ALL`, which ad-hoc reads cannot evaluate, is
+    /// checked by that build.)
+    async fn populate(&self, session: &GatewaySession, name: &str, query: &str) -> RsResult<()> {
+        if rockstream_planner::uses_bag_set_operation(query) {
+            return Ok(());
+        }
+        let context = self.query_context(session);
+        let frame = context
+            .sql(&format!("SELECT * FROM {}", Ident::with_quote('"', name)))
+            .await
+            .map_err(query_error)?;
+        self.stop(session).drain(frame).await
     }
 
     /// A statement other than transaction control marks the transaction

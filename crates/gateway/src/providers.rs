@@ -82,7 +82,20 @@ impl TableResolver for SnapshotResolver {
         let Some(entry) = self.context.entries.iter().find(|entry| entry.name == name) else {
             return Ok(None);
         };
-        if entry.kind == ObjectKind::View || self.context.unbuilt_views.contains(&entry.id) {
+        let unbuilt = self.context.unbuilt_views.contains(&entry.id);
+        if unbuilt
+            && rockstream_planner::uses_bag_set_operation(
+                entry.definition.as_deref().unwrap_or_default(),
+            )
+        {
+            // Ad-hoc reads plan these as semi and anti joins, losing the
+            // multiplicities the view keeps.
+            return Err(RsError::unsupported(format!(
+                "reading materialized view \"{}\" (EXCEPT ALL / INTERSECT ALL) in the transaction that creates it; it can be read once the transaction commits",
+                entry.name
+            )));
+        }
+        if entry.kind == ObjectKind::View || unbuilt {
             let nested = Arc::new(SnapshotResolver {
                 context: Arc::new(ReadContext {
                     with_row_keys: false,

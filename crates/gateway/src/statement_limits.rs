@@ -57,6 +57,23 @@ impl Stop {
         }
     }
 
+    /// Runs `frame` to its end, unless the statement is stopped first,
+    /// keeping none of its rows (it is run for its errors).
+    pub(crate) async fn drain(&self, frame: DataFrame) -> RsResult<()> {
+        let drained = async {
+            let mut stream = frame.execute_stream().await.map_err(query_error)?;
+            while let Some(batch) = stream.next().await {
+                batch.map_err(query_error)?;
+            }
+            Ok(())
+        };
+        tokio::select! {
+            biased;
+            reason = self.reached() => Err(reason),
+            drained = drained => drained,
+        }
+    }
+
     /// Resolves, with the error to report, when the statement must stop.
     async fn reached(&self) -> RsError {
         let timed_out = async {

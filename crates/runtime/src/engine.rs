@@ -95,6 +95,21 @@ impl ViewStatus {
     }
 }
 
+/// The last catalog transaction shard 0 (the coordinator) records as
+/// committed, 0 if none ([`Engine::commit_ddl_transaction`]).
+pub(crate) async fn read_ddl_transaction(coordinator: &ShardDb) -> RsResult<u64> {
+    let stored = coordinator
+        .snapshot()?
+        .get(&keys::ddl_transaction_key())
+        .await?;
+    match stored {
+        None => Ok(0),
+        Some(bytes) => <[u8; 8]>::try_from(bytes.as_slice())
+            .map(u64::from_be_bytes)
+            .map_err(|_| RsError::internal("corrupt catalog transaction record")),
+    }
+}
+
 /// What one commit asks of an epoch.
 pub(crate) struct CommitRequest {
     pub changes: Vec<TableChange>,
@@ -128,6 +143,10 @@ pub(crate) enum Command {
 pub struct Published {
     pub epoch: Epoch,
     pub snapshot: SnapshotSet,
+    /// The newest catalog transaction committed at this epoch (0: none):
+    /// readers see the catalog as of it, so a transaction's objects appear
+    /// together with its rows (RFC 0002).
+    pub ddl_transaction: u64,
 }
 
 /// Handle to the engine task, which owns every shard.
@@ -167,7 +186,12 @@ impl Engine {
             .map(ShardDb::snapshot)
             .collect::<RsResult<Vec<_>>>()?;
         let snapshot = SnapshotSet::new(snapshots, map.clone())?;
-        let (published_sender, published) = watch::channel(Published { epoch, snapshot });
+        let ddl_transaction = read_ddl_transaction(&shards[0]).await?;
+        let (published_sender, published) = watch::channel(Published {
+            epoch,
+            snapshot,
+            ddl_transaction,
+        });
         let (commands, receiver) = mpsc::channel(COMMAND_QUEUE_MAX);
         let statuses = Arc::new(RwLock::new(HashMap::new()));
         let reclaiming = Arc::new(AtomicUsize::new(0));
@@ -178,6 +202,7 @@ impl Engine {
                 map,
                 epoch,
                 logged,
+                ddl_transaction,
             },
             published_sender,
             statuses.clone(),
@@ -241,23 +266,6 @@ impl Engine {
             ddl_transaction: Some(transaction),
         })
         .await
-    }
-
-    /// The catalog transaction whose commit the newest published epoch
-    /// records, if any ([`Engine::commit_ddl_transaction`]).
-    pub async fn last_ddl_transaction(&self) -> RsResult<Option<u64>> {
-        let stored = self
-            .published()
-            .snapshot
-            .get(&keys::ddl_transaction_key())
-            .await?;
-        stored
-            .map(|bytes| {
-                <[u8; 8]>::try_from(bytes.as_slice())
-                    .map(u64::from_be_bytes)
-                    .map_err(|_| RsError::internal("corrupt catalog transaction record"))
-            })
-            .transpose()
     }
 
     async fn request_commit(&self, request: CommitRequest) -> RsResult<Epoch> {

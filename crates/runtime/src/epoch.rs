@@ -96,6 +96,11 @@ pub(crate) struct EpochLoop {
     logged: Vec<Vec<u8>>,
     /// Set while storage has failed and its shards are not reopened.
     failure: Option<Failure>,
+    /// The last catalog transaction the coordinator records as committed.
+    ddl_transaction: u64,
+    /// The catalog transaction the epoch being committed records, adopted
+    /// once the coordinator's commit succeeds.
+    ddl_transaction_pending: Option<u64>,
 }
 
 /// What an engine starts from.
@@ -105,6 +110,8 @@ pub(crate) struct Start {
     pub epoch: Epoch,
     /// The coordinator's last log record, already applied.
     pub logged: Vec<Vec<u8>>,
+    /// The last catalog transaction the coordinator records.
+    pub ddl_transaction: u64,
 }
 
 impl EpochLoop {
@@ -129,6 +136,8 @@ impl EpochLoop {
             reclaiming,
             logged: start.logged,
             failure: None,
+            ddl_transaction: start.ddl_transaction,
+            ddl_transaction_pending: None,
         }
     }
 
@@ -314,6 +323,7 @@ impl EpochLoop {
             }
         };
         let mut accepted: Vec<Reply> = Vec::new();
+        let mut ddl_transaction = None;
         let mut deltas: Deltas = vec![HashMap::new(); self.shard_count()];
         let mut build_inputs = BuildInputs::new();
         for (request, reply) in commits {
@@ -342,6 +352,7 @@ impl EpochLoop {
                     keys::ddl_transaction_key(),
                     transaction.to_be_bytes().to_vec(),
                 );
+                ddl_transaction = Some(transaction);
             }
             accepted.push(reply);
         }
@@ -366,6 +377,7 @@ impl EpochLoop {
                 return Err(error);
             }
         };
+        self.ddl_transaction_pending = ddl_transaction;
         match self.commit_epoch(stores).await {
             Ok(epoch) => {
                 for reply in accepted {
@@ -399,6 +411,7 @@ impl EpochLoop {
                 coordinator.insert(key, Write::Put(part));
             }
         }
+        let ddl_transaction = self.ddl_transaction_pending.take();
         if let Err(failed) = self.shards[0].commit(epoch, coordinator).await {
             if !failed.maybe_applied {
                 return Err(failed.cause);
@@ -413,6 +426,9 @@ impl EpochLoop {
                     failed.cause
                 ),
             ));
+        }
+        if let Some(transaction) = ddl_transaction {
+            self.ddl_transaction = transaction;
         }
         if !self.logged.is_empty() {
             failpoint_between_shard_commits();
@@ -449,8 +465,11 @@ impl EpochLoop {
             .map(ShardDb::snapshot)
             .collect::<RsResult<Vec<_>>>()?;
         let snapshot = SnapshotSet::new(snapshots, self.map.clone())?;
-        let epoch = self.epoch;
-        self.published.send_replace(Published { epoch, snapshot });
+        self.published.send_replace(Published {
+            epoch: self.epoch,
+            snapshot,
+            ddl_transaction: self.ddl_transaction,
+        });
         Ok(())
     }
 

@@ -20,8 +20,9 @@ use super::{already_exists, entry_json, Database};
 use crate::catalog::CatalogEntry;
 use crate::follower::CatalogChange;
 
-/// Set to `after_intent` or `after_commit_point`, aborts the process at
-/// that step of a catalog transaction's commit (crash tests).
+/// Set to `after_intent`, `after_install` or `after_commit_point`, aborts
+/// the process at that step of a catalog transaction's commit (crash
+/// tests).
 pub const FAILPOINT_DDL_TRANSACTION: &str = "ROCKSTREAM_FAILPOINT_DDL_TRANSACTION";
 
 /// The DDL a transaction block did, applied when it commits.
@@ -75,13 +76,17 @@ pub(super) struct Unfinished {
     pending: PendingCatalog,
     /// Whether it committed; `None` until its commit record is read.
     committed: Option<bool>,
-    /// Its objects are in the in-memory catalog.
-    visible: bool,
 }
 
 impl Database {
     /// Commits a transaction block: its DDL (`pending`) and its rows
     /// (`changes`), all visible at once or, on failure, none of it.
+    ///
+    /// Readers see the catalog as of the catalog transaction their
+    /// snapshot's epoch records (`Published::ddl_transaction`): the
+    /// transaction's entries are in the in-memory catalog, marked, from its
+    /// intent on, and appear (or its dropped ones disappear) for snapshots
+    /// of its commit epoch and later, together with its rows.
     pub async fn commit_transaction(
         &self,
         namespace: &str,
@@ -96,22 +101,22 @@ impl Database {
         }
         let _guard = self.ddl.lock().await;
         self.before_ddl().await?;
-        self.still_valid(namespace, &pending)?;
+        self.still_valid(namespace, &pending, &changes)?;
         let transaction = self.next_counter().await?;
         self.control.write(intent(transaction, &pending)?).await?;
-        failpoint("after_intent");
-        let mut unfinished = Unfinished {
-            transaction,
-            pending,
-            committed: None,
-            visible: false,
-        };
-        let dropped = unfinished.pending.dropped_ids();
+        let dropped = pending.dropped_ids();
         let mut catalog: Vec<CatalogEntry> = self
             .entries(namespace)
             .into_iter()
             .filter(|entry| !dropped.contains(&entry.id))
             .collect();
+        self.mark_in_memory(transaction, &pending);
+        failpoint("after_intent");
+        let mut unfinished = Unfinished {
+            transaction,
+            pending,
+            committed: None,
+        };
         for entry in unfinished.pending.created.clone() {
             let change = CatalogChange::Created {
                 entry: entry.clone(),
@@ -125,33 +130,38 @@ impl Database {
             }
             catalog.push(entry);
         }
+        failpoint("after_install");
         changes.retain(|change| !dropped.contains(&change.table_id));
         let outcome = self
             .engine
             .commit_ddl_transaction(changes, transaction)
             .await;
-        unfinished.committed = match &outcome {
-            Ok(_) => Some(true),
-            // Durable on the coordinator: committed.
-            Err(error) if error.code == &codes::COMMIT_DURABLE_UNPUBLISHED => Some(true),
-            // The record may or may not be durable: read once storage works.
-            Err(error) if error.code == &codes::COMMIT_OUTCOME_UNKNOWN => None,
-            Err(_) => Some(false),
-        };
+        // A failure may have come after the coordinator's commit
+        // (publishing, the engine stopping): then the record decides, once
+        // the engine has recovered and published what is durable.
+        unfinished.committed = outcome.is_ok().then_some(true);
         failpoint("after_commit_point");
         let finished = self.finish(unfinished).await;
-        outcome?;
-        // Committed: a failure to clear the marks is retried later and
-        // does not undo the commit.
-        if let Err(error) = finished {
-            tracing::warn!(%error, "a committed catalog transaction is finalized later: storage failed");
+        match (outcome, finished) {
+            (Ok(_), Err(error)) => {
+                // Committed: clearing the marks is retried later.
+                tracing::warn!(%error, "a committed catalog transaction is finalized later: storage failed");
+                Ok(())
+            }
+            (Ok(_), Ok(_)) | (Err(_), Ok(true)) => Ok(()),
+            (Err(error), _) => Err(error),
         }
-        Ok(())
     }
 
-    /// Checks `pending` against the committed catalog, which other sessions
-    /// may have changed since the transaction planned its DDL.
-    fn still_valid(&self, namespace: &str, pending: &PendingCatalog) -> RsResult<()> {
+    /// Checks `pending` and the tables `changes` write against the
+    /// committed catalog, which other sessions may have changed since the
+    /// transaction planned its DDL and buffered its rows.
+    fn still_valid(
+        &self,
+        namespace: &str,
+        pending: &PendingCatalog,
+        changes: &[TableChange],
+    ) -> RsResult<()> {
         let committed = self.entries(namespace);
         let dropped = pending.dropped_ids();
         let exists = |id: &ObjectId| {
@@ -200,60 +210,107 @@ impl Database {
                 ));
             }
         }
+        if let Some(change) = changes
+            .iter()
+            .find(|change| !dropped.contains(&change.table_id) && !exists(&change.table_id))
+        {
+            return Err(RsError::new(
+                &codes::UNDEFINED_OBJECT,
+                format!(
+                    "table \"{}\" was dropped by another transaction",
+                    change.table_name
+                ),
+            ));
+        }
         Ok(())
+    }
+
+    /// Puts the intent of `transaction` in the in-memory catalog: its new
+    /// entries, and its dropped ones, marked with it (see
+    /// [`Database::entries_at`] for what readers see of them).
+    fn mark_in_memory(&self, transaction: u64, pending: &PendingCatalog) {
+        let dropped = pending.dropped_ids();
+        let mut catalog = self.catalog_mut();
+        for entry in catalog.iter_mut() {
+            if dropped.contains(&entry.id) {
+                entry.dropping = true;
+                entry.transaction = Some(transaction);
+            }
+        }
+        catalog.extend(pending.created.iter().map(|entry| CatalogEntry {
+            transaction: Some(transaction),
+            ..entry.clone()
+        }));
+    }
+
+    /// Settles the in-memory catalog on a transaction's outcome: its marks
+    /// cleared, and what it dropped (committed) or created (not) removed.
+    fn settle_in_memory(&self, pending: &PendingCatalog, committed: bool) {
+        let dropped = pending.dropped_ids();
+        let created: HashSet<ObjectId> = pending.created.iter().map(|entry| entry.id).collect();
+        let mut catalog = self.catalog_mut();
+        let (gone, kept) = if committed {
+            (dropped, created)
+        } else {
+            (created, dropped)
+        };
+        catalog.retain(|entry| !gone.contains(&entry.id));
+        for entry in catalog.iter_mut() {
+            if kept.contains(&entry.id) {
+                entry.dropping = false;
+                entry.transaction = None;
+            }
+        }
     }
 
     /// Finishes a catalog transaction whose commit a storage failure left
     /// unfinished, if there is one; until that succeeds, DDL is refused.
     pub(super) async fn resolve_unfinished_transaction(&self) -> RsResult<()> {
-        let unfinished = match self.unfinished_transaction.lock() {
-            Ok(mut unfinished) => unfinished.take(),
-            Err(_) => None,
-        };
+        let unfinished = self
+            .unfinished_transaction
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
         match unfinished {
-            Some(unfinished) => self.finish(unfinished).await,
+            Some(unfinished) => self.finish(unfinished).await.map(|_| ()),
             None => Ok(()),
         }
     }
 
     /// Ends `unfinished` as its outcome says (reading its commit record if
-    /// need be): committed, its objects become visible and its marks are
-    /// cleared; not, its intent is undone. On failure it is kept for
-    /// [`Database::resolve_unfinished_transaction`].
-    async fn finish(&self, mut unfinished: Unfinished) -> RsResult<()> {
+    /// need be): committed, its marks are cleared and what it dropped is
+    /// reclaimed; not, its intent is undone. Returns whether it committed.
+    /// On failure it is kept for [`Database::resolve_unfinished_transaction`].
+    async fn finish(&self, mut unfinished: Unfinished) -> RsResult<bool> {
         let result = self.try_finish(&mut unfinished).await;
         if result.is_err() {
-            if let Ok(mut kept) = self.unfinished_transaction.lock() {
-                *kept = Some(unfinished);
-            }
+            *self
+                .unfinished_transaction
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(unfinished);
         }
         result
     }
 
-    async fn try_finish(&self, unfinished: &mut Unfinished) -> RsResult<()> {
+    async fn try_finish(&self, unfinished: &mut Unfinished) -> RsResult<bool> {
         let committed = match unfinished.committed {
             Some(committed) => committed,
             None => {
                 // An epoch commits only once the engine has recovered its
-                // storage: then the published state holds the record if
-                // the transaction's epoch is durable.
+                // storage: then it has read the record of the last
+                // transaction that committed (transactions commit one at a
+                // time, in the order of their ids).
                 self.engine.commit(Vec::new()).await?;
-                let record = self.engine.last_ddl_transaction().await?;
-                let committed = record == Some(unfinished.transaction);
+                let committed = self.engine.published().ddl_transaction >= unfinished.transaction;
                 unfinished.committed = Some(committed);
                 committed
             }
         };
         let pending = &unfinished.pending;
+        self.settle_in_memory(pending, committed);
         if !committed {
-            return self.roll_back(pending).await;
-        }
-        if !unfinished.visible {
-            let dropped = pending.dropped_ids();
-            let mut catalog = self.catalog_mut();
-            catalog.retain(|entry| !dropped.contains(&entry.id));
-            catalog.extend(pending.created.iter().cloned());
-            unfinished.visible = true;
+            self.roll_back(pending).await?;
+            return Ok(false);
         }
         let mut marks = WriteBatch::new();
         for entry in &pending.created {
@@ -269,7 +326,7 @@ impl Database {
         self.control.write(marks).await?;
         self.drop_in_background(pending.dropped.iter().rev().cloned().collect())
             .await;
-        Ok(())
+        Ok(true)
     }
 
     /// Undoes a transaction's intent in one durable write: the objects it
@@ -327,7 +384,7 @@ pub(super) async fn resolve_in_doubt(
     if entries.iter().all(|entry| entry.transaction.is_none()) {
         return Ok(entries);
     }
-    let record = database.engine.last_ddl_transaction().await?;
+    let record = database.engine.published().ddl_transaction;
     let mut batch = WriteBatch::new();
     let mut resolved = Vec::with_capacity(entries.len());
     for entry in entries {
@@ -335,7 +392,7 @@ pub(super) async fn resolve_in_doubt(
             resolved.push(entry);
             continue;
         };
-        let committed = record == Some(transaction);
+        let committed = record >= transaction;
         let entry = CatalogEntry {
             transaction: None,
             // Undone: what it created goes, what it dropped stays.

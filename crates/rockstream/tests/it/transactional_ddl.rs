@@ -4,8 +4,8 @@
 //! nothing, one after it everything, rows included. What one session sees of its own DDL is
 //! `tests/slt/transactional_ddl.slt` (oracle-checked).
 //! Method: two sessions over one server; `kill -9` with an open transaction, and the server's
-//! failpoint that aborts it right after the commit's intent is durable, or right after its
-//! commit point; after each restart, every object and row is checked.
+//! failpoint that aborts it right after the commit's intent is durable, after its view is built,
+//! or right after its commit point; after each restart, every object and row is checked.
 
 use std::time::Duration;
 
@@ -93,6 +93,7 @@ async fn other_sessions_see_a_transactions_ddl_only_once_it_commits() {
     assert_eq!(rows(&reader, "SELECT * FROM base").await, ["1 10"]);
     execute(&writer, "ROLLBACK").await;
     assert_eq!(relations(&reader).await, ["base"]);
+    assert_eq!(rows(&writer, "SELECT * FROM base").await, ["1 10"]);
 
     execute(
         &writer,
@@ -130,8 +131,29 @@ async fn a_commit_that_fails_leaves_nothing_of_the_transaction() {
     )
     .await;
 
-    // The view's build divides by zero on a committed row: COMMIT fails with
-    // the build's error, and the transaction's rows and objects are gone.
+    // As PostgreSQL populates a materialized view at CREATE, a row the
+    // transaction sees that makes the definition fail fails the CREATE,
+    // which aborts the transaction: none of it stays.
+    execute(
+        &client,
+        "BEGIN; INSERT INTO t VALUES (2, 8); CREATE TABLE side (x INT); INSERT INTO side VALUES (1)",
+    )
+    .await;
+    assert_eq!(
+        failure(
+            &client,
+            "CREATE MATERIALIZED VIEW ratio AS SELECT id, 100 / (v - 7) AS r FROM t"
+        )
+        .await,
+        "22012"
+    );
+    execute(&client, "COMMIT").await;
+    assert_eq!(relations(&client).await, ["t"]);
+    assert_eq!(rows(&client, "SELECT * FROM t").await, ["1 7"]);
+
+    // A row another session commits before the COMMIT: the view's build
+    // fails at COMMIT, with the build's error, and leaves nothing.
+    execute(&client, "DELETE FROM t").await;
     execute(
         &client,
         "BEGIN; \
@@ -141,6 +163,7 @@ async fn a_commit_that_fails_leaves_nothing_of_the_transaction() {
          CREATE MATERIALIZED VIEW ratio AS SELECT id, 100 / (v - 7) AS r FROM t",
     )
     .await;
+    execute(&other, "INSERT INTO t VALUES (1, 7)").await;
     assert_eq!(failure(&client, "COMMIT").await, "22012");
     assert_eq!(relations(&client).await, ["t"]);
     assert_eq!(rows(&client, "SELECT * FROM t").await, ["1 7"]);
@@ -232,9 +255,14 @@ async fn a_crash_leaves_a_ddl_transaction_whole_or_absent() {
     server.restart().await;
     assert_eq!(crash_outcome(&server.client().await).await, before);
 
-    // Aborted after the intent is durable, before the commit point: nothing
-    // of it either, and the names are free again.
-    for (step, committed) in [("after_intent", false), ("after_commit_point", true)] {
+    // Aborted after the intent is durable, or with its view built, before
+    // the commit point: nothing of it either, and the names are free again.
+    // After the commit point: all of it.
+    for (step, committed) in [
+        ("after_intent", false),
+        ("after_install", false),
+        ("after_commit_point", true),
+    ] {
         server.set_env(FAILPOINT, Some(step.to_string()));
         server.restart().await;
         {
@@ -287,4 +315,62 @@ async fn a_crash_leaves_a_ddl_transaction_whole_or_absent() {
         )
         .await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_ddl_transactions_appear_whole_to_every_reader() {
+    // Goal: the catalog and the rows a reader sees are of one moment: a
+    // transaction's new table and its row in an older table appear in the
+    // same statement's view, never one without the other, while several
+    // sessions commit DDL transactions at once.
+    const WRITERS: i64 = 6;
+    const TRANSACTIONS: i64 = 5;
+    let server = TestServer::start().await;
+    execute(
+        &server.client().await,
+        "CREATE TABLE ledger (id INT PRIMARY KEY)",
+    )
+    .await;
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|writer| {
+            let config = server.config();
+            crate::harness::spawn(async move {
+                let client = crate::harness::oracle::connect(&config)
+                    .await
+                    .expect("a writer connects");
+                for round in 0..TRANSACTIONS {
+                    let id = writer * TRANSACTIONS + round;
+                    execute(
+                        &client,
+                        &format!(
+                            "BEGIN; CREATE TABLE made_{id} (x INT); INSERT INTO made_{id} VALUES ({id}); \
+                             INSERT INTO ledger VALUES ({id}); COMMIT"
+                        ),
+                    )
+                    .await;
+                }
+            })
+        })
+        .collect();
+    let reader = server.client().await;
+    let consistent = |rows: Vec<String>| {
+        let [row] = rows.as_slice() else {
+            panic!("one row: {rows:?}")
+        };
+        let counts: Vec<&str> = row.split(' ').collect();
+        assert_eq!(counts[0], counts[1], "ledger rows vs. tables made: {row}");
+        counts[0].parse::<i64>().expect("a count")
+    };
+    let probe = "SELECT (SELECT count(*) FROM ledger), \
+                 (SELECT count(*) FROM information_schema.tables WHERE table_name LIKE 'made_%')";
+    while !writers.iter().all(|writer| writer.is_finished()) {
+        consistent(rows(&reader, probe).await);
+    }
+    for writer in writers {
+        writer.await.expect("a writer task panicked");
+    }
+    assert_eq!(
+        consistent(rows(&reader, probe).await),
+        WRITERS * TRANSACTIONS
+    );
 }

@@ -124,6 +124,7 @@ impl EpochLoop {
             );
         }
         self.epoch = epoch;
+        self.ddl_transaction = crate::engine::read_ddl_transaction(&self.shards[0]).await?;
         self.flushed_at = (epoch, self.runtime.now_micros());
         self.publish()?;
         self.reclaims.clear();
