@@ -12,9 +12,9 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::execution::context::SessionContext;
 use datafusion::sql::sqlparser::ast::{visit_expressions, CopyLegacyOption, CopyOption};
 use datafusion::sql::sqlparser::ast::{
-    CopySource, CopyTarget as SqlCopyTarget, Declare, DeclareType, Expr as SqlExpr, FetchDirection,
-    FromTable, Ident, ObjectName, ObjectType, Query, Set, Statement, TableFactor, TableObject,
-    TransactionIsolationLevel, TransactionMode, Value, ValueWithSpan,
+    CopySource, CopyTarget as SqlCopyTarget, CreateTable, Declare, DeclareType, Expr as SqlExpr,
+    FetchDirection, FromTable, Ident, ObjectName, ObjectType, Query, Set, SetExpr, Statement,
+    TableFactor, TableObject, TransactionIsolationLevel, TransactionMode, Value, ValueWithSpan,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
@@ -296,7 +296,12 @@ impl Gateway {
             })
         };
         match statement {
-            Statement::Query(query) => self.query(session, query).await,
+            Statement::Query(query) => {
+                let set_config = session_commands::set_config_calls(&session.parameters, query)?;
+                let result = self.query(session, query).await?;
+                session_commands::apply_set_config(session, set_config, in_explicit)?;
+                Ok(result)
+            }
             Statement::Explain { .. } => self.select(session, &statement.to_string()).await,
             Statement::StartTransaction { modes, .. } => {
                 let isolation = requested_isolation(modes)?.unwrap_or(session.default_isolation);
@@ -374,6 +379,7 @@ impl Gateway {
                 command("RELEASE")
             }
             Statement::CreateTable(create) => {
+                refuse_unsupported_table(create)?;
                 let (columns, primary_key) = table_columns(create)?;
                 let name = object_name(&create.name.to_string());
                 let table = NewTable {
@@ -494,6 +500,12 @@ impl Gateway {
                         "INSERT INTO a table function is not supported",
                     ));
                 };
+                if insert.on.is_some() {
+                    return Err(RsError::new(
+                        &codes::UNSUPPORTED_STATEMENT,
+                        "INSERT ... ON CONFLICT is not supported yet",
+                    ));
+                }
                 if insert.returning.is_some() {
                     return Err(RsError::new(
                         &codes::UNSUPPORTED_STATEMENT,
@@ -724,6 +736,7 @@ impl Gateway {
 
     /// A query's rows, under PostgreSQL's column names.
     async fn query(&self, session: &GatewaySession, query: &Query) -> RsResult<StatementResult> {
+        refuse_unsupported_query(query)?;
         if let Some(result) = fast_path::constant_select(query) {
             return Ok(result);
         }
@@ -874,6 +887,9 @@ impl Gateway {
     ) {
         if calls_function(query, "current_setting") {
             context.register_udf(rockstream_planner::current_setting(self.settings(session)));
+        }
+        if calls_function(query, "set_config") {
+            context.register_udf(rockstream_planner::set_config());
         }
     }
 
@@ -1109,6 +1125,48 @@ impl Gateway {
             .commit_transaction(namespace, transaction.catalog, changes)
             .await
     }
+}
+
+/// Refuses what a query asks that RockStream does not do, rather than
+/// ignore it: row locks (`FOR UPDATE`/`FOR SHARE`: transactions are
+/// optimistic, a conflicting write fails the commit with 40001 instead) and
+/// `SELECT ... INTO` (which creates a table).
+fn refuse_unsupported_query(query: &Query) -> RsResult<()> {
+    if !query.locks.is_empty() {
+        return Err(RsError::new(
+            &codes::UNSUPPORTED_STATEMENT,
+            "SELECT ... FOR UPDATE/SHARE is not supported: RockStream takes no row locks (a \
+             transaction that writes a row another one changed since it read it fails at COMMIT \
+             with 40001)",
+        ));
+    }
+    if let SetExpr::Select(select) = query.body.as_ref() {
+        if select.into.is_some() {
+            return Err(RsError::new(
+                &codes::UNSUPPORTED_STATEMENT,
+                "SELECT ... INTO is not supported: CREATE TABLE, then INSERT INTO ... SELECT",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses the `CREATE TABLE` forms RockStream does not build, rather than
+/// create something else: temporary tables (they would outlive the
+/// session), `AS query` and `(LIKE other)`.
+fn refuse_unsupported_table(create: &CreateTable) -> RsResult<()> {
+    let refused = if create.temporary {
+        Some("CREATE TEMPORARY TABLE is not supported: create a table and drop it when done")
+    } else if create.query.is_some() {
+        Some("CREATE TABLE ... AS is not supported yet: CREATE TABLE, then INSERT INTO ... SELECT")
+    } else if create.like.is_some() {
+        Some("CREATE TABLE ... (LIKE ...) is not supported: name the columns")
+    } else {
+        None
+    };
+    refused.map_or(Ok(()), |message| {
+        Err(RsError::new(&codes::UNSUPPORTED_STATEMENT, message))
+    })
 }
 
 /// Gives a query result PostgreSQL's column names.

@@ -10,9 +10,12 @@
 //! (settings, cursors, the statements the client prepared) they reset as
 //! PostgreSQL does.
 
+use std::ops::ControlFlow;
+
 use datafusion::sql::sqlparser::ast::{
-    CloseCursor, ContextModifier, DiscardObject, Expr, ObjectName, Reset, ResetStatement, Set,
-    Statement, Value,
+    visit_expressions, CloseCursor, ContextModifier, DiscardObject, Expr, FunctionArg,
+    FunctionArgExpr, FunctionArguments, ObjectName, Query, Reset, ResetStatement, Set, Statement,
+    Value,
 };
 use rockstream_pgwire::{PreparedStatements, StatementResult};
 use rockstream_types::{codes, RsError, RsResult};
@@ -191,6 +194,96 @@ fn set(parameters: &mut Parameters, name: &str, values: &[Expr]) -> RsResult<()>
             }
         }
         name => return Err(unrecognized(name)),
+    }
+    Ok(())
+}
+
+/// The `set_config(name, value, is_local)` calls of a query, each with
+/// constant arguments (the name lower-cased), checked as `SET` checks them;
+/// the caller applies them with [`apply_set_config`] once the query has
+/// succeeded.
+pub(crate) fn set_config_calls(
+    parameters: &Parameters,
+    query: &Query,
+) -> RsResult<Vec<(String, String, bool)>> {
+    let mut calls = Vec::new();
+    let mut failure = None;
+    let _ = visit_expressions(query, |expr: &Expr| {
+        let Expr::Function(function) = expr else {
+            return ControlFlow::Continue(());
+        };
+        let is_set_config = function
+            .name
+            .0
+            .last()
+            .and_then(|part| part.as_ident())
+            .is_some_and(|ident| ident.value.eq_ignore_ascii_case("set_config"));
+        if !is_set_config {
+            return ControlFlow::Continue(());
+        }
+        let constant = |argument: &FunctionArg| match argument {
+            FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Value(value))) => match &value.value {
+                Value::SingleQuotedString(text) => Some(text.clone()),
+                Value::Boolean(flag) => Some(flag.to_string()),
+                _ => None,
+            },
+            _ => None,
+        };
+        let arguments = match &function.args {
+            FunctionArguments::List(list) => list.args.iter().map(constant).collect(),
+            _ => Vec::new(),
+        };
+        match arguments.as_slice() {
+            [Some(name), Some(value), Some(local)] => {
+                calls.push((name.to_lowercase(), value.clone(), local == "true"))
+            }
+            _ => {
+                failure = Some(RsError::new(
+                    &codes::UNSUPPORTED_STATEMENT,
+                    "set_config() is supported with constant arguments only",
+                ));
+                return ControlFlow::Break(());
+            }
+        }
+        ControlFlow::Continue(())
+    });
+    if let Some(failure) = failure {
+        return Err(failure);
+    }
+    let mut checked = parameters.clone();
+    for (name, value, _) in &calls {
+        set(
+            &mut checked,
+            name,
+            &[Expr::value(Value::SingleQuotedString(value.clone()))],
+        )?;
+    }
+    Ok(calls)
+}
+
+/// Applies a succeeded query's `set_config` calls ([`set_config_calls`]):
+/// as `SET`, or `SET LOCAL` when `is_local`.
+pub(crate) fn apply_set_config(
+    session: &mut GatewaySession,
+    calls: Vec<(String, String, bool)>,
+    in_explicit: bool,
+) -> RsResult<()> {
+    for (name, value, local) in calls {
+        if local && !in_explicit {
+            continue;
+        }
+        if local {
+            if let Some(transaction) = session.transaction.as_mut() {
+                transaction
+                    .before_set_local
+                    .get_or_insert_with(|| session.parameters.clone());
+            }
+        }
+        set(
+            &mut session.parameters,
+            &name,
+            &[Expr::value(Value::SingleQuotedString(value))],
+        )?;
     }
     Ok(())
 }

@@ -6,8 +6,11 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::logical_expr::{Expr, ExprSchemable, LogicalPlan};
 use datafusion::sql::sqlparser::ast::{
-    visit_expressions, visit_expressions_mut, Expr as SqlExpr, ObjectName, Statement, Value,
+    visit_expressions, visit_expressions_mut, ArrayElemTypeDef, DataType as SqlDataType,
+    Expr as SqlExpr, ObjectName, Statement, Value,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::keywords::Keyword;
@@ -157,8 +160,18 @@ fn cast_parameter_types(statement: &Statement) -> BTreeMap<usize, DataType> {
             if let SqlExpr::Value(value) = inner.as_ref() {
                 if let Value::Placeholder(name) = &value.value {
                     let index = name.trim_start_matches('$').parse::<usize>().unwrap_or(0);
-                    if let Ok(sql_type) = crate::ddl::sql_type(data_type) {
-                        types.entry(index).or_insert_with(|| arrow_type(sql_type));
+                    let typed = match data_type {
+                        // `$1::int[]`: an array of the element type.
+                        SqlDataType::Array(
+                            ArrayElemTypeDef::SquareBracket(element, _)
+                            | ArrayElemTypeDef::AngleBracket(element),
+                        ) => crate::ddl::sql_type(element)
+                            .ok()
+                            .map(|sql_type| DataType::new_list(arrow_type(sql_type), true)),
+                        _ => crate::ddl::sql_type(data_type).ok().map(arrow_type),
+                    };
+                    if let Some(typed) = typed {
+                        types.entry(index).or_insert(typed);
                     }
                 }
             }
@@ -185,8 +198,20 @@ fn bind_parameters(
                             None => "NULL".to_string(),
                             Some(text) => format!("'{}'", text.replace('\'', "''")),
                         };
-                        let cast = match types.get(index - 1) {
-                            Some(data_type) if param.is_some() => {
+                        let cast = match (types.get(index - 1), param) {
+                            (Some(DataType::List(element)), Some(text)) => {
+                                match array_literal(text, element.data_type()) {
+                                    Some(array) => array,
+                                    None => {
+                                        failure = Some(RsError::new(
+                                            &codes::INVALID_INPUT_VALUE,
+                                            format!("malformed array literal: \"{text}\""),
+                                        ));
+                                        return std::ops::ControlFlow::Continue(());
+                                    }
+                                }
+                            }
+                            (Some(data_type), Some(_)) => {
                                 format!("CAST({literal} AS {})", sql_type_name(data_type))
                             }
                             _ => literal,
@@ -214,6 +239,57 @@ fn bind_parameters(
         std::ops::ControlFlow::<()>::Continue(())
     });
     failure.map_or(Ok(()), Err)
+}
+
+/// An array parameter's text form (`{1,3}`) as an array expression of
+/// `element` values; `None` if it is not an array's text form.
+fn array_literal(text: &str, element: &DataType) -> Option<String> {
+    let items: Vec<String> = rockstream_types::pg_array::elements(text)?
+        .into_iter()
+        .map(|item| match item {
+            None => format!("CAST(NULL AS {})", sql_type_name(element)),
+            Some(item) => format!(
+                "CAST('{}' AS {})",
+                item.replace('\'', "''"),
+                sql_type_name(element)
+            ),
+        })
+        .collect();
+    Some(format!("make_array({})", items.join(", ")))
+}
+
+/// The types of parameters an array comparison uses as its array (`x =
+/// ANY($1)`, which DataFusion plans as `array_has($1, x)`), which
+/// DataFusion leaves untyped: arrays of `x`'s type.
+fn array_parameter_types(plan: &LogicalPlan) -> BTreeMap<String, DataType> {
+    let mut types = BTreeMap::new();
+    let _ = plan.apply(|node| {
+        let schema = match node.inputs().as_slice() {
+            [input] => input.schema().clone(),
+            _ => node.schema().clone(),
+        };
+        for expr in node.expressions() {
+            let _ = expr.apply(|expr| {
+                if let Expr::ScalarFunction(function) = expr {
+                    if let (true, [Expr::Placeholder(placeholder), element]) =
+                        (function.name() == "array_has", function.args.as_slice())
+                    {
+                        if placeholder.field.is_none() {
+                            if let Ok(element_type) = element.get_type(&schema) {
+                                types.insert(
+                                    placeholder.id.clone(),
+                                    DataType::new_list(element_type, true),
+                                );
+                            }
+                        }
+                    }
+                }
+                Ok(TreeNodeRecursion::Continue)
+            });
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    types
 }
 
 pub(crate) fn sql_type_name(data_type: &DataType) -> String {
@@ -382,12 +458,14 @@ impl Backend for Gateway {
             _ => plan,
         };
         let types = plan.get_parameter_types().unwrap_or_default();
+        let arrays = array_parameter_types(&plan);
         let casts = cast_parameter_types(statement);
         let mut parameter_types: Vec<(usize, DataType)> = types
             .into_iter()
             .map(|(name, data_type)| {
                 let index = name.trim_start_matches('$').parse().unwrap_or(0);
                 let data_type = data_type
+                    .or_else(|| arrays.get(&name).cloned())
                     .or_else(|| casts.get(&index).cloned())
                     .unwrap_or(DataType::Utf8);
                 (index, data_type)

@@ -15,7 +15,8 @@ use pgwire::api::Type;
 use rockstream_types::{codes, RsError};
 
 use crate::encode::{POSTGRES_EPOCH_DAYS, POSTGRES_EPOCH_MICROS};
-use crate::types::format_at;
+use crate::types::{element_type, format_at};
+use rockstream_types::pg_array::element_text;
 use rockstream_types::pg_text as text;
 
 /// `numeric` sign words.
@@ -132,8 +133,46 @@ pub(crate) fn binary_text(bytes: &[u8], pg_type: &Type) -> Result<String, Binary
             rendered.ok_or_else(malformed)?
         }
         Type::INTERVAL => interval_text(&fixed_width::<16>(bytes)?),
-        _ => return Err(BinaryProblem::Unsupported),
+        _ => match element_type(pg_type) {
+            Some(element) => array_text(bytes, &element)?,
+            None => return Err(BinaryProblem::Unsupported),
+        },
     })
+}
+
+/// A one-dimensional array's binary form (`array_send`: dimensions, flags,
+/// element type, then per dimension its length and lower bound, then each
+/// element as a length, -1 for NULL, and its binary form) as its text
+/// form (`{1,2,NULL}`).
+fn array_text(bytes: &[u8], element: &Type) -> Result<String, BinaryProblem> {
+    let word = |at: usize| -> Result<i32, BinaryProblem> {
+        let four = bytes.get(at..at + 4).ok_or(BinaryProblem::Malformed)?;
+        Ok(i32::from_be_bytes(fixed_width(four)?))
+    };
+    match word(0)? {
+        0 => return Ok("{}".to_owned()),
+        1 => {}
+        _ => return Err(BinaryProblem::Unsupported),
+    }
+    let count = word(12)?;
+    let mut at = 20;
+    let mut elements = Vec::new();
+    for _ in 0..count {
+        let length = word(at)?;
+        at += 4;
+        if length == -1 {
+            elements.push(element_text(None));
+            continue;
+        }
+        let length = usize::try_from(length).map_err(|_| BinaryProblem::Malformed)?;
+        let item = bytes.get(at..at + length).ok_or(BinaryProblem::Malformed)?;
+        at += length;
+        elements.push(element_text(Some(&binary_text(item, element)?)));
+    }
+    if at != bytes.len() {
+        return Err(BinaryProblem::Malformed);
+    }
+    Ok(format!("{{{}}}", elements.join(",")))
 }
 
 /// Exactly `N` bytes.

@@ -55,6 +55,28 @@ pub(crate) fn array_type(element: &Type) -> Option<Type> {
     })
 }
 
+/// The element type of a one-dimensional array type ([`array_type`]'s
+/// inverse).
+pub(crate) fn element_type(array: &Type) -> Option<Type> {
+    [
+        Type::BOOL,
+        Type::INT2,
+        Type::INT4,
+        Type::INT8,
+        Type::FLOAT4,
+        Type::FLOAT8,
+        Type::NUMERIC,
+        Type::DATE,
+        Type::TIMESTAMP,
+        Type::TIMESTAMPTZ,
+        Type::INTERVAL,
+        Type::TIME,
+        Type::TEXT,
+    ]
+    .into_iter()
+    .find(|element| array_type(element).as_ref() == Some(array))
+}
+
 /// `pg_type.typlen`: the fixed width in bytes, -1 for variable width.
 fn type_size(pg_type: &Type) -> i16 {
     match *pg_type {

@@ -7,6 +7,7 @@ pub mod encoding;
 pub mod error;
 pub mod frontier;
 pub mod partition;
+pub mod pg_array;
 pub mod pg_text;
 pub mod zset;
 

@@ -15,7 +15,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema};
 
 /// Each table with its columns; `o` an oid or number, `t` text, `b` a
 /// boolean.
-const TABLES: [(&str, &[(&str, char)]); 17] = [
+const TABLES: [(&str, &[(&str, char)]); 18] = [
     (
         "pg_opclass",
         &[
@@ -51,6 +51,16 @@ const TABLES: [(&str, &[(&str, char)]); 17] = [
             ("collname", 't'),
             ("collnamespace", 'o'),
             ("collprovider", 't'),
+        ],
+    ),
+    (
+        "pg_range",
+        &[
+            ("rngtypid", 'o'),
+            ("rngsubtype", 'o'),
+            ("rngmultitypid", 'o'),
+            ("rngcollation", 'o'),
+            ("rngsubopc", 'o'),
         ],
     ),
     (

@@ -187,6 +187,42 @@ impl ScalarUDFImpl for CurrentSetting {
     }
 }
 
+/// `set_config(name, value, is_local)`: the new value. Setting it is the
+/// gateway's part: it applies the calls of a statement once the statement
+/// has succeeded (PostgreSQL's effect, as readers of the same statement
+/// still see the old value).
+pub fn set_config() -> ScalarUDF {
+    ScalarUDF::from(SetConfig {
+        signature: Signature::exact(
+            vec![DataType::Utf8, DataType::Utf8, DataType::Boolean],
+            Volatility::Volatile,
+        ),
+    })
+}
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct SetConfig {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for SetConfig {
+    fn name(&self) -> &str {
+        "set_config"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arguments: &[DataType]) -> DataFusionResult<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DataFusionResult<ColumnarValue> {
+        Ok(args.args[1].clone())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

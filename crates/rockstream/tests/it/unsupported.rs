@@ -1,7 +1,8 @@
 //! Goal: a materialized view the engine cannot maintain is refused at `CREATE` with
 //! RS-2001 / 0A000 naming the construct, and nothing of it is left behind. Method: one
 //! definition per construct, then the same name with a definition that is maintained.
-//! Ad hoc queries DataFusion cannot plan are refused with a code as well.
+//! Ad hoc queries DataFusion cannot plan are refused with a code as well, and so is every
+//! statement RockStream does not run (issue #16, proof 4).
 
 use crate::harness::compare::fetch_text_rows;
 use crate::harness::server::TestServer;
@@ -102,4 +103,97 @@ async fn ad_hoc_queries_outside_the_supported_forms_are_refused_by_name() {
         .await
         .expect("the session goes on");
     assert_eq!(format!("{rows:?}"), r#"[[Some("3")]]"#);
+}
+
+/// Statements RockStream does not run, as clients and tools send them: each must be refused with
+/// a coded error (an `RS-` code and its SQLSTATE, never an internal error), and leave the
+/// connection and the server working.
+const UNSUPPORTED_STATEMENTS: &[&str] = &[
+    "CREATE INDEX i ON t (k)",
+    "ALTER TABLE t ADD COLUMN y INT",
+    "ALTER TABLE t RENAME TO u",
+    "CREATE SEQUENCE s",
+    "TRUNCATE t",
+    "GRANT SELECT ON t TO PUBLIC",
+    "CREATE FUNCTION f() RETURNS INT AS 'SELECT 1' LANGUAGE sql",
+    "CREATE TRIGGER tr AFTER INSERT ON t FOR EACH ROW EXECUTE FUNCTION f()",
+    "CREATE TYPE mood AS ENUM ('sad')",
+    "CREATE EXTENSION hstore",
+    "CREATE SCHEMA s",
+    "CREATE DATABASE d",
+    "CREATE ROLE r",
+    "LISTEN channel",
+    "NOTIFY channel",
+    "VACUUM t",
+    "ANALYZE t",
+    "CLUSTER t",
+    "REINDEX TABLE t",
+    "CHECKPOINT",
+    "LOCK TABLE t",
+    "COMMENT ON TABLE t IS 'x'",
+    "MERGE INTO t USING t AS s ON t.id = s.id WHEN MATCHED THEN DELETE",
+    "INSERT INTO t VALUES (1, 'a', NULL) ON CONFLICT DO NOTHING",
+    "INSERT INTO t VALUES (1, 'a', NULL) RETURNING id",
+    "UPDATE t SET k = 'b' RETURNING id",
+    "DELETE FROM t RETURNING id",
+    "PREPARE p AS SELECT 1",
+    "EXECUTE p",
+    "CALL p()",
+    "DO $$ BEGIN END $$",
+    "COPY t TO '/tmp/rockstream-refused'",
+    "COPY t FROM '/tmp/rockstream-refused'",
+    "CREATE TEMP TABLE tt (a INT)",
+    "CREATE TABLE copied (LIKE t)",
+    "CREATE TABLE selected AS SELECT * FROM t",
+    "SELECT * INTO selected FROM t",
+    "SELECT * FROM t FOR UPDATE",
+    "CREATE TABLE referencing (a INT REFERENCES t (id))",
+    "CREATE TABLE checked (a INT CHECK (a > 0))",
+    "CREATE UNLOGGED TABLE unlogged (a INT)",
+    "PREPARE TRANSACTION 'x'",
+    "SELECT pg_sleep(0)",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsupported_statements_get_a_coded_error_and_the_connection_goes_on() {
+    let server = TestServer::start().await;
+    let client = server.client().await;
+    client
+        .batch_execute("CREATE TABLE t (id BIGINT PRIMARY KEY, k TEXT, at TIMESTAMP)")
+        .await
+        .expect("the table");
+    let mut wrong = Vec::new();
+    for statement in UNSUPPORTED_STATEMENTS {
+        match client.batch_execute(statement).await {
+            Ok(()) => wrong.push(format!("{statement}: accepted")),
+            Err(error) => {
+                let code = sqlstate(&error);
+                let message = error
+                    .as_db_error()
+                    .map(|db| db.message().to_string())
+                    .unwrap_or_else(|| error.to_string());
+                if code == "XX000" || !message.starts_with("RS-") || code.len() != 5 {
+                    wrong.push(format!("{statement}: {code} {message}"));
+                }
+            }
+        }
+        // The connection still works, outside any transaction.
+        let rows = fetch_text_rows(&client, "SELECT 1")
+            .await
+            .unwrap_or_else(|error| panic!("after {statement}: {error}\n{}", server.log_tail()));
+        assert_eq!(rows.len(), 1, "after {statement}");
+    }
+    assert!(
+        wrong.is_empty(),
+        "not refused with a code:\n{}",
+        wrong.join("\n")
+    );
+    // Nothing was created on the way.
+    let relations = fetch_text_rows(
+        &client,
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'",
+    )
+    .await
+    .expect("the catalog");
+    assert_eq!(relations.len(), 1, "{relations:?}");
 }

@@ -447,6 +447,55 @@ def asyncpg_copy_records(url):
     run(body())
 
 
+@check
+def asyncpg_text_array_parameter(url):
+    import asyncpg
+
+    ddl(
+        url,
+        "CREATE TABLE apg_any_text (id INT PRIMARY KEY, name TEXT)",
+        "INSERT INTO apg_any_text VALUES (1, 'one'), (2, 'two'), (3, 'a \"quoted\", {braced} name')",
+    )
+
+    async def body():
+        connection = await asyncpg.connect(url)
+        try:
+            # asyncpg sends the list in PostgreSQL's binary array form.
+            rows = await connection.fetch(
+                "SELECT id FROM apg_any_text WHERE name = ANY($1::text[]) ORDER BY id",
+                ["two", 'a "quoted", {braced} name', None],
+            )
+            expect([row["id"] for row in rows], [2, 3], "rows")
+        finally:
+            await connection.close()
+
+    run(body())
+
+
+@check
+def asyncpg_int_array_parameter(url):
+    import asyncpg
+
+    ddl(
+        url,
+        "CREATE TABLE apg_any_int (id INT PRIMARY KEY, name TEXT)",
+        "INSERT INTO apg_any_int VALUES (1, 'one'), (2, 'two'), (3, 'three')",
+    )
+
+    async def body():
+        connection = await asyncpg.connect(url)
+        try:
+            # asyncpg first looks the array type up with its introspection query.
+            rows = await connection.fetch(
+                "SELECT name FROM apg_any_int WHERE id = ANY($1) ORDER BY id", [1, 3]
+            )
+            expect([row["name"] for row in rows], ["one", "three"], "rows")
+        finally:
+            await connection.close()
+
+    run(body())
+
+
 # --- SQLAlchemy 2 and pandas -------------------------------------------------------------------
 
 
