@@ -13,4 +13,4 @@ pub use catalog::{CatalogEntry, ColumnDef, ObjectKind, DEFAULT_NAMESPACE};
 pub use database::{
     Database, DropObject, NewTable, NewView, OpenOptions, PendingCatalog, FAILPOINT_DDL_TRANSACTION,
 };
-pub use resolver::{inline_view, plan_inline_view, CatalogResolver};
+pub use resolver::{arrow_schema, inline_view, plan_inline_view, CatalogResolver};

@@ -9,12 +9,15 @@ use datafusion::arrow::datatypes::{
     DataType, Field, IntervalUnit, Schema as ArrowSchema, SchemaRef,
 };
 use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::catalog::TableProvider;
+use datafusion::datasource::MemTable;
 use datafusion::execution::context::SessionContext;
 use datafusion::sql::sqlparser::ast::{visit_expressions, CopyLegacyOption, CopyOption};
 use datafusion::sql::sqlparser::ast::{
     CopySource, CopyTarget as SqlCopyTarget, CreateTable, Declare, DeclareType, Expr as SqlExpr,
-    FetchDirection, FromTable, Ident, ObjectName, ObjectType, Query, Set, SetExpr, Statement,
-    TableFactor, TableObject, TransactionIsolationLevel, TransactionMode, Value, ValueWithSpan,
+    FetchDirection, FromTable, Ident, ObjectName, ObjectType, Query, SelectItem, Set, SetExpr,
+    Statement, TableFactor, TableObject, TransactionIsolationLevel, TransactionMode, Value,
+    ValueWithSpan,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
@@ -506,29 +509,32 @@ impl Gateway {
                         "INSERT ... ON CONFLICT is not supported yet",
                     ));
                 }
-                if insert.returning.is_some() {
-                    return Err(RsError::new(
-                        &codes::UNSUPPORTED_STATEMENT,
-                        "INSERT ... RETURNING is not supported yet",
-                    ));
-                }
                 let entry = self.entry(
                     session,
                     &object_name(&name.to_string()),
                     Some(ObjectKind::Table),
                 )?;
-                let count = dml::insert(self, session, &entry, statement).await?;
-                self.autocommit(session, in_explicit).await?;
-                command(&format!("INSERT 0 {count}"))
+                let (count, rows) =
+                    dml::insert(self, session, &entry, statement, insert.returning.is_some())
+                        .await?;
+                let alias = insert
+                    .table_alias
+                    .as_ref()
+                    .map(|alias| ident_name(&alias.alias));
+                self.finish_write(
+                    session,
+                    in_explicit,
+                    "INSERT 0",
+                    count,
+                    Returning::of(&entry, alias, insert.returning.as_deref(), rows),
+                )
+                .await
             }
             Statement::Update(update) => {
-                if update.from.is_some()
-                    || update.returning.is_some()
-                    || !update.table.joins.is_empty()
-                {
+                if update.from.is_some() || !update.table.joins.is_empty() {
                     return Err(RsError::new(
                         &codes::UNSUPPORTED_STATEMENT,
-                        "UPDATE ... FROM / RETURNING is not supported yet",
+                        "UPDATE ... FROM is not supported yet",
                     ));
                 }
                 let (table_sql, table_name) = table_reference(&update.table.relation)?;
@@ -560,10 +566,25 @@ impl Gateway {
                 }
                 let selection_sql =
                     selection_query(&entry, &table_sql, &values, update.selection.as_ref());
-                let count =
-                    dml::modify(self, session, &entry, &selection_sql, &assigned, false).await?;
-                self.autocommit(session, in_explicit).await?;
-                command(&format!("UPDATE {count}"))
+                let (count, rows) = dml::modify(
+                    self,
+                    session,
+                    &entry,
+                    &selection_sql,
+                    &assigned,
+                    false,
+                    update.returning.is_some(),
+                )
+                .await?;
+                let alias = relation_alias(&update.table.relation);
+                self.finish_write(
+                    session,
+                    in_explicit,
+                    "UPDATE",
+                    count,
+                    Returning::of(&entry, alias, update.returning.as_deref(), rows),
+                )
+                .await
             }
             Statement::Delete(delete) => {
                 let tables = match &delete.from {
@@ -577,19 +598,35 @@ impl Gateway {
                         "DELETE from several tables is not supported",
                     ));
                 };
-                if delete.using.is_some() || delete.returning.is_some() || !table.joins.is_empty() {
+                if delete.using.is_some() || !table.joins.is_empty() {
                     return Err(RsError::new(
                         &codes::UNSUPPORTED_STATEMENT,
-                        "DELETE ... USING / RETURNING is not supported yet",
+                        "DELETE ... USING is not supported yet",
                     ));
                 }
                 let (table_sql, table_name) = table_reference(&table.relation)?;
                 let entry = self.entry(session, &table_name, Some(ObjectKind::Table))?;
                 let selection_sql =
                     selection_query(&entry, &table_sql, &[], delete.selection.as_ref());
-                let count = dml::modify(self, session, &entry, &selection_sql, &[], true).await?;
-                self.autocommit(session, in_explicit).await?;
-                command(&format!("DELETE {count}"))
+                let (count, rows) = dml::modify(
+                    self,
+                    session,
+                    &entry,
+                    &selection_sql,
+                    &[],
+                    true,
+                    delete.returning.is_some(),
+                )
+                .await?;
+                let alias = relation_alias(&table.relation);
+                self.finish_write(
+                    session,
+                    in_explicit,
+                    "DELETE",
+                    count,
+                    Returning::of(&entry, alias, delete.returning.as_deref(), rows),
+                )
+                .await
             }
             Statement::Copy {
                 source,
@@ -671,6 +708,134 @@ impl Gateway {
                 format!("statement not supported: {}", truncate(&other.to_string())),
             )),
         }
+    }
+
+    /// Ends a write statement: its `RETURNING` rows computed (before the
+    /// commit, so that a failing expression changes nothing), the implicit
+    /// transaction committed, and the command's tag, with the rows if any.
+    async fn finish_write(
+        &self,
+        session: &mut GatewaySession,
+        in_explicit: bool,
+        command: &str,
+        count: u64,
+        returning: Option<Returning<'_>>,
+    ) -> RsResult<StatementResult> {
+        let returned = match returning {
+            Some(returning) => Some(self.returned_rows(session, returning).await?),
+            None => None,
+        };
+        self.autocommit(session, in_explicit).await?;
+        Ok(match returned {
+            Some((schema, batches)) => StatementResult::Returning {
+                command: command.to_string(),
+                schema,
+                batches,
+            },
+            None => StatementResult::Command {
+                tag: format!("{command} {count}"),
+            },
+        })
+    }
+
+    /// A `RETURNING` list evaluated over the rows a write kept, as a query
+    /// over them named as the target (or its alias) is.
+    async fn returned_rows(
+        &self,
+        session: &GatewaySession,
+        returning: Returning<'_>,
+    ) -> RsResult<(SchemaRef, Vec<RecordBatch>)> {
+        let Returning {
+            entry,
+            alias,
+            items,
+            rows,
+        } = returning;
+        let schema = rockstream_control::arrow_schema(entry)?;
+        let types = entry.sql_types()?;
+        let references: Vec<&Row> = rows.iter().collect();
+        let batch = rows_to_batch(&references, &types, &schema, &vec![true; types.len()])?;
+        let name = alias.unwrap_or_else(|| entry.name.clone());
+        let table = MemTable::try_new(schema, vec![vec![batch]]).map_err(query_error)?;
+        let resolver = Arc::new(OneTable {
+            name: name.clone(),
+            table: Arc::new(table),
+        });
+        let context = self.statement_context(resolver);
+        let list: Vec<String> = items.iter().map(ToString::to_string).collect();
+        let sql = format!(
+            "SELECT {} FROM {}",
+            list.join(", "),
+            Ident::with_quote('"', &name)
+        );
+        let query = match Parser::parse_sql(&PostgreSqlDialect {}, &sql)
+            .map_err(|error| RsError::new(&codes::SYNTAX_ERROR, error.to_string()))?
+            .pop()
+        {
+            Some(Statement::Query(query)) => query,
+            _ => return Err(RsError::internal("RETURNING did not parse as a query")),
+        };
+        let result = self
+            .run_query(session, &context, &query.to_string())
+            .await?;
+        match rename_columns(result, pg_column_names(&query))? {
+            StatementResult::Query { schema, batches } => Ok((schema, batches)),
+            _ => Err(RsError::internal("RETURNING gave no rows")),
+        }
+    }
+
+    /// The columns a write's `RETURNING` list answers (`None` for other
+    /// statements), for Describe.
+    pub(crate) async fn returning_columns(
+        &self,
+        session: &GatewaySession,
+        statement: &Statement,
+    ) -> RsResult<Option<SchemaRef>> {
+        let (name, alias, items) = match statement {
+            Statement::Insert(insert) => match (&insert.table, &insert.returning) {
+                (TableObject::TableName(name), Some(items)) => (
+                    object_name(&name.to_string()),
+                    insert
+                        .table_alias
+                        .as_ref()
+                        .map(|alias| ident_name(&alias.alias)),
+                    items,
+                ),
+                _ => return Ok(None),
+            },
+            Statement::Update(update) => match &update.returning {
+                Some(items) => (
+                    table_reference(&update.table.relation)?.1,
+                    relation_alias(&update.table.relation),
+                    items,
+                ),
+                None => return Ok(None),
+            },
+            Statement::Delete(delete) => {
+                let tables = match &delete.from {
+                    FromTable::WithFromKeyword(tables) | FromTable::WithoutKeyword(tables) => {
+                        tables
+                    }
+                };
+                match (tables.as_slice(), &delete.returning) {
+                    ([table], Some(items)) => (
+                        table_reference(&table.relation)?.1,
+                        relation_alias(&table.relation),
+                        items,
+                    ),
+                    _ => return Ok(None),
+                }
+            }
+            _ => return Ok(None),
+        };
+        let entry = self.entry(session, &name, Some(ObjectKind::Table))?;
+        let returning = Returning {
+            entry: &entry,
+            alias,
+            items,
+            rows: Vec::new(),
+        };
+        Ok(Some(self.returned_rows(session, returning).await?.0))
     }
 
     /// `COPY table [(columns)] TO STDOUT` or `COPY (query) TO STDOUT`: the
@@ -1124,6 +1289,65 @@ impl Gateway {
         self.database
             .commit_transaction(namespace, transaction.catalog, changes)
             .await
+    }
+}
+
+/// A write's `RETURNING` list and the rows it kept for it.
+struct Returning<'a> {
+    entry: &'a CatalogEntry,
+    /// The target's alias (`INSERT INTO t AS x`, `UPDATE t x`), by which
+    /// the list may name it.
+    alias: Option<String>,
+    items: &'a [SelectItem],
+    rows: Vec<Row>,
+}
+
+impl<'a> Returning<'a> {
+    fn of(
+        entry: &'a CatalogEntry,
+        alias: Option<String>,
+        items: Option<&'a [SelectItem]>,
+        rows: Vec<Row>,
+    ) -> Option<Returning<'a>> {
+        Some(Returning {
+            entry,
+            alias,
+            items: items?,
+            rows,
+        })
+    }
+}
+
+/// The one relation a `RETURNING` list reads: the rows the write kept.
+struct OneTable {
+    name: String,
+    table: Arc<dyn TableProvider>,
+}
+
+impl std::fmt::Debug for OneTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "OneTable({})", self.name)
+    }
+}
+
+#[async_trait::async_trait]
+impl TableResolver for OneTable {
+    async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>, RsError> {
+        Ok((name == self.name).then(|| self.table.clone()))
+    }
+
+    fn table_names(&self) -> Vec<String> {
+        vec![self.name.clone()]
+    }
+}
+
+/// The alias a `FROM`-like relation gives its table, if any.
+fn relation_alias(relation: &TableFactor) -> Option<String> {
+    match relation {
+        TableFactor::Table {
+            alias: Some(alias), ..
+        } => Some(ident_name(&alias.name)),
+        _ => None,
     }
 }
 

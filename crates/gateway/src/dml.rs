@@ -67,16 +67,23 @@ fn find_ours(error: &datafusion::error::DataFusionError) -> Option<RsError> {
     }
 }
 
-/// `INSERT`: DataFusion plans the insert (column list, casts); we run its input.
+/// The rows a write keeps for its `RETURNING` clause (none without one).
+pub type Returned = Vec<Row>;
+
+/// `INSERT`: DataFusion plans the insert (column list, casts); we run its
+/// input. Returns the count and, with `returning`, the rows inserted.
 pub async fn insert(
     gateway: &Gateway,
     session: &mut GatewaySession,
     entry: &CatalogEntry,
     statement: &Statement,
-) -> RsResult<u64> {
+    returning: bool,
+) -> RsResult<(u64, Returned)> {
     if let Statement::Insert(insert) = statement {
         if let Some(rows) = fast_path::insert_values(entry, insert) {
-            return insert_rows(gateway, session, entry, rows, true).await;
+            let kept = if returning { rows.clone() } else { Vec::new() };
+            let count = insert_rows(gateway, session, entry, rows, true).await?;
+            return Ok((count, kept));
         }
     }
     let resolver = Arc::new(SnapshotResolver {
@@ -87,6 +94,13 @@ pub async fn insert(
         return Err(RsError::internal("not an INSERT"));
     };
     let mut insert = Cow::Borrowed(written);
+    // RETURNING, and the target's alias it may use, are the caller's:
+    // DataFusion plans the rows to insert.
+    if written.returning.is_some() || written.table_alias.is_some() {
+        let planned = insert.to_mut();
+        planned.returning = None;
+        planned.table_alias = None;
+    }
     if written.source.as_deref().is_some_and(uses_using_joins) {
         if let Some(source) = insert.to_mut().source.as_deref_mut() {
             rewrite_using_joins(&context, source)
@@ -129,7 +143,9 @@ pub async fn insert(
     for batch in &batches {
         rows.extend(batch_rows(batch, &types, 0)?);
     }
-    insert_rows(gateway, session, entry, rows, true).await
+    let kept = if returning { rows.clone() } else { Vec::new() };
+    let count = insert_rows(gateway, session, entry, rows, true).await?;
+    Ok((count, kept))
 }
 
 /// Reads `types.len()` columns starting at `first` as typed rows; string
@@ -405,7 +421,8 @@ fn primary_key_names(entry: &CatalogEntry) -> String {
 }
 
 /// `UPDATE`/`DELETE`: `selection_sql` yields the row key, the current row
-/// and (for UPDATE) the new values of `assigned` columns.
+/// and (for UPDATE) the new values of `assigned` columns. Returns the count
+/// and, with `returning`, the rows as updated (or as deleted).
 pub async fn modify(
     gateway: &Gateway,
     session: &mut GatewaySession,
@@ -413,7 +430,8 @@ pub async fn modify(
     selection_sql: &str,
     assigned: &[usize],
     delete: bool,
-) -> RsResult<u64> {
+    returning: bool,
+) -> RsResult<(u64, Returned)> {
     let batches = query_batches(gateway, session, selection_sql, true).await?;
     let types = entry.sql_types()?;
     let assigned_types: Vec<SqlType> = assigned.iter().map(|index| types[*index]).collect();
@@ -442,6 +460,14 @@ pub async fn modify(
         }
     }
     let count = changes.len() as u64;
+    let kept: Returned = if returning {
+        changes
+            .iter()
+            .map(|(_, old, new)| new.clone().unwrap_or_else(|| old.clone()))
+            .collect()
+    } else {
+        Vec::new()
+    };
     let table = pending_table(session, entry);
     let primary_key_changes = !delete
         && assigned
@@ -478,7 +504,7 @@ pub async fn modify(
     if !inserted.is_empty() {
         insert_rows(gateway, session, entry, inserted, true).await?;
     }
-    Ok(count)
+    Ok((count, kept))
 }
 
 /// The positions in the table of the columns a `COPY` lists (every column

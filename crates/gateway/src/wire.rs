@@ -241,6 +241,32 @@ fn bind_parameters(
     failure.map_or(Ok(()), Err)
 }
 
+/// `statement` as DataFusion plans it for its parameter types: a write
+/// without its `RETURNING` list (and an `INSERT` without the target's alias
+/// the list may use), which DataFusion does not plan.
+fn without_returning(statement: &Statement) -> std::borrow::Cow<'_, Statement> {
+    let returns = match statement {
+        Statement::Insert(insert) => insert.returning.is_some() || insert.table_alias.is_some(),
+        Statement::Update(update) => update.returning.is_some(),
+        Statement::Delete(delete) => delete.returning.is_some(),
+        _ => false,
+    };
+    if !returns {
+        return std::borrow::Cow::Borrowed(statement);
+    }
+    let mut stripped = statement.clone();
+    match &mut stripped {
+        Statement::Insert(insert) => {
+            insert.returning = None;
+            insert.table_alias = None;
+        }
+        Statement::Update(update) => update.returning = None,
+        Statement::Delete(delete) => delete.returning = None,
+        _ => {}
+    }
+    std::borrow::Cow::Owned(stripped)
+}
+
 /// An array parameter's text form (`{1,3}`) as an array expression of
 /// `element` values; `None` if it is not an array's text form.
 fn array_literal(text: &str, element: &DataType) -> Option<String> {
@@ -409,80 +435,12 @@ impl Backend for Gateway {
                 columns: None,
             });
         };
-        if let Some(described) = self.describe_simple(session, statement) {
-            return Ok(described);
+        let mut described = self.describe_statement(session, statement).await?;
+        // A write with RETURNING answers rows.
+        if let Some(columns) = self.returning_columns(session, statement).await? {
+            described.columns = Some(columns);
         }
-        // FETCH returns its cursor's columns.
-        if let Statement::Fetch { name, .. } = &**statement {
-            let name = crate::ddl::ident_name(name);
-            return Ok(Described {
-                parameter_types: Vec::new(),
-                columns: session
-                    .cursors
-                    .get(&name)
-                    .map(|cursor| cursor.rows.schema()),
-            });
-        }
-        let resolver = Arc::new(SnapshotResolver {
-            context: Arc::new(self.read_context(session, false)),
-        });
-        let context = new_context(resolver);
-        let mut normalized = match &**statement {
-            Statement::Query(query) => {
-                self.register_session_functions(&context, session, query);
-                Some(as_postgres_reads_it(&context, query).await?)
-            }
-            _ => None,
-        };
-        let sql = match &normalized {
-            Some(query) => query.to_string(),
-            None => statement.to_string(),
-        };
-        let mut planned = context.state().create_logical_plan(&sql).await;
-        if let (Err(error), Some(query)) = (&planned, &mut normalized) {
-            if repeats_a_name(&error.to_string()) && alias_select_items(query) {
-                planned = context
-                    .state()
-                    .create_logical_plan(&query.to_string())
-                    .await;
-            }
-        }
-        let Ok(plan) = planned else {
-            return Ok(Described {
-                parameter_types: Vec::new(),
-                columns: None,
-            });
-        };
-        let plan = match &**statement {
-            Statement::Query(_) => context.state().optimize(&plan).map_err(query_error)?,
-            _ => plan,
-        };
-        let types = plan.get_parameter_types().unwrap_or_default();
-        let arrays = array_parameter_types(&plan);
-        let casts = cast_parameter_types(statement);
-        let mut parameter_types: Vec<(usize, DataType)> = types
-            .into_iter()
-            .map(|(name, data_type)| {
-                let index = name.trim_start_matches('$').parse().unwrap_or(0);
-                let data_type = data_type
-                    .or_else(|| arrays.get(&name).cloned())
-                    .or_else(|| casts.get(&index).cloned())
-                    .unwrap_or(DataType::Utf8);
-                (index, data_type)
-            })
-            .collect();
-        parameter_types.sort_by_key(|(index, _)| *index);
-        let columns = match &**statement {
-            Statement::Query(query) => Some(renamed_schema(
-                pg_result_schema(plan.schema().as_arrow()),
-                pg_column_names(query),
-            )),
-            _ => None,
-        };
-        Ok(Described {
-            parameter_types: parameter_types.into_iter().map(|(_, t)| t).collect(),
-            columns,
-        })
+        Ok(described)
     }
 
     async fn execute_with_params(
@@ -587,4 +545,88 @@ impl Backend for Gateway {
     }
 
     async fn disconnect(&self, _session: GatewaySession) {}
+}
+
+impl Gateway {
+    /// What Describe answers for `statement`, but for a `RETURNING` list.
+    async fn describe_statement(
+        &self,
+        session: &mut GatewaySession,
+        statement: &Statement,
+    ) -> Result<Described, RsError> {
+        if let Some(described) = self.describe_simple(session, statement) {
+            return Ok(described);
+        }
+        // FETCH returns its cursor's columns.
+        if let Statement::Fetch { name, .. } = statement {
+            let name = crate::ddl::ident_name(name);
+            return Ok(Described {
+                parameter_types: Vec::new(),
+                columns: session
+                    .cursors
+                    .get(&name)
+                    .map(|cursor| cursor.rows.schema()),
+            });
+        }
+        let resolver = Arc::new(SnapshotResolver {
+            context: Arc::new(self.read_context(session, false)),
+        });
+        let context = new_context(resolver);
+        let mut normalized = match statement {
+            Statement::Query(query) => {
+                self.register_session_functions(&context, session, query);
+                Some(as_postgres_reads_it(&context, query).await?)
+            }
+            _ => None,
+        };
+        let sql = match &normalized {
+            Some(query) => query.to_string(),
+            None => without_returning(statement).to_string(),
+        };
+        let mut planned = context.state().create_logical_plan(&sql).await;
+        if let (Err(error), Some(query)) = (&planned, &mut normalized) {
+            if repeats_a_name(&error.to_string()) && alias_select_items(query) {
+                planned = context
+                    .state()
+                    .create_logical_plan(&query.to_string())
+                    .await;
+            }
+        }
+        let Ok(plan) = planned else {
+            return Ok(Described {
+                parameter_types: Vec::new(),
+                columns: None,
+            });
+        };
+        let plan = match statement {
+            Statement::Query(_) => context.state().optimize(&plan).map_err(query_error)?,
+            _ => plan,
+        };
+        let types = plan.get_parameter_types().unwrap_or_default();
+        let arrays = array_parameter_types(&plan);
+        let casts = cast_parameter_types(statement);
+        let mut parameter_types: Vec<(usize, DataType)> = types
+            .into_iter()
+            .map(|(name, data_type)| {
+                let index = name.trim_start_matches('$').parse().unwrap_or(0);
+                let data_type = data_type
+                    .or_else(|| arrays.get(&name).cloned())
+                    .or_else(|| casts.get(&index).cloned())
+                    .unwrap_or(DataType::Utf8);
+                (index, data_type)
+            })
+            .collect();
+        parameter_types.sort_by_key(|(index, _)| *index);
+        let columns = match statement {
+            Statement::Query(query) => Some(renamed_schema(
+                pg_result_schema(plan.schema().as_arrow()),
+                pg_column_names(query),
+            )),
+            _ => None,
+        };
+        Ok(Described {
+            parameter_types: parameter_types.into_iter().map(|(_, t)| t).collect(),
+            columns,
+        })
+    }
 }

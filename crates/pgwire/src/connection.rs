@@ -410,6 +410,17 @@ pub(crate) fn parameter_types(statement: &StoredStatement<PreparedStatement>) ->
 fn statement_response(result: StatementResult, format: &Format) -> Result<Response, RsError> {
     match result {
         StatementResult::Query { schema, batches } => query_response(&schema, &batches, format),
+        StatementResult::Returning {
+            command,
+            schema,
+            batches,
+        } => {
+            let mut response = query_response(&schema, &batches, format)?;
+            if let Response::Query(rows) = &mut response {
+                rows.set_command_tag(&command);
+            }
+            Ok(response)
+        }
         StatementResult::Command { tag } => Ok(command_response(tag)),
         StatementResult::CopyIn(_) => Err(RsError::internal("COPY result reached the row encoder")),
         StatementResult::CopyOut {

@@ -67,6 +67,14 @@ pub enum StatementResult {
         schema: SchemaRef,
         batches: Vec<RecordBatch>,
     },
+    /// Rows a writing command returns (`INSERT … RETURNING`): like
+    /// [`StatementResult::Query`], completed with `command` and the row
+    /// count as its tag (`INSERT 0` → `INSERT 0 3`).
+    Returning {
+        command: String,
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+    },
     /// A command tag such as "INSERT 0 3", "CREATE TABLE", "BEGIN", "SET".
     /// The tags "BEGIN" and "START TRANSACTION" (enter) and "COMMIT" and
     /// "ROLLBACK" (leave) also set the transaction status that ReadyForQuery

@@ -233,6 +233,28 @@ check('node_pg_copy_streams', async (url) => {
   });
 });
 
+check('node_pg_returning', async (url) => {
+  await setup(url, 'CREATE TABLE node_returning (id INT PRIMARY KEY, name TEXT, n INT)');
+  await withClient(url, async (client) => {
+    const inserted = await client.query(
+      'INSERT INTO node_returning VALUES ($1, $2, $3), ($4, $5, $6) RETURNING id, upper(name) AS shout',
+      [1, 'one', 10, 2, 'two', 20],
+    );
+    assert.equal(inserted.command, 'INSERT');
+    assert.equal(inserted.rowCount, 2);
+    assert.deepEqual(inserted.rows, [{ id: 1, shout: 'ONE' }, { id: 2, shout: 'TWO' }]);
+    const updated = await client.query(
+      'UPDATE node_returning SET n = n + $1 WHERE id = $2 RETURNING *',
+      [5, 2],
+    );
+    assert.equal(updated.command, 'UPDATE');
+    assert.deepEqual(updated.rows, [{ id: 2, name: 'two', n: 25 }]);
+    const deleted = await client.query('DELETE FROM node_returning WHERE id = $1 RETURNING name', [1]);
+    assert.equal(deleted.command, 'DELETE');
+    assert.deepEqual(deleted.rows, [{ name: 'one' }]);
+  });
+});
+
 check('node_pg_array_parameter', async (url) => {
   await setup(
     url,

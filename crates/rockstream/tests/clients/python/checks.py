@@ -448,6 +448,31 @@ def asyncpg_copy_records(url):
 
 
 @check
+def asyncpg_returning(url):
+    import asyncpg
+
+    ddl(url, "CREATE TABLE apg_returning (id INT PRIMARY KEY, name TEXT)")
+
+    async def body():
+        connection = await asyncpg.connect(url)
+        try:
+            row = await connection.fetchrow(
+                "INSERT INTO apg_returning VALUES ($1, $2) RETURNING id, name", 7, "seven"
+            )
+            expect(tuple(row), (7, "seven"), "inserted row")
+            name = await connection.fetchval(
+                "UPDATE apg_returning SET name = $1 WHERE id = $2 RETURNING name", "SEVEN", 7
+            )
+            expect(name, "SEVEN", "updated name")
+            status = await connection.execute("DELETE FROM apg_returning RETURNING id")
+            expect(status, "DELETE 1", "command status")
+        finally:
+            await connection.close()
+
+    run(body())
+
+
+@check
 def asyncpg_text_array_parameter(url):
     import asyncpg
 
