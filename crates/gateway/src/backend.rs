@@ -268,7 +268,10 @@ impl Gateway {
         // Copying the buffered changes is only needed when the statement writes.
         let writes = matches!(
             statement,
-            Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_)
+            Statement::Insert(_)
+                | Statement::Update(_)
+                | Statement::Delete(_)
+                | Statement::Truncate(_)
         );
         let savepoint = writes.then(|| session.savepoint());
         // statement_timeout counts from here, whatever the statement does.
@@ -627,6 +630,29 @@ impl Gateway {
                     Returning::of(&entry, alias, delete.returning.as_deref(), rows),
                 )
                 .await
+            }
+            Statement::Truncate(truncate) => {
+                if truncate.partitions.is_some() {
+                    return Err(RsError::new(
+                        &codes::UNSUPPORTED_STATEMENT,
+                        "TRUNCATE ... PARTITION is not supported",
+                    ));
+                }
+                // Every table first: one that does not exist changes nothing.
+                // (RESTART IDENTITY has no sequence to restart and CASCADE no
+                // foreign key to follow: RockStream has neither.)
+                let mut entries = Vec::new();
+                for target in &truncate.table_names {
+                    let name = object_name(&target.name.to_string());
+                    entries.push(self.entry(session, &name, Some(ObjectKind::Table))?);
+                }
+                for entry in &entries {
+                    let table_sql = Ident::with_quote('"', &entry.name).to_string();
+                    let selection_sql = selection_query(entry, &table_sql, &[], None);
+                    dml::modify(self, session, entry, &selection_sql, &[], true, false).await?;
+                }
+                self.autocommit(session, in_explicit).await?;
+                command("TRUNCATE TABLE")
             }
             Statement::Copy {
                 source,
