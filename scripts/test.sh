@@ -196,11 +196,12 @@ provision_node_clients() {
         return 0
     fi
     log "installing the Node clients (npm ci) into $directory"
-    rm -rf "$directory"
-    mkdir -p "$directory"
-    cp "$source/package.json" "$source/package-lock.json" "$directory/"
+    # (`set -e` does not apply inside a function called before `||`.)
+    rm -rf "$directory" || return 1
+    mkdir -p "$directory" || return 1
+    cp "$source/package.json" "$source/package-lock.json" "$directory/" || return 1
     (cd "$directory" && npm ci --no-audit --no-fund --loglevel=error >/dev/null) || return 1
-    printf '%s' "$stamp" >"$directory/installed.txt"
+    printf '%s' "$stamp" >"$directory/installed.txt" || return 1
     export ROCKSTREAM_TEST_NODE_PATH="$directory/node_modules"
 }
 

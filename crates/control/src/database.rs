@@ -230,11 +230,8 @@ impl Database {
             primary_key,
             if_not_exists,
         } = table;
-        if catalog.iter().any(|entry| entry.name == name) {
-            if if_not_exists {
-                return Ok(None);
-            }
-            return Err(already_exists(name));
+        if !name_is_free(catalog.as_ref(), name, if_not_exists)? {
+            return Ok(None);
         }
         for column in &columns {
             column.sql_type()?;
@@ -300,11 +297,8 @@ impl Database {
             materialized,
             if_not_exists,
         } = view;
-        if catalog.iter().any(|entry| entry.name == name) {
-            if if_not_exists {
-                return Ok(None);
-            }
-            return Err(already_exists(name));
+        if !name_is_free(catalog.as_ref(), name, if_not_exists)? {
+            return Ok(None);
         }
         if !materialized && rockstream_planner::uses_bag_set_operation(query) {
             return Err(RsError::unsupported(
@@ -669,6 +663,18 @@ async fn durable(written: Result<slatedb::WriteHandle, slatedb::Error>) -> RsRes
         .await_durable()
         .await
         .map_err(|error| storage_error(CONTROL_PATH, error))
+}
+
+/// Whether `name` is free in `catalog` for a new object; when it is taken,
+/// `false` with `IF NOT EXISTS`, else 42P07.
+fn name_is_free(catalog: &[CatalogEntry], name: &str, if_not_exists: bool) -> RsResult<bool> {
+    if !catalog.iter().any(|entry| entry.name == name) {
+        return Ok(true);
+    }
+    if if_not_exists {
+        return Ok(false);
+    }
+    Err(already_exists(name))
 }
 
 fn already_exists(name: &str) -> RsError {

@@ -10,8 +10,11 @@ use datafusion::arrow::datatypes::{
 };
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::catalog::TableProvider;
+use datafusion::common::tree_node::TreeNode;
+use datafusion::dataframe::DataFrame;
 use datafusion::datasource::MemTable;
 use datafusion::execution::context::SessionContext;
+use datafusion::logical_expr::LogicalPlan;
 use datafusion::sql::sqlparser::ast::{visit_expressions, CopyLegacyOption, CopyOption};
 use datafusion::sql::sqlparser::ast::{
     CopySource, CopyTarget as SqlCopyTarget, CreateTable, Declare, DeclareType, Expr as SqlExpr,
@@ -771,6 +774,20 @@ impl Gateway {
         session: &GatewaySession,
         returning: Returning<'_>,
     ) -> RsResult<(SchemaRef, Vec<RecordBatch>)> {
+        let (frame, query) = self.returning_frame(returning).await?;
+        let schema = analyzed_schema(&frame)?;
+        let batches = self.stop(session).collect(frame).await?;
+        match rename_columns(as_pg_result(schema, batches)?, pg_column_names(&query))? {
+            StatementResult::Query { schema, batches } => Ok((schema, batches)),
+            _ => Err(RsError::internal("RETURNING gave no rows")),
+        }
+    }
+
+    /// The planned query of a `RETURNING` list over the rows a write kept
+    /// (planned only: Describe asks for its columns before any row exists).
+    /// As in PostgreSQL, the list is per row: aggregates and window
+    /// functions are refused.
+    async fn returning_frame(&self, returning: Returning<'_>) -> RsResult<(DataFrame, Query)> {
         let Returning {
             entry,
             alias,
@@ -801,13 +818,23 @@ impl Gateway {
             Some(Statement::Query(query)) => query,
             _ => return Err(RsError::internal("RETURNING did not parse as a query")),
         };
-        let result = self
-            .run_query(session, &context, &query.to_string())
-            .await?;
-        match rename_columns(result, pg_column_names(&query))? {
-            StatementResult::Query { schema, batches } => Ok((schema, batches)),
-            _ => Err(RsError::internal("RETURNING gave no rows")),
+        let frame = context.sql(&query.to_string()).await.map_err(query_error)?;
+        let per_row = frame
+            .logical_plan()
+            .exists(|node| {
+                Ok(matches!(
+                    node,
+                    LogicalPlan::Aggregate(_) | LogicalPlan::Window(_) | LogicalPlan::Unnest(_)
+                ))
+            })
+            .map_err(query_error)?;
+        if per_row {
+            return Err(RsError::new(
+                &codes::UNSUPPORTED_STATEMENT,
+                "aggregate, window and set-returning functions are not allowed in RETURNING",
+            ));
         }
+        Ok((frame, *query))
     }
 
     /// The columns a write's `RETURNING` list answers (`None` for other
@@ -861,7 +888,11 @@ impl Gateway {
             items,
             rows: Vec::new(),
         };
-        Ok(Some(self.returned_rows(session, returning).await?.0))
+        let (frame, query) = self.returning_frame(returning).await?;
+        Ok(Some(renamed_schema(
+            pg_result_schema(&*analyzed_schema(&frame)?),
+            pg_column_names(&query),
+        )))
     }
 
     /// `COPY table [(columns)] TO STDOUT` or `COPY (query) TO STDOUT`: the
@@ -915,6 +946,7 @@ impl Gateway {
                 }
             }
         };
+        refuse_set_config(&query, "COPY")?;
         let StatementResult::Query { schema, batches } = self.query(session, &query).await? else {
             return Err(RsError::internal("COPY's query gave no rows"));
         };
@@ -984,6 +1016,7 @@ impl Gateway {
                 format!("cursor \"{name}\" already exists"),
             ));
         }
+        refuse_set_config(query, "DECLARE CURSOR")?;
         let StatementResult::Query { schema, batches } = self.query(session, query).await? else {
             return Err(RsError::internal("a cursor's query gave no rows"));
         };
@@ -1265,9 +1298,7 @@ impl Gateway {
         sql: &str,
     ) -> RsResult<StatementResult> {
         let frame = context.sql(sql).await.map_err(query_error)?;
-        // The analyzed plan's schema: analyzer rules may change result types.
-        let plan = frame.clone().into_optimized_plan().map_err(query_error)?;
-        let schema = Arc::new(plan.schema().as_arrow().clone());
+        let schema = analyzed_schema(&frame)?;
         let batches = self.stop(session).collect(frame).await?;
         as_pg_result(schema, batches)
     }
@@ -1377,6 +1408,25 @@ fn relation_alias(relation: &TableFactor) -> Option<String> {
     }
 }
 
+/// The schema of `frame`'s rows: its analyzed plan's (analyzer rules may
+/// change result types).
+fn analyzed_schema(frame: &DataFrame) -> RsResult<SchemaRef> {
+    let plan = frame.clone().into_optimized_plan().map_err(query_error)?;
+    Ok(Arc::new(plan.schema().as_arrow().clone()))
+}
+
+/// `set_config()` takes effect where a query runs as a statement of its own
+/// ([`session_commands::set_config_calls`]), not inside `statement`.
+fn refuse_set_config(query: &Query, statement: &str) -> RsResult<()> {
+    if calls_function(query, "set_config") {
+        return Err(RsError::new(
+            &codes::UNSUPPORTED_STATEMENT,
+            format!("set_config() is not supported in {statement}"),
+        ));
+    }
+    Ok(())
+}
+
 /// Refuses what a query asks that RockStream does not do, rather than
 /// ignore it: row locks (`FOR UPDATE`/`FOR SHARE`: transactions are
 /// optimistic, a conflicting write fails the commit with 40001 instead) and
@@ -1411,6 +1461,8 @@ fn refuse_unsupported_table(create: &CreateTable) -> RsResult<()> {
         Some("CREATE TABLE ... AS is not supported yet: CREATE TABLE, then INSERT INTO ... SELECT")
     } else if create.like.is_some() {
         Some("CREATE TABLE ... (LIKE ...) is not supported: name the columns")
+    } else if create.inherits.is_some() {
+        Some("CREATE TABLE ... INHERITS is not supported")
     } else {
         None
     };

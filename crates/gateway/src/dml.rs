@@ -81,7 +81,11 @@ pub async fn insert(
 ) -> RsResult<(u64, Returned)> {
     if let Statement::Insert(insert) = statement {
         if let Some(rows) = fast_path::insert_values(entry, insert) {
-            let kept = if returning { rows.clone() } else { Vec::new() };
+            let kept = if returning {
+                as_stored(entry, &rows)
+            } else {
+                Vec::new()
+            };
             let count = insert_rows(gateway, session, entry, rows, true).await?;
             return Ok((count, kept));
         }
@@ -143,7 +147,11 @@ pub async fn insert(
     for batch in &batches {
         rows.extend(batch_rows(batch, &types, 0)?);
     }
-    let kept = if returning { rows.clone() } else { Vec::new() };
+    let kept = if returning {
+        as_stored(entry, &rows)
+    } else {
+        Vec::new()
+    };
     let count = insert_rows(gateway, session, entry, rows, true).await?;
     Ok((count, kept))
 }
@@ -288,6 +296,20 @@ fn conform_row(entry: &CatalogEntry, limits: &[Option<usize>], row: &mut Row) ->
         }
     }
     Ok(())
+}
+
+/// `rows` as [`insert_rows`] stores them (a `varchar(n)` value cut to its
+/// length), for `RETURNING`; a row that breaks a column's rules is left as
+/// it is, since storing it fails the statement.
+fn as_stored(entry: &CatalogEntry, rows: &[Row]) -> Vec<Row> {
+    let limits = length_limits(entry);
+    rows.iter()
+        .map(|row| {
+            let mut stored = row.clone();
+            let _ = conform_row(entry, &limits, &mut stored);
+            stored
+        })
+        .collect()
 }
 
 /// The transaction's pending changes to `entry` (opening the implicit
@@ -458,6 +480,17 @@ pub async fn modify(
             };
             changes.push((keys.value(index).to_vec(), old, new));
         }
+    }
+    let buffered = session
+        .transaction
+        .as_ref()
+        .and_then(|transaction| transaction.tables.get(&entry.id))
+        .map_or(0, |table| table.rows.len());
+    if buffered + changes.len() > TRANSACTION_ROWS_MAX {
+        return Err(RsError::new(
+            &codes::WRITE_BUFFER_FULL,
+            format!("a transaction may change at most {TRANSACTION_ROWS_MAX} rows"),
+        ));
     }
     let count = changes.len() as u64;
     let kept: Returned = if returning {

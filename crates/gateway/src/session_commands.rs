@@ -14,8 +14,8 @@ use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{
     visit_expressions, CloseCursor, ContextModifier, DiscardObject, Expr, FunctionArg,
-    FunctionArgExpr, FunctionArguments, ObjectName, Query, Reset, ResetStatement, Set, Statement,
-    Value,
+    FunctionArgExpr, FunctionArguments, ObjectName, Query, Reset, ResetStatement, SelectItem, Set,
+    SetExpr, Statement, Value,
 };
 use rockstream_pgwire::{PreparedStatements, StatementResult};
 use rockstream_types::{codes, RsError, RsResult};
@@ -201,54 +201,72 @@ fn set(parameters: &mut Parameters, name: &str, values: &[Expr]) -> RsResult<()>
 /// The `set_config(name, value, is_local)` calls of a query, each with
 /// constant arguments (the name lower-cased), checked as `SET` checks them;
 /// the caller applies them with [`apply_set_config`] once the query has
-/// succeeded.
+/// succeeded. They must stand in the select list of a query without
+/// `FROM` (as clients write them), where each runs exactly once; elsewhere
+/// whether a call runs depends on rows, so it is refused.
 pub(crate) fn set_config_calls(
     parameters: &Parameters,
     query: &Query,
 ) -> RsResult<Vec<(String, String, bool)>> {
-    let mut calls = Vec::new();
-    let mut failure = None;
+    let refused = |why: &str| {
+        Err(RsError::new(
+            &codes::UNSUPPORTED_STATEMENT,
+            format!("set_config() {why}"),
+        ))
+    };
+    let mut all = 0;
     let _ = visit_expressions(query, |expr: &Expr| {
-        let Expr::Function(function) = expr else {
-            return ControlFlow::Continue(());
-        };
-        let is_set_config = function
-            .name
-            .0
-            .last()
-            .and_then(|part| part.as_ident())
-            .is_some_and(|ident| ident.value.eq_ignore_ascii_case("set_config"));
-        if !is_set_config {
-            return ControlFlow::Continue(());
+        if is_set_config(expr) {
+            all += 1;
         }
-        let constant = |argument: &FunctionArg| match argument {
-            FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Value(value))) => match &value.value {
-                Value::SingleQuotedString(text) => Some(text.clone()),
-                Value::Boolean(flag) => Some(flag.to_string()),
-                _ => None,
-            },
-            _ => None,
+        ControlFlow::<()>::Continue(())
+    });
+    if all == 0 {
+        return Ok(Vec::new());
+    }
+    let select = match query.body.as_ref() {
+        SetExpr::Select(select) if select.from.is_empty() && select.selection.is_none() => select,
+        _ => return refused("is supported in the select list of a query without FROM only"),
+    };
+    let mut calls = Vec::new();
+    for item in &select.projection {
+        let (SelectItem::UnnamedExpr(expr) | SelectItem::ExprWithAlias { expr, .. }) = item else {
+            continue;
         };
-        let arguments = match &function.args {
-            FunctionArguments::List(list) => list.args.iter().map(constant).collect(),
+        if !is_set_config(expr) {
+            continue;
+        }
+        let Expr::Function(function) = expr else {
+            continue;
+        };
+        let arguments: Vec<Option<String>> = match &function.args {
+            FunctionArguments::List(list) => list.args.iter().map(constant_argument).collect(),
             _ => Vec::new(),
         };
-        match arguments.as_slice() {
-            [Some(name), Some(value), Some(local)] => {
-                calls.push((name.to_lowercase(), value.clone(), local == "true"))
-            }
+        let [Some(name), Some(value), Some(local)] = arguments.as_slice() else {
+            return refused("is supported with constant arguments only");
+        };
+        let local = match local.to_lowercase().as_str() {
+            "true" | "t" | "on" | "yes" | "y" | "1" => true,
+            "false" | "f" | "off" | "no" | "n" | "0" => false,
             _ => {
-                failure = Some(RsError::new(
-                    &codes::UNSUPPORTED_STATEMENT,
-                    "set_config() is supported with constant arguments only",
-                ));
-                return ControlFlow::Break(());
+                return Err(RsError::new(
+                    &codes::INVALID_PARAMETER_VALUE,
+                    format!("invalid input syntax for type boolean: \"{local}\""),
+                ))
             }
+        };
+        let name = name.to_lowercase();
+        if matches!(
+            name.as_str(),
+            "transaction_isolation" | "default_transaction_isolation"
+        ) {
+            return refused("cannot set the isolation level: use SET TRANSACTION ISOLATION LEVEL");
         }
-        ControlFlow::Continue(())
-    });
-    if let Some(failure) = failure {
-        return Err(failure);
+        calls.push((name, value.clone(), local));
+    }
+    if calls.len() != all {
+        return refused("is supported in the select list of a query without FROM only");
     }
     let mut checked = parameters.clone();
     for (name, value, _) in &calls {
@@ -259,6 +277,35 @@ pub(crate) fn set_config_calls(
         )?;
     }
     Ok(calls)
+}
+
+fn is_set_config(expr: &Expr) -> bool {
+    matches!(expr, Expr::Function(function) if function
+        .name
+        .0
+        .last()
+        .and_then(|part| part.as_ident())
+        .is_some_and(|ident| ident.value.eq_ignore_ascii_case("set_config")))
+}
+
+/// A constant argument's text: a string or boolean literal, also as bound
+/// parameters arrive (`CAST('value' AS TEXT)`).
+fn constant_argument(argument: &FunctionArg) -> Option<String> {
+    let FunctionArg::Unnamed(FunctionArgExpr::Expr(expr)) = argument else {
+        return None;
+    };
+    let expr = match expr {
+        Expr::Cast { expr, .. } => expr.as_ref(),
+        expr => expr,
+    };
+    match expr {
+        Expr::Value(value) => match &value.value {
+            Value::SingleQuotedString(text) => Some(text.clone()),
+            Value::Boolean(flag) => Some(flag.to_string()),
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 /// Applies a succeeded query's `set_config` calls ([`set_config_calls`]):

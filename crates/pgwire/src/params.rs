@@ -155,6 +155,9 @@ fn array_text(bytes: &[u8], element: &Type) -> Result<String, BinaryProblem> {
         _ => return Err(BinaryProblem::Unsupported),
     }
     let count = word(12)?;
+    if count < 0 || word(16)? != 1 {
+        return Err(BinaryProblem::Malformed);
+    }
     let mut at = 20;
     let mut elements = Vec::new();
     for _ in 0..count {

@@ -56,19 +56,32 @@ pub fn elements(text: &str) -> Option<Vec<Option<String>>> {
             while chars.next_if(|c| c.is_whitespace()).is_some() {}
             Some(element)
         } else {
+            // Unquoted: trailing white space goes unless escaped, and only
+            // the bare word NULL (no escape in it) is the NULL element.
             let mut element = String::new();
+            let mut kept = 0;
+            let mut escaped = false;
             while let Some(c) = chars.next_if(|c| *c != ',') {
                 match c {
                     '{' | '}' | '"' => return None,
-                    '\\' => element.push(chars.next()?),
-                    c => element.push(c),
+                    '\\' => {
+                        element.push(chars.next()?);
+                        kept = element.len();
+                        escaped = true;
+                    }
+                    c => {
+                        element.push(c);
+                        if !c.is_whitespace() {
+                            kept = element.len();
+                        }
+                    }
                 }
             }
-            let element = element.trim_end().to_string();
-            if element.is_empty() {
+            element.truncate(kept);
+            if element.is_empty() && !escaped {
                 return None;
             }
-            (!element.eq_ignore_ascii_case("null")).then_some(element)
+            (escaped || !element.eq_ignore_ascii_case("null")).then_some(element)
         };
         elements.push(element);
         match chars.next() {
@@ -110,6 +123,7 @@ mod tests {
             ])
         );
         assert_eq!(elements(r"{a\,b}"), Some(some(&["a,b"])));
+        assert_eq!(elements(r"{a\ ,\NULL}"), Some(some(&["a ", "NULL"])));
         for refused in [
             "", "1,2", "{1,}", "{,1}", "{{1,2}}", "{1", r#"{"a}"#, "{a\"b}",
         ] {

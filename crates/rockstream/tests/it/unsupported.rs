@@ -192,4 +192,8 @@ async fn unsupported_statements_get_a_coded_error_and_the_connection_goes_on() {
     .await
     .expect("the catalog");
     assert_eq!(relations.len(), 1, "{relations:?}");
+    let rows = fetch_text_rows(&client, "SELECT count(*) FROM t")
+        .await
+        .expect("the table's rows");
+    assert_eq!(rows[0][0].as_deref(), Some("0"), "a refused write wrote");
 }
