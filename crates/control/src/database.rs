@@ -230,7 +230,7 @@ impl Database {
             primary_key,
             if_not_exists,
         } = table;
-        if !name_is_free(catalog.as_ref(), name, if_not_exists)? {
+        if !name_is_free(catalog, name, if_not_exists)? {
             return Ok(None);
         }
         for column in &columns {
@@ -297,7 +297,7 @@ impl Database {
             materialized,
             if_not_exists,
         } = view;
-        if !name_is_free(catalog.as_ref(), name, if_not_exists)? {
+        if !name_is_free(&catalog, name, if_not_exists)? {
             return Ok(None);
         }
         if !materialized && rockstream_planner::uses_bag_set_operation(query) {
