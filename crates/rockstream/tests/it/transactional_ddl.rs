@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use tokio_postgres::Client;
 
+use crate::harness::compare::fetch_text_rows;
 use crate::harness::server::TestServer;
 use crate::harness::sqlstate;
 
@@ -28,20 +29,15 @@ async fn execute(client: &Client, sql: &str) {
 
 /// The rows of `sql`, each as its columns' text joined by spaces, sorted.
 async fn rows(client: &Client, sql: &str) -> Vec<String> {
-    let messages = client
-        .simple_query(sql)
+    let mut rows: Vec<String> = fetch_text_rows(client, sql)
         .await
-        .unwrap_or_else(|error| panic!("{sql}: {error}"));
-    let mut rows: Vec<String> = messages
-        .iter()
-        .filter_map(|message| match message {
-            tokio_postgres::SimpleQueryMessage::Row(row) => Some(
-                (0..row.len())
-                    .map(|index| row.get(index).unwrap_or("NULL").to_string())
-                    .collect::<Vec<_>>()
-                    .join(" "),
-            ),
-            _ => None,
+        .unwrap_or_else(|error| panic!("{sql}: {error}"))
+        .into_iter()
+        .map(|row| {
+            row.iter()
+                .map(|value| value.as_deref().unwrap_or("NULL"))
+                .collect::<Vec<_>>()
+                .join(" ")
         })
         .collect();
     rows.sort();
