@@ -46,9 +46,72 @@ pub struct ColumnDef {
     /// PostgreSQL spelling, parsed by [`parse_type`].
     pub type_name: String,
     pub not_null: bool,
+    /// The column's default expression, as PostgreSQL's `pg_get_expr`
+    /// prints it (`nextval('t_id_seq'::regclass)` for a serial column);
+    /// `None` for an identity column, whose values come from `sequence`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<String>,
+    /// The sequence a `SERIAL` or identity column owns (RFC 0003).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sequence: Option<OwnedSequence>,
+}
+
+/// A sequence that belongs to a column: created and dropped with its table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OwnedSequence {
+    pub id: ObjectId,
+    /// Unique among the namespace's relations and sequences.
+    pub name: String,
+    /// `GENERATED {ALWAYS | BY DEFAULT} AS IDENTITY`; `None` for `SERIAL`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<Identity>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Identity {
+    /// An `INSERT` may not give the column a value (428C9).
+    Always,
+    ByDefault,
+}
+
+impl Identity {
+    /// `pg_attribute.attidentity`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Identity::Always => "a",
+            Identity::ByDefault => "d",
+        }
+    }
 }
 
 impl ColumnDef {
+    /// A column without a default.
+    pub fn new(name: impl Into<String>, type_name: impl Into<String>, not_null: bool) -> ColumnDef {
+        ColumnDef {
+            name: name.into(),
+            type_name: type_name.into(),
+            not_null,
+            default: None,
+            sequence: None,
+        }
+    }
+
+    /// Whether an `INSERT` that omits the column stores something other
+    /// than NULL.
+    pub fn has_default(&self) -> bool {
+        self.default.is_some() || self.sequence.is_some()
+    }
+
+    /// The expression an omitted value is computed by: the default, or
+    /// the owned sequence's next value.
+    pub fn default_expression(&self) -> Option<String> {
+        self.default.clone().or_else(|| {
+            self.sequence
+                .as_ref()
+                .map(|sequence| nextval_expression(&sequence.name))
+        })
+    }
+
     pub fn sql_type(&self) -> RsResult<SqlType> {
         parse_type(&self.type_name)
     }
@@ -143,6 +206,11 @@ pub(crate) fn entry_key(kind: ObjectKind, namespace: &str, id: ObjectId) -> Vec<
 
 pub(crate) const NEXT_ID_KEY: [u8; 2] = [0x01, 0x00];
 
+/// A serial column's default, as PostgreSQL prints it.
+pub fn nextval_expression(sequence: &str) -> String {
+    format!("nextval('{}'::regclass)", sequence.replace('\'', "''"))
+}
+
 /// Parses a type name as [`SqlType::pg_name`] writes it.
 pub fn parse_type(name: &str) -> RsResult<SqlType> {
     Ok(match name {
@@ -216,11 +284,7 @@ mod tests {
             assert_eq!(parse_type(&sql_type.pg_name()).expect("parses"), sql_type);
         }
         assert!(parse_type("money").is_err());
-        let varchar = ColumnDef {
-            name: "name".into(),
-            type_name: "character varying(12)".into(),
-            not_null: false,
-        };
+        let varchar = ColumnDef::new("name", "character varying(12)", false);
         assert_eq!(varchar.sql_type().expect("parses"), SqlType::Text);
         assert_eq!(varchar.max_chars(), Some(12));
         let unbounded = ColumnDef {

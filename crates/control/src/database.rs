@@ -11,10 +11,14 @@ use rockstream_types::{codes, ObjectId, RsError, RsResult};
 use slatedb::{Db, WriteBatch};
 use tokio::sync::{oneshot, Mutex};
 
-use crate::catalog::{CatalogEntry, ColumnDef, ObjectKind, DEFAULT_NAMESPACE, NEXT_ID_KEY};
+use crate::catalog::{
+    nextval_expression, CatalogEntry, ColumnDef, Identity, ObjectKind, OwnedSequence,
+    DEFAULT_NAMESPACE, NEXT_ID_KEY,
+};
 use crate::control_db::{ControlDb, CONTROL_PATH};
 use crate::follower::{self, CatalogChange, FollowerSender};
 use crate::resolver::{plan_inline_view, CatalogResolver};
+use crate::sequences::{sequence_key, Sequences};
 
 mod transaction;
 
@@ -58,6 +62,7 @@ pub struct Database {
     unfinished_transaction: std::sync::Mutex<Option<transaction::Unfinished>>,
     /// Serializes id allocations (read, then write, the counter).
     ids: Mutex<()>,
+    sequences: Sequences,
 }
 
 impl Database {
@@ -90,6 +95,7 @@ impl Database {
         let engine = Engine::start(&runtime, shards, map).await?;
         let follower = follower::start(&runtime, engine.clone());
         let entries = load_entries(&control_db).await?;
+        let sequences = Sequences::load(&control_db).await?;
         let database = Arc::new(Database {
             control,
             catalog: RwLock::new(Vec::new()),
@@ -99,6 +105,7 @@ impl Database {
             unfinished_drops: std::sync::Mutex::new(Vec::new()),
             unfinished_transaction: std::sync::Mutex::new(None),
             ids: Mutex::new(()),
+            sequences,
         });
         let entries = transaction::resolve_in_doubt(&database, entries).await?;
         // Dependents first, as DROP ... CASCADE removes them.
@@ -127,6 +134,23 @@ impl Database {
 
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// The counters of `SERIAL` and identity columns.
+    pub fn sequences(&self) -> &Sequences {
+        &self.sequences
+    }
+
+    /// Makes durable that no sequence value handed out so far is handed
+    /// out again: before a statement that drew values returns, and before
+    /// rows holding them commit.
+    pub async fn persist_sequences(&self) -> RsResult<()> {
+        self.sequences.persist(&self.control).await
+    }
+
+    /// `TRUNCATE … RESTART IDENTITY`, once its transaction committed.
+    pub async fn restart_sequences(&self, ids: &[ObjectId]) -> RsResult<()> {
+        self.sequences.restart(&self.control, ids).await
     }
 
     pub fn namespace_exists(&self, namespace: &str) -> bool {
@@ -226,8 +250,9 @@ impl Database {
     ) -> RsResult<Option<CatalogEntry>> {
         let NewTable {
             name,
-            columns,
+            mut columns,
             primary_key,
+            generated,
             if_not_exists,
         } = table;
         if !name_is_free(catalog, name, if_not_exists)? {
@@ -235,6 +260,33 @@ impl Database {
         }
         for column in &columns {
             column.sql_type()?;
+        }
+        for Generated { column, identity } in generated {
+            let taken = |candidate: &str| {
+                !name_is_free(catalog, candidate, true).unwrap_or(false)
+                    || candidate == name
+                    || columns.iter().any(|column| {
+                        column
+                            .sequence
+                            .as_ref()
+                            .is_some_and(|sequence| sequence.name == candidate)
+                    })
+            };
+            let Some(target) = columns.get(column) else {
+                return Err(RsError::internal("generated column out of range"));
+            };
+            let sequence_name = free_name(&format!("{name}_{}_seq", target.name), taken);
+            let id = self.allocate_id().await?;
+            let target = &mut columns[column];
+            if identity.is_none() {
+                target.default = Some(nextval_expression(&sequence_name));
+            }
+            target.not_null = true;
+            target.sequence = Some(OwnedSequence {
+                id,
+                name: sequence_name,
+                identity,
+            });
         }
         Ok(Some(CatalogEntry {
             id: self.allocate_id().await?,
@@ -322,11 +374,7 @@ impl Database {
         let mut columns: Vec<ColumnDef> = schema
             .columns
             .iter()
-            .map(|column| ColumnDef {
-                name: column.name.clone(),
-                type_name: column.sql_type.pg_name(),
-                not_null: false,
-            })
+            .map(|column| ColumnDef::new(column.name.clone(), column.sql_type.pg_name(), false))
             .collect();
         if let Some(names) = column_names {
             if names.len() > columns.len() {
@@ -494,12 +542,22 @@ impl Database {
     /// their (marked) catalog entries, each step in one atomic write.
     async fn finish_drop(&self, entries: Vec<CatalogEntry>) -> RsResult<()> {
         let keys: Vec<Vec<u8>> = entries.iter().map(CatalogEntry::key).collect();
+        let sequences: Vec<ObjectId> = entries
+            .iter()
+            .flat_map(|entry| &entry.columns)
+            .filter_map(|column| column.sequence.as_ref().map(|sequence| sequence.id))
+            .collect();
         self.follow(CatalogChange::Dropped { entries }).await?;
         let mut deletes = WriteBatch::new();
         for key in keys {
             deletes.delete(key);
         }
-        self.control.write(deletes).await
+        for id in &sequences {
+            deletes.delete(sequence_key(*id));
+        }
+        self.control.write(deletes).await?;
+        self.sequences.forget(&sequences);
+        Ok(())
     }
 
     async fn follow(&self, change: CatalogChange) -> RsResult<()> {
@@ -555,7 +613,29 @@ pub struct NewTable<'a> {
     pub columns: Vec<ColumnDef>,
     /// Column positions of the primary key (empty: hidden row id).
     pub primary_key: Vec<usize>,
+    /// Columns a new sequence of their own generates.
+    pub generated: Vec<Generated>,
     pub if_not_exists: bool,
+}
+
+/// A column whose values a sequence created with its table generates:
+/// `SERIAL` (`identity: None`) or `GENERATED … AS IDENTITY`.
+#[derive(Debug, Clone, Copy)]
+pub struct Generated {
+    pub column: usize,
+    pub identity: Option<Identity>,
+}
+
+/// `base`, else `base1`, `base2`, … : the first `taken` does not refuse,
+/// as PostgreSQL names a serial column's sequence.
+fn free_name(base: &str, taken: impl Fn(&str) -> bool) -> String {
+    if !taken(base) {
+        return base.to_string();
+    }
+    (1u64..)
+        .map(|suffix| format!("{base}{suffix}"))
+        .find(|candidate| !taken(candidate))
+        .unwrap_or_else(|| base.to_string())
 }
 
 /// A new view, as `CREATE [MATERIALIZED] VIEW` declares it.
@@ -668,7 +748,16 @@ async fn durable(written: Result<slatedb::WriteHandle, slatedb::Error>) -> RsRes
 /// Whether `name` is free in `catalog` for a new object; when it is taken,
 /// `false` with `IF NOT EXISTS`, else 42P07.
 fn name_is_free(catalog: &[CatalogEntry], name: &str, if_not_exists: bool) -> RsResult<bool> {
-    if !catalog.iter().any(|entry| entry.name == name) {
+    let names_it = |entry: &CatalogEntry| {
+        entry.name == name
+            || entry.columns.iter().any(|column| {
+                column
+                    .sequence
+                    .as_ref()
+                    .is_some_and(|sequence| sequence.name == name)
+            })
+    };
+    if !catalog.iter().any(names_it) {
         return Ok(true);
     }
     if if_not_exists {
@@ -787,11 +876,7 @@ mod tests {
     }
 
     fn bigint(name: &str) -> ColumnDef {
-        ColumnDef {
-            name: name.to_string(),
-            type_name: "bigint".to_string(),
-            not_null: false,
-        }
+        ColumnDef::new(name, "bigint", false)
     }
 
     /// Upserts `(k, g, v)` rows into table `t (k PRIMARY KEY, g, v)`, one
@@ -993,6 +1078,7 @@ mod tests {
                     name: "t",
                     columns: vec![bigint("k"), bigint("g"), bigint("v")],
                     primary_key: vec![0],
+                    generated: Vec::new(),
                     if_not_exists: false,
                 },
             )
@@ -1149,6 +1235,7 @@ mod tests {
                     name: "t",
                     columns: vec![bigint("k"), bigint("g"), bigint("v")],
                     primary_key: vec![0],
+                    generated: Vec::new(),
                     if_not_exists: false,
                 },
             )
@@ -1161,6 +1248,7 @@ mod tests {
                     name: "dim",
                     columns: vec![bigint("id"), bigint("w")],
                     primary_key: vec![0],
+                    generated: Vec::new(),
                     if_not_exists: false,
                 },
             )
@@ -1306,6 +1394,7 @@ mod tests {
                     name: "t",
                     columns: vec![bigint("k"), bigint("v")],
                     primary_key: vec![0],
+                    generated: Vec::new(),
                     if_not_exists: false,
                 },
             )

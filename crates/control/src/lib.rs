@@ -8,9 +8,15 @@ mod control_db;
 mod database;
 mod follower;
 mod resolver;
+mod sequences;
 
-pub use catalog::{CatalogEntry, ColumnDef, ObjectKind, DEFAULT_NAMESPACE};
+pub use catalog::{
+    nextval_expression, CatalogEntry, ColumnDef, Identity, ObjectKind, OwnedSequence,
+    DEFAULT_NAMESPACE,
+};
 pub use database::{
-    Database, DropObject, NewTable, NewView, OpenOptions, PendingCatalog, FAILPOINT_DDL_TRANSACTION,
+    Database, DropObject, Generated, NewTable, NewView, OpenOptions, PendingCatalog,
+    FAILPOINT_DDL_TRANSACTION,
 };
 pub use resolver::{arrow_schema, inline_view, plan_inline_view, CatalogResolver};
+pub use sequences::{SequenceRef, Sequences, PRELOGGED};

@@ -19,8 +19,8 @@ use datafusion::sql::sqlparser::ast::{visit_expressions, CopyLegacyOption, CopyO
 use datafusion::sql::sqlparser::ast::{
     CopySource, CopyTarget as SqlCopyTarget, CreateTable, Declare, DeclareType, Expr as SqlExpr,
     FetchDirection, FromTable, Ident, ObjectName, ObjectType, Query, SelectItem, Set, SetExpr,
-    Statement, TableFactor, TableObject, TransactionIsolationLevel, TransactionMode, Value,
-    ValueWithSpan,
+    Statement, TableFactor, TableObject, TransactionIsolationLevel, TransactionMode,
+    TruncateIdentityOption, Value, ValueWithSpan,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
@@ -38,10 +38,12 @@ use rockstream_types::{codes, Row, RsError, RsResult};
 
 use crate::copy_options;
 use crate::ddl::{ident_name, table_columns};
+use crate::defaults;
 use crate::dml::{self, query_error};
 use crate::fast_path;
 use crate::memory::{size_text, MemoryLimits, StatementMemory};
 use crate::providers::{view_failure, ReadContext, SnapshotResolver, ROW_KEY_COLUMN};
+use crate::sequences::{register_sequence_functions, SequenceAccess};
 use crate::session::{GatewaySession, Isolation, SavepointCommand, Transaction};
 use crate::session_commands;
 use crate::statement_limits::{show_timeout, Stop};
@@ -69,8 +71,30 @@ impl Gateway {
 
     /// A planning and execution context for one statement over `resolver`,
     /// its working memory bounded ([`crate::memory`]).
-    pub(crate) fn statement_context(&self, resolver: Arc<dyn TableResolver>) -> SessionContext {
-        new_context_in(resolver, self.memory.statement_runtime())
+    /// A planning context over `resolver`, with the session's sequence
+    /// functions.
+    pub(crate) fn statement_context(
+        &self,
+        session: &GatewaySession,
+        resolver: Arc<dyn TableResolver>,
+    ) -> SessionContext {
+        let context = new_context_in(resolver, self.memory.statement_runtime());
+        let pending = session
+            .transaction
+            .as_ref()
+            .map(|transaction| &transaction.catalog)
+            .filter(|catalog| !catalog.is_empty())
+            .cloned();
+        register_sequence_functions(
+            &context,
+            Arc::new(SequenceAccess::new(
+                self.database.clone(),
+                session.namespace.clone(),
+                pending,
+                session.sequence_values.clone(),
+            )),
+        );
+        context
     }
 
     pub fn database(&self) -> &Database {
@@ -283,9 +307,16 @@ impl Gateway {
             self.runtime.now_micros().saturating_add(micros)
         });
         self.start_statement(session, statement);
-        let result = self
+        let mut result = self
             .dispatch(session, statement, in_explicit, prepared)
             .await;
+        if result.is_ok() {
+            // Sequence values the statement handed out (`nextval`, a
+            // serial column) are never handed out again once it returns.
+            if let Err(error) = self.database.persist_sequences().await {
+                result = Err(error);
+            }
+        }
         if result.is_err() && !(in_explicit && ends_transaction) {
             session.statement_failed(savepoint);
         }
@@ -389,12 +420,14 @@ impl Gateway {
             }
             Statement::CreateTable(create) => {
                 refuse_unsupported_table(create)?;
-                let (columns, primary_key) = table_columns(create)?;
+                let mut definition = table_columns(create)?;
+                defaults::check_defaults(self, session, &mut definition).await?;
                 let name = object_name(&create.name.to_string());
                 let table = NewTable {
                     name: &name,
-                    columns,
-                    primary_key,
+                    columns: definition.columns,
+                    primary_key: definition.primary_key,
+                    generated: definition.generated,
                     if_not_exists: create.if_not_exists,
                 };
                 match session.transaction.as_mut() {
@@ -566,7 +599,7 @@ impl Gateway {
                     assigned.push(position);
                     values.push(format!(
                         "({}) AS \"__rs_new_{}\"",
-                        assignment.value,
+                        defaults::assigned_value(&entry.columns[position], &assignment.value)?,
                         values.len()
                     ));
                 }
@@ -642,8 +675,7 @@ impl Gateway {
                     ));
                 }
                 // Every table first: one that does not exist changes nothing.
-                // (RESTART IDENTITY has no sequence to restart and CASCADE no
-                // foreign key to follow: RockStream has neither.)
+                // (CASCADE has no foreign key to follow: RockStream has none.)
                 let mut entries = Vec::new();
                 for target in &truncate.table_names {
                     let name = object_name(&target.name.to_string());
@@ -653,6 +685,16 @@ impl Gateway {
                     let table_sql = Ident::with_quote('"', &entry.name).to_string();
                     let selection_sql = selection_query(entry, &table_sql, &[], None);
                     dml::modify(self, session, entry, &selection_sql, &[], true, false).await?;
+                }
+                if truncate.identity == Some(TruncateIdentityOption::Restart) {
+                    // Restarted when the transaction commits: a rolled-back
+                    // TRUNCATE leaves its rows, and their keys, behind.
+                    let owned = entries
+                        .iter()
+                        .flat_map(|entry| &entry.columns)
+                        .filter_map(|column| column.sequence.as_ref().map(|sequence| sequence.id));
+                    let transaction = session.transaction.get_or_insert_with(Default::default);
+                    transaction.restart_sequences.extend(owned);
                 }
                 self.autocommit(session, in_explicit).await?;
                 command("TRUNCATE TABLE")
@@ -804,7 +846,7 @@ impl Gateway {
             name: name.clone(),
             table: Arc::new(table),
         });
-        let context = self.statement_context(resolver);
+        let context = new_context_in(resolver, self.memory.statement_runtime());
         let list: Vec<String> = items.iter().map(ToString::to_string).collect();
         let sql = format!(
             "SELECT {} FROM {}",
@@ -1285,10 +1327,13 @@ impl Gateway {
     }
 
     /// A planning context over the session's read snapshot.
-    fn query_context(&self, session: &GatewaySession) -> SessionContext {
-        self.statement_context(Arc::new(SnapshotResolver {
-            context: Arc::new(self.read_context(session, false)),
-        }))
+    pub(crate) fn query_context(&self, session: &GatewaySession) -> SessionContext {
+        self.statement_context(
+            session,
+            Arc::new(SnapshotResolver {
+                context: Arc::new(self.read_context(session, false)),
+            }),
+        )
     }
 
     async fn run_query(
@@ -1328,6 +1373,10 @@ impl Gateway {
     }
 
     async fn commit(&self, namespace: &str, transaction: Transaction) -> RsResult<()> {
+        // Values its rows hold are never handed out again, even if the
+        // server stops right after the commit.
+        self.database.persist_sequences().await?;
+        let restart = transaction.restart_sequences.clone();
         let changes: Vec<TableChange> = transaction
             .tables
             .into_iter()
@@ -1345,7 +1394,8 @@ impl Gateway {
             .collect();
         self.database
             .commit_transaction(namespace, transaction.catalog, changes)
-            .await
+            .await?;
+        self.database.restart_sequences(&restart).await
     }
 }
 

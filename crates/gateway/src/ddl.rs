@@ -1,9 +1,9 @@
 //! `CREATE TABLE` column definitions → catalog columns.
 
 use datafusion::sql::sqlparser::ast::{
-    ColumnOption, CreateTable, DataType, Expr as SqlExpr, Ident, TableConstraint,
+    ColumnOption, CreateTable, DataType, Expr as SqlExpr, GeneratedAs, Ident, TableConstraint,
 };
-use rockstream_control::ColumnDef;
+use rockstream_control::{ColumnDef, Generated, Identity};
 use rockstream_types::{codes, RsError, RsResult, SqlType};
 
 /// The declared type's name and its numeric arguments (`numeric(12,2)`:
@@ -107,22 +107,61 @@ pub(crate) fn ident_name(ident: &Ident) -> String {
     }
 }
 
-/// Columns and primary-key positions of a CREATE TABLE.
-pub fn table_columns(create: &CreateTable) -> RsResult<(Vec<ColumnDef>, Vec<usize>)> {
+/// What a `CREATE TABLE` declares.
+#[derive(Debug)]
+pub struct TableDefinition {
+    pub columns: Vec<ColumnDef>,
+    /// Column positions of the primary key (empty: hidden row id).
+    pub primary_key: Vec<usize>,
+    /// `SERIAL` and identity columns, whose sequences the catalog creates.
+    pub generated: Vec<Generated>,
+    /// `DEFAULT` expressions by column position, checked (and put in the
+    /// columns) by [`crate::defaults::checked_defaults`].
+    pub defaults: Vec<(usize, SqlExpr)>,
+}
+
+/// `SERIAL` and its kin: the integer type they stand for.
+fn serial_type(data_type: &DataType) -> Option<&'static str> {
+    let (_, base, arguments) = declared_type(data_type);
+    if !arguments.is_empty() {
+        return None;
+    }
+    match base.as_str() {
+        "smallserial" | "serial2" => Some("smallint"),
+        "serial" | "serial4" => Some("integer"),
+        "bigserial" | "serial8" => Some("bigint"),
+        _ => None,
+    }
+}
+
+fn invalid_definition(message: String) -> RsError {
+    RsError::new(&codes::INVALID_TABLE_DEFINITION, message)
+}
+
+/// The columns, keys, sequences and defaults of a CREATE TABLE.
+pub fn table_columns(create: &CreateTable) -> RsResult<TableDefinition> {
     let mut columns = Vec::new();
     let mut primary_key = Vec::new();
+    let mut generated = Vec::new();
+    let mut defaults = Vec::new();
     for (index, column) in create.columns.iter().enumerate() {
         let name = ident_name(&column.name);
         if columns
             .iter()
             .any(|existing: &ColumnDef| existing.name == name)
         {
-            return Err(RsError::new(
-                &codes::INVALID_TABLE_DEFINITION,
-                format!("column \"{name}\" specified more than once"),
-            ));
+            return Err(invalid_definition(format!(
+                "column \"{name}\" specified more than once"
+            )));
         }
+        let serial = serial_type(&column.data_type);
+        let type_name = match serial {
+            Some(integer) => integer.to_string(),
+            None => column_type_name(&column.data_type)?,
+        };
         let mut not_null = false;
+        let mut default = None;
+        let mut identity = None;
         for option in &column.options {
             match &option.option {
                 ColumnOption::NotNull => not_null = true,
@@ -137,12 +176,45 @@ pub fn table_columns(create: &CreateTable) -> RsResult<(Vec<ColumnDef>, Vec<usiz
                         "UNIQUE constraints other than the primary key are not supported",
                     ))
                 }
-                ColumnOption::Default(_) => {
-                    return Err(RsError::new(
-                        &codes::UNSUPPORTED_STATEMENT,
-                        "column DEFAULT values are not supported yet",
-                    ))
+                ColumnOption::Default(expr) => {
+                    if default.is_some() || serial.is_some() {
+                        return Err(invalid_definition(format!(
+                            "multiple default values specified for column \"{name}\" of table \"{}\"",
+                            create.name
+                        )));
+                    }
+                    default = Some(expr.clone());
                 }
+                ColumnOption::Generated {
+                    generated_as,
+                    sequence_options,
+                    generation_expr: None,
+                    ..
+                } if matches!(generated_as, GeneratedAs::Always | GeneratedAs::ByDefault) => {
+                    if sequence_options
+                        .as_ref()
+                        .is_some_and(|options| !options.is_empty())
+                    {
+                        return Err(RsError::new(
+                            &codes::UNSUPPORTED_STATEMENT,
+                            "identity columns with sequence options (START WITH, INCREMENT BY, ...) are not supported; sequences start at 1 and count up by 1",
+                        ));
+                    }
+                    if identity.is_some() || serial.is_some() {
+                        return Err(invalid_definition(format!(
+                            "multiple identity specifications for column \"{name}\" of table \"{}\"",
+                            create.name
+                        )));
+                    }
+                    identity = Some(match generated_as {
+                        GeneratedAs::Always => Identity::Always,
+                        _ => Identity::ByDefault,
+                    });
+                }
+                ColumnOption::Generated { .. } => return Err(RsError::new(
+                    &codes::UNSUPPORTED_STATEMENT,
+                    "generated columns (GENERATED ALWAYS AS (expression) STORED) are not supported",
+                )),
                 other => {
                     return Err(RsError::new(
                         &codes::UNSUPPORTED_STATEMENT,
@@ -151,19 +223,37 @@ pub fn table_columns(create: &CreateTable) -> RsResult<(Vec<ColumnDef>, Vec<usiz
                 }
             }
         }
-        columns.push(ColumnDef {
-            name,
-            type_name: column_type_name(&column.data_type)?,
-            not_null,
-        });
+        if identity.is_some() {
+            if default.is_some() {
+                return Err(invalid_definition(format!(
+                    "both default and identity specified for column \"{name}\" of table \"{}\"",
+                    create.name
+                )));
+            }
+            if !matches!(type_name.as_str(), "smallint" | "integer" | "bigint") {
+                return Err(RsError::new(
+                    &codes::INVALID_PARAMETER_VALUE,
+                    format!("identity column type must be smallint, integer, or bigint (column \"{name}\" is {type_name})"),
+                ));
+            }
+        }
+        if serial.is_some() || identity.is_some() {
+            generated.push(Generated {
+                column: index,
+                identity,
+            });
+        }
+        if let Some(expr) = default {
+            defaults.push((index, expr));
+        }
+        columns.push(ColumnDef::new(name, type_name, not_null));
     }
     for constraint in &create.constraints {
         match constraint {
             TableConstraint::PrimaryKey(key) => {
                 if !primary_key.is_empty() {
-                    return Err(RsError::new(
-                        &codes::INVALID_TABLE_DEFINITION,
-                        "multiple primary keys are not allowed",
+                    return Err(invalid_definition(
+                        "multiple primary keys are not allowed".to_string(),
                     ));
                 }
                 for column in &key.columns {
@@ -193,12 +283,16 @@ pub fn table_columns(create: &CreateTable) -> RsResult<(Vec<ColumnDef>, Vec<usiz
         }
     }
     if columns.is_empty() {
-        return Err(RsError::new(
-            &codes::INVALID_TABLE_DEFINITION,
-            "a table needs at least one column",
+        return Err(invalid_definition(
+            "a table needs at least one column".to_string(),
         ));
     }
-    Ok((columns, primary_key))
+    Ok(TableDefinition {
+        columns,
+        primary_key,
+        generated,
+        defaults,
+    })
 }
 
 #[cfg(test)]
@@ -219,7 +313,7 @@ mod tests {
             panic!("not a CREATE TABLE: {sql}");
         };
         Ok(table_columns(create)?
-            .0
+            .columns
             .into_iter()
             .map(|column| column.type_name)
             .collect())
@@ -241,6 +335,51 @@ mod tests {
         for refused in ["a CHAR(3)", "a CHARACTER(3)", "a CHAR", "a VARCHAR(0)"] {
             let error = type_names(refused).unwrap_err();
             assert_eq!(error.code, &codes::UNSUPPORTED_TYPE, "{refused}");
+        }
+    }
+
+    fn definition(columns: &str) -> RsResult<TableDefinition> {
+        let sql = format!("CREATE TABLE t ({columns})");
+        let statements = Parser::parse_sql(&PostgreSqlDialect {}, &sql).unwrap();
+        let Statement::CreateTable(create) = &statements[0] else {
+            panic!("not a CREATE TABLE: {sql}");
+        };
+        table_columns(create)
+    }
+
+    #[test]
+    fn serial_and_identity_columns_get_sequences() {
+        let table = definition(
+            "a SERIAL PRIMARY KEY, b BIGSERIAL, c SMALLINT GENERATED ALWAYS AS IDENTITY, \
+             d BIGINT GENERATED BY DEFAULT AS IDENTITY, e TEXT DEFAULT 'x'",
+        )
+        .unwrap();
+        let types: Vec<&str> = table.columns.iter().map(|c| c.type_name.as_str()).collect();
+        assert_eq!(types, ["integer", "bigint", "smallint", "bigint", "text"]);
+        let generated: Vec<(usize, Option<Identity>)> = table
+            .generated
+            .iter()
+            .map(|g| (g.column, g.identity))
+            .collect();
+        assert_eq!(
+            generated,
+            [
+                (0, None),
+                (1, None),
+                (2, Some(Identity::Always)),
+                (3, Some(Identity::ByDefault))
+            ]
+        );
+        assert_eq!(table.defaults.len(), 1);
+        assert_eq!(table.defaults[0].0, 4);
+        for refused in [
+            "a SERIAL DEFAULT 1",
+            "a INT DEFAULT 1 GENERATED ALWAYS AS IDENTITY",
+            "a TEXT GENERATED ALWAYS AS IDENTITY",
+            "a INT GENERATED ALWAYS AS IDENTITY (START WITH 10)",
+            "a INT GENERATED ALWAYS AS (1) STORED",
+        ] {
+            assert!(definition(refused).is_err(), "{refused}");
         }
     }
 }

@@ -25,6 +25,7 @@ use rockstream_types::encoding::encode_row;
 use rockstream_types::{codes, Datum, Row, RsError, RsResult, SqlType};
 
 use crate::backend::{repeats_a_name, Gateway};
+use crate::defaults;
 use crate::fast_path;
 use crate::providers::SnapshotResolver;
 use crate::session::{GatewaySession, PendingTable};
@@ -42,7 +43,7 @@ pub async fn query_batches(
     let resolver = Arc::new(SnapshotResolver {
         context: Arc::new(gateway.read_context(session, with_row_keys)),
     });
-    let context = gateway.statement_context(resolver);
+    let context = gateway.statement_context(session, resolver);
     let frame = context.sql(sql).await.map_err(query_error)?;
     gateway.stop(session).collect(frame).await
 }
@@ -80,7 +81,9 @@ pub async fn insert(
     returning: bool,
 ) -> RsResult<(u64, Returned)> {
     if let Statement::Insert(insert) = statement {
-        if let Some(rows) = fast_path::insert_values(entry, insert) {
+        defaults::check_generated_always(entry, insert)?;
+        if let Some((mut rows, supplied)) = fast_path::insert_values(entry, insert) {
+            defaults::fill_defaults(gateway, session, entry, &supplied, &mut rows).await?;
             let kept = if returning {
                 as_stored(entry, &rows)
             } else {
@@ -93,7 +96,7 @@ pub async fn insert(
     let resolver = Arc::new(SnapshotResolver {
         context: Arc::new(gateway.read_context(session, false)),
     });
-    let context = gateway.statement_context(resolver);
+    let context = gateway.statement_context(session, resolver);
     let Statement::Insert(written) = statement else {
         return Err(RsError::internal("not an INSERT"));
     };
@@ -104,6 +107,12 @@ pub async fn insert(
         let planned = insert.to_mut();
         planned.returning = None;
         planned.table_alias = None;
+    }
+    // Planning is costlier than the copy.
+    let mut rewritten = insert.clone().into_owned();
+    defaults::rewrite_insert(entry, &mut rewritten)?;
+    if rewritten != *insert {
+        insert = Cow::Owned(rewritten);
     }
     if written.source.as_deref().is_some_and(uses_using_joins) {
         if let Some(source) = insert.to_mut().source.as_deref_mut() {
@@ -171,7 +180,7 @@ fn batch_rows(batch: &RecordBatch, types: &[SqlType], first: usize) -> RsResult<
     Ok(rows)
 }
 
-fn strict_cast(array: &ArrayRef, sql_type: SqlType) -> RsResult<ArrayRef> {
+pub(crate) fn strict_cast(array: &ArrayRef, sql_type: SqlType) -> RsResult<ArrayRef> {
     let target = arrow_type(sql_type);
     if array.data_type() == &target {
         return Ok(array.clone());

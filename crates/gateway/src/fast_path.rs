@@ -40,8 +40,13 @@ const PARAMETERS_MAX: usize = 65_535;
 
 /// The rows of `INSERT INTO entry [(columns)] VALUES (...), ...` when every
 /// value is a literal the column's input function reads as PostgreSQL
-/// would read it in that position; `None` to plan the statement instead.
-pub(crate) fn insert_values(entry: &CatalogEntry, insert: &Insert) -> Option<Vec<Row>> {
+/// would read it in that position, with the positions of the columns they
+/// fill (the others are NULL: their defaults are the caller's); `None` to
+/// plan the statement instead.
+pub(crate) fn insert_values(
+    entry: &CatalogEntry,
+    insert: &Insert,
+) -> Option<(Vec<Row>, Vec<usize>)> {
     let values = plain_values(insert)?;
     let types = entry.sql_types().ok()?;
     let positions = target_columns(entry, &insert.columns)?;
@@ -65,7 +70,8 @@ pub(crate) fn insert_values(entry: &CatalogEntry, insert: &Insert) -> Option<Vec
             .collect::<Option<Vec<_>>>()?;
         texts.push(fields);
     }
-    text_rows(entry, &types, &positions, &texts, |error, _| error).ok()
+    let rows = text_rows(entry, &types, &positions, &texts, |error, _| error).ok()?;
+    Some((rows, positions))
 }
 
 /// The parameter types of `INSERT INTO entry [(columns)] VALUES (...)`
@@ -574,7 +580,7 @@ fn placeholder_index(expr: &SqlExpr) -> Option<usize> {
 /// literal (untyped), a string cast to the column's own type (how bound
 /// parameters arrive), a number a numeric column holds exactly, a boolean
 /// for a boolean column.
-fn literal_input(expr: &SqlExpr, sql_type: SqlType) -> Option<Option<String>> {
+pub(crate) fn literal_input(expr: &SqlExpr, sql_type: SqlType) -> Option<Option<String>> {
     let text = match expr {
         SqlExpr::Value(value) => match &value.value {
             Value::Null => return Some(None),

@@ -30,7 +30,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use rockstream_control::{inline_view, CatalogEntry, ObjectKind};
 use rockstream_ops::arrow_rows::{array_to_datums, rows_to_batch};
 use rockstream_ops::keys::{decode_weight, RowStorage};
-use rockstream_planner::{ColumnInfo, RelationInfo, RelationKind, TableResolver};
+use rockstream_planner::{ColumnInfo, RelationInfo, RelationKind, SequenceInfo, TableResolver};
 use rockstream_runtime::{Engine, ViewStatus};
 use rockstream_storage::{SetCursor, SnapshotSet};
 use rockstream_types::encoding::{decode_row, encode_datum};
@@ -138,6 +138,16 @@ impl TableResolver for SnapshotResolver {
                     name: column.name.clone(),
                     type_name: column.type_name.clone(),
                     not_null: column.not_null,
+                    default: column.default.clone(),
+                    identity: column
+                        .sequence
+                        .as_ref()
+                        .and_then(|sequence| sequence.identity)
+                        .map(|identity| identity.code()),
+                    sequence: column.sequence.as_ref().map(|sequence| SequenceInfo {
+                        object_id: sequence.id,
+                        name: sequence.name.clone(),
+                    }),
                 })
                 .collect(),
             definition: entry.definition.clone(),

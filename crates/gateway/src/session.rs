@@ -2,6 +2,7 @@
 //! a running statement (its interrupt and `statement_timeout`).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use datafusion::arrow::record_batch::RecordBatch;
@@ -9,6 +10,8 @@ use rockstream_control::PendingCatalog;
 use rockstream_pgwire::Interrupt;
 use rockstream_storage::SnapshotSet;
 use rockstream_types::{codes, ObjectId, Row, RsError, RsResult};
+
+use crate::sequences::SessionSequences;
 
 /// The isolation levels RockStream provides (SERIALIZABLE is refused).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -62,6 +65,8 @@ pub struct Transaction {
     pub before_set_local: Option<Parameters>,
     /// The savepoints defined and not yet released, oldest first.
     pub savepoints: Vec<NamedSavepoint>,
+    /// Sequences `TRUNCATE … RESTART IDENTITY` restarts when it commits.
+    pub restart_sequences: Vec<ObjectId>,
 }
 
 /// A point inside a transaction block that `ROLLBACK TO SAVEPOINT` returns
@@ -71,6 +76,7 @@ pub struct NamedSavepoint {
     pub name: String,
     tables: BTreeMap<ObjectId, PendingTable>,
     catalog: PendingCatalog,
+    restart_sequences: Vec<ObjectId>,
     parameters: Parameters,
     before_set_local: Option<Parameters>,
     /// Cursors declared from here on have higher serials: `ROLLBACK TO`
@@ -137,12 +143,21 @@ pub struct GatewaySession {
     /// When the running statement times out (the runtime's microseconds),
     /// set as it starts.
     pub statement_deadline: Option<i64>,
+    /// What `currval` and `lastval` read.
+    pub sequence_values: Arc<std::sync::Mutex<SessionSequences>>,
 }
 
 /// What a failed statement restores: the transaction's tables before it.
 pub type Savepoint = Option<BTreeMap<ObjectId, PendingTable>>;
 
 impl GatewaySession {
+    /// What `currval` and `lastval` read.
+    pub fn sequences(&self) -> std::sync::MutexGuard<'_, SessionSequences> {
+        self.sequence_values
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     /// Ends the transaction (COMMIT or ROLLBACK), handing it back; the
     /// parameters its `SET LOCAL`s changed return to what they were.
     pub fn end_transaction(&mut self) -> Option<Transaction> {
@@ -261,6 +276,7 @@ impl GatewaySession {
                 name: name.to_string(),
                 tables: transaction.tables.clone(),
                 catalog: transaction.catalog.clone(),
+                restart_sequences: transaction.restart_sequences.clone(),
                 parameters,
                 before_set_local: transaction.before_set_local.clone(),
                 cursor_serial,
@@ -285,6 +301,7 @@ impl GatewaySession {
         let savepoint = &transaction.savepoints[position];
         transaction.tables = savepoint.tables.clone();
         transaction.catalog = savepoint.catalog.clone();
+        transaction.restart_sequences = savepoint.restart_sequences.clone();
         transaction.before_set_local = savepoint.before_set_local.clone();
         transaction.aborted = false;
         self.parameters = savepoint.parameters.clone();

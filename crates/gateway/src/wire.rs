@@ -32,6 +32,7 @@ use crate::backend::{
     as_postgres_reads_it, pg_result_schema, renamed_schema, repeats_a_name, Gateway,
 };
 use crate::complexity::{check_nesting, check_select_lists};
+use crate::defaults;
 use crate::dml::{self, query_error};
 use crate::fast_path;
 use crate::providers::SnapshotResolver;
@@ -392,6 +393,7 @@ impl Backend for Gateway {
             interrupt,
             parameters: Default::default(),
             statement_deadline: None,
+            sequence_values: Default::default(),
         })
     }
 
@@ -484,7 +486,9 @@ impl Backend for Gateway {
         let in_explicit = session.in_explicit_transaction();
         let savepoint = Some(session.savepoint());
         let result = async {
-            let typed = dml::copy_rows(&entry, &target.columns, rows)?;
+            let mut typed = dml::copy_rows(&entry, &target.columns, rows)?;
+            let supplied = dml::copy_column_positions(&entry, &target.columns)?;
+            defaults::fill_defaults(self, session, &entry, &supplied, &mut typed).await?;
             let count = dml::insert_rows(self, session, &entry, typed, false).await?;
             self.autocommit(session, in_explicit).await?;
             Ok(count)

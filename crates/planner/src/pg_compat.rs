@@ -77,6 +77,7 @@ impl VisitorMut for Normalizer {
             query.order_by = None;
             query.limit_clause = None;
         }
+        for_each_select_mut(&mut query.body, &mut drop_outer_has_default);
         self.scope.push(relation_names(&query.body));
         ControlFlow::Continue(())
     }
@@ -309,6 +310,62 @@ fn uncount_rows(expr: &mut Expr) {
 /// one's alias, or a table's name when it has none), with whether each is a
 /// `pg_catalog` table.
 type Scope = [Vec<(String, bool)>];
+
+/// psql and SQLAlchemy read a column's default as `(SELECT pg_get_expr(...)
+/// FROM pg_attrdef d WHERE d.adrelid = a.attrelid AND d.adnum = a.attnum
+/// AND a.atthasdef)`, whose last condition names only the outer query,
+/// which DataFusion cannot decorrelate. `pg_attrdef` has a row exactly for
+/// the columns whose `atthasdef` is true, so the condition changes nothing
+/// and is dropped (only when `a` is not a relation of the subquery itself).
+fn drop_outer_has_default(select: &mut Select) {
+    let own = select_relation_names(select);
+    let is_outer_flag = |expr: &Expr| match expr {
+        Expr::CompoundIdentifier(parts) => match parts.as_slice() {
+            [relation, column] => {
+                column.value.eq_ignore_ascii_case("atthasdef")
+                    && !own
+                        .iter()
+                        .any(|(name, _)| name.eq_ignore_ascii_case(&relation.value))
+            }
+            _ => false,
+        },
+        _ => false,
+    };
+    fn strip(expr: Expr, is_outer_flag: &dyn Fn(&Expr) -> bool) -> Option<Expr> {
+        match expr {
+            Expr::BinaryOp {
+                left,
+                op: BinaryOperator::And,
+                right,
+            } => match (strip(*left, is_outer_flag), strip(*right, is_outer_flag)) {
+                (Some(left), Some(right)) => Some(Expr::BinaryOp {
+                    left: Box::new(left),
+                    op: BinaryOperator::And,
+                    right: Box::new(right),
+                }),
+                (kept, None) | (None, kept) => kept,
+            },
+            Expr::Nested(inner) if is_outer_flag(&inner) => None,
+            flag if is_outer_flag(&flag) => None,
+            other => Some(other),
+        }
+    }
+    if own.is_empty()
+        || !select.selection.as_ref().is_some_and(|selection| {
+            let mut found = false;
+            let _ = datafusion::sql::sqlparser::ast::visit_expressions(selection, |expr: &Expr| {
+                found |= is_outer_flag(expr);
+                ControlFlow::<()>::Continue(())
+            });
+            found
+        })
+    {
+        return;
+    }
+    if let Some(selection) = select.selection.take() {
+        select.selection = strip(selection, &is_outer_flag);
+    }
+}
 
 fn relation_names(body: &SetExpr) -> Vec<(String, bool)> {
     match body {
@@ -1087,11 +1144,25 @@ mod tests {
         // Subqueries: their value on no rows.
         assert_eq!(
             normalized(
-                "SELECT (SELECT d.adbin FROM pg_attrdef d WHERE d.adrelid = a.attrelid), \
+                "SELECT (SELECT d.polname FROM pg_policy d WHERE d.polrelid = a.attrelid), \
                  EXISTS (SELECT 1 FROM pg_inherits), 1 NOT IN (SELECT 1 FROM pg_trigger), \
                  ARRAY(SELECT 1 FROM pg_auth_members) FROM pg_attribute a"
             ),
             "SELECT CAST(NULL AS TEXT), false, true, '{}' FROM pg_attribute a"
+        );
+    }
+
+    #[test]
+    fn an_outer_has_default_flag_is_dropped_from_a_default_subquery() {
+        assert_eq!(
+            normalized(
+                "SELECT (SELECT pg_get_expr(d.adbin, d.adrelid, true) FROM pg_attrdef d \
+                 WHERE d.adrelid = a.attrelid AND d.adnum = a.attnum AND a.atthasdef) \
+                 FROM pg_attribute a WHERE a.atthasdef"
+            ),
+            "SELECT (SELECT pg_get_expr(d.adbin, d.adrelid, true) FROM pg_attrdef d \
+             WHERE d.adrelid = a.attrelid AND d.adnum = a.attnum) \
+             FROM pg_attribute a WHERE a.atthasdef"
         );
     }
 

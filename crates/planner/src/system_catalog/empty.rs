@@ -1,7 +1,8 @@
-//! Catalog tables that RockStream has nothing to put in: no column
-//! defaults, operator classes (every index uses its column type's default), role memberships, collations, row-level security policies, extended statistics,
+//! Catalog tables that RockStream has nothing to put in: no operator
+//! classes (every index uses its column type's default), role memberships,
+//! collations, row-level security policies, extended statistics,
 //! publications, inheritance, triggers, rules, comments, partitioning,
-//! foreign tables, sequences or extensions exist. They resolve, with the
+//! foreign tables, sequence options or extensions exist. They resolve, with the
 //! columns clients read, so that catalog queries naming them plan; and
 //! [`crate::pg_compat`] answers a query that inner-joins one of them
 //! without planning its select list, which often uses PostgreSQL-only
@@ -15,7 +16,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema};
 
 /// Each table with its columns; `o` an oid or number, `t` text, `b` a
 /// boolean.
-const TABLES: [(&str, &[(&str, char)]); 18] = [
+const TABLES: [(&str, &[(&str, char)]); 17] = [
     (
         "pg_opclass",
         &[
@@ -33,15 +34,6 @@ const TABLES: [(&str, &[(&str, char)]); 18] = [
             ("roleid", 'o'),
             ("member", 'o'),
             ("grantor", 'o'),
-        ],
-    ),
-    (
-        "pg_attrdef",
-        &[
-            ("oid", 'o'),
-            ("adrelid", 'o'),
-            ("adnum", 'o'),
-            ("adbin", 't'),
         ],
     ),
     (

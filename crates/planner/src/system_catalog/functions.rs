@@ -22,8 +22,8 @@ use rockstream_types::{codes, RsError};
 
 use super::types::{format_type, type_name, type_oid};
 use super::{
-    RelationInfo, RelationKind, CATALOG_RELATION_OIDS, OWNER, PG_CATALOG_OID, PUBLIC_OID, SCHEMA,
-    UTF8_ENCODING,
+    RelationInfo, RelationKind, SequenceInfo, CATALOG_RELATION_OIDS, OWNER, PG_CATALOG_OID,
+    PUBLIC_OID, SCHEMA, UTF8_ENCODING,
 };
 use crate::resolver::TableResolver;
 
@@ -48,12 +48,17 @@ enum Function {
     IndexDef,
     ConstraintDef,
     ViewDef,
+    /// `pg_get_expr(adbin, relation)`: a default's text, which
+    /// `pg_attrdef.adbin` holds as it is.
+    Expression,
+    /// `pg_get_serial_sequence(table, column)`: the sequence the column
+    /// owns, schema-qualified; NULL when it owns none.
+    SerialSequence,
     /// `pg_size_pretty(bytes)`, as PostgreSQL rounds and names units.
     SizePretty,
     /// `pg_encoding_to_char(encoding)`: an encoding's name from its number.
     EncodingToChar,
-    /// What RockStream does not keep: expression trees (defaults,
-    /// partition bounds, policies) for `pg_get_expr`, comments for
+    /// What RockStream does not keep: comments for
     /// `col_description`, `obj_description` and `shobj_description`, and
     /// sizes (state is spread over a shard's LSM tree) for `pg_table_size`,
     /// `pg_database_size` and friends. Always NULL, which psql shows as
@@ -75,6 +80,8 @@ impl Function {
             Function::IndexDef => "pg_get_indexdef",
             Function::ConstraintDef => "pg_get_constraintdef",
             Function::ViewDef => "pg_get_viewdef",
+            Function::Expression => "pg_get_expr",
+            Function::SerialSequence => "pg_get_serial_sequence",
             Function::SizePretty => "pg_size_pretty",
             Function::EncodingToChar => "pg_encoding_to_char",
             Function::Nothing(name) => name,
@@ -94,7 +101,11 @@ impl Function {
     fn reads_relations(&self) -> bool {
         matches!(
             self,
-            Function::RegClass | Function::IndexDef | Function::ConstraintDef | Function::ViewDef
+            Function::RegClass
+                | Function::IndexDef
+                | Function::ConstraintDef
+                | Function::ViewDef
+                | Function::SerialSequence
         )
     }
 }
@@ -139,7 +150,7 @@ pub(crate) static CATALOG_FUNCTIONS: LazyLock<Vec<ScalarUDF>> = LazyLock::new(||
         Function::RegType,
         Function::RegNamespace,
         Function::ToRegType,
-        Function::Nothing("pg_get_expr"),
+        Function::Expression,
         Function::Nothing("col_description"),
         Function::Nothing("obj_description"),
         Function::Nothing("pg_table_size"),
@@ -166,6 +177,7 @@ pub(crate) fn catalog_functions(resolver: Arc<dyn TableResolver>) -> Vec<ScalarU
         Function::IndexDef,
         Function::ConstraintDef,
         Function::ViewDef,
+        Function::SerialSequence,
     ]
     .into_iter()
     .map(|function| udf(function, Some(resolver.clone())))
@@ -233,6 +245,34 @@ impl ScalarUDFImpl for CatalogFunction {
                 ))))
             }
             Function::Nothing(_) => return Ok(ColumnarValue::Scalar(ScalarValue::Utf8(None))),
+            Function::Expression => cast(&first, &DataType::Utf8)?,
+            Function::SerialSequence => {
+                let columns = match args.args.get(1) {
+                    Some(columns) => cast(&columns.to_array(rows)?, &DataType::Utf8)?,
+                    None => {
+                        return Err(DataFusionError::Plan(
+                            "pg_get_serial_sequence() needs a table and a column".into(),
+                        ))
+                    }
+                };
+                let tables = cast(&first, &DataType::Utf8)?;
+                let as_text = |array: &ArrayRef| -> DataFusionResult<StringArray> {
+                    array
+                        .as_any()
+                        .downcast_ref::<StringArray>()
+                        .cloned()
+                        .ok_or_else(|| DataFusionError::Internal("names are text".into()))
+                };
+                let (tables, columns) = (as_text(&tables)?, as_text(&columns)?);
+                let mut names = Vec::with_capacity(rows);
+                for (table, column) in tables.iter().zip(columns.iter()) {
+                    names.push(match (table, column) {
+                        (Some(table), Some(column)) => serial_sequence(table, column, &relations)?,
+                        _ => None,
+                    });
+                }
+                Arc::new(StringArray::from(names))
+            }
             Function::RegClass
             | Function::RegType
             | Function::RegNamespace
@@ -326,6 +366,13 @@ impl CatalogFunction {
                     .map(|relation| relation.name.clone())
                     .or_else(|| keyed(RelationInfo::index_oid).map(RelationInfo::key_name))
                     .or_else(|| {
+                        relations
+                            .iter()
+                            .flat_map(RelationInfo::sequences)
+                            .find(|sequence| sequence.oid() == oid)
+                            .map(|sequence| sequence.name.clone())
+                    })
+                    .or_else(|| {
                         CATALOG_RELATION_OIDS
                             .iter()
                             .find(|(_, known)| *known == oid)
@@ -358,6 +405,8 @@ impl CatalogFunction {
             | Function::TableIsVisible
             | Function::Granted(_)
             | Function::ToRegType
+            | Function::Expression
+            | Function::SerialSequence
             | Function::Nothing(_) => None,
         }
     }
@@ -405,6 +454,13 @@ impl CatalogFunction {
                             })
                             .map(RelationInfo::index_oid)
                     })
+                    .or_else(|| {
+                        relations
+                            .iter()
+                            .flat_map(RelationInfo::sequences)
+                            .find(|sequence| sequence.name == bare)
+                            .map(SequenceInfo::oid)
+                    })
             }
             Function::RegType | Function::ToRegType => type_oid(unquoted),
             _ => match unquoted {
@@ -414,6 +470,51 @@ impl CatalogFunction {
             },
         }
     }
+}
+
+/// `pg_get_serial_sequence(table, column)`: `public.<sequence>` of the
+/// column's sequence, NULL when it owns none; 42P01 / 42703 for a table or
+/// column that does not exist. The table name is read as `regclass` reads
+/// it (optionally qualified, quoted to keep case); the column as it is.
+fn serial_sequence(
+    table: &str,
+    column: &str,
+    relations: &[RelationInfo],
+) -> DataFusionResult<Option<String>> {
+    let table = table.trim();
+    let bare = table.strip_prefix("public.").unwrap_or(table);
+    let name = match bare
+        .strip_prefix('"')
+        .and_then(|rest| rest.strip_suffix('"'))
+    {
+        Some(quoted) => quoted.to_string(),
+        None => bare.to_lowercase(),
+    };
+    let error =
+        |code, message: String| DataFusionError::External(Box::new(RsError::new(code, message)));
+    let relation = relations
+        .iter()
+        .find(|relation| relation.name == name)
+        .ok_or_else(|| {
+            error(
+                &codes::UNDEFINED_OBJECT,
+                format!("relation \"{name}\" does not exist"),
+            )
+        })?;
+    let owned = relation
+        .columns
+        .iter()
+        .find(|candidate| candidate.name == column)
+        .ok_or_else(|| {
+            error(
+                &codes::UNDEFINED_COLUMN,
+                format!("column \"{column}\" of relation \"{name}\" does not exist"),
+            )
+        })?;
+    Ok(owned
+        .sequence
+        .as_ref()
+        .map(|sequence| format!("{SCHEMA}.{}", sequence.name)))
 }
 
 /// PostgreSQL's `pg_size_pretty`: bytes below 10 kB, then the largest unit

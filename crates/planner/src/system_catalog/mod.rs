@@ -67,13 +67,61 @@ pub struct ColumnInfo {
     /// `numeric(12,2)`.
     pub type_name: String,
     pub not_null: bool,
+    /// The default expression's text (`pg_attrdef.adbin`, which
+    /// `pg_get_expr` returns as it is).
+    pub default: Option<String>,
+    /// `pg_attribute.attidentity`: `a` (always), `d` (by default).
+    pub identity: Option<&'static str>,
+    /// The sequence a `SERIAL` or identity column owns.
+    pub sequence: Option<SequenceInfo>,
+}
+
+impl ColumnInfo {
+    /// A column without a default.
+    pub fn plain(name: impl Into<String>, type_name: impl Into<String>, not_null: bool) -> Self {
+        ColumnInfo {
+            name: name.into(),
+            type_name: type_name.into(),
+            not_null,
+            default: None,
+            identity: None,
+            sequence: None,
+        }
+    }
+}
+
+/// A sequence, as `pg_class` lists it (relkind `S`).
+#[derive(Debug, Clone)]
+pub struct SequenceInfo {
+    /// The catalog's id, from which its oid derives as a relation's does.
+    pub object_id: ObjectId,
+    pub name: String,
+}
+
+impl SequenceInfo {
+    pub(crate) fn oid(&self) -> i64 {
+        relation_oid(self.object_id)
+    }
+}
+
+/// The oid of the relation (or sequence) with catalog id `object_id`. Oids
+/// are stable across DDL: each relation owns three, from PostgreSQL's
+/// first user object id on.
+pub fn relation_oid(object_id: ObjectId) -> i64 {
+    FIRST_RELATION_OID + 3 * i64::try_from(object_id).unwrap_or(0)
 }
 
 impl RelationInfo {
-    /// The relation's oid. Oids are stable across DDL: each relation owns
-    /// three, from PostgreSQL's first user object id on.
+    /// The relation's oid ([`relation_oid`]).
     pub(crate) fn oid(&self) -> i64 {
-        FIRST_RELATION_OID + 3 * i64::try_from(self.object_id).unwrap_or(0)
+        relation_oid(self.object_id)
+    }
+
+    /// The sequences its columns own.
+    pub(crate) fn sequences(&self) -> impl Iterator<Item = &SequenceInfo> {
+        self.columns
+            .iter()
+            .filter_map(|column| column.sequence.as_ref())
     }
 
     /// The oid of its primary-key index.
@@ -107,12 +155,13 @@ pub(crate) const INFORMATION_SCHEMA: &str = "information_schema";
 const SCHEMA: &str = "public";
 /// The owner every relation reports: authentication is off.
 const OWNER: &str = "rockstream";
-const PG_CATALOG_TABLES: [&str; 13] = [
+const PG_CATALOG_TABLES: [&str; 14] = [
     "pg_tables",
     "pg_views",
     "pg_matviews",
     "pg_class",
     "pg_attribute",
+    "pg_attrdef",
     "pg_index",
     "pg_constraint",
     "pg_type",
@@ -219,6 +268,7 @@ pub(crate) fn system_table(
         (PG_CATALOG, "pg_matviews") => tables::pg_views(relations, RelationKind::MaterializedView),
         (PG_CATALOG, "pg_class") => tables::pg_class(relations),
         (PG_CATALOG, "pg_attribute") => tables::pg_attribute(relations),
+        (PG_CATALOG, "pg_attrdef") => tables::pg_attrdef(relations),
         (PG_CATALOG, "pg_index") => tables::pg_index(relations),
         (PG_CATALOG, "pg_constraint") => tables::pg_constraint(relations),
         (PG_CATALOG, "pg_type") => types::pg_type(),
@@ -365,11 +415,8 @@ mod tests {
     use datafusion::arrow::datatypes::DataType;
 
     fn relations() -> Vec<RelationInfo> {
-        let column = |name: &str, type_name: &str, not_null| ColumnInfo {
-            name: name.to_string(),
-            type_name: type_name.to_string(),
-            not_null,
-        };
+        let column =
+            |name: &str, type_name: &str, not_null| ColumnInfo::plain(name, type_name, not_null);
         vec![
             RelationInfo {
                 object_id: 1,

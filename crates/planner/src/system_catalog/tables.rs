@@ -1,5 +1,6 @@
 //! The catalog tables built from the relations: `pg_tables`, `pg_views`,
-//! `pg_matviews`, `pg_class`, `pg_attribute`, `pg_index`, `pg_constraint`
+//! `pg_matviews`, `pg_class`, `pg_attribute`, `pg_attrdef`, `pg_index`,
+//! `pg_constraint`
 //! and `information_schema.tables` / `columns`.
 
 use std::sync::Arc;
@@ -32,94 +33,85 @@ fn bools(values: impl IntoIterator<Item = bool>) -> Arc<BooleanArray> {
     Arc::new(values.into_iter().map(Some).collect())
 }
 
-/// One `pg_class` row: a relation, or a table's primary-key index.
-struct ClassRow<'a> {
-    relation: &'a RelationInfo,
-    index: bool,
+/// One `pg_class` row: a relation, a table's primary-key index, or a
+/// sequence a column owns.
+struct ClassRow {
+    oid: i64,
+    name: String,
+    /// `relkind`.
+    kind: &'static str,
+    /// `relnatts`.
+    attributes: i64,
+    /// `relhasindex`.
+    indexed: bool,
 }
 
-/// `pg_class`: every relation, then every primary-key index, with the
-/// columns psql's `\d` commands read.
+/// `pg_class`: every relation, then every primary-key index, then every
+/// sequence, with the columns psql's `\d` commands read.
 pub(crate) fn pg_class(relations: &[RelationInfo]) -> DataFusionResult<RecordBatch> {
-    let rows: Vec<ClassRow> = relations
-        .iter()
+    let relation_rows = relations.iter().map(|relation| ClassRow {
+        oid: relation.oid(),
+        name: relation.name.clone(),
+        kind: match relation.kind {
+            RelationKind::Table => "r",
+            RelationKind::View => "v",
+            RelationKind::MaterializedView => "m",
+        },
+        attributes: relation.columns.len() as i64,
+        indexed: !relation.primary_key.is_empty(),
+    });
+    let index_rows = with_primary_key(relations)
+        .into_iter()
         .map(|relation| ClassRow {
-            relation,
-            index: false,
-        })
-        .chain(
-            relations
-                .iter()
-                .filter(|relation| !relation.primary_key.is_empty())
-                .map(|relation| ClassRow {
-                    relation,
-                    index: true,
-                }),
-        )
+            oid: relation.index_oid(),
+            name: relation.key_name(),
+            kind: "i",
+            attributes: relation.primary_key.len() as i64,
+            indexed: false,
+        });
+    // PostgreSQL's sequences have three columns (last_value, log_cnt,
+    // is_called).
+    let sequence_rows = relations
+        .iter()
+        .flat_map(RelationInfo::sequences)
+        .map(|sequence| ClassRow {
+            oid: sequence.oid(),
+            name: sequence.name.clone(),
+            kind: "S",
+            attributes: 3,
+            indexed: false,
+        });
+    let rows: Vec<ClassRow> = relation_rows
+        .chain(index_rows)
+        .chain(sequence_rows)
         .collect();
     let count = rows.len();
-    let kind = |row: &ClassRow| match (row.index, row.relation.kind) {
-        (true, _) => "i",
-        (false, RelationKind::Table) => "r",
-        (false, RelationKind::View) => "v",
-        (false, RelationKind::MaterializedView) => "m",
-    };
     batch(vec![
-        (
-            "oid",
-            oids(rows.iter().map(|row| {
-                if row.index {
-                    row.relation.index_oid()
-                } else {
-                    row.relation.oid()
-                }
-            })),
-        ),
+        ("oid", oids(rows.iter().map(|row| row.oid))),
         (
             "relname",
-            text(rows.iter().map(|row| {
-                Some(if row.index {
-                    row.relation.key_name()
-                } else {
-                    row.relation.name.clone()
-                })
-            })),
+            text(rows.iter().map(|row| Some(row.name.clone()))),
         ),
         ("relnamespace", oids(vec![PUBLIC_OID; count])),
         ("reltype", oids(vec![0; count])),
         ("relowner", oids(vec![OWNER_OID; count])),
         (
             "relam",
-            oids(rows.iter().map(|row| match kind(row) {
+            oids(rows.iter().map(|row| match row.kind {
                 "i" => BTREE_AM_OID,
-                "v" => 0,
+                "v" | "S" => 0,
                 _ => HEAP_AM_OID,
             })),
         ),
         ("reltablespace", oids(vec![0; count])),
         ("reltoastrelid", oids(vec![0; count])),
-        (
-            "relhasindex",
-            bools(
-                rows.iter()
-                    .map(|row| !row.index && !row.relation.primary_key.is_empty()),
-            ),
-        ),
+        ("relhasindex", bools(rows.iter().map(|row| row.indexed))),
         ("relpersistence", repeated("p", count)),
         (
             "relkind",
-            text(rows.iter().map(|row| Some(kind(row).to_string()))),
+            text(rows.iter().map(|row| Some(row.kind.to_string()))),
         ),
-        (
-            "relnatts",
-            oids(rows.iter().map(|row| {
-                if row.index {
-                    row.relation.primary_key.len() as i64
-                } else {
-                    row.relation.columns.len() as i64
-                }
-            })),
-        ),
+        ("relnatts", oids(rows.iter().map(|row| row.attributes))),
         ("relchecks", oids(vec![0; count])),
         ("relhasrules", flags(false, count)),
         ("relhastriggers", flags(false, count)),
@@ -130,7 +122,7 @@ pub(crate) fn pg_class(relations: &[RelationInfo]) -> DataFusionResult<RecordBat
             "relreplident",
             text(rows.iter().map(|row| {
                 Some(
-                    if matches!(kind(row), "r" | "m") {
+                    if matches!(row.kind, "r" | "m") {
                         "d"
                     } else {
                         "n"
@@ -198,9 +190,23 @@ pub(crate) fn pg_attribute(relations: &[RelationInfo]) -> DataFusionResult<Recor
             "attnotnull",
             bools(columns.iter().map(|(_, _, column)| column.not_null)),
         ),
-        ("atthasdef", flags(false, count)),
+        (
+            "atthasdef",
+            bools(
+                columns
+                    .iter()
+                    .map(|(_, _, column)| column.default.is_some()),
+            ),
+        ),
         ("attisdropped", flags(false, count)),
-        ("attidentity", repeated("", count)),
+        (
+            "attidentity",
+            text(
+                columns
+                    .iter()
+                    .map(|(_, _, column)| Some(column.identity.unwrap_or("").to_string())),
+            ),
+        ),
         ("attgenerated", repeated("", count)),
         ("attcollation", oids(vec![0; count])),
         (
@@ -214,6 +220,47 @@ pub(crate) fn pg_attribute(relations: &[RelationInfo]) -> DataFusionResult<Recor
         ("attcompression", repeated("", count)),
         ("attstattarget", oids(vec![-1; count])),
         ("attacl", text(vec![None; count])),
+    ])
+}
+
+/// `pg_attrdef`: each column default, its expression kept as text (which
+/// `pg_get_expr` returns as it is).
+pub(crate) fn pg_attrdef(relations: &[RelationInfo]) -> DataFusionResult<RecordBatch> {
+    let defaults: Vec<(&RelationInfo, usize, &String)> = all_columns(relations)
+        .into_iter()
+        .filter_map(|(relation, index, column)| {
+            column
+                .default
+                .as_ref()
+                .map(|default| (relation, index, default))
+        })
+        .collect();
+    batch(vec![
+        (
+            "oid",
+            // Unique among defaults: a relation has fewer than 1600 columns.
+            oids(
+                defaults
+                    .iter()
+                    .map(|(relation, index, _)| relation.oid() * 1600 + *index as i64),
+            ),
+        ),
+        (
+            "adrelid",
+            oids(defaults.iter().map(|(relation, _, _)| relation.oid())),
+        ),
+        (
+            "adnum",
+            oids(defaults.iter().map(|(_, index, _)| *index as i64 + 1)),
+        ),
+        (
+            "adbin",
+            text(
+                defaults
+                    .iter()
+                    .map(|(_, _, default)| Some((*default).clone())),
+            ),
+        ),
     ])
 }
 
@@ -454,6 +501,10 @@ pub(crate) fn information_schema_columns(
         ),
         ("ordinal_position", Arc::new(positions)),
         (
+            "column_default",
+            text(columns.iter().map(|(_, _, column)| column.default.clone())),
+        ),
+        (
             "is_nullable",
             text(columns.iter().map(|(_, _, column)| {
                 Some(if column.not_null { "NO" } else { "YES" }.to_string())
@@ -466,6 +517,32 @@ pub(crate) fn information_schema_columns(
                     .iter()
                     .map(|(_, _, column)| Some(standard_type_name(&column.type_name))),
             ),
+        ),
+        (
+            "is_identity",
+            text(columns.iter().map(|(_, _, column)| {
+                Some(
+                    if column.identity.is_some() {
+                        "YES"
+                    } else {
+                        "NO"
+                    }
+                    .to_string(),
+                )
+            })),
+        ),
+        (
+            "identity_generation",
+            text(columns.iter().map(|(_, _, column)| {
+                column.identity.map(|identity| {
+                    if identity == "a" {
+                        "ALWAYS"
+                    } else {
+                        "BY DEFAULT"
+                    }
+                    .to_string()
+                })
+            })),
         ),
         (
             "character_maximum_length",
