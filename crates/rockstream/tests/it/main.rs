@@ -25,6 +25,7 @@ mod limits;
 mod protocol;
 mod psql;
 mod refresh;
+mod sequences;
 mod slt;
 mod transactional_ddl;
 mod unsupported;
