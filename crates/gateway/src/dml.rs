@@ -14,7 +14,8 @@ use datafusion::arrow::compute::{cast_with_options, CastOptions};
 use datafusion::arrow::datatypes::DataType;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::logical_expr::LogicalPlan;
-use datafusion::sql::sqlparser::ast::Statement;
+use datafusion::prelude::SessionContext;
+use datafusion::sql::sqlparser::ast::{Insert, ObjectName, SetExpr, Statement};
 use rockstream_control::{CatalogEntry, ColumnDef};
 use rockstream_ops::arrow_rows::{array_to_datums, arrow_type};
 use rockstream_ops::keys::table_prefix;
@@ -121,28 +122,46 @@ pub async fn insert(
                 .map_err(query_error)?;
         }
     }
-    let plan = match context
+    let Some(source) = insert.source.as_deref() else {
+        // `INSERT INTO t DEFAULT VALUES`: one row of defaults.
+        let mut rows = vec![vec![Datum::Null; entry.columns.len()]];
+        defaults::fill_defaults(gateway, session, entry, &[], &mut rows).await?;
+        let kept = if returning { rows.clone() } else { Vec::new() };
+        let count = insert_rows(gateway, session, entry, rows, true).await?;
+        return Ok((count, kept));
+    };
+    let rows = if matches!(source.body.as_ref(), SetExpr::Values(_)) {
+        // DataFusion types a VALUES list by the columns it goes to
+        // (`$1`, `'2024-01-31'` into a date column).
+        planned_insert_rows(gateway, session, &context, entry, &mut insert).await?
+    } else {
+        // A query is planned as a query: DataFusion's INSERT planning would
+        // type every VALUES list inside it by the target's columns.
+        query_insert_rows(gateway, session, &context, entry, &mut insert).await?
+    };
+    let kept = if returning {
+        as_stored(entry, &rows)
+    } else {
+        Vec::new()
+    };
+    let count = insert_rows(gateway, session, entry, rows, true).await?;
+    Ok((count, kept))
+}
+
+/// The rows of an INSERT whose source is a `VALUES` list, planned as
+/// DataFusion plans an INSERT.
+async fn planned_insert_rows(
+    gateway: &Gateway,
+    session: &GatewaySession,
+    context: &SessionContext,
+    entry: &CatalogEntry,
+    insert: &mut Cow<'_, Insert>,
+) -> RsResult<Vec<Row>> {
+    let plan = context
         .state()
         .create_logical_plan(&insert.to_string())
         .await
-    {
-        // The names of an inserted query's columns do not matter.
-        Err(error)
-            if repeats_a_name(&error.to_string())
-                && insert
-                    .to_mut()
-                    .source
-                    .as_deref_mut()
-                    .is_some_and(alias_select_items) =>
-        {
-            context
-                .state()
-                .create_logical_plan(&insert.to_string())
-                .await
-        }
-        planned => planned,
-    }
-    .map_err(query_error)?;
+        .map_err(query_error)?;
     let LogicalPlan::Dml(dml) = plan else {
         return Err(RsError::internal("INSERT did not plan as DML"));
     };
@@ -156,13 +175,117 @@ pub async fn insert(
     for batch in &batches {
         rows.extend(batch_rows(batch, &types, 0)?);
     }
-    let kept = if returning {
-        as_stored(entry, &rows)
-    } else {
-        Vec::new()
+    Ok(rows)
+}
+
+/// The rows of `INSERT … query`: the query planned on its own, each of its
+/// columns read as the type of the column it goes to, as PostgreSQL
+/// assigns them.
+async fn query_insert_rows(
+    gateway: &Gateway,
+    session: &GatewaySession,
+    context: &SessionContext,
+    entry: &CatalogEntry,
+    insert: &mut Cow<'_, Insert>,
+) -> RsResult<Vec<Row>> {
+    let positions = insert_positions(entry, &insert.columns)?;
+    let plan = |sql: String| async move { context.state().create_logical_plan(&sql).await };
+    let Some(source) = insert.source.as_deref() else {
+        return Err(RsError::internal("INSERT without a source"));
     };
-    let count = insert_rows(gateway, session, entry, rows, true).await?;
-    Ok((count, kept))
+    let plan = match plan(source.to_string()).await {
+        // The names of an inserted query's columns do not matter.
+        Err(error)
+            if repeats_a_name(&error.to_string())
+                && insert
+                    .to_mut()
+                    .source
+                    .as_deref_mut()
+                    .is_some_and(alias_select_items) =>
+        {
+            let source = insert
+                .source
+                .as_deref()
+                .map(ToString::to_string)
+                .unwrap_or_default();
+            plan(source).await
+        }
+        planned => planned,
+    }
+    .map_err(query_error)?;
+    let width = plan.schema().fields().len();
+    if width != positions.len() {
+        let more = if width > positions.len() {
+            "expressions than target columns"
+        } else {
+            "target columns than expressions"
+        };
+        return Err(RsError::new(
+            &codes::SYNTAX_ERROR,
+            format!("INSERT has more {more}"),
+        ));
+    }
+    let frame = context
+        .execute_logical_plan(plan)
+        .await
+        .map_err(query_error)?;
+    let batches = gateway.stop(session).collect(frame).await?;
+    let types = entry.sql_types()?;
+    let mut rows = Vec::new();
+    for batch in &batches {
+        let mut typed: Vec<Row> = (0..batch.num_rows())
+            .map(|_| vec![Datum::Null; types.len()])
+            .collect();
+        for (field, position) in positions.iter().enumerate() {
+            let sql_type = types[*position];
+            let array = strict_cast(batch.column(field), sql_type)?;
+            for (row, datum) in typed.iter_mut().zip(array_to_datums(&array, sql_type)?) {
+                row[*position] = datum;
+            }
+        }
+        rows.extend(typed);
+    }
+    Ok(rows)
+}
+
+/// The table positions an INSERT's column list names (every column, in
+/// order, when it names none): 42703 for an unknown column, 42701 for one
+/// named twice.
+fn insert_positions(entry: &CatalogEntry, columns: &[ObjectName]) -> RsResult<Vec<usize>> {
+    if columns.is_empty() {
+        return Ok((0..entry.columns.len()).collect());
+    }
+    let mut positions = Vec::with_capacity(columns.len());
+    for column in columns {
+        let name = match column.0.as_slice() {
+            [part] => part
+                .as_ident()
+                .map(crate::ddl::ident_name)
+                .unwrap_or_else(|| part.to_string()),
+            _ => column.to_string(),
+        };
+        let position = entry
+            .columns
+            .iter()
+            .position(|existing| existing.name == name)
+            .ok_or_else(|| {
+                RsError::new(
+                    &codes::UNDEFINED_COLUMN,
+                    format!(
+                        "column \"{name}\" of relation \"{}\" does not exist",
+                        entry.name
+                    ),
+                )
+            })?;
+        if positions.contains(&position) {
+            return Err(RsError::new(
+                &codes::DUPLICATE_COLUMN,
+                format!("column \"{name}\" specified more than once"),
+            ));
+        }
+        positions.push(position);
+    }
+    Ok(positions)
 }
 
 /// Reads `types.len()` columns starting at `first` as typed rows; string

@@ -320,8 +320,9 @@ type Scope = [Vec<(String, bool)>];
 fn drop_outer_has_default(select: &mut Select) {
     let own = select_relation_names(select);
     let is_outer_flag = |expr: &Expr| match expr {
+        // `a.atthasdef`, or `pg_catalog.pg_attribute.atthasdef`.
         Expr::CompoundIdentifier(parts) => match parts.as_slice() {
-            [relation, column] => {
+            [.., relation, column] => {
                 column.value.eq_ignore_ascii_case("atthasdef")
                     && !own
                         .iter()
@@ -1160,9 +1161,22 @@ mod tests {
                  WHERE d.adrelid = a.attrelid AND d.adnum = a.attnum AND a.atthasdef) \
                  FROM pg_attribute a WHERE a.atthasdef"
             ),
-            "SELECT (SELECT pg_get_expr(d.adbin, d.adrelid, true) FROM pg_attrdef d \
-             WHERE d.adrelid = a.attrelid AND d.adnum = a.attnum) \
+            "SELECT rs_subquery_value((SELECT rs_subquery_rows(pg_get_expr(d.adbin, d.adrelid, true)) \
+             FROM pg_attrdef d WHERE d.adrelid = a.attrelid AND d.adnum = a.attnum)) \
              FROM pg_attribute a WHERE a.atthasdef"
+        );
+        // SQLAlchemy's spelling, fully qualified.
+        assert_eq!(
+            normalized(
+                "SELECT (SELECT pg_get_expr(pg_catalog.pg_attrdef.adbin, pg_catalog.pg_attrdef.adrelid) \
+                 FROM pg_catalog.pg_attrdef WHERE pg_catalog.pg_attribute.atthasdef \
+                 AND pg_catalog.pg_attrdef.adrelid = pg_catalog.pg_attribute.attrelid) \
+                 FROM pg_catalog.pg_attribute"
+            ),
+            "SELECT rs_subquery_value((SELECT rs_subquery_rows(pg_get_expr(pg_catalog.pg_attrdef.adbin, \
+             pg_catalog.pg_attrdef.adrelid)) FROM pg_catalog.pg_attrdef \
+             WHERE pg_catalog.pg_attrdef.adrelid = pg_catalog.pg_attribute.attrelid)) \
+             FROM pg_catalog.pg_attribute"
         );
     }
 

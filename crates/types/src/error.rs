@@ -126,6 +126,8 @@ pub mod codes {
             "Call nextval() for the sequence in this session first (or read the inserted row's key with INSERT ... RETURNING).");
         UNDEFINED_FUNCTION = (2054, "sql.undefined_function", "42883",
             "Check the function's name and its number and types of arguments.");
+        DUPLICATE_COLUMN = (2055, "sql.duplicate_column", "42701",
+            "Name each column once in the column list.");
         CURSOR_SCANS_FORWARD = (2052, "session.cursor_scans_forward_only", "55000",
             "Cursors move forward only here (FETCH NEXT, FETCH n, FETCH FORWARD n, FETCH ALL); declare the query again to read from the start.");
         // Direct-write transactions: 2200–2299.
