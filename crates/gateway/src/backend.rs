@@ -542,12 +542,6 @@ impl Gateway {
                         "INSERT INTO a table function is not supported",
                     ));
                 };
-                if insert.on.is_some() {
-                    return Err(RsError::new(
-                        &codes::UNSUPPORTED_STATEMENT,
-                        "INSERT ... ON CONFLICT is not supported yet",
-                    ));
-                }
                 let entry = self.entry(
                     session,
                     &object_name(&name.to_string()),
@@ -1426,9 +1420,9 @@ impl<'a> Returning<'a> {
 }
 
 /// The one relation a `RETURNING` list reads: the rows the write kept.
-struct OneTable {
-    name: String,
-    table: Arc<dyn TableProvider>,
+pub(crate) struct OneTable {
+    pub name: String,
+    pub table: Arc<dyn TableProvider>,
 }
 
 impl std::fmt::Debug for OneTable {
@@ -1683,7 +1677,7 @@ fn table_reference(relation: &TableFactor) -> RsResult<(String, String)> {
 }
 
 /// Normalizes an object name as PostgreSQL does: unquoted → lower case.
-fn object_name(text: &str) -> String {
+pub(crate) fn object_name(text: &str) -> String {
     let last = text.rsplit('.').next().unwrap_or(text);
     if last.starts_with('"') && last.ends_with('"') && last.len() >= 2 {
         last[1..last.len() - 1].to_string()

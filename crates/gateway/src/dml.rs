@@ -30,6 +30,7 @@ use crate::defaults;
 use crate::fast_path;
 use crate::providers::SnapshotResolver;
 use crate::session::{GatewaySession, PendingTable};
+use crate::upsert;
 
 /// Bound on rows one transaction may change.
 pub const TRANSACTION_ROWS_MAX: usize = 5_000_000;
@@ -81,33 +82,56 @@ pub async fn insert(
     statement: &Statement,
     returning: bool,
 ) -> RsResult<(u64, Returned)> {
-    if let Statement::Insert(insert) = statement {
-        defaults::check_generated_always(entry, insert)?;
-        if let Some((mut rows, supplied)) = fast_path::insert_values(entry, insert) {
-            defaults::fill_defaults(gateway, session, entry, &supplied, &mut rows).await?;
+    let Statement::Insert(written) = statement else {
+        return Err(RsError::internal("not an INSERT"));
+    };
+    let conflict = upsert::on_conflict(entry, written.on.as_ref())?;
+    defaults::check_generated_always(entry, written)?;
+    let rows = inserted_rows(gateway, session, entry, written).await?;
+    match conflict {
+        Some(conflict) => {
+            let alias = written
+                .table_alias
+                .as_ref()
+                .map(|alias| crate::ddl::ident_name(&alias.alias));
+            upsert::insert_on_conflict(gateway, session, entry, rows, conflict, alias, returning)
+                .await
+        }
+        None => {
             let kept = if returning {
                 as_stored(entry, &rows)
             } else {
                 Vec::new()
             };
             let count = insert_rows(gateway, session, entry, rows, true).await?;
-            return Ok((count, kept));
+            Ok((count, kept))
         }
+    }
+}
+
+/// The rows an INSERT proposes, defaults filled in.
+async fn inserted_rows(
+    gateway: &Gateway,
+    session: &GatewaySession,
+    entry: &CatalogEntry,
+    written: &Insert,
+) -> RsResult<Vec<Row>> {
+    if let Some((mut rows, supplied)) = fast_path::insert_values(entry, written) {
+        defaults::fill_defaults(gateway, session, entry, &supplied, &mut rows).await?;
+        return Ok(rows);
     }
     let resolver = Arc::new(SnapshotResolver {
         context: Arc::new(gateway.read_context(session, false)),
     });
     let context = gateway.statement_context(session, resolver);
-    let Statement::Insert(written) = statement else {
-        return Err(RsError::internal("not an INSERT"));
-    };
     let mut insert = Cow::Borrowed(written);
-    // RETURNING, and the target's alias it may use, are the caller's:
-    // DataFusion plans the rows to insert.
-    if written.returning.is_some() || written.table_alias.is_some() {
+    // RETURNING, the target's alias it may use, and ON CONFLICT are the
+    // caller's: DataFusion plans the rows to insert.
+    if written.returning.is_some() || written.table_alias.is_some() || written.on.is_some() {
         let planned = insert.to_mut();
         planned.returning = None;
         planned.table_alias = None;
+        planned.on = None;
     }
     // Planning is costlier than the copy.
     let mut rewritten = insert.clone().into_owned();
@@ -126,26 +150,17 @@ pub async fn insert(
         // `INSERT INTO t DEFAULT VALUES`: one row of defaults.
         let mut rows = vec![vec![Datum::Null; entry.columns.len()]];
         defaults::fill_defaults(gateway, session, entry, &[], &mut rows).await?;
-        let kept = if returning { rows.clone() } else { Vec::new() };
-        let count = insert_rows(gateway, session, entry, rows, true).await?;
-        return Ok((count, kept));
+        return Ok(rows);
     };
-    let rows = if matches!(source.body.as_ref(), SetExpr::Values(_)) {
+    if matches!(source.body.as_ref(), SetExpr::Values(_)) {
         // DataFusion types a VALUES list by the columns it goes to
         // (`$1`, `'2024-01-31'` into a date column).
-        planned_insert_rows(gateway, session, &context, entry, &mut insert).await?
+        planned_insert_rows(gateway, session, &context, entry, &mut insert).await
     } else {
         // A query is planned as a query: DataFusion's INSERT planning would
         // type every VALUES list inside it by the target's columns.
-        query_insert_rows(gateway, session, &context, entry, &mut insert).await?
-    };
-    let kept = if returning {
-        as_stored(entry, &rows)
-    } else {
-        Vec::new()
-    };
-    let count = insert_rows(gateway, session, entry, rows, true).await?;
-    Ok((count, kept))
+        query_insert_rows(gateway, session, &context, entry, &mut insert).await
+    }
 }
 
 /// The rows of an INSERT whose source is a `VALUES` list, planned as
@@ -214,6 +229,14 @@ async fn query_insert_rows(
     }
     .map_err(query_error)?;
     let width = plan.schema().fields().len();
+    // Without a column list, a query may fill the first columns only: the
+    // rest take their defaults.
+    let short = insert.columns.is_empty() && width < positions.len();
+    let positions = if short {
+        positions[..width].to_vec()
+    } else {
+        positions
+    };
     if width != positions.len() {
         let more = if width > positions.len() {
             "expressions than target columns"
@@ -244,6 +267,9 @@ async fn query_insert_rows(
             }
         }
         rows.extend(typed);
+    }
+    if short {
+        defaults::fill_defaults(gateway, session, entry, &positions, &mut rows).await?;
     }
     Ok(rows)
 }
@@ -393,7 +419,7 @@ fn only_whole_numbers_for_integers(array: &ArrayRef, target: &DataType) -> bool 
 
 /// Each column's declared length limit (`varchar(n)`), looked up once per
 /// statement.
-fn length_limits(entry: &CatalogEntry) -> Vec<Option<usize>> {
+pub(crate) fn length_limits(entry: &CatalogEntry) -> Vec<Option<usize>> {
     entry.columns.iter().map(ColumnDef::max_chars).collect()
 }
 
@@ -401,7 +427,11 @@ fn length_limits(entry: &CatalogEntry) -> Vec<Option<usize>> {
 /// PostgreSQL does on assignment: NOT NULL, and a `varchar(n)` length. A
 /// value too long only by trailing spaces is cut to `n`; any other is an
 /// error.
-fn conform_row(entry: &CatalogEntry, limits: &[Option<usize>], row: &mut Row) -> RsResult<()> {
+pub(crate) fn conform_row(
+    entry: &CatalogEntry,
+    limits: &[Option<usize>],
+    row: &mut Row,
+) -> RsResult<()> {
     for ((column, limit), datum) in entry.columns.iter().zip(limits).zip(row.iter_mut()) {
         if column.not_null && datum.is_null() {
             return Err(RsError::new(
@@ -446,7 +476,7 @@ fn as_stored(entry: &CatalogEntry, rows: &[Row]) -> Vec<Row> {
 
 /// The transaction's pending changes to `entry` (opening the implicit
 /// transaction of a statement if none is open).
-fn pending_table<'a>(
+pub(crate) fn pending_table<'a>(
     session: &'a mut GatewaySession,
     entry: &CatalogEntry,
 ) -> &'a mut PendingTable {

@@ -25,6 +25,7 @@ mod session;
 mod session_commands;
 mod settings;
 mod statement_limits;
+mod upsert;
 mod wire;
 
 pub use backend::Gateway;

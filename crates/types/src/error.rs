@@ -128,6 +128,12 @@ pub mod codes {
             "Check the function's name and its number and types of arguments.");
         DUPLICATE_COLUMN = (2055, "sql.duplicate_column", "42701",
             "Name each column once in the column list.");
+        INVALID_COLUMN_REFERENCE = (2056, "sql.invalid_column_reference", "42P10",
+            "Name the table's primary-key columns in ON CONFLICT (...): it is the one unique constraint RockStream keeps.");
+        UNDEFINED_CONSTRAINT = (2057, "sql.undefined_constraint", "42704",
+            "Name the table's primary-key constraint, <table>_pkey (psql's \\d <table> lists it).");
+        CARDINALITY_VIOLATION = (2058, "write.cardinality_violation", "21000",
+            "Propose each key once per INSERT ... ON CONFLICT DO UPDATE (merge the duplicate rows first, e.g. with GROUP BY).");
         CURSOR_SCANS_FORWARD = (2052, "session.cursor_scans_forward_only", "55000",
             "Cursors move forward only here (FETCH NEXT, FETCH n, FETCH FORWARD n, FETCH ALL); declare the query again to read from the start.");
         // Direct-write transactions: 2200–2299.

@@ -255,6 +255,38 @@ check('node_pg_returning', async (url) => {
   });
 });
 
+check('node_pg_serial_upsert', async (url) => {
+  // A key-value store as Node applications write one: a generated id, a
+  // unique key, and upserts with parameters.
+  await setup(
+    url,
+    'CREATE TABLE node_kv (id SERIAL, k TEXT PRIMARY KEY, v INT NOT NULL, ' +
+      "updated TIMESTAMPTZ DEFAULT now(), origin TEXT DEFAULT 'app')",
+  );
+  await withClient(url, async (client) => {
+    const upsert =
+      'INSERT INTO node_kv (k, v) VALUES ($1, $2) ' +
+      'ON CONFLICT (k) DO UPDATE SET v = node_kv.v + excluded.v RETURNING id, k, v, origin';
+    const first = await client.query(upsert, ['a', 1]);
+    assert.deepEqual(first.rows, [{ id: 1, k: 'a', v: 1, origin: 'app' }]);
+    const second = await client.query(upsert, ['a', 5]);
+    assert.deepEqual(second.rows, [{ id: 1, k: 'a', v: 6, origin: 'app' }]);
+    const other = await client.query(upsert, ['b', 2]);
+    // The conflicting insert drew a value too, as in PostgreSQL.
+    assert.deepEqual(other.rows, [{ id: 3, k: 'b', v: 2, origin: 'app' }]);
+    const skipped = await client.query(
+      'INSERT INTO node_kv (k, v) VALUES ($1, $2) ON CONFLICT DO NOTHING',
+      ['a', 9],
+    );
+    assert.equal(skipped.rowCount, 0);
+    const { rows } = await client.query('SELECT k, v, updated IS NOT NULL AS stamped FROM node_kv ORDER BY k');
+    assert.deepEqual(rows, [
+      { k: 'a', v: 6, stamped: true },
+      { k: 'b', v: 2, stamped: true },
+    ]);
+  });
+});
+
 check('node_pg_array_parameter', async (url) => {
   await setup(
     url,

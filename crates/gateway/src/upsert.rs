@@ -1,0 +1,473 @@
+//! `INSERT … ON CONFLICT [(key) | ON CONSTRAINT name] DO NOTHING | DO UPDATE
+//! SET … [WHERE …]` over the primary key, RockStream's one unique
+//! constraint.
+//!
+//! Each proposed row (defaults filled, checked like any inserted row) is
+//! looked up by its key in the transaction's writes, then in the snapshot
+//! the statement reads. A free key inserts the row; a taken one is skipped
+//! (`DO NOTHING`) or updated: the `SET` expressions and the `WHERE`, which
+//! may name the existing row (by the table's name or alias) and the
+//! proposed one (`excluded.column`), are evaluated by DataFusion for all
+//! conflicting rows at once. As in PostgreSQL, a statement may not update
+//! one row twice (21000); `DO NOTHING` skips a key the statement itself
+//! inserted. An update records the row it read, so a concurrent change to
+//! it fails the commit (40001) instead of being lost.
+
+use std::collections::HashSet;
+use std::ops::ControlFlow;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, BooleanArray, Int64Array};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::catalog::MemTable;
+use datafusion::sql::sqlparser::ast::{
+    ConflictTarget, Expr as SqlExpr, Ident, OnConflict, OnConflictAction, OnInsert, VisitMut,
+    VisitorMut,
+};
+use rockstream_control::CatalogEntry;
+use rockstream_ops::arrow_rows::{array_to_datums, rows_to_batch};
+use rockstream_ops::keys::table_prefix;
+use rockstream_types::encoding::{decode_row, encode_row};
+use rockstream_types::{codes, Datum, Row, RsError, RsResult, SqlType};
+
+use crate::backend::{Gateway, OneTable};
+use crate::ddl::ident_name;
+use crate::defaults;
+use crate::dml::{
+    conform_row, length_limits, pending_table, query_error, strict_cast, Returned,
+    TRANSACTION_ROWS_MAX,
+};
+use crate::session::GatewaySession;
+
+/// The `ON CONFLICT` clause of an INSERT into `entry`, checked against its
+/// key: 42P10 when the target names other columns (or a `DO UPDATE` has
+/// none to name), 42704 for a constraint other than `<table>_pkey`.
+pub(crate) fn on_conflict<'a>(
+    entry: &CatalogEntry,
+    on: Option<&'a OnInsert>,
+) -> RsResult<Option<&'a OnConflict>> {
+    let conflict = match on {
+        None => return Ok(None),
+        Some(OnInsert::OnConflict(conflict)) => conflict,
+        Some(_) => {
+            return Err(RsError::new(
+                &codes::UNSUPPORTED_STATEMENT,
+                "ON DUPLICATE KEY UPDATE is MySQL's; use ON CONFLICT (key) DO UPDATE",
+            ))
+        }
+    };
+    let no_match = || {
+        RsError::new(
+            &codes::INVALID_COLUMN_REFERENCE,
+            format!(
+                "there is no unique or exclusion constraint matching the ON CONFLICT specification (relation \"{}\")",
+                entry.name
+            ),
+        )
+    };
+    match &conflict.conflict_target {
+        Some(ConflictTarget::Columns(columns)) => {
+            let named: HashSet<String> = columns.iter().map(ident_name).collect();
+            let key: HashSet<String> = entry
+                .primary_key
+                .iter()
+                .map(|position| entry.columns[*position].name.clone())
+                .collect();
+            if key.is_empty() || named != key {
+                return Err(no_match());
+            }
+        }
+        Some(ConflictTarget::OnConstraint(name)) => {
+            let name = crate::backend::object_name(&name.to_string());
+            if entry.primary_key.is_empty() || name != format!("{}_pkey", entry.name) {
+                return Err(RsError::new(
+                    &codes::UNDEFINED_CONSTRAINT,
+                    format!(
+                        "constraint \"{name}\" for table \"{}\" does not exist",
+                        entry.name
+                    ),
+                ));
+            }
+        }
+        None if matches!(conflict.action, OnConflictAction::DoUpdate(_)) => {
+            return Err(RsError::new(
+                &codes::SYNTAX_ERROR,
+                "ON CONFLICT DO UPDATE requires inference specification or constraint name",
+            )
+            .with_detail("For example, ON CONFLICT (column_name)."));
+        }
+        None => {}
+    }
+    if let OnConflictAction::DoUpdate(update) = &conflict.action {
+        for assignment in &update.assignments {
+            assigned_position(entry, assignment)?;
+        }
+    }
+    Ok(Some(conflict))
+}
+
+/// The column a `DO UPDATE SET` assignment writes: 42703 for an unknown
+/// one; the key may not change (its row would move under another key).
+fn assigned_position(
+    entry: &CatalogEntry,
+    assignment: &datafusion::sql::sqlparser::ast::Assignment,
+) -> RsResult<usize> {
+    let target = crate::backend::object_name(&assignment.target.to_string());
+    let column = target.rsplit('.').next().unwrap_or(&target).to_string();
+    let position = entry
+        .columns
+        .iter()
+        .position(|existing| existing.name == column)
+        .ok_or_else(|| {
+            RsError::new(
+                &codes::UNDEFINED_COLUMN,
+                format!(
+                    "column \"{column}\" of relation \"{}\" does not exist",
+                    entry.name
+                ),
+            )
+        })?;
+    if entry.primary_key.contains(&position) {
+        return Err(RsError::new(
+            &codes::UNSUPPORTED_STATEMENT,
+            format!(
+                "ON CONFLICT DO UPDATE cannot change the primary key column \"{column}\" here; UPDATE the row instead"
+            ),
+        ));
+    }
+    Ok(position)
+}
+
+/// What happens to one proposed row.
+enum Outcome {
+    Inserted(Vec<u8>, Row),
+    /// Its key is taken: the stored row (`None`: the transaction's own
+    /// insert, already in its writes) and the proposed one.
+    Conflicts {
+        key: Vec<u8>,
+        existing: Row,
+        read: Option<Row>,
+        proposed: Row,
+    },
+    Skipped,
+}
+
+/// Stores `rows` under `conflict`. Returns the rows inserted or updated
+/// and, with `returning`, each of them as stored, in input order.
+pub(crate) async fn insert_on_conflict(
+    gateway: &Gateway,
+    session: &mut GatewaySession,
+    entry: &CatalogEntry,
+    rows: Vec<Row>,
+    conflict: &OnConflict,
+    alias: Option<String>,
+    returning: bool,
+) -> RsResult<(u64, Returned)> {
+    let limits = length_limits(entry);
+    let snapshot = session
+        .transaction
+        .as_ref()
+        .and_then(|transaction| transaction.snapshot.clone())
+        .unwrap_or_else(|| gateway.database().engine().published().snapshot);
+    let prefix = table_prefix(entry.id);
+    let update = match &conflict.action {
+        OnConflictAction::DoUpdate(update) => Some(update),
+        OnConflictAction::DoNothing => None,
+    };
+    let mut seen: HashSet<Vec<u8>> = HashSet::new();
+    let mut outcomes = Vec::with_capacity(rows.len());
+    for mut row in rows {
+        conform_row(entry, &limits, &mut row)?;
+        if entry.primary_key.is_empty() {
+            let key = gateway.runtime().random_u128().to_be_bytes().to_vec();
+            outcomes.push(Outcome::Inserted(key, row));
+            continue;
+        }
+        let key_values: Row = entry
+            .primary_key
+            .iter()
+            .map(|position| row[*position].clone())
+            .collect();
+        let key = encode_row(&key_values);
+        if !seen.insert(key.clone()) {
+            if update.is_some() {
+                return Err(RsError::new(
+                    &codes::CARDINALITY_VIOLATION,
+                    format!(
+                        "ON CONFLICT DO UPDATE command cannot affect row a second time (relation \"{}\")",
+                        entry.name
+                    ),
+                )
+                .with_detail(
+                    "Ensure that no rows proposed for insertion within the same command have duplicate constrained values.",
+                ));
+            }
+            outcomes.push(Outcome::Skipped);
+            continue;
+        }
+        let buffered = session
+            .transaction
+            .as_ref()
+            .and_then(|transaction| transaction.tables.get(&entry.id))
+            .and_then(|table| table.rows.get(&key))
+            .map(|(_, current)| current.clone());
+        let (existing, read) = match buffered {
+            Some(current) => (current, None),
+            None => {
+                let mut stored_key = prefix.clone();
+                stored_key.extend_from_slice(&key);
+                let stored = match snapshot.get(&stored_key).await? {
+                    Some(bytes) => Some(decode_row(&bytes)?),
+                    None => None,
+                };
+                (stored.clone(), stored)
+            }
+        };
+        outcomes.push(match (existing, update) {
+            (None, _) => Outcome::Inserted(key, row),
+            (Some(_), None) => Outcome::Skipped,
+            (Some(existing), Some(_)) => Outcome::Conflicts {
+                key,
+                existing,
+                read,
+                proposed: row,
+            },
+        });
+    }
+    let updated = match update {
+        Some(update) => {
+            updated_rows(
+                gateway,
+                session,
+                entry,
+                &outcomes,
+                &update.assignments,
+                update.selection.as_ref(),
+                alias,
+            )
+            .await?
+        }
+        None => Vec::new(),
+    };
+    let buffered = session
+        .transaction
+        .as_ref()
+        .and_then(|transaction| transaction.tables.get(&entry.id))
+        .map_or(0, |table| table.rows.len());
+    if buffered + outcomes.len() > TRANSACTION_ROWS_MAX {
+        return Err(RsError::new(
+            &codes::WRITE_BUFFER_FULL,
+            format!("a transaction may change at most {TRANSACTION_ROWS_MAX} rows"),
+        ));
+    }
+    let table = pending_table(session, entry);
+    let mut kept = Vec::new();
+    let mut count = 0u64;
+    let mut updates = updated.into_iter();
+    for outcome in outcomes {
+        let (key, stored) = match outcome {
+            Outcome::Skipped => continue,
+            Outcome::Inserted(key, row) => {
+                match table.rows.get_mut(&key) {
+                    Some((_, current)) => *current = Some(row.clone()),
+                    None => {
+                        table.rows.insert(key.clone(), (None, Some(row.clone())));
+                    }
+                }
+                (key, row)
+            }
+            Outcome::Conflicts { key, read, .. } => {
+                let Some(new) = updates.next().flatten() else {
+                    continue;
+                };
+                match table.rows.get_mut(&key) {
+                    Some((_, current)) => *current = Some(new.clone()),
+                    None => {
+                        table.rows.insert(key.clone(), (read, Some(new.clone())));
+                    }
+                }
+                (key, new)
+            }
+        };
+        let _ = key;
+        count += 1;
+        if returning {
+            kept.push(stored);
+        }
+    }
+    Ok((count, kept))
+}
+
+/// The conflicting rows as `SET` makes them, in the order of their
+/// outcomes; `None` where the `WHERE` is not true.
+async fn updated_rows(
+    gateway: &Gateway,
+    session: &GatewaySession,
+    entry: &CatalogEntry,
+    outcomes: &[Outcome],
+    assignments: &[datafusion::sql::sqlparser::ast::Assignment],
+    selection: Option<&SqlExpr>,
+    alias: Option<String>,
+) -> RsResult<Vec<Option<Row>>> {
+    let conflicts: Vec<(&Row, &Row)> = outcomes
+        .iter()
+        .filter_map(|outcome| match outcome {
+            Outcome::Conflicts {
+                existing, proposed, ..
+            } => Some((existing, proposed)),
+            _ => None,
+        })
+        .collect();
+    if conflicts.is_empty() {
+        return Ok(Vec::new());
+    }
+    let types = entry.sql_types()?;
+    let mut assigned = Vec::with_capacity(assignments.len());
+    let mut values = Vec::with_capacity(assignments.len());
+    for assignment in assignments {
+        let position = assigned_position(entry, assignment)?;
+        let mut value = assignment.value.clone();
+        name_excluded(&mut value, entry);
+        let text = defaults::assigned_value(&entry.columns[position], &value)?;
+        assigned.push(position);
+        values.push(text);
+    }
+    let condition = selection.map(|selection| {
+        let mut selection = selection.clone();
+        name_excluded(&mut selection, entry);
+        selection.to_string()
+    });
+    // One relation: the existing row's columns under their names, the
+    // proposed row's as `__rs_excluded_<n>`, and each conflict's number.
+    let base = rockstream_control::arrow_schema(entry)?;
+    let mut fields: Vec<Field> = base
+        .fields()
+        .iter()
+        .map(|field| field.as_ref().clone())
+        .collect();
+    fields.extend(
+        base.fields()
+            .iter()
+            .enumerate()
+            .map(|(position, field)| field.as_ref().clone().with_name(excluded_name(position))),
+    );
+    fields.push(Field::new(ORDINAL, DataType::Int64, false));
+    let schema = Arc::new(Schema::new(fields));
+    let combined: Vec<Row> = conflicts
+        .iter()
+        .enumerate()
+        .map(|(ordinal, (existing, proposed))| {
+            let mut row = (*existing).clone();
+            row.extend((*proposed).iter().cloned());
+            row.push(Datum::Int64(ordinal as i64));
+            row
+        })
+        .collect();
+    let mut combined_types = types.clone();
+    combined_types.extend(types.iter().copied());
+    combined_types.push(SqlType::Int64);
+    let references: Vec<&Row> = combined.iter().collect();
+    let batch = rows_to_batch(&references, &combined_types, &schema, &[])?;
+    let name = alias.unwrap_or_else(|| entry.name.clone());
+    let table = MemTable::try_new(batch.schema(), vec![vec![batch]]).map_err(query_error)?;
+    let context = gateway.statement_context(
+        session,
+        Arc::new(OneTable {
+            name: name.clone(),
+            table: Arc::new(table),
+        }),
+    );
+    let mut items = vec![format!("\"{ORDINAL}\"")];
+    items.extend(
+        values
+            .iter()
+            .enumerate()
+            .map(|(index, value)| format!("({value}) AS \"__rs_new_{index}\"")),
+    );
+    if let Some(condition) = &condition {
+        items.push(format!("({condition}) AS \"__rs_where\""));
+    }
+    let sql = format!(
+        "SELECT {} FROM {}",
+        items.join(", "),
+        Ident::with_quote('"', &name)
+    );
+    let frame = context.sql(&sql).await.map_err(query_error)?;
+    let batches = gateway.stop(session).collect(frame).await?;
+    let limits = length_limits(entry);
+    let mut updated: Vec<Option<Row>> = vec![None; conflicts.len()];
+    for batch in &batches {
+        let ordinals = batch
+            .column(0)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .ok_or_else(|| RsError::internal("conflict ordinals are not numbers"))?;
+        let applies: Option<BooleanArray> = match &condition {
+            Some(_) => Some(
+                strict_cast(batch.column(1 + values.len()), SqlType::Bool)?
+                    .as_any()
+                    .downcast_ref::<BooleanArray>()
+                    .cloned()
+                    .ok_or_else(|| RsError::internal("ON CONFLICT WHERE is not boolean"))?,
+            ),
+            None => None,
+        };
+        let mut new_values: Vec<Vec<Datum>> = Vec::with_capacity(values.len());
+        for (index, position) in assigned.iter().enumerate() {
+            let sql_type = types[*position];
+            let array = strict_cast(batch.column(1 + index), sql_type)?;
+            new_values.push(array_to_datums(&array, sql_type)?);
+        }
+        for row in 0..batch.num_rows() {
+            let applies = applies
+                .as_ref()
+                .is_none_or(|flags| flags.is_valid(row) && flags.value(row));
+            if !applies {
+                continue;
+            }
+            let ordinal = usize::try_from(ordinals.value(row))
+                .map_err(|_| RsError::internal("negative conflict ordinal"))?;
+            let Some((existing, _)) = conflicts.get(ordinal) else {
+                return Err(RsError::internal("conflict ordinal out of range"));
+            };
+            let mut new = (*existing).clone();
+            for (index, position) in assigned.iter().enumerate() {
+                new[*position] = new_values[index][row].clone();
+            }
+            conform_row(entry, &limits, &mut new)?;
+            updated[ordinal] = Some(new);
+        }
+    }
+    Ok(updated)
+}
+
+const ORDINAL: &str = "__rs_conflict";
+
+fn excluded_name(position: usize) -> String {
+    format!("__rs_excluded_{position}")
+}
+
+/// `excluded.column` → the relation's `__rs_excluded_<n>` column.
+fn name_excluded(expr: &mut SqlExpr, entry: &CatalogEntry) {
+    struct Excluded<'a>(&'a CatalogEntry);
+    impl VisitorMut for Excluded<'_> {
+        type Break = ();
+        fn pre_visit_expr(&mut self, expr: &mut SqlExpr) -> ControlFlow<()> {
+            if let SqlExpr::CompoundIdentifier(parts) = expr {
+                if let [relation, column] = parts.as_slice() {
+                    if ident_name(relation) == "excluded" {
+                        let name = ident_name(column);
+                        if let Some(position) = self.0.columns.iter().position(|c| c.name == name) {
+                            *expr = SqlExpr::Identifier(Ident::with_quote(
+                                '"',
+                                excluded_name(position),
+                            ));
+                        }
+                    }
+                }
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let _ = expr.visit(&mut Excluded(entry));
+}
