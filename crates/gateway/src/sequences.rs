@@ -192,19 +192,19 @@ enum Argument<'a> {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Function {
-    NextVal,
-    CurrVal,
-    SetVal,
-    LastVal,
+    Next,
+    Current,
+    Set,
+    Last,
 }
 
 impl Function {
     fn name(&self) -> &'static str {
         match self {
-            Function::NextVal => "nextval",
-            Function::CurrVal => "currval",
-            Function::SetVal => "setval",
-            Function::LastVal => "lastval",
+            Function::Next => "nextval",
+            Function::Current => "currval",
+            Function::Set => "setval",
+            Function::Last => "lastval",
         }
     }
 }
@@ -238,10 +238,10 @@ impl std::hash::Hash for SequenceFunction {
 /// Registers the four functions in `context`.
 pub(crate) fn register_sequence_functions(context: &SessionContext, access: Arc<SequenceAccess>) {
     for function in [
-        Function::NextVal,
-        Function::CurrVal,
-        Function::SetVal,
-        Function::LastVal,
+        Function::Next,
+        Function::Current,
+        Function::Set,
+        Function::Last,
     ] {
         context.register_udf(ScalarUDF::from(SequenceFunction {
             function,
@@ -271,9 +271,9 @@ impl ScalarUDFImpl for SequenceFunction {
 
     fn return_type(&self, arguments: &[DataType]) -> DataFusionResult<DataType> {
         let expected = match self.function {
-            Function::LastVal => 0..=0,
-            Function::NextVal | Function::CurrVal => 1..=1,
-            Function::SetVal => 2..=3,
+            Function::Last => 0..=0,
+            Function::Next | Function::Current => 1..=1,
+            Function::Set => 2..=3,
         };
         if !expected.contains(&arguments.len()) {
             return Err(external(RsError::new(
@@ -297,7 +297,7 @@ impl ScalarUDFImpl for SequenceFunction {
             .collect::<DataFusionResult<Vec<ArrayRef>>>()?;
         let access = &self.access;
         let values: Vec<Option<i64>> = match self.function {
-            Function::LastVal => (0..rows)
+            Function::Last => (0..rows)
                 .map(|_| access.last().map(Some))
                 .collect::<RsResult<_>>()
                 .map_err(external)?,
@@ -328,8 +328,8 @@ impl ScalarUDFImpl for SequenceFunction {
                     };
                     let sequence = access.find(argument).map_err(external)?;
                     let value = match self.function {
-                        Function::NextVal => access.next(&sequence),
-                        Function::CurrVal => access.current(&sequence),
+                        Function::Next => access.next(&sequence),
+                        Function::Current => access.current(&sequence),
                         _ => {
                             let value = values.filter(|array| !array.is_null(row));
                             let is_called = called

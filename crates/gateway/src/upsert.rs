@@ -418,15 +418,16 @@ async fn updated_rows(
             let array = strict_cast(batch.column(1 + index), sql_type)?;
             new_values.push(array_to_datums(&array, sql_type)?);
         }
-        for row in 0..batch.num_rows() {
+        for (row, ordinal) in ordinals.iter().enumerate() {
             let applies = applies
                 .as_ref()
                 .is_none_or(|flags| flags.is_valid(row) && flags.value(row));
             if !applies {
                 continue;
             }
-            let ordinal = usize::try_from(ordinals.value(row))
-                .map_err(|_| RsError::internal("negative conflict ordinal"))?;
+            let ordinal = ordinal
+                .and_then(|ordinal| usize::try_from(ordinal).ok())
+                .ok_or_else(|| RsError::internal("invalid conflict ordinal"))?;
             let Some((existing, _)) = conflicts.get(ordinal) else {
                 return Err(RsError::internal("conflict ordinal out of range"));
             };
