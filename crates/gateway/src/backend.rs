@@ -11,6 +11,7 @@ use datafusion::arrow::datatypes::{
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::catalog::TableProvider;
 use datafusion::common::tree_node::TreeNode;
+use datafusion::common::ScalarValue;
 use datafusion::dataframe::DataFrame;
 use datafusion::datasource::MemTable;
 use datafusion::execution::context::SessionContext;
@@ -44,7 +45,7 @@ use crate::fast_path;
 use crate::memory::{size_text, MemoryLimits, StatementMemory};
 use crate::providers::{view_failure, ReadContext, SnapshotResolver, ROW_KEY_COLUMN};
 use crate::sequences::{register_sequence_functions, SequenceAccess};
-use crate::session::{GatewaySession, Isolation, SavepointCommand, Transaction};
+use crate::session::{GatewaySession, Isolation, SavepointCommand, Transaction, TransactionId};
 use crate::session_commands;
 use crate::statement_limits::{show_timeout, Stop};
 use crate::wire::Command;
@@ -1114,18 +1115,9 @@ impl Gateway {
     /// `SHOW variable`; the isolation level shown is the session's
     /// transaction's (or the one its next transaction gets).
     fn show(&self, variable: &str, session: &GatewaySession) -> RsResult<StatementResult> {
-        // The parts of a dotted name arrive joined by spaces.
-        let name = variable.to_lowercase();
-        let name = match name.strip_prefix("rockstream ") {
-            Some(ours) => format!("rockstream.{ours}"),
-            None => name,
-        };
+        let name = show_column_name(variable);
         let value = self.setting(&name.replace(' ', "."), session)?;
-        let schema = Arc::new(ArrowSchema::new(vec![Field::new(
-            name,
-            DataType::Utf8,
-            true,
-        )]));
+        let schema = show_schema(name);
         let batch = RecordBatch::try_new(
             schema.clone(),
             vec![Arc::new(StringArray::from(vec![value]))],
@@ -1150,6 +1142,24 @@ impl Gateway {
         }
         if calls_function(query, "set_config") {
             context.register_udf(rockstream_planner::set_config());
+        }
+        if calls_function(query, "pg_backend_pid") {
+            let pid = session.interrupt.pid().unwrap_or_default();
+            context.register_udf(rockstream_planner::session_constant(
+                "pg_backend_pid",
+                ScalarValue::Int32(Some(pid)),
+            ));
+        }
+        if calls_function(query, "txid_current") {
+            // Outside a transaction block the statement is its own.
+            let id = session
+                .transaction
+                .as_ref()
+                .map_or_else(TransactionId::default, |transaction| transaction.id);
+            context.register_udf(rockstream_planner::session_constant(
+                "txid_current",
+                ScalarValue::Int64(Some(id.0)),
+            ));
         }
     }
 
@@ -1767,6 +1777,25 @@ fn copy_column_types(entry: &CatalogEntry, columns: &[String]) -> RsResult<Vec<D
             Ok(rockstream_ops::arrow_rows::arrow_type(column.sql_type()?))
         })
         .collect()
+}
+
+/// The column `SHOW variable` answers in: the name in lower case (the
+/// parts of a dotted name arrive joined by spaces).
+pub(crate) fn show_column_name(variable: &str) -> String {
+    let name = variable.to_lowercase();
+    match name.strip_prefix("rockstream ") {
+        Some(ours) => format!("rockstream.{ours}"),
+        None => name,
+    }
+}
+
+/// `SHOW`'s result: one text column.
+pub(crate) fn show_schema(name: String) -> SchemaRef {
+    Arc::new(ArrowSchema::new(vec![Field::new(
+        name,
+        DataType::Utf8,
+        true,
+    )]))
 }
 
 /// Whether `query` calls the function `name` (unqualified or qualified)

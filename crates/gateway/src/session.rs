@@ -44,8 +44,28 @@ pub struct PendingTable {
     pub rows: BTreeMap<Vec<u8>, (Option<Row>, Option<Row>)>,
 }
 
+/// A transaction's number (`txid_current()`): increasing across the
+/// server's life and its restarts (it starts from the clock).
+#[derive(Debug, Clone, Copy)]
+pub struct TransactionId(pub i64);
+
+impl Default for TransactionId {
+    fn default() -> Self {
+        static NEXT: std::sync::LazyLock<std::sync::atomic::AtomicI64> =
+            std::sync::LazyLock::new(|| {
+                let micros = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(1, |since| since.as_micros());
+                std::sync::atomic::AtomicI64::new(i64::try_from(micros).unwrap_or(1))
+            });
+        TransactionId(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
 #[derive(Default)]
 pub struct Transaction {
+    /// Its number, for `txid_current()`.
+    pub id: TransactionId,
     pub tables: BTreeMap<ObjectId, PendingTable>,
     /// Its DDL, applied when it commits (RFC 0002).
     pub catalog: PendingCatalog,

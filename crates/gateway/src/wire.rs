@@ -23,13 +23,13 @@ use rockstream_pgwire::{
     TransactionState,
 };
 use rockstream_planner::{
-    alias_select_items, new_context, normalize_interval_literals, normalize_number_literals,
-    pg_column_names,
+    alias_select_items, normalize_interval_literals, normalize_number_literals, pg_column_names,
 };
 use rockstream_types::{codes, RsError, RsResult};
 
 use crate::backend::{
-    as_postgres_reads_it, pg_result_schema, renamed_schema, repeats_a_name, Gateway,
+    as_postgres_reads_it, pg_result_schema, renamed_schema, repeats_a_name, show_column_name,
+    show_schema, Gateway,
 };
 use crate::complexity::{check_nesting, check_select_lists};
 use crate::defaults;
@@ -247,7 +247,9 @@ fn bind_parameters(
 /// the list may use), which DataFusion does not plan.
 fn without_returning(statement: &Statement) -> std::borrow::Cow<'_, Statement> {
     let returns = match statement {
-        Statement::Insert(insert) => insert.returning.is_some() || insert.table_alias.is_some(),
+        Statement::Insert(insert) => {
+            insert.returning.is_some() || insert.table_alias.is_some() || insert.on.is_some()
+        }
         Statement::Update(update) => update.returning.is_some(),
         Statement::Delete(delete) => delete.returning.is_some(),
         _ => false,
@@ -260,6 +262,7 @@ fn without_returning(statement: &Statement) -> std::borrow::Cow<'_, Statement> {
         Statement::Insert(insert) => {
             insert.returning = None;
             insert.table_alias = None;
+            insert.on = None;
         }
         Statement::Update(update) => update.returning = None,
         Statement::Delete(delete) => delete.returning = None,
@@ -363,6 +366,14 @@ impl Gateway {
                 parameter_types: fast_path::insert_parameter_types(insert, table)?,
                 columns: None,
             }),
+            Statement::ShowVariable { variable } => {
+                let variable: Vec<String> =
+                    variable.iter().map(|part| part.value.clone()).collect();
+                Some(Described {
+                    parameter_types: Vec::new(),
+                    columns: Some(show_schema(show_column_name(&variable.join(" ")))),
+                })
+            }
             _ => None,
         }
     }
@@ -575,7 +586,7 @@ impl Gateway {
         let resolver = Arc::new(SnapshotResolver {
             context: Arc::new(self.read_context(session, false)),
         });
-        let context = new_context(resolver);
+        let context = self.statement_context(session, resolver);
         let mut normalized = match statement {
             Statement::Query(query) => {
                 self.register_session_functions(&context, session, query);

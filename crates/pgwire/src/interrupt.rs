@@ -36,6 +36,8 @@ pub struct Interrupt(Arc<InterruptState>);
 struct InterruptState {
     flags: Mutex<Flags>,
     raised: Notify,
+    /// The connection's process id (BackendKeyData), once registered.
+    pid: std::sync::OnceLock<i32>,
 }
 
 #[derive(Debug, Default)]
@@ -52,6 +54,12 @@ impl Interrupt {
             .flags
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The process id the client was given (`pg_backend_pid()`), once the
+    /// connection is registered for cancel requests.
+    pub fn pid(&self) -> Option<i32> {
+        self.0.pid.get().copied()
     }
 
     /// A statement starts: requests from before it are forgotten. The
@@ -137,7 +145,8 @@ impl Cancels {
     ) -> (i32, SecretKey) {
         let (pid, secret) = self.keys.generate(client);
         self.connections()
-            .insert(pid, (secret_bytes(&secret), interrupt));
+            .insert(pid, (secret_bytes(&secret), interrupt.clone()));
+        let _ = interrupt.0.pid.set(pid);
         (pid, secret)
     }
 

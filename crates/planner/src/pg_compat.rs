@@ -32,7 +32,9 @@
 //! - `generate_subscripts(a, 1)` is `unnest` of the range of `a`'s
 //!   subscripts, `information_schema._pg_expandarray(a)` a struct of `a`'s
 //!   elements and their subscripts unnested in step, and `(value).field`
-//!   is `get_field(value, 'field')`.
+//!   is `get_field(value, 'field')`;
+//! - `current_user`, `session_user`, `current_role` and `user` are calls of
+//!   the function that answers the session's role.
 //!
 //! Only queries are rewritten, never the definition of a materialized view.
 
@@ -52,7 +54,9 @@ use datafusion::sql::sqlparser::parser::Parser;
 use crate::ast_walk::{for_each_select_mut, for_each_unnested_expr};
 use crate::column_names::expr_name;
 use crate::scalar_subquery::{ROWS_FUNCTION, VALUE_FUNCTION};
-use crate::system_catalog::{is_empty_table, is_pg_catalog_table, NULL_ARRAY_COLUMNS, PG_CATALOG};
+use crate::system_catalog::{
+    is_empty_table, is_pg_catalog_table, NULL_ARRAY_COLUMNS, PG_CATALOG, USER_FUNCTION,
+};
 
 /// Rewrites `query` in place (see the module documentation).
 pub fn normalize_query(query: &mut Query) {
@@ -94,6 +98,23 @@ impl VisitorMut for Normalizer {
     }
 
     fn pre_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        // `current_user` and its kin are functions called without
+        // parentheses.
+        if let Expr::Function(function) = expr {
+            if matches!(function.args, FunctionArguments::None)
+                && matches!(name_parts(&function.name), Some((name, _))
+                    if matches!(name.as_str(), "current_user" | "session_user" | "current_role" | "user"))
+            {
+                // The parser reads `current_user()` as an error: the call
+                // goes by another name.
+                function.name = ObjectName::from(vec![Ident::new(USER_FUNCTION)]);
+                function.args = FunctionArguments::List(FunctionArgumentList {
+                    duplicate_treatment: None,
+                    args: Vec::new(),
+                    clauses: Vec::new(),
+                });
+            }
+        }
         let scope = &self.scope;
         let replacement = match expr {
             Expr::Subquery(subquery) if yields_no_rows(subquery, scope) => Some(null_text()),

@@ -30,8 +30,8 @@ use crate::resolver::TableResolver;
 
 pub(crate) use empty::is_empty_table;
 pub(crate) use functions::{catalog_functions, CATALOG_FUNCTIONS};
-pub(crate) use session_info::SESSION_INFO_FUNCTIONS;
-pub use session_info::{current_setting, set_config};
+pub use session_info::{current_setting, session_constant, set_config};
+pub(crate) use session_info::{SESSION_INFO_FUNCTIONS, USER_FUNCTION};
 
 /// What a user-visible relation is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -2,8 +2,10 @@
 //! connect: `version()` (SQLAlchemy and others parse the PostgreSQL major
 //! version out of it, so it must start `PostgreSQL 15.`),
 //! `current_schema()` and `current_schemas(include_implicit)` (every
-//! relation lives in `public`, which is the whole search path), and
-//! `current_setting(name)` over the session's parameters.
+//! relation lives in `public`, which is the whole search path),
+//! `pg_is_in_recovery()`, `current_setting(name)` over the session's
+//! parameters, and the session's own numbers (`pg_backend_pid()`,
+//! `txid_current()`).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, LazyLock};
@@ -18,7 +20,7 @@ use datafusion::logical_expr::{
 };
 use rockstream_types::{codes, RsError};
 
-use super::{PG_CATALOG, SCHEMA};
+use super::{OWNER, PG_CATALOG, SCHEMA};
 use crate::columnar::invoke_on_arrays;
 
 /// The PostgreSQL release whose behaviour RockStream follows; also what
@@ -42,7 +44,16 @@ enum Info {
     Version,
     CurrentSchema,
     CurrentSchemas,
+    /// `pg_is_in_recovery()`: a RockStream server is never a standby.
+    InRecovery,
+    /// `current_user`, `session_user`, `current_role`, `user` (which
+    /// [`crate::pg_compat`] turns into calls of [`USER_FUNCTION`]): the
+    /// one role (authentication is off).
+    User,
 }
+
+/// What `current_user` and its kin are called as.
+pub(crate) const USER_FUNCTION: &str = "rs_session_user";
 
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct SessionInfo {
@@ -59,6 +70,8 @@ pub(crate) static SESSION_INFO_FUNCTIONS: LazyLock<Vec<ScalarUDF>> = LazyLock::n
             Info::CurrentSchemas,
             Signature::exact(vec![DataType::Boolean], Volatility::Stable),
         ),
+        (Info::InRecovery, Signature::nullary(Volatility::Volatile)),
+        (Info::User, Signature::nullary(Volatility::Stable)),
     ]
     .into_iter()
     .map(|(info, signature)| ScalarUDF::from(SessionInfo { info, signature }))
@@ -75,6 +88,8 @@ impl ScalarUDFImpl for SessionInfo {
             Info::Version => "version",
             Info::CurrentSchema => "current_schema",
             Info::CurrentSchemas => "current_schemas",
+            Info::InRecovery => "pg_is_in_recovery",
+            Info::User => USER_FUNCTION,
         }
     }
 
@@ -85,6 +100,7 @@ impl ScalarUDFImpl for SessionInfo {
     fn return_type(&self, _arguments: &[DataType]) -> DataFusionResult<DataType> {
         Ok(match self.info {
             Info::CurrentSchemas => schema_list_type(),
+            Info::InRecovery => DataType::Boolean,
             _ => DataType::Utf8,
         })
     }
@@ -96,6 +112,10 @@ impl ScalarUDFImpl for SessionInfo {
             )))),
             Info::CurrentSchema => Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(
                 SCHEMA.to_string(),
+            )))),
+            Info::InRecovery => Ok(ColumnarValue::Scalar(ScalarValue::Boolean(Some(false)))),
+            Info::User => Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(
+                OWNER.to_string(),
             )))),
             Info::CurrentSchemas => invoke_on_arrays(&args.args, |arrays| match arrays {
                 [implicit] => Ok(schema_lists(implicit.as_boolean())),
@@ -121,6 +141,42 @@ fn schema_lists(implicit: &datafusion::arrow::array::BooleanArray) -> ArrayRef {
         lists.append(true);
     }
     Arc::new(lists.finish())
+}
+
+/// A function of no arguments that answers one value for the session:
+/// `pg_backend_pid()` (its connection's process id), `txid_current()`
+/// (its transaction's number).
+pub fn session_constant(name: &'static str, value: ScalarValue) -> ScalarUDF {
+    ScalarUDF::from(SessionConstant {
+        name,
+        value,
+        signature: Signature::nullary(Volatility::Stable),
+    })
+}
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct SessionConstant {
+    name: &'static str,
+    value: ScalarValue,
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for SessionConstant {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arguments: &[DataType]) -> DataFusionResult<DataType> {
+        Ok(self.value.data_type())
+    }
+
+    fn invoke_with_args(&self, _args: ScalarFunctionArgs) -> DataFusionResult<ColumnarValue> {
+        Ok(ColumnarValue::Scalar(self.value.clone()))
+    }
 }
 
 /// `current_setting(name [, missing_ok])` over the session's parameters as

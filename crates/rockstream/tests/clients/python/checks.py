@@ -412,6 +412,31 @@ def asyncpg_parameters_and_types(url):
 
 
 @check
+def asyncpg_show_and_session_functions(url):
+    """SHOW through the extended protocol (asyncpg describes every statement
+    first), and what tools ask about the server and the session."""
+    import asyncpg
+
+    async def body():
+        connection = await asyncpg.connect(url)
+        try:
+            expect(await connection.fetchval("SHOW statement_timeout"), "0", "SHOW")
+            expect(
+                await connection.fetchval("SELECT pg_backend_pid()"),
+                connection.get_server_pid(),
+                "pg_backend_pid",
+            )
+            expect(await connection.fetchval("SELECT pg_is_in_recovery()"), False, "recovery")
+            async with connection.transaction():
+                first = await connection.fetchval("SELECT txid_current()")
+                expect(await connection.fetchval("SELECT txid_current()"), first, "txid")
+        finally:
+            await connection.close()
+
+    run(body())
+
+
+@check
 def asyncpg_pool_release(url):
     import asyncpg
 
