@@ -211,6 +211,23 @@ impl Gateway {
                 }
                 result
             }
+            Command::Move { name, direction } => {
+                let result = refuse_when_aborted(session)
+                    .and_then(|()| fetch(session, &ident_name(name), direction));
+                match result {
+                    Ok(StatementResult::Query { batches, .. }) => Ok(StatementResult::Command {
+                        tag: format!(
+                            "MOVE {}",
+                            batches.iter().map(RecordBatch::num_rows).sum::<usize>()
+                        ),
+                    }),
+                    Ok(other) => Ok(other),
+                    Err(error) => {
+                        session.statement_failed(None);
+                        Err(error)
+                    }
+                }
+            }
         }
     }
 
@@ -221,16 +238,7 @@ impl Gateway {
         name: &ObjectName,
         with_data: bool,
     ) -> RsResult<StatementResult> {
-        if session
-            .transaction
-            .as_ref()
-            .is_some_and(|transaction| transaction.aborted)
-        {
-            return Err(RsError::new(
-                &codes::TRANSACTION_ABORTED,
-                "current transaction is aborted, commands ignored until end of transaction block",
-            ));
-        }
+        refuse_when_aborted(session)?;
         let name = object_name(&name.to_string());
         let entry = self.entry(session, &name, None)?;
         if entry.kind != ObjectKind::MaterializedView {
@@ -1777,6 +1785,22 @@ fn copy_column_types(entry: &CatalogEntry, columns: &[String]) -> RsResult<Vec<D
             Ok(rockstream_ops::arrow_rows::arrow_type(column.sql_type()?))
         })
         .collect()
+}
+
+/// 25P02 in a failed transaction, for the commands `execute_statement`
+/// does not run.
+fn refuse_when_aborted(session: &GatewaySession) -> RsResult<()> {
+    if session
+        .transaction
+        .as_ref()
+        .is_some_and(|transaction| transaction.aborted)
+    {
+        return Err(RsError::new(
+            &codes::TRANSACTION_ABORTED,
+            "current transaction is aborted, commands ignored until end of transaction block",
+        ));
+    }
+    Ok(())
 }
 
 /// The column `SHOW variable` answers in: the name in lower case (the

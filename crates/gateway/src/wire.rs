@@ -10,7 +10,7 @@ use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::logical_expr::{Expr, ExprSchemable, LogicalPlan};
 use datafusion::sql::sqlparser::ast::{
     visit_expressions, visit_expressions_mut, ArrayElemTypeDef, DataType as SqlDataType,
-    Expr as SqlExpr, ObjectName, Statement, Value,
+    Expr as SqlExpr, FetchDirection, Ident, ObjectName, Statement, Value,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::keywords::Keyword;
@@ -47,6 +47,11 @@ pub(crate) enum Command {
         name: ObjectName,
         with_data: bool,
     },
+    /// `MOVE [direction] [FROM | IN] cursor`: `FETCH` without the rows.
+    Move {
+        name: Ident,
+        direction: FetchDirection,
+    },
 }
 
 /// The statements of `sql`, with interval literals in the forms DataFusion
@@ -73,6 +78,16 @@ pub(crate) fn parse(sql: &str) -> RsResult<Vec<Command>> {
         }
         let command = if parser.parse_keyword(Keyword::REFRESH) {
             parse_refresh(&mut parser).map_err(syntax_error)?
+        } else if matches!(&parser.peek_token_ref().token,
+            Token::Word(word) if word.quote_style.is_none() && word.value.eq_ignore_ascii_case("move"))
+        {
+            parser.next_token();
+            match parser.parse_fetch_statement().map_err(syntax_error)? {
+                Statement::Fetch {
+                    name, direction, ..
+                } => Command::Move { name, direction },
+                _ => return Err(RsError::internal("MOVE did not parse as FETCH")),
+            }
         } else {
             let mut statement = parser.parse_statement().map_err(syntax_error)?;
             check_select_lists(&statement)?;
