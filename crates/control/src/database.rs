@@ -304,6 +304,86 @@ impl Database {
         }))
     }
 
+    /// `ALTER TABLE name RENAME TO …` / `RENAME COLUMN … TO …`: the
+    /// catalog entry changes, the stored rows (by position) do not. A table
+    /// that views read is refused (0A000): their definitions name it.
+    /// Returns false when there is no such table and `if_exists`.
+    pub async fn rename_table(
+        &self,
+        namespace: &str,
+        name: &str,
+        rename: Rename<'_>,
+        if_exists: bool,
+    ) -> RsResult<bool> {
+        let _guard = self.ddl.lock().await;
+        self.before_ddl().await?;
+        let catalog = self.entries(namespace);
+        let Some(entry) = catalog.iter().find(|entry| entry.name == name) else {
+            if if_exists {
+                return Ok(false);
+            }
+            return Err(RsError::new(
+                &codes::UNDEFINED_OBJECT,
+                format!("relation \"{name}\" does not exist"),
+            ));
+        };
+        if entry.kind != ObjectKind::Table {
+            return Err(RsError::new(
+                &codes::WRONG_OBJECT_KIND,
+                format!("\"{name}\" is not a table: ALTER TABLE changes tables only"),
+            ));
+        }
+        if let Some(dependent) = catalog
+            .iter()
+            .find(|other| other.dependencies.contains(&entry.id))
+        {
+            return Err(RsError::new(
+                &codes::RENAME_WITH_DEPENDENTS,
+                format!(
+                    "cannot rename table \"{name}\" or its columns: {} \"{}\" depends on it",
+                    dependent.kind.describe(),
+                    dependent.name
+                ),
+            ));
+        }
+        let mut renamed = entry.clone();
+        match rename {
+            Rename::Table { to } => {
+                name_is_free(&catalog, to, false)?;
+                renamed.name = to.to_string();
+            }
+            Rename::Column { from, to } => {
+                if renamed.columns.iter().any(|column| column.name == to) {
+                    return Err(RsError::new(
+                        &codes::DUPLICATE_COLUMN,
+                        format!("column \"{to}\" of relation \"{name}\" already exists"),
+                    ));
+                }
+                let column = renamed
+                    .columns
+                    .iter_mut()
+                    .find(|column| column.name == from)
+                    .ok_or_else(|| {
+                        RsError::new(
+                            &codes::UNDEFINED_COLUMN,
+                            format!("column \"{from}\" does not exist"),
+                        )
+                    })?;
+                column.name = to.to_string();
+            }
+        }
+        self.durable_put(&renamed.key(), &entry_json(&renamed)?)
+            .await?;
+        if let Some(current) = self
+            .catalog_mut()
+            .iter_mut()
+            .find(|current| current.id == renamed.id)
+        {
+            *current = renamed;
+        }
+        Ok(true)
+    }
+
     /// `CREATE [MATERIALIZED] VIEW name AS query`. Returns false when it
     /// existed and `if_not_exists`.
     pub async fn create_view(&self, namespace: &str, view: NewView<'_>) -> RsResult<bool> {
@@ -616,6 +696,13 @@ pub struct NewTable<'a> {
     /// Columns a new sequence of their own generates.
     pub generated: Vec<Generated>,
     pub if_not_exists: bool,
+}
+
+/// What `ALTER TABLE … RENAME` changes.
+#[derive(Debug, Clone, Copy)]
+pub enum Rename<'a> {
+    Table { to: &'a str },
+    Column { from: &'a str, to: &'a str },
 }
 
 /// A column whose values a sequence created with its table generates:

@@ -15,7 +15,7 @@ pub use catalog::{
     DEFAULT_NAMESPACE,
 };
 pub use database::{
-    Database, DropObject, Generated, NewTable, NewView, OpenOptions, PendingCatalog,
+    Database, DropObject, Generated, NewTable, NewView, OpenOptions, PendingCatalog, Rename,
     FAILPOINT_DDL_TRANSACTION,
 };
 pub use resolver::{arrow_schema, inline_view, plan_inline_view, CatalogResolver};

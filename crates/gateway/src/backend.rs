@@ -769,6 +769,9 @@ impl Gateway {
                 session_commands::run(session, statement, in_explicit, prepared)
             }
             Statement::Set(_) => command("SET"),
+            Statement::AlterTable(alter) => {
+                crate::alter::alter_table(self, session, alter, in_explicit).await
+            }
             Statement::ShowVariable { variable } => self.show(
                 &variable
                     .iter()

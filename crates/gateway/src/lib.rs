@@ -11,6 +11,7 @@
 //! primary key) skip DataFusion: see `fast_path`, which answers as the
 //! planned path would or leaves the statement to it.
 
+mod alter;
 mod backend;
 mod complexity;
 mod copy_options;

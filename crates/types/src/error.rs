@@ -134,6 +134,8 @@ pub mod codes {
             "Name the table's primary-key constraint, <table>_pkey (psql's \\d <table> lists it).");
         CARDINALITY_VIOLATION = (2058, "write.cardinality_violation", "21000",
             "Propose each key once per INSERT ... ON CONFLICT DO UPDATE (merge the duplicate rows first, e.g. with GROUP BY).");
+        RENAME_WITH_DEPENDENTS = (2059, "ddl.rename_with_dependents", "0A000",
+            "Views name the table in their definitions, which RockStream does not rewrite yet: drop the dependent views, rename, and create them again under the new names.");
         CURSOR_SCANS_FORWARD = (2052, "session.cursor_scans_forward_only", "55000",
             "Cursors move forward only here (FETCH NEXT, FETCH n, FETCH FORWARD n, FETCH ALL); declare the query again to read from the start.");
         // Direct-write transactions: 2200–2299.
