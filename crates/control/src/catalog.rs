@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use rockstream_ops::keys::RowStorage;
 use rockstream_plan::partition::Partitioning;
+use rockstream_planner::quote_ident;
 use rockstream_types::{codes, ObjectId, RsError, RsResult, SqlType};
 
 /// The namespace every server has (`dbname=default`).
@@ -185,6 +186,16 @@ impl CatalogEntry {
     pub fn key(&self) -> Vec<u8> {
         entry_key(self.kind, &self.namespace, self.id)
     }
+
+    /// The names of the sequences its columns own.
+    pub fn sequence_names(&self) -> impl Iterator<Item = &str> {
+        self.columns.iter().filter_map(|column| {
+            column
+                .sequence
+                .as_ref()
+                .map(|sequence| sequence.name.as_str())
+        })
+    }
 }
 
 pub(crate) fn namespace_id(namespace: &str) -> u128 {
@@ -208,7 +219,10 @@ pub(crate) const NEXT_ID_KEY: [u8; 2] = [0x01, 0x00];
 
 /// A serial column's default, as PostgreSQL prints it.
 pub fn nextval_expression(sequence: &str) -> String {
-    format!("nextval('{}'::regclass)", sequence.replace('\'', "''"))
+    format!(
+        "nextval('{}'::regclass)",
+        quote_ident(sequence).replace('\'', "''")
+    )
 }
 
 /// Parses a type name as [`SqlType::pg_name`] writes it.

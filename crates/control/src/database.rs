@@ -148,9 +148,31 @@ impl Database {
         self.sequences.persist(&self.control).await
     }
 
-    /// `TRUNCATE … RESTART IDENTITY`, once its transaction committed.
-    pub async fn restart_sequences(&self, ids: &[ObjectId]) -> RsResult<()> {
-        self.sequences.restart(&self.control, ids).await
+    /// `TRUNCATE … RESTART IDENTITY`, once its transaction committed: each
+    /// sequence goes on from the value the transaction would hand out next
+    /// (sequences of tables dropped meanwhile are left alone).
+    pub async fn restart_sequences(
+        &self,
+        namespace: &str,
+        restarted: &[(ObjectId, i64)],
+    ) -> RsResult<()> {
+        let entries = self.entries(namespace);
+        let standing: Vec<(ObjectId, i64)> = restarted
+            .iter()
+            .filter(|(id, _)| {
+                entries
+                    .iter()
+                    .flat_map(|entry| &entry.columns)
+                    .any(|column| {
+                        column
+                            .sequence
+                            .as_ref()
+                            .is_some_and(|sequence| sequence.id == *id)
+                    })
+            })
+            .copied()
+            .collect();
+        self.sequences.restart(&self.control, &standing).await
     }
 
     pub fn namespace_exists(&self, namespace: &str) -> bool {
@@ -834,16 +856,13 @@ async fn durable(written: Result<slatedb::WriteHandle, slatedb::Error>) -> RsRes
 
 /// Whether `name` is free in `catalog` for a new object; when it is taken,
 /// `false` with `IF NOT EXISTS`, else 42P07.
-fn name_is_free(catalog: &[CatalogEntry], name: &str, if_not_exists: bool) -> RsResult<bool> {
-    let names_it = |entry: &CatalogEntry| {
-        entry.name == name
-            || entry.columns.iter().any(|column| {
-                column
-                    .sequence
-                    .as_ref()
-                    .is_some_and(|sequence| sequence.name == name)
-            })
-    };
+pub(super) fn name_is_free(
+    catalog: &[CatalogEntry],
+    name: &str,
+    if_not_exists: bool,
+) -> RsResult<bool> {
+    let names_it =
+        |entry: &CatalogEntry| entry.name == name || entry.sequence_names().any(|own| own == name);
     if !catalog.iter().any(names_it) {
         return Ok(true);
     }

@@ -19,4 +19,4 @@ pub use database::{
     FAILPOINT_DDL_TRANSACTION,
 };
 pub use resolver::{arrow_schema, inline_view, plan_inline_view, CatalogResolver};
-pub use sequences::{SequenceRef, Sequences, PRELOGGED};
+pub use sequences::{next_after_set, take_next, SequenceRef, Sequences, PRELOGGED};

@@ -43,14 +43,20 @@ pub struct SequenceRef {
 
 #[derive(Debug, Clone, Copy)]
 struct Counter {
-    /// What `nextval` returns next.
-    next: i64,
+    /// What `nextval` returns next (one past `i64::MAX` once a BIGINT
+    /// sequence is exhausted, hence the width).
+    next: i128,
     /// Durable: a start continues after it.
     logged: i64,
 }
 
 impl Counter {
     const NEW: Counter = Counter { next: 1, logged: 0 };
+
+    /// The highest value handed out, as the logged value covers it.
+    fn highest(&self) -> i64 {
+        i64::try_from(self.next - 1).unwrap_or(i64::MAX)
+    }
 }
 
 #[derive(Default)]
@@ -88,7 +94,7 @@ impl Sequences {
             counters.insert(
                 ObjectId::from(id),
                 Counter {
-                    next: logged.saturating_add(1),
+                    next: i128::from(logged) + 1,
                     logged,
                 },
             );
@@ -109,36 +115,31 @@ impl Sequences {
     pub fn next(&self, sequence: &SequenceRef) -> RsResult<i64> {
         let mut counters = self.counters();
         let counter = counters.entry(sequence.id).or_insert(Counter::NEW);
-        if counter.next > sequence.max {
-            return Err(RsError::new(
-                &codes::SEQUENCE_LIMIT,
-                format!(
-                    "nextval: reached maximum value of sequence \"{}\" ({})",
-                    sequence.name, sequence.max
-                ),
-            ));
+        take_next(&mut counter.next, sequence)
+    }
+
+    /// `setval(sequence, value, …)` checked: 22003 outside `1..=max`.
+    pub fn check_set(sequence: &SequenceRef, value: i64) -> RsResult<()> {
+        if (1..=sequence.max).contains(&value) {
+            return Ok(());
         }
-        let value = counter.next;
-        counter.next += 1;
-        Ok(value)
+        Err(RsError::new(
+            &codes::NUMERIC_OUT_OF_RANGE,
+            format!(
+                "setval: value {value} is out of bounds for sequence \"{}\" (1..{})",
+                sequence.name, sequence.max
+            ),
+        ))
     }
 
     /// `setval(sequence, value, is_called)`: the next `nextval` returns
     /// `value + 1` (`value` when not `is_called`). 22003 outside
     /// `1..=max`, as PostgreSQL bounds an ascending sequence.
     pub fn set(&self, sequence: &SequenceRef, value: i64, is_called: bool) -> RsResult<()> {
-        if !(1..=sequence.max).contains(&value) {
-            return Err(RsError::new(
-                &codes::NUMERIC_OUT_OF_RANGE,
-                format!(
-                    "setval: value {value} is out of bounds for sequence \"{}\" (1..{})",
-                    sequence.name, sequence.max
-                ),
-            ));
-        }
+        Sequences::check_set(sequence, value)?;
         let mut counters = self.counters();
         let counter = counters.entry(sequence.id).or_insert(Counter::NEW);
-        counter.next = if is_called { value + 1 } else { value };
+        counter.next = next_after_set(value, is_called);
         Ok(())
     }
 
@@ -152,8 +153,8 @@ impl Sequences {
         let due: Vec<(ObjectId, i64)> = self
             .counters()
             .iter()
-            .filter(|(_, counter)| counter.next - 1 > counter.logged)
-            .map(|(id, counter)| (*id, (counter.next - 1).saturating_add(PRELOGGED)))
+            .filter(|(_, counter)| counter.highest() > counter.logged)
+            .map(|(id, counter)| (*id, counter.highest().saturating_add(PRELOGGED)))
             .collect();
         if due.is_empty() {
             return Ok(());
@@ -175,24 +176,33 @@ impl Sequences {
     fn behind(&self) -> bool {
         self.counters()
             .values()
-            .any(|counter| counter.next - 1 > counter.logged)
+            .any(|counter| counter.highest() > counter.logged)
     }
 
-    /// `TRUNCATE … RESTART IDENTITY`, after its transaction committed: the
-    /// sequences start over, durably.
-    pub(crate) async fn restart(&self, control: &ControlDb, ids: &[ObjectId]) -> RsResult<()> {
-        if ids.is_empty() {
+    /// `TRUNCATE … RESTART IDENTITY`, after its transaction committed: each
+    /// sequence goes on from `next` (what the transaction, which drew from
+    /// its own restarted counter, would hand out next), durably.
+    pub(crate) async fn restart(
+        &self,
+        control: &ControlDb,
+        restarted: &[(ObjectId, i64)],
+    ) -> RsResult<()> {
+        if restarted.is_empty() {
             return Ok(());
         }
         let _one_at_a_time = self.persisting.lock().await;
+        let counter = |next: i64| Counter {
+            next: i128::from(next),
+            logged: next.saturating_sub(1),
+        };
         let mut batch = WriteBatch::new();
-        for id in ids {
-            batch.put(sequence_key(*id), Counter::NEW.logged.to_be_bytes());
+        for (id, next) in restarted {
+            batch.put(sequence_key(*id), counter(*next).logged.to_be_bytes());
         }
         control.write(batch).await?;
         let mut counters = self.counters();
-        for id in ids {
-            counters.insert(*id, Counter::NEW);
+        for (id, next) in restarted {
+            counters.insert(*id, counter(*next));
         }
         Ok(())
     }
@@ -204,6 +214,31 @@ impl Sequences {
             counters.remove(id);
         }
     }
+}
+
+/// Hands out `*next` and moves it on; 2200H past the column type's
+/// maximum. Shared by the global counters and a transaction's restarted
+/// ones.
+pub fn take_next(next: &mut i128, sequence: &SequenceRef) -> RsResult<i64> {
+    let value = i64::try_from(*next)
+        .ok()
+        .filter(|value| *value <= sequence.max)
+        .ok_or_else(|| {
+            RsError::new(
+                &codes::SEQUENCE_LIMIT,
+                format!(
+                    "nextval: reached maximum value of sequence \"{}\" ({})",
+                    sequence.name, sequence.max
+                ),
+            )
+        })?;
+    *next += 1;
+    Ok(value)
+}
+
+/// What `nextval` returns after `setval(value, is_called)`.
+pub fn next_after_set(value: i64, is_called: bool) -> i128 {
+    i128::from(value) + i128::from(is_called)
 }
 
 #[cfg(test)]
@@ -249,8 +284,22 @@ mod tests {
         // Logged twice: after 1 (up to 33) and after 34 (up to 66).
         let reloaded = Sequences::load(&control.db().await.unwrap()).await.unwrap();
         assert_eq!(reloaded.next(&serial).unwrap(), 67);
-        reloaded.restart(&control, &[serial.id]).await.unwrap();
+        reloaded.restart(&control, &[(serial.id, 3)]).await.unwrap();
         let restarted = Sequences::load(&control.db().await.unwrap()).await.unwrap();
-        assert_eq!(restarted.next(&serial).unwrap(), 1);
+        assert_eq!(restarted.next(&serial).unwrap(), 3);
+    }
+
+    #[test]
+    fn a_bigint_sequence_ends_at_its_maximum() {
+        let sequences = Sequences::default();
+        let wide = sequence(i64::MAX);
+        sequences.set(&wide, i64::MAX - 1, true).unwrap();
+        assert_eq!(sequences.next(&wide).unwrap(), i64::MAX);
+        assert_eq!(
+            sequences.next(&wide).unwrap_err().code,
+            &codes::SEQUENCE_LIMIT
+        );
+        sequences.set(&wide, i64::MAX, true).unwrap();
+        assert!(sequences.next(&wide).is_err());
     }
 }

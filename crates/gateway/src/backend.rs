@@ -45,7 +45,9 @@ use crate::fast_path;
 use crate::memory::{size_text, MemoryLimits, StatementMemory};
 use crate::providers::{view_failure, ReadContext, SnapshotResolver, ROW_KEY_COLUMN};
 use crate::sequences::{register_sequence_functions, SequenceAccess};
-use crate::session::{GatewaySession, Isolation, SavepointCommand, Transaction, TransactionId};
+use crate::session::{
+    restarted_map, GatewaySession, Isolation, SavepointCommand, Transaction, TransactionId,
+};
 use crate::session_commands;
 use crate::statement_limits::{show_timeout, Stop};
 use crate::wire::Command;
@@ -93,6 +95,10 @@ impl Gateway {
                 session.namespace.clone(),
                 pending,
                 session.sequence_values.clone(),
+                session
+                    .transaction
+                    .as_ref()
+                    .map(|transaction| transaction.restarted.clone()),
             )),
         );
         context
@@ -690,14 +696,15 @@ impl Gateway {
                     dml::modify(self, session, entry, &selection_sql, &[], true, false).await?;
                 }
                 if truncate.identity == Some(TruncateIdentityOption::Restart) {
-                    // Restarted when the transaction commits: a rolled-back
-                    // TRUNCATE leaves its rows, and their keys, behind.
+                    // The transaction draws from restarted counters; the
+                    // sequences go on from them once it commits (a rolled-back
+                    // TRUNCATE leaves its rows, and their keys, behind).
                     let owned = entries
                         .iter()
                         .flat_map(|entry| &entry.columns)
                         .filter_map(|column| column.sequence.as_ref().map(|sequence| sequence.id));
                     let transaction = session.transaction.get_or_insert_with(Default::default);
-                    transaction.restart_sequences.extend(owned);
+                    restarted_map(&transaction.restarted).extend(owned.map(|id| (id, 1)));
                 }
                 self.autocommit(session, in_explicit).await?;
                 command("TRUNCATE TABLE")
@@ -1391,7 +1398,11 @@ impl Gateway {
         // Values its rows hold are never handed out again, even if the
         // server stops right after the commit.
         self.database.persist_sequences().await?;
-        let restart = transaction.restart_sequences.clone();
+        let restarted: Vec<(rockstream_types::ObjectId, i64)> =
+            restarted_map(&transaction.restarted)
+                .iter()
+                .map(|(id, next)| (*id, i64::try_from(*next).unwrap_or(i64::MAX)))
+                .collect();
         let changes: Vec<TableChange> = transaction
             .tables
             .into_iter()
@@ -1410,7 +1421,7 @@ impl Gateway {
         self.database
             .commit_transaction(namespace, transaction.catalog, changes)
             .await?;
-        self.database.restart_sequences(&restart).await
+        self.database.restart_sequences(namespace, &restarted).await
     }
 }
 

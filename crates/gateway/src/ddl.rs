@@ -116,7 +116,7 @@ pub struct TableDefinition {
     /// `SERIAL` and identity columns, whose sequences the catalog creates.
     pub generated: Vec<Generated>,
     /// `DEFAULT` expressions by column position, checked (and put in the
-    /// columns) by [`crate::defaults::checked_defaults`].
+    /// columns) by [`crate::defaults::check_defaults`].
     pub defaults: Vec<(usize, SqlExpr)>,
 }
 

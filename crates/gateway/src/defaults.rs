@@ -20,12 +20,13 @@ use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 use rockstream_control::{nextval_expression, CatalogEntry, ColumnDef, Identity, OwnedSequence};
 use rockstream_ops::arrow_rows::array_to_datums;
+use rockstream_planner::{alias_select_items, normalize_interval_literals, relation_oid};
 use rockstream_types::{codes, Datum, Row, RsError, RsResult, SqlType};
 
 use crate::backend::Gateway;
 use crate::ddl::{ident_name, TableDefinition};
 use crate::dml::{query_batches, query_error, strict_cast};
-use crate::sequences::sequence_refs;
+use crate::sequences::{draw, sequence_refs};
 use crate::session::GatewaySession;
 
 /// Whether `expr` is the keyword `DEFAULT` written as a value.
@@ -44,12 +45,12 @@ fn parse_expression(text: &str) -> RsResult<SqlExpr> {
 }
 
 /// What an omitted value of `column` is computed by: its default's
-/// expression, else NULL. The column's own sequence is named by text
-/// (`nextval('t_id_seq')`), which plans without `regclass`.
+/// expression, else NULL. The column's own sequence is named by its oid
+/// (`nextval(16411)`), which plans without `regclass`.
 fn default_or_null(column: &ColumnDef) -> RsResult<SqlExpr> {
     if let Some(sequence) = own_sequence(column) {
-        let name = sequence.name.replace('\'', "''");
-        return parse_expression(&format!("nextval('{name}')"));
+        // By oid: no name to quote or fold.
+        return parse_expression(&format!("nextval({})", relation_oid(sequence.id)));
     }
     match column.default_expression() {
         Some(text) => parse_expression(&text),
@@ -89,6 +90,10 @@ fn is_always(column: &ColumnDef) -> bool {
 /// Refuses a value given for a `GENERATED ALWAYS` identity column (428C9),
 /// unless it is written `DEFAULT`.
 pub(crate) fn check_generated_always(entry: &CatalogEntry, insert: &Insert) -> RsResult<()> {
+    if insert.source.is_none() {
+        // `DEFAULT VALUES`.
+        return Ok(());
+    }
     let Some(positions) = target_positions(entry, insert) else {
         return Ok(());
     };
@@ -183,7 +188,11 @@ pub(crate) fn rewrite_insert(entry: &CatalogEntry, insert: &mut Insert) -> RsRes
         }
         _ if omitted.is_empty() => {}
         _ => {
-            // `SELECT *, defaults FROM (source) AS rs_inserted(c1, ...)`.
+            // `SELECT *, defaults FROM (source) AS rs_inserted(c1, ...)`; the
+            // source's columns get names of their own first (the names of
+            // inserted columns do not matter, and the subquery needs them
+            // distinct).
+            alias_select_items(source);
             let aliases: Vec<String> = (1..=positions.len())
                 .map(|field| format!("rs_c{field}"))
                 .collect();
@@ -266,8 +275,12 @@ pub(crate) async fn fill_defaults(
                 .find(|reference| reference.id == sequence.id)
                 .ok_or_else(|| RsError::internal("a column's sequence has no bounds"))?;
             let mut last = None;
+            let restarted = session
+                .transaction
+                .as_ref()
+                .map(|transaction| &transaction.restarted);
             for row in rows.iter_mut() {
-                let value = gateway.database().sequences().next(reference)?;
+                let value = draw(gateway.database(), restarted, reference)?;
                 row[position] = integer(sql_type, value);
                 last = Some(value);
             }
@@ -313,8 +326,21 @@ async fn evaluate(
             .next()
             .ok_or_else(|| RsError::internal("a default evaluated to no value"));
     }
-    let batches = query_batches(gateway, session, &format!("SELECT ({text})"), false).await?;
+    let batches = query_batches(gateway, session, &default_select(text)?, false).await?;
     first_value(&batches, sql_type)
+}
+
+/// `SELECT (default)`, its literals read as a statement's own are
+/// (PostgreSQL's interval forms).
+fn default_select(text: &str) -> RsResult<String> {
+    let sql = format!("SELECT ({text})");
+    let mut statements = Parser::parse_sql(&PostgreSqlDialect {}, &sql)
+        .map_err(|error| RsError::new(&codes::SYNTAX_ERROR, error.to_string()))?;
+    let Some(statement) = statements.first_mut() else {
+        return Err(RsError::internal("a default is not an expression"));
+    };
+    normalize_interval_literals(statement);
+    Ok(statement.to_string())
 }
 
 fn first_value(
@@ -345,10 +371,11 @@ pub(crate) async fn check_defaults(
         let column = &definition.columns[position];
         refuse_references(expr_query(&expr)?.as_ref(), &column.name)?;
         let sql_type = column.sql_type()?;
-        let text = expr.to_string();
+        // What is checked is what INSERTs will evaluate: the stored text.
+        let text = as_postgres_prints(&expr, column);
         let context = gateway.query_context(session);
         let frame = context
-            .sql(&format!("SELECT ({text})"))
+            .sql(&default_select(&text)?)
             .await
             .map_err(query_error)?;
         let volatile = frame
@@ -377,7 +404,7 @@ pub(crate) async fn check_defaults(
                 ),
             )
         })?;
-        definition.columns[position].default = Some(as_postgres_prints(&expr, column));
+        definition.columns[position].default = Some(text);
     }
     Ok(())
 }
@@ -495,11 +522,11 @@ mod tests {
     fn omitted_columns_and_default_values_get_the_defaults() {
         assert_eq!(
             rewritten("INSERT INTO t (note) VALUES ('a'), ('b')"),
-            "INSERT INTO t (note, \"id\", \"state\") VALUES ('a', nextval('t_id_seq'), 'new'), ('b', nextval('t_id_seq'), 'new')"
+            "INSERT INTO t (note, \"id\", \"state\") VALUES ('a', nextval(16411), 'new'), ('b', nextval(16411), 'new')"
         );
         assert_eq!(
             rewritten("INSERT INTO t VALUES (DEFAULT, DEFAULT, 'x')"),
-            "INSERT INTO t VALUES (nextval('t_id_seq'), 'new', 'x')"
+            "INSERT INTO t VALUES (nextval(16411), 'new', 'x')"
         );
         // Fewer values than columns: the rest are left out.
         assert_eq!(
@@ -508,7 +535,7 @@ mod tests {
         );
         assert_eq!(
             rewritten("INSERT INTO t (note) SELECT 'a'"),
-            "INSERT INTO t (note, \"id\", \"state\") SELECT *, nextval('t_id_seq'), 'new' FROM (SELECT 'a') AS rs_inserted (rs_c1)"
+            "INSERT INTO t (note, \"id\", \"state\") SELECT *, nextval(16411), 'new' FROM (SELECT 'a' AS \"?column?\") AS rs_inserted (rs_c1)"
         );
         // Nothing to do.
         assert_eq!(

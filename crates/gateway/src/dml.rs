@@ -21,7 +21,9 @@ use rockstream_ops::arrow_rows::{array_to_datums, arrow_type};
 use rockstream_ops::keys::table_prefix;
 use rockstream_plan::arrow_types::{cast_rounds, datafusion_error, round_to_whole};
 use rockstream_plan::datetime_text::{arrow_datetime_texts, DatetimeInput};
-use rockstream_planner::{alias_select_items, rewrite_using_joins, uses_using_joins};
+use rockstream_planner::{
+    alias_select_items, normalize_interval_literals, rewrite_using_joins, uses_using_joins,
+};
 use rockstream_types::encoding::encode_row;
 use rockstream_types::{codes, Datum, Row, RsError, RsResult, SqlType};
 
@@ -137,6 +139,12 @@ async fn inserted_rows(
     let mut rewritten = insert.clone().into_owned();
     defaults::rewrite_insert(entry, &mut rewritten)?;
     if rewritten != *insert {
+        // The defaults written in read as the statement's own literals do.
+        let mut statement = Statement::Insert(rewritten);
+        normalize_interval_literals(&mut statement);
+        let Statement::Insert(rewritten) = statement else {
+            return Err(RsError::internal("a rewritten INSERT is an INSERT"));
+        };
         insert = Cow::Owned(rewritten);
     }
     if written.source.as_deref().is_some_and(uses_using_joins) {

@@ -21,9 +21,13 @@ use datafusion::logical_expr::{
     Volatility,
 };
 use datafusion::prelude::SessionContext;
-use rockstream_control::{CatalogEntry, Database, PendingCatalog, SequenceRef};
-use rockstream_planner::relation_oid;
+use rockstream_control::{
+    next_after_set, take_next, CatalogEntry, Database, PendingCatalog, SequenceRef, Sequences,
+};
+use rockstream_planner::{regclass_name, relation_oid};
 use rockstream_types::{codes, ObjectId, RsError, RsResult, SqlType};
+
+use crate::session::{restarted_map, RestartedSequences};
 
 /// What `currval` and `lastval` read: the last value `nextval` (or
 /// `setval`) gave each sequence in this session.
@@ -48,6 +52,8 @@ pub(crate) struct SequenceAccess {
     /// The transaction's DDL, whose tables' sequences it may use.
     pub pending: Option<PendingCatalog>,
     pub session: Arc<Mutex<SessionSequences>>,
+    /// The transaction's restarted sequences, if it has any.
+    pub restarted: Option<RestartedSequences>,
     known: OnceLock<Vec<SequenceRef>>,
 }
 
@@ -57,12 +63,14 @@ impl SequenceAccess {
         namespace: String,
         pending: Option<PendingCatalog>,
         session: Arc<Mutex<SessionSequences>>,
+        restarted: Option<RestartedSequences>,
     ) -> SequenceAccess {
         SequenceAccess {
             database,
             namespace,
             pending,
             session,
+            restarted,
             known: OnceLock::new(),
         }
     }
@@ -87,14 +95,14 @@ impl SequenceAccess {
                 .iter()
                 .find(|sequence| relation_oid(sequence.id) == oid),
             Argument::Name(name) => {
-                let name = relation_name(name);
+                let name = regclass_name(name);
                 self.known().iter().find(|sequence| sequence.name == name)
             }
         };
         found.cloned().ok_or_else(|| {
             let named = match argument {
                 Argument::Oid(oid) => oid.to_string(),
-                Argument::Name(name) => relation_name(name),
+                Argument::Name(name) => regclass_name(name),
             };
             RsError::new(
                 &codes::UNDEFINED_OBJECT,
@@ -110,7 +118,7 @@ impl SequenceAccess {
     }
 
     fn next(&self, sequence: &SequenceRef) -> RsResult<i64> {
-        let value = self.database.sequences().next(sequence)?;
+        let value = draw(&self.database, self.restarted.as_ref(), sequence)?;
         self.session().drawn(sequence.id, value);
         Ok(value)
     }
@@ -132,7 +140,14 @@ impl SequenceAccess {
     }
 
     fn set(&self, sequence: &SequenceRef, value: i64, is_called: bool) -> RsResult<i64> {
-        self.database.sequences().set(sequence, value, is_called)?;
+        let restarted = self.restarted.as_ref().map(restarted_map);
+        match restarted {
+            Some(mut restarted) if restarted.contains_key(&sequence.id) => {
+                Sequences::check_set(sequence, value)?;
+                restarted.insert(sequence.id, next_after_set(value, is_called));
+            }
+            _ => self.database.sequences().set(sequence, value, is_called)?,
+        }
         if is_called {
             self.session().drawn(sequence.id, value);
         }
@@ -170,18 +185,19 @@ pub(crate) fn sequence_refs(entry: &CatalogEntry) -> Vec<SequenceRef> {
         .collect()
 }
 
-/// A relation name as `regclass` reads it: `public.` dropped, quotes keep
-/// case, unquoted names fold to lower case.
-fn relation_name(text: &str) -> String {
-    let text = text.trim();
-    let bare = text.strip_prefix("public.").unwrap_or(text);
-    match bare
-        .strip_prefix('"')
-        .and_then(|rest| rest.strip_suffix('"'))
-    {
-        Some(quoted) => quoted.replace("\"\"", "\""),
-        None => bare.to_lowercase(),
+/// `nextval` of `sequence`: from the transaction's restarted counter when
+/// `TRUNCATE … RESTART IDENTITY` restarted it, else from the server's.
+pub(crate) fn draw(
+    database: &Database,
+    restarted: Option<&RestartedSequences>,
+    sequence: &SequenceRef,
+) -> RsResult<i64> {
+    if let Some(restarted) = restarted {
+        if let Some(next) = restarted_map(restarted).get_mut(&sequence.id) {
+            return take_next(next, sequence);
+        }
     }
+    database.sequences().next(sequence)
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -331,13 +347,20 @@ impl ScalarUDFImpl for SequenceFunction {
                         Function::Next => access.next(&sequence),
                         Function::Current => access.current(&sequence),
                         _ => {
-                            let value = values.filter(|array| !array.is_null(row));
-                            let is_called = called
+                            // Strict, as PostgreSQL's: a NULL argument gives NULL.
+                            let value = values
                                 .filter(|array| !array.is_null(row))
-                                .is_none_or(|array| array.value(row));
-                            match value {
-                                Some(array) => access.set(&sequence, array.value(row), is_called),
-                                None => {
+                                .map(|array| array.value(row));
+                            let is_called = match called {
+                                None => Some(true),
+                                Some(array) if array.is_null(row) => None,
+                                Some(array) => Some(array.value(row)),
+                            };
+                            match (value, is_called) {
+                                (Some(value), Some(is_called)) => {
+                                    access.set(&sequence, value, is_called)
+                                }
+                                _ => {
                                     out.push(None);
                                     continue;
                                 }
@@ -400,8 +423,8 @@ mod tests {
 
     #[test]
     fn names_fold_as_regclass_folds_them() {
-        assert_eq!(relation_name("T_id_seq"), "t_id_seq");
-        assert_eq!(relation_name("public.t_id_seq"), "t_id_seq");
-        assert_eq!(relation_name("\"T_id_seq\""), "T_id_seq");
+        assert_eq!(regclass_name("T_id_seq"), "t_id_seq");
+        assert_eq!(regclass_name("public.t_id_seq"), "t_id_seq");
+        assert_eq!(regclass_name("\"T_id_seq\""), "T_id_seq");
     }
 }

@@ -85,8 +85,23 @@ pub struct Transaction {
     pub before_set_local: Option<Parameters>,
     /// The savepoints defined and not yet released, oldest first.
     pub savepoints: Vec<NamedSavepoint>,
-    /// Sequences `TRUNCATE … RESTART IDENTITY` restarts when it commits.
-    pub restart_sequences: Vec<ObjectId>,
+    /// Sequences `TRUNCATE … RESTART IDENTITY` restarted, each with the
+    /// value it hands out next in this transaction; they go on from there
+    /// once it commits.
+    pub restarted: RestartedSequences,
+}
+
+/// A transaction's restarted sequences (shared with the sequence functions
+/// of its statements).
+pub type RestartedSequences = Arc<std::sync::Mutex<BTreeMap<ObjectId, i128>>>;
+
+/// The map behind `restarted`, poisoned or not.
+pub fn restarted_map(
+    restarted: &RestartedSequences,
+) -> std::sync::MutexGuard<'_, BTreeMap<ObjectId, i128>> {
+    restarted
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// A point inside a transaction block that `ROLLBACK TO SAVEPOINT` returns
@@ -96,7 +111,7 @@ pub struct NamedSavepoint {
     pub name: String,
     tables: BTreeMap<ObjectId, PendingTable>,
     catalog: PendingCatalog,
-    restart_sequences: Vec<ObjectId>,
+    restarted: BTreeMap<ObjectId, i128>,
     parameters: Parameters,
     before_set_local: Option<Parameters>,
     /// Cursors declared from here on have higher serials: `ROLLBACK TO`
@@ -296,7 +311,7 @@ impl GatewaySession {
                 name: name.to_string(),
                 tables: transaction.tables.clone(),
                 catalog: transaction.catalog.clone(),
-                restart_sequences: transaction.restart_sequences.clone(),
+                restarted: restarted_map(&transaction.restarted).clone(),
                 parameters,
                 before_set_local: transaction.before_set_local.clone(),
                 cursor_serial,
@@ -321,7 +336,7 @@ impl GatewaySession {
         let savepoint = &transaction.savepoints[position];
         transaction.tables = savepoint.tables.clone();
         transaction.catalog = savepoint.catalog.clone();
-        transaction.restart_sequences = savepoint.restart_sequences.clone();
+        *restarted_map(&transaction.restarted) = savepoint.restarted.clone();
         transaction.before_set_local = savepoint.before_set_local.clone();
         transaction.aborted = false;
         self.parameters = savepoint.parameters.clone();

@@ -107,7 +107,7 @@ pub(crate) fn on_conflict<'a>(
 }
 
 /// The column a `DO UPDATE SET` assignment writes: 42703 for an unknown
-/// one; the key may not change (its row would move under another key).
+/// one.
 fn assigned_position(
     entry: &CatalogEntry,
     assignment: &datafusion::sql::sqlparser::ast::Assignment,
@@ -127,14 +127,6 @@ fn assigned_position(
                 ),
             )
         })?;
-    if entry.primary_key.contains(&position) {
-        return Err(RsError::new(
-            &codes::UNSUPPORTED_STATEMENT,
-            format!(
-                "ON CONFLICT DO UPDATE cannot change the primary key column \"{column}\" here; UPDATE the row instead"
-            ),
-        ));
-    }
     Ok(position)
 }
 
@@ -434,6 +426,21 @@ async fn updated_rows(
             let mut new = (*existing).clone();
             for (index, position) in assigned.iter().enumerate() {
                 new[*position] = new_values[index][row].clone();
+            }
+            // Setting the key to what it is (`SET id = excluded.id`) is
+            // fine; moving the row under another key is not built.
+            if let Some(position) = entry
+                .primary_key
+                .iter()
+                .find(|position| new[**position] != existing[**position])
+            {
+                return Err(RsError::new(
+                    &codes::UNSUPPORTED_STATEMENT,
+                    format!(
+                        "ON CONFLICT DO UPDATE cannot change the primary key column \"{}\" here; UPDATE the row instead",
+                        entry.columns[*position].name
+                    ),
+                ));
             }
             conform_row(entry, &limits, &mut new)?;
             updated[ordinal] = Some(new);

@@ -10,7 +10,7 @@ use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::logical_expr::{Expr, ExprSchemable, LogicalPlan};
 use datafusion::sql::sqlparser::ast::{
     visit_expressions, visit_expressions_mut, ArrayElemTypeDef, DataType as SqlDataType,
-    Expr as SqlExpr, FetchDirection, Ident, ObjectName, Statement, Value,
+    Expr as SqlExpr, FetchDirection, Ident, ObjectName, Statement, TableObject, Value,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::keywords::Keyword;
@@ -260,6 +260,22 @@ fn bind_parameters(
 /// `statement` as DataFusion plans it for its parameter types: a write
 /// without its `RETURNING` list (and an `INSERT` without the target's alias
 /// the list may use), which DataFusion does not plan.
+/// The highest `$n` of `statement` (0 without placeholders).
+fn highest_placeholder(statement: &Statement) -> usize {
+    let mut highest = 0;
+    let _ = visit_expressions(statement, |expr: &SqlExpr| {
+        if let SqlExpr::Value(value) = expr {
+            if let Value::Placeholder(name) = &value.value {
+                if let Some(index) = name.strip_prefix('$').and_then(|n| n.parse::<usize>().ok()) {
+                    highest = highest.max(index);
+                }
+            }
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+    highest
+}
+
 fn without_returning(statement: &Statement) -> std::borrow::Cow<'_, Statement> {
     let returns = match statement {
         Statement::Insert(insert) => {
@@ -579,6 +595,28 @@ impl Backend for Gateway {
 
 impl Gateway {
     /// What Describe answers for `statement`, but for a `RETURNING` list.
+    /// `statement`, an INSERT with its defaults written in
+    /// ([`defaults::rewrite_insert`]); anything else as it is.
+    fn with_defaults<'a>(
+        &self,
+        session: &GatewaySession,
+        statement: &'a Statement,
+    ) -> RsResult<std::borrow::Cow<'a, Statement>> {
+        let Statement::Insert(insert) = statement else {
+            return Ok(std::borrow::Cow::Borrowed(statement));
+        };
+        let TableObject::TableName(name) = &insert.table else {
+            return Ok(std::borrow::Cow::Borrowed(statement));
+        };
+        let name = crate::backend::object_name(&name.to_string());
+        let Ok(entry) = self.entry(session, &name, Some(ObjectKind::Table)) else {
+            return Ok(std::borrow::Cow::Borrowed(statement));
+        };
+        let mut rewritten = insert.clone();
+        defaults::rewrite_insert(&entry, &mut rewritten)?;
+        Ok(std::borrow::Cow::Owned(Statement::Insert(rewritten)))
+    }
+
     async fn describe_statement(
         &self,
         session: &mut GatewaySession,
@@ -609,9 +647,12 @@ impl Gateway {
             }
             _ => None,
         };
+        // An INSERT is planned with its defaults written in, as it runs
+        // (`DEFAULT` values and short VALUES lists plan only so).
+        let with_defaults = self.with_defaults(session, statement)?;
         let sql = match &normalized {
             Some(query) => query.to_string(),
-            None => without_returning(statement).to_string(),
+            None => without_returning(with_defaults.as_ref()).to_string(),
         };
         let mut planned = context.state().create_logical_plan(&sql).await;
         if let (Err(error), Some(query)) = (&planned, &mut normalized) {
@@ -647,6 +688,15 @@ impl Gateway {
             })
             .collect();
         parameter_types.sort_by_key(|(index, _)| *index);
+        // Placeholders planning did not see (an ON CONFLICT's SET, which is
+        // planned only when it runs) are text, as PostgreSQL's unknown.
+        let highest = highest_placeholder(statement);
+        if parameter_types.len() < highest {
+            let typed: BTreeMap<usize, DataType> = parameter_types.into_iter().collect();
+            parameter_types = (1..=highest)
+                .map(|index| (index, typed.get(&index).cloned().unwrap_or(DataType::Utf8)))
+                .collect();
+        }
         let columns = match statement {
             Statement::Query(query) => Some(renamed_schema(
                 pg_result_schema(plan.schema().as_arrow()),

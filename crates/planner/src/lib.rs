@@ -44,8 +44,8 @@ pub use pg_compat::normalize_query;
 pub use resolver::{new_context, new_context_in, SchemaOnlyTable, TableResolver};
 pub use set_operations::uses_bag_set_operation;
 pub use system_catalog::{
-    current_setting, relation_oid, session_constant, set_config, ColumnInfo, RelationInfo,
-    RelationKind, SequenceInfo,
+    current_setting, quote_ident, regclass_name, relation_oid, session_constant, set_config,
+    ColumnInfo, RelationInfo, RelationKind, SequenceInfo,
 };
 pub use translate::{plan_view, schema_of, undefined_relation};
 pub use using_joins::{rewrite_using_joins, uses_using_joins};

@@ -339,6 +339,19 @@ type Scope = [Vec<(String, bool)>];
 /// the columns whose `atthasdef` is true, so the condition changes nothing
 /// and is dropped (only when `a` is not a relation of the subquery itself).
 fn drop_outer_has_default(select: &mut Select) {
+    let reads_defaults = select
+        .from
+        .iter()
+        .flat_map(|item| {
+            std::iter::once(&item.relation).chain(item.joins.iter().map(|join| &join.relation))
+        })
+        .any(|relation| {
+            matches!(relation, TableFactor::Table { name, .. }
+            if matches!(name_parts(name), Some((table, _)) if table == "pg_attrdef"))
+        });
+    if !reads_defaults {
+        return;
+    }
     let own = select_relation_names(select);
     let is_outer_flag = |expr: &Expr| match expr {
         // `a.atthasdef`, or `pg_catalog.pg_attribute.atthasdef`.

@@ -16,7 +16,7 @@ use rockstream_runtime::TableChange;
 use rockstream_types::{codes, ObjectId, RsError, RsResult};
 use slatedb::WriteBatch;
 
-use super::{already_exists, entry_json, Database};
+use super::{already_exists, entry_json, name_is_free, Database};
 use crate::catalog::CatalogEntry;
 use crate::follower::CatalogChange;
 
@@ -192,12 +192,19 @@ impl Database {
                 ),
             ));
         }
+        let standing: Vec<CatalogEntry> = committed
+            .iter()
+            .filter(|other| !dropped.contains(&other.id))
+            .cloned()
+            .collect();
         for entry in &pending.created {
-            if committed
-                .iter()
-                .any(|other| other.name == entry.name && !dropped.contains(&other.id))
+            // Its name and its sequences' names, against what committed
+            // meanwhile (a relation and a sequence share one namespace).
+            if let Some(taken) = std::iter::once(entry.name.as_str())
+                .chain(entry.sequence_names())
+                .find(|name| !name_is_free(&standing, name, true).unwrap_or(false))
             {
-                return Err(already_exists(&entry.name));
+                return Err(already_exists(taken));
             }
             if !entry.dependencies.iter().all(exists) {
                 return Err(RsError::new(

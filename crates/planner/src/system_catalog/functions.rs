@@ -441,7 +441,7 @@ impl CatalogFunction {
                 if let Some((_, oid)) = known {
                     return Some(*oid);
                 }
-                let bare = unquoted.strip_prefix("public.").unwrap_or(unquoted);
+                let bare = regclass_name(name);
                 relations
                     .iter()
                     .find(|relation| relation.name == bare)
@@ -472,6 +472,39 @@ impl CatalogFunction {
     }
 }
 
+/// `name` as PostgreSQL's `quote_ident` writes it: bare when it is lower
+/// case letters, digits and underscores (not starting with a digit),
+/// double-quoted otherwise.
+pub fn quote_ident(name: &str) -> String {
+    let bare = name
+        .chars()
+        .next()
+        .is_some_and(|first| first.is_ascii_lowercase() || first == '_')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if bare {
+        name.to_string()
+    } else {
+        format!("\"{}\"", name.replace('"', "\"\""))
+    }
+}
+
+/// A relation's name as `regclass` reads it: optionally qualified by
+/// `public.`, folded to lower case unless double-quoted (`""` inside quotes
+/// is one `"`).
+pub fn regclass_name(text: &str) -> String {
+    let text = text.trim();
+    let bare = text.strip_prefix("public.").unwrap_or(text);
+    match bare
+        .strip_prefix('"')
+        .and_then(|rest| rest.strip_suffix('"'))
+    {
+        Some(quoted) => quoted.replace("\"\"", "\""),
+        None => bare.to_lowercase(),
+    }
+}
+
 /// `pg_get_serial_sequence(table, column)`: `public.<sequence>` of the
 /// column's sequence, NULL when it owns none; 42P01 / 42703 for a table or
 /// column that does not exist. The table name is read as `regclass` reads
@@ -481,15 +514,7 @@ fn serial_sequence(
     column: &str,
     relations: &[RelationInfo],
 ) -> DataFusionResult<Option<String>> {
-    let table = table.trim();
-    let bare = table.strip_prefix("public.").unwrap_or(table);
-    let name = match bare
-        .strip_prefix('"')
-        .and_then(|rest| rest.strip_suffix('"'))
-    {
-        Some(quoted) => quoted.to_string(),
-        None => bare.to_lowercase(),
-    };
+    let name = regclass_name(table);
     let error =
         |code, message: String| DataFusionError::External(Box::new(RsError::new(code, message)));
     let relation = relations
@@ -514,7 +539,7 @@ fn serial_sequence(
     Ok(owned
         .sequence
         .as_ref()
-        .map(|sequence| format!("{SCHEMA}.{}", sequence.name)))
+        .map(|sequence| format!("{SCHEMA}.{}", quote_ident(&sequence.name))))
 }
 
 /// PostgreSQL's `pg_size_pretty`: bytes below 10 kB, then the largest unit
