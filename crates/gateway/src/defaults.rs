@@ -535,7 +535,7 @@ mod tests {
         );
         assert_eq!(
             rewritten("INSERT INTO t (note) SELECT 'a'"),
-            "INSERT INTO t (note, \"id\", \"state\") SELECT *, nextval(16411), 'new' FROM (SELECT 'a' AS \"?column?\") AS rs_inserted (rs_c1)"
+            "INSERT INTO t (note, \"id\", \"state\") SELECT *, nextval(16411), 'new' FROM (SELECT 'a' AS \"__rs_column_0\") AS rs_inserted (rs_c1)"
         );
         // Nothing to do.
         assert_eq!(
