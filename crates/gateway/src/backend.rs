@@ -61,6 +61,7 @@ pub struct Gateway {
 
 impl Gateway {
     pub fn new(database: Arc<Database>, runtime: Runtime, memory: MemoryLimits) -> Gateway {
+        crate::session::seed_transaction_ids(runtime.now_micros());
         Gateway {
             database,
             runtime,

@@ -45,20 +45,22 @@ pub struct PendingTable {
 }
 
 /// A transaction's number (`txid_current()`): increasing across the
-/// server's life and its restarts (it starts from the clock).
+/// server's life, and across restarts once [`seed_transaction_ids`] starts
+/// them from the clock.
 #[derive(Debug, Clone, Copy)]
 pub struct TransactionId(pub i64);
 
+static NEXT_TRANSACTION_ID: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(1);
+
+/// Transaction numbers go on from at least `at_least` (the clock's
+/// microseconds when the server starts).
+pub fn seed_transaction_ids(at_least: i64) {
+    NEXT_TRANSACTION_ID.fetch_max(at_least, std::sync::atomic::Ordering::Relaxed);
+}
+
 impl Default for TransactionId {
     fn default() -> Self {
-        static NEXT: std::sync::LazyLock<std::sync::atomic::AtomicI64> =
-            std::sync::LazyLock::new(|| {
-                let micros = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(1, |since| since.as_micros());
-                std::sync::atomic::AtomicI64::new(i64::try_from(micros).unwrap_or(1))
-            });
-        TransactionId(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+        TransactionId(NEXT_TRANSACTION_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
     }
 }
 
