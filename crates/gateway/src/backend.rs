@@ -591,21 +591,7 @@ impl Gateway {
                 let mut assigned = Vec::new();
                 let mut values = Vec::new();
                 for assignment in &update.assignments {
-                    let target = object_name(&assignment.target.to_string());
-                    let column = target.rsplit('.').next().unwrap_or(&target).to_string();
-                    let position = entry
-                        .columns
-                        .iter()
-                        .position(|c| c.name == column)
-                        .ok_or_else(|| {
-                            RsError::new(
-                                &codes::UNDEFINED_COLUMN,
-                                format!(
-                                    "column \"{column}\" of relation \"{}\" does not exist",
-                                    entry.name
-                                ),
-                            )
-                        })?;
+                    let position = dml::assigned_column(&entry, assignment)?;
                     assigned.push(position);
                     values.push(format!(
                         "({}) AS \"__rs_new_{}\"",

@@ -282,6 +282,29 @@ async fn query_insert_rows(
     Ok(rows)
 }
 
+/// The column an `UPDATE … SET` (or `ON CONFLICT DO UPDATE SET`)
+/// assignment writes: 42703 for an unknown one.
+pub(crate) fn assigned_column(
+    entry: &CatalogEntry,
+    assignment: &datafusion::sql::sqlparser::ast::Assignment,
+) -> RsResult<usize> {
+    let target = crate::backend::object_name(&assignment.target.to_string());
+    let column = target.rsplit('.').next().unwrap_or(&target);
+    entry
+        .columns
+        .iter()
+        .position(|existing| existing.name == column)
+        .ok_or_else(|| {
+            RsError::new(
+                &codes::UNDEFINED_COLUMN,
+                format!(
+                    "column \"{column}\" of relation \"{}\" does not exist",
+                    entry.name
+                ),
+            )
+        })
+}
+
 /// The table positions an INSERT's column list names (every column, in
 /// order, when it names none): 42703 for an unknown column, 42701 for one
 /// named twice.

@@ -34,7 +34,7 @@ use crate::backend::{Gateway, OneTable};
 use crate::ddl::ident_name;
 use crate::defaults;
 use crate::dml::{
-    conform_row, length_limits, pending_table, query_error, strict_cast, Returned,
+    assigned_column, conform_row, length_limits, pending_table, query_error, strict_cast, Returned,
     TRANSACTION_ROWS_MAX,
 };
 use crate::session::GatewaySession;
@@ -100,34 +100,10 @@ pub(crate) fn on_conflict<'a>(
     }
     if let OnConflictAction::DoUpdate(update) = &conflict.action {
         for assignment in &update.assignments {
-            assigned_position(entry, assignment)?;
+            assigned_column(entry, assignment)?;
         }
     }
     Ok(Some(conflict))
-}
-
-/// The column a `DO UPDATE SET` assignment writes: 42703 for an unknown
-/// one.
-fn assigned_position(
-    entry: &CatalogEntry,
-    assignment: &datafusion::sql::sqlparser::ast::Assignment,
-) -> RsResult<usize> {
-    let target = crate::backend::object_name(&assignment.target.to_string());
-    let column = target.rsplit('.').next().unwrap_or(&target).to_string();
-    let position = entry
-        .columns
-        .iter()
-        .position(|existing| existing.name == column)
-        .ok_or_else(|| {
-            RsError::new(
-                &codes::UNDEFINED_COLUMN,
-                format!(
-                    "column \"{column}\" of relation \"{}\" does not exist",
-                    entry.name
-                ),
-            )
-        })?;
-    Ok(position)
 }
 
 /// What happens to one proposed row.
@@ -317,7 +293,7 @@ async fn updated_rows(
     let mut assigned = Vec::with_capacity(assignments.len());
     let mut values = Vec::with_capacity(assignments.len());
     for assignment in assignments {
-        let position = assigned_position(entry, assignment)?;
+        let position = assigned_column(entry, assignment)?;
         let mut value = assignment.value.clone();
         name_excluded(&mut value, entry);
         let text = defaults::assigned_value(&entry.columns[position], &value)?;
