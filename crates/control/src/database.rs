@@ -154,10 +154,10 @@ impl Database {
     pub async fn restart_sequences(
         &self,
         namespace: &str,
-        restarted: &[(ObjectId, i64)],
+        restarted: &[(ObjectId, i128)],
     ) -> RsResult<()> {
         let entries = self.entries(namespace);
-        let standing: Vec<(ObjectId, i64)> = restarted
+        let standing: Vec<(ObjectId, i128)> = restarted
             .iter()
             .filter(|(id, _)| {
                 entries

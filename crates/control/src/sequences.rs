@@ -185,15 +185,16 @@ impl Sequences {
     pub(crate) async fn restart(
         &self,
         control: &ControlDb,
-        restarted: &[(ObjectId, i64)],
+        restarted: &[(ObjectId, i128)],
     ) -> RsResult<()> {
         if restarted.is_empty() {
             return Ok(());
         }
         let _one_at_a_time = self.persisting.lock().await;
-        let counter = |next: i64| Counter {
-            next: i128::from(next),
-            logged: next.saturating_sub(1),
+        // An exhausted BIGINT sequence (`next` past i64::MAX) stays so.
+        let counter = |next: i128| Counter {
+            next,
+            logged: i64::try_from(next - 1).unwrap_or(i64::MAX),
         };
         let mut batch = WriteBatch::new();
         for (id, next) in restarted {
@@ -285,6 +286,16 @@ mod tests {
         let reloaded = Sequences::load(&control.db().await.unwrap()).await.unwrap();
         assert_eq!(reloaded.next(&serial).unwrap(), 67);
         reloaded.restart(&control, &[(serial.id, 3)]).await.unwrap();
+        let exhausted = SequenceRef {
+            id: ObjectId::from(8u64),
+            name: "w_id_seq".into(),
+            max: i64::MAX,
+        };
+        reloaded
+            .restart(&control, &[(exhausted.id, i128::from(i64::MAX) + 1)])
+            .await
+            .unwrap();
+        assert!(reloaded.next(&exhausted).is_err());
         let restarted = Sequences::load(&control.db().await.unwrap()).await.unwrap();
         assert_eq!(restarted.next(&serial).unwrap(), 3);
     }

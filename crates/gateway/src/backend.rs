@@ -1385,10 +1385,10 @@ impl Gateway {
         // Values its rows hold are never handed out again, even if the
         // server stops right after the commit.
         self.database.persist_sequences().await?;
-        let restarted: Vec<(rockstream_types::ObjectId, i64)> =
+        let restarted: Vec<(rockstream_types::ObjectId, i128)> =
             restarted_map(&transaction.restarted)
                 .iter()
-                .map(|(id, next)| (*id, i64::try_from(*next).unwrap_or(i64::MAX)))
+                .map(|(id, next)| (*id, *next))
                 .collect();
         let changes: Vec<TableChange> = transaction
             .tables
@@ -1408,7 +1408,13 @@ impl Gateway {
         self.database
             .commit_transaction(namespace, transaction.catalog, changes)
             .await?;
-        self.database.restart_sequences(namespace, &restarted).await
+        // Past the commit point: the transaction committed, whatever
+        // happens to the restart. If its write fails the sequences go on
+        // from their old, higher values, which repeats nothing.
+        if let Err(error) = self.database.restart_sequences(namespace, &restarted).await {
+            tracing::warn!(%error, "TRUNCATE … RESTART IDENTITY committed, but its sequences could not be restarted");
+        }
+        Ok(())
     }
 }
 

@@ -338,7 +338,10 @@ impl GatewaySession {
         let savepoint = &transaction.savepoints[position];
         transaction.tables = savepoint.tables.clone();
         transaction.catalog = savepoint.catalog.clone();
-        *restarted_map(&transaction.restarted) = savepoint.restarted.clone();
+        // Sequences are not transactional: a counter restarted before the
+        // savepoint keeps what it handed out since; one restarted after it
+        // (its TRUNCATE rolled back) is the server's again.
+        restarted_map(&transaction.restarted).retain(|id, _| savepoint.restarted.contains_key(id));
         transaction.before_set_local = savepoint.before_set_local.clone();
         transaction.aborted = false;
         self.parameters = savepoint.parameters.clone();

@@ -403,22 +403,26 @@ async fn updated_rows(
             for (index, position) in assigned.iter().enumerate() {
                 new[*position] = new_values[index][row].clone();
             }
+            conform_row(entry, &limits, &mut new)?;
             // Setting the key to what it is (`SET id = excluded.id`) is
             // fine; moving the row under another key is not built.
-            if let Some(position) = entry
-                .primary_key
-                .iter()
-                .find(|position| new[**position] != existing[**position])
-            {
+            let key = |row: &Row| {
+                let values: Row = entry
+                    .primary_key
+                    .iter()
+                    .map(|position| row[*position].clone())
+                    .collect();
+                encode_row(&values)
+            };
+            if key(&new) != key(existing) {
                 return Err(RsError::new(
                     &codes::UNSUPPORTED_STATEMENT,
                     format!(
-                        "ON CONFLICT DO UPDATE cannot change the primary key column \"{}\" here; UPDATE the row instead",
-                        entry.columns[*position].name
+                        "ON CONFLICT DO UPDATE cannot change the primary key of a row of \"{}\" here; UPDATE the row instead",
+                        entry.name
                     ),
                 ));
             }
-            conform_row(entry, &limits, &mut new)?;
             updated[ordinal] = Some(new);
         }
     }

@@ -260,14 +260,35 @@ fn bind_parameters(
 /// `statement` as DataFusion plans it for its parameter types: a write
 /// without its `RETURNING` list (and an `INSERT` without the target's alias
 /// the list may use), which DataFusion does not plan.
-/// The highest `$n` of `statement` (0 without placeholders).
+/// The types of `$1` … `$n` (`n` the highest placeholder of `statement`):
+/// as planned, else as cast (`$1::int`), else text.
+fn padded_parameters(
+    planned: Vec<(usize, DataType)>,
+    statement: &Statement,
+    casts: &BTreeMap<usize, DataType>,
+) -> Vec<DataType> {
+    let highest = highest_placeholder(statement).max(planned.len());
+    let planned: BTreeMap<usize, DataType> = planned.into_iter().collect();
+    (1..=highest)
+        .map(|index| {
+            planned
+                .get(&index)
+                .or_else(|| casts.get(&index))
+                .cloned()
+                .unwrap_or(DataType::Utf8)
+        })
+        .collect()
+}
+
+/// The highest `$n` of `statement` (0 without placeholders; PostgreSQL's
+/// bound of 65535 is checked when the statement is parsed).
 fn highest_placeholder(statement: &Statement) -> usize {
     let mut highest = 0;
     let _ = visit_expressions(statement, |expr: &SqlExpr| {
         if let SqlExpr::Value(value) = expr {
             if let Value::Placeholder(name) = &value.value {
-                if let Some(index) = name.strip_prefix('$').and_then(|n| n.parse::<usize>().ok()) {
-                    highest = highest.max(index);
+                if let Some(index) = name.strip_prefix('$').and_then(|n| n.parse::<u16>().ok()) {
+                    highest = highest.max(usize::from(index));
                 }
             }
         }
@@ -614,7 +635,12 @@ impl Gateway {
         };
         let mut rewritten = insert.clone();
         defaults::rewrite_insert(&entry, &mut rewritten)?;
-        Ok(std::borrow::Cow::Owned(Statement::Insert(rewritten)))
+        if rewritten == *insert {
+            return Ok(std::borrow::Cow::Borrowed(statement));
+        }
+        let mut rewritten = Statement::Insert(rewritten);
+        normalize_interval_literals(&mut rewritten);
+        Ok(std::borrow::Cow::Owned(rewritten))
     }
 
     async fn describe_statement(
@@ -663,9 +689,19 @@ impl Gateway {
                     .await;
             }
         }
+        if planned.is_err() && matches!(with_defaults, std::borrow::Cow::Owned(_)) {
+            // As written, without its defaults.
+            planned = context
+                .state()
+                .create_logical_plan(&without_returning(statement).to_string())
+                .await;
+        }
+        let casts = cast_parameter_types(statement);
         let Ok(plan) = planned else {
+            // Not plannable before it runs: every placeholder is text
+            // unless cast, as PostgreSQL's unknown.
             return Ok(Described {
-                parameter_types: Vec::new(),
+                parameter_types: padded_parameters(Vec::new(), statement, &casts),
                 columns: None,
             });
         };
@@ -675,8 +711,7 @@ impl Gateway {
         };
         let types = plan.get_parameter_types().unwrap_or_default();
         let arrays = array_parameter_types(&plan);
-        let casts = cast_parameter_types(statement);
-        let mut parameter_types: Vec<(usize, DataType)> = types
+        let parameter_types: Vec<(usize, DataType)> = types
             .into_iter()
             .map(|(name, data_type)| {
                 let index = name.trim_start_matches('$').parse().unwrap_or(0);
@@ -687,16 +722,9 @@ impl Gateway {
                 (index, data_type)
             })
             .collect();
-        parameter_types.sort_by_key(|(index, _)| *index);
         // Placeholders planning did not see (an ON CONFLICT's SET, which is
-        // planned only when it runs) are text, as PostgreSQL's unknown.
-        let highest = highest_placeholder(statement);
-        if parameter_types.len() < highest {
-            let typed: BTreeMap<usize, DataType> = parameter_types.into_iter().collect();
-            parameter_types = (1..=highest)
-                .map(|index| (index, typed.get(&index).cloned().unwrap_or(DataType::Utf8)))
-                .collect();
-        }
+        // planned only when it runs) are text unless cast.
+        let parameter_types = padded_parameters(parameter_types, statement, &casts);
         let columns = match statement {
             Statement::Query(query) => Some(renamed_schema(
                 pg_result_schema(plan.schema().as_arrow()),
@@ -705,7 +733,7 @@ impl Gateway {
             _ => None,
         };
         Ok(Described {
-            parameter_types: parameter_types.into_iter().map(|(_, t)| t).collect(),
+            parameter_types,
             columns,
         })
     }

@@ -437,6 +437,44 @@ def asyncpg_show_and_session_functions(url):
 
 
 @check
+def asyncpg_defaults_and_upsert(url):
+    """Prepared INSERTs that leave columns to their defaults, and an upsert
+    whose SET takes a parameter: asyncpg binds by the described types."""
+    import asyncpg
+
+    ddl(
+        url,
+        "CREATE TABLE apg_jobs (id SERIAL PRIMARY KEY, name TEXT, "
+        "timeout INTERVAL DEFAULT '00:05:00', runs INT DEFAULT 0)",
+    )
+
+    async def body():
+        connection = await asyncpg.connect(url)
+        try:
+            first = await connection.fetchval(
+                "INSERT INTO apg_jobs (name) VALUES ($1) RETURNING id", "a"
+            )
+            second = await connection.fetchval(
+                "INSERT INTO apg_jobs VALUES (DEFAULT, $1) RETURNING id", "b"
+            )
+            expect([first, second], [1, 2], "ids")
+            runs = await connection.fetchval(
+                "INSERT INTO apg_jobs (id, name) VALUES ($1, $2) ON CONFLICT (id) "
+                "DO UPDATE SET runs = apg_jobs.runs + $3::int RETURNING runs",
+                1,
+                "a",
+                5,
+            )
+            expect(runs, 5, "runs after the upsert")
+            row = await connection.fetchrow("SELECT timeout, runs FROM apg_jobs WHERE id = 2")
+            expect((str(row["timeout"]), row["runs"]), ("0:05:00", 0), "defaults")
+        finally:
+            await connection.close()
+
+    run(body())
+
+
+@check
 def asyncpg_pool_release(url):
     import asyncpg
 
