@@ -10,7 +10,8 @@ use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::logical_expr::{Expr, ExprSchemable, LogicalPlan};
 use datafusion::sql::sqlparser::ast::{
     visit_expressions, visit_expressions_mut, ArrayElemTypeDef, DataType as SqlDataType,
-    Expr as SqlExpr, FetchDirection, Ident, ObjectName, Statement, TableObject, Value,
+    Expr as SqlExpr, FetchDirection, FetchPosition, Ident, ObjectName, Statement, TableObject,
+    Value,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::keywords::Keyword;
@@ -82,12 +83,26 @@ pub(crate) fn parse(sql: &str) -> RsResult<Vec<Command>> {
             Token::Word(word) if word.quote_style.is_none() && word.value.eq_ignore_ascii_case("move"))
         {
             parser.next_token();
-            match parser.parse_fetch_statement().map_err(syntax_error)? {
-                Statement::Fetch {
-                    name, direction, ..
-                } => Command::Move { name, direction },
-                _ => return Err(RsError::internal("MOVE did not parse as FETCH")),
-            }
+            let (name, direction) = match bare_cursor(&mut parser) {
+                Some(name) => (name, FetchDirection::Next),
+                None => match parser.parse_fetch_statement().map_err(syntax_error)? {
+                    Statement::Fetch {
+                        name, direction, ..
+                    } => (name, direction),
+                    _ => return Err(RsError::internal("MOVE did not parse as FETCH")),
+                },
+            };
+            Command::Move { name, direction }
+        } else if parser.peek_keyword(Keyword::FETCH) && cursor_alone_at(&parser, 1) {
+            parser.next_token();
+            let name = bare_cursor(&mut parser)
+                .ok_or_else(|| RsError::internal("FETCH names no cursor"))?;
+            Command::Sql(Box::new(Statement::Fetch {
+                name,
+                direction: FetchDirection::Next,
+                position: FetchPosition::From,
+                into: None,
+            }))
         } else {
             let mut statement = parser.parse_statement().map_err(syntax_error)?;
             check_select_lists(&statement)?;
@@ -104,6 +119,45 @@ pub(crate) fn parse(sql: &str) -> RsResult<Vec<Command>> {
         }
     }
     Ok(commands)
+}
+
+/// Whether the token `offset` ahead is a cursor's name standing alone (the
+/// statement ends after it): `FETCH c` and `MOVE c`, which PostgreSQL reads
+/// as `… NEXT FROM c` and sqlparser refuses.
+fn cursor_alone_at(parser: &Parser<'_>, offset: usize) -> bool {
+    let named = match &parser.peek_nth_token_ref(offset).token {
+        Token::Word(word) => {
+            word.quote_style.is_some()
+                || !matches!(
+                    word.keyword,
+                    Keyword::NEXT
+                        | Keyword::PRIOR
+                        | Keyword::FIRST
+                        | Keyword::LAST
+                        | Keyword::ABSOLUTE
+                        | Keyword::RELATIVE
+                        | Keyword::ALL
+                        | Keyword::FORWARD
+                        | Keyword::BACKWARD
+                        | Keyword::FROM
+                        | Keyword::IN
+                )
+        }
+        _ => false,
+    };
+    named
+        && matches!(
+            parser.peek_nth_token_ref(offset + 1).token,
+            Token::SemiColon | Token::EOF
+        )
+}
+
+/// The cursor's name when it stands alone next ([`cursor_alone_at`]).
+fn bare_cursor(parser: &mut Parser<'_>) -> Option<Ident> {
+    if !cursor_alone_at(parser, 0) {
+        return None;
+    }
+    parser.parse_identifier().ok()
 }
 
 /// PostgreSQL's `NAMEDATALEN - 1`: the bytes of an identifier it keeps.
