@@ -505,6 +505,27 @@ fn as_stored(entry: &CatalogEntry, rows: &[Row]) -> Vec<Row> {
         .collect()
 }
 
+/// 54000 when `more` changes to `entry` would take the transaction past
+/// [`TRANSACTION_ROWS_MAX`] changed rows of it.
+pub(crate) fn check_row_bound(
+    session: &GatewaySession,
+    entry: &CatalogEntry,
+    more: usize,
+) -> RsResult<()> {
+    let buffered = session
+        .transaction
+        .as_ref()
+        .and_then(|transaction| transaction.tables.get(&entry.id))
+        .map_or(0, |table| table.rows.len());
+    if buffered + more > TRANSACTION_ROWS_MAX {
+        return Err(RsError::new(
+            &codes::WRITE_BUFFER_FULL,
+            format!("a transaction may change at most {TRANSACTION_ROWS_MAX} rows"),
+        ));
+    }
+    Ok(())
+}
+
 /// The transaction's pending changes to `entry` (opening the implicit
 /// transaction of a statement if none is open).
 pub(crate) fn pending_table<'a>(
@@ -534,13 +555,8 @@ pub async fn insert_rows(
 ) -> RsResult<u64> {
     let snapshot = gateway.database().engine().published().snapshot;
     let count = rows.len() as u64;
+    check_row_bound(session, entry, rows.len())?;
     let table = pending_table(session, entry);
-    if table.rows.len() + rows.len() > TRANSACTION_ROWS_MAX {
-        return Err(RsError::new(
-            &codes::WRITE_BUFFER_FULL,
-            format!("a transaction may change at most {TRANSACTION_ROWS_MAX} rows"),
-        ));
-    }
     let prefix = table_prefix(entry.id);
     let limits = length_limits(entry);
     let mut keyed: Vec<(Vec<u8>, Row)> = Vec::with_capacity(rows.len());
@@ -674,17 +690,7 @@ pub async fn modify(
             changes.push((keys.value(index).to_vec(), old, new));
         }
     }
-    let buffered = session
-        .transaction
-        .as_ref()
-        .and_then(|transaction| transaction.tables.get(&entry.id))
-        .map_or(0, |table| table.rows.len());
-    if buffered + changes.len() > TRANSACTION_ROWS_MAX {
-        return Err(RsError::new(
-            &codes::WRITE_BUFFER_FULL,
-            format!("a transaction may change at most {TRANSACTION_ROWS_MAX} rows"),
-        ));
-    }
+    check_row_bound(session, entry, changes.len())?;
     let count = changes.len() as u64;
     let kept: Returned = if returning {
         changes

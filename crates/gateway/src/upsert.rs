@@ -34,8 +34,8 @@ use crate::backend::{Gateway, OneTable};
 use crate::ddl::ident_name;
 use crate::defaults;
 use crate::dml::{
-    assigned_column, conform_row, length_limits, pending_table, query_error, strict_cast, Returned,
-    TRANSACTION_ROWS_MAX,
+    assigned_column, check_row_bound, conform_row, length_limits, pending_table, query_error,
+    strict_cast, Returned,
 };
 use crate::session::GatewaySession;
 
@@ -217,17 +217,7 @@ pub(crate) async fn insert_on_conflict(
         }
         None => Vec::new(),
     };
-    let buffered = session
-        .transaction
-        .as_ref()
-        .and_then(|transaction| transaction.tables.get(&entry.id))
-        .map_or(0, |table| table.rows.len());
-    if buffered + outcomes.len() > TRANSACTION_ROWS_MAX {
-        return Err(RsError::new(
-            &codes::WRITE_BUFFER_FULL,
-            format!("a transaction may change at most {TRANSACTION_ROWS_MAX} rows"),
-        ));
-    }
+    check_row_bound(session, entry, outcomes.len())?;
     let table = pending_table(session, entry);
     let mut kept = Vec::new();
     let mut count = 0u64;
