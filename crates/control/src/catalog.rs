@@ -156,6 +156,25 @@ pub struct CatalogEntry {
     /// transaction's commit record (RFC 0002).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transaction: Option<u64>,
+    /// A table's row layout: the catalog transaction that last rewrote its
+    /// rows for new columns (`ALTER TABLE … ADD/DROP COLUMN`), 0 if none
+    /// has. Rows written for another layout never commit, and a snapshot
+    /// older than the rewrite cannot read the table (RFC 0004).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rewritten: u64,
+    /// With `transaction`, for an entry that catalog transaction altered:
+    /// the version it replaces, which stands if the transaction did not
+    /// commit (RFC 0004).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<Box<CatalogEntry>>,
+}
+
+/// The `rewritten` of a table a transaction altered, in its own catalog
+/// until it commits (the transaction's number is known only then).
+pub const REWRITTEN_BY_PENDING: u64 = u64::MAX;
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
 }
 
 impl CatalogEntry {

@@ -1,6 +1,6 @@
 //! `Database`: storage, catalog, engine and follower of one server.
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use rockstream_common::{object_store_for, Runtime};
 use rockstream_planner::{new_context, plan_view, schema_of};
@@ -9,7 +9,7 @@ use rockstream_storage::{storage_error, ShardDb};
 use rockstream_types::partition::BucketMap;
 use rockstream_types::{codes, ObjectId, RsError, RsResult};
 use slatedb::{Db, WriteBatch};
-use tokio::sync::{oneshot, Mutex};
+use tokio::sync::{oneshot, Mutex, RwLock};
 
 use crate::catalog::{
     nextval_expression, CatalogEntry, ColumnDef, Identity, ObjectKind, OwnedSequence,
@@ -20,9 +20,11 @@ use crate::follower::{self, CatalogChange, FollowerSender};
 use crate::resolver::{plan_inline_view, CatalogResolver};
 use crate::sequences::{sequence_key, Sequences};
 
+mod alter;
 mod transaction;
 
-pub use transaction::{PendingCatalog, FAILPOINT_DDL_TRANSACTION};
+pub use alter::{Alteration, Altered};
+pub use transaction::{PendingCatalog, TableLayouts, FAILPOINT_DDL_TRANSACTION};
 
 /// The control-database key of the storage's bucket map, which also
 /// records its shard count (outside the catalog's `0x01` range).
@@ -49,7 +51,7 @@ impl Default for OpenOptions {
 pub struct Database {
     control: ControlDb,
     /// Entries in creation order (which is dependency order).
-    catalog: RwLock<Vec<CatalogEntry>>,
+    catalog: std::sync::RwLock<Vec<CatalogEntry>>,
     engine: Engine,
     follower: FollowerSender,
     ddl: Mutex<()>,
@@ -62,6 +64,11 @@ pub struct Database {
     unfinished_transaction: std::sync::Mutex<Option<transaction::Unfinished>>,
     /// Serializes id allocations (read, then write, the counter).
     ids: Mutex<()>,
+    /// Held shared by every commit of rows, exclusively by a commit that
+    /// rewrites a table for new columns (RFC 0004): rows written for a
+    /// table's old layout commit before the rewrite is checked, or are
+    /// checked against its new layout after it.
+    layouts: RwLock<()>,
     sequences: Sequences,
 }
 
@@ -98,13 +105,14 @@ impl Database {
         let sequences = Sequences::load(&control_db).await?;
         let database = Arc::new(Database {
             control,
-            catalog: RwLock::new(Vec::new()),
+            catalog: std::sync::RwLock::new(Vec::new()),
             engine,
             follower,
             ddl: Mutex::new(()),
             unfinished_drops: std::sync::Mutex::new(Vec::new()),
             unfinished_transaction: std::sync::Mutex::new(None),
             ids: Mutex::new(()),
+            layouts: RwLock::new(()),
             sequences,
         });
         let entries = transaction::resolve_in_doubt(&database, entries).await?;
@@ -196,27 +204,14 @@ impl Database {
     /// created exists once that transaction has committed, one it dropped
     /// until then (RFC 0002).
     pub fn entries_at(&self, namespace: &str, watermark: u64) -> Vec<CatalogEntry> {
-        let visible = |entry: &CatalogEntry| match entry.transaction {
-            None => Some(entry.clone()),
-            Some(transaction) if entry.dropping => {
-                (watermark < transaction).then(|| CatalogEntry {
-                    dropping: false,
-                    transaction: None,
-                    ..entry.clone()
-                })
-            }
-            Some(transaction) => (watermark >= transaction).then(|| CatalogEntry {
-                transaction: None,
-                ..entry.clone()
-            }),
-        };
         self.catalog
             .read()
             .map(|catalog| {
                 catalog
                     .iter()
                     .filter(|entry| entry.namespace == namespace)
-                    .filter_map(visible)
+                    .filter_map(|entry| version_at(entry, watermark))
+                    .map(settled)
                     .collect()
             })
             .unwrap_or_default()
@@ -283,32 +278,9 @@ impl Database {
         for column in &columns {
             column.sql_type()?;
         }
-        for Generated { column, identity } in generated {
-            let taken = |candidate: &str| {
-                !name_is_free(catalog, candidate, true).unwrap_or(false)
-                    || candidate == name
-                    || columns.iter().any(|column| {
-                        column
-                            .sequence
-                            .as_ref()
-                            .is_some_and(|sequence| sequence.name == candidate)
-                    })
-            };
-            let Some(target) = columns.get(column) else {
-                return Err(RsError::internal("generated column out of range"));
-            };
-            let sequence_name = free_name(&format!("{name}_{}_seq", target.name), taken);
-            let id = self.allocate_id().await?;
-            let target = &mut columns[column];
-            if identity.is_none() {
-                target.default = Some(nextval_expression(&sequence_name));
-            }
-            target.not_null = true;
-            target.sequence = Some(OwnedSequence {
-                id,
-                name: sequence_name,
-                identity,
-            });
+        for generated in generated {
+            self.attach_sequence(catalog, name, &mut columns, generated)
+                .await?;
         }
         Ok(Some(CatalogEntry {
             id: self.allocate_id().await?,
@@ -323,87 +295,48 @@ impl Database {
             state_layout: None,
             dropping: false,
             transaction: None,
+            rewritten: 0,
+            previous: None,
         }))
     }
 
-    /// `ALTER TABLE name RENAME TO …` / `RENAME COLUMN … TO …`: the
-    /// catalog entry changes, the stored rows (by position) do not. A table
-    /// that views read is refused (0A000): their definitions name it.
-    /// Returns false when there is no such table and `if_exists`.
-    pub async fn rename_table(
+    /// Gives column `generated.column` of table `table` (columns
+    /// `columns`, in `catalog`) a sequence of its own, named as PostgreSQL
+    /// names it (`t_c_seq`, else `t_c_seq1`, …).
+    async fn attach_sequence(
         &self,
-        namespace: &str,
-        name: &str,
-        rename: Rename<'_>,
-        if_exists: bool,
-    ) -> RsResult<bool> {
-        let _guard = self.ddl.lock().await;
-        self.before_ddl().await?;
-        let catalog = self.entries(namespace);
-        let Some(entry) = catalog.iter().find(|entry| entry.name == name) else {
-            if if_exists {
-                return Ok(false);
-            }
-            return Err(RsError::new(
-                &codes::UNDEFINED_OBJECT,
-                format!("relation \"{name}\" does not exist"),
-            ));
+        catalog: &[CatalogEntry],
+        table: &str,
+        columns: &mut [ColumnDef],
+        generated: Generated,
+    ) -> RsResult<()> {
+        let Generated { column, identity } = generated;
+        let taken = |candidate: &str| {
+            !name_is_free(catalog, candidate, true).unwrap_or(false)
+                || candidate == table
+                || columns.iter().any(|column| {
+                    column
+                        .sequence
+                        .as_ref()
+                        .is_some_and(|sequence| sequence.name == candidate)
+                })
         };
-        if entry.kind != ObjectKind::Table {
-            return Err(RsError::new(
-                &codes::WRONG_OBJECT_KIND,
-                format!("\"{name}\" is not a table: ALTER TABLE changes tables only"),
-            ));
+        let Some(target) = columns.get(column) else {
+            return Err(RsError::internal("generated column out of range"));
+        };
+        let sequence_name = free_name(&format!("{table}_{}_seq", target.name), taken);
+        let id = self.allocate_id().await?;
+        let target = &mut columns[column];
+        if identity.is_none() {
+            target.default = Some(nextval_expression(&sequence_name));
         }
-        if let Some(dependent) = catalog
-            .iter()
-            .find(|other| other.dependencies.contains(&entry.id))
-        {
-            return Err(RsError::new(
-                &codes::RENAME_WITH_DEPENDENTS,
-                format!(
-                    "cannot rename table \"{name}\" or its columns: {} \"{}\" depends on it",
-                    dependent.kind.describe(),
-                    dependent.name
-                ),
-            ));
-        }
-        let mut renamed = entry.clone();
-        match rename {
-            Rename::Table { to } => {
-                name_is_free(&catalog, to, false)?;
-                renamed.name = to.to_string();
-            }
-            Rename::Column { from, to } => {
-                if renamed.columns.iter().any(|column| column.name == to) {
-                    return Err(RsError::new(
-                        &codes::DUPLICATE_COLUMN,
-                        format!("column \"{to}\" of relation \"{name}\" already exists"),
-                    ));
-                }
-                let column = renamed
-                    .columns
-                    .iter_mut()
-                    .find(|column| column.name == from)
-                    .ok_or_else(|| {
-                        RsError::new(
-                            &codes::UNDEFINED_COLUMN,
-                            format!("column \"{from}\" does not exist"),
-                        )
-                    })?;
-                column.name = to.to_string();
-            }
-        }
-        self.durable_put(&renamed.key(), &entry_json(&renamed)?)
-            .await?;
-        if let Some(current) = self
-            .catalog_mut()
-            .iter_mut()
-            .find(|current| current.id == renamed.id)
-        {
-            *current = renamed;
-        }
-        Ok(true)
+        target.not_null = true;
+        target.sequence = Some(OwnedSequence {
+            id,
+            name: sequence_name,
+            identity,
+        });
+        Ok(())
     }
 
     /// `CREATE [MATERIALIZED] VIEW name AS query`. Returns false when it
@@ -432,6 +365,21 @@ impl Database {
         let Some(entry) = self.view_entry(catalog, namespace, view).await? else {
             return Ok(false);
         };
+        if let Some(table) = pending.altered.iter().find(|table| {
+            table.rewritten
+                && entry.kind == ObjectKind::MaterializedView
+                && entry.dependencies.contains(&table.after.id)
+        }) {
+            // Its build at COMMIT would read the table's committed rows,
+            // which have the old columns until the commit rewrites them.
+            return Err(RsError::new(
+                &codes::ALTER_WITH_DEPENDENTS,
+                format!(
+                    "cannot create materialized view \"{}\" over table \"{}\" in the transaction that added or dropped its columns; commit the ALTER TABLE first",
+                    entry.name, table.after.name
+                ),
+            ));
+        }
         pending.created.push(entry);
         Ok(true)
     }
@@ -518,6 +466,8 @@ impl Database {
             state_layout,
             dropping: false,
             transaction: None,
+            rewritten: 0,
+            previous: None,
         }))
     }
 
@@ -562,15 +512,23 @@ impl Database {
         };
         let ids: Vec<ObjectId> = doomed.iter().map(|entry| entry.id).collect();
         for entry in doomed {
-            match pending
+            if let Some(position) = pending
                 .created
                 .iter()
                 .position(|created| created.id == entry.id)
             {
-                Some(position) => {
-                    pending.created.remove(position);
-                }
-                None => pending.dropped.push(entry),
+                pending.created.remove(position);
+            } else if let Some(position) = pending
+                .altered
+                .iter()
+                .position(|table| table.after.id == entry.id)
+            {
+                // What commits is the drop of the committed version.
+                pending
+                    .dropped
+                    .push(pending.altered.remove(position).before);
+            } else {
+                pending.dropped.push(entry);
             }
         }
         Ok(Some(ids))
@@ -706,6 +664,31 @@ impl Database {
 
     pub async fn close(&self) {
         self.control.close().await;
+    }
+}
+
+/// The version of in-memory `entry` a reader whose state records catalog
+/// transaction `watermark` sees, if any: an entry a catalog transaction
+/// created exists once it has committed, one it dropped until then, and
+/// one it altered is its `previous` until then (RFC 0002, RFC 0004).
+fn version_at(entry: &CatalogEntry, watermark: u64) -> Option<&CatalogEntry> {
+    match entry.transaction {
+        None => Some(entry),
+        Some(transaction) if entry.dropping => (watermark < transaction).then_some(entry),
+        Some(transaction) => match &entry.previous {
+            Some(previous) if watermark < transaction => Some(previous),
+            _ => (watermark >= transaction).then_some(entry),
+        },
+    }
+}
+
+/// `entry` without the marks of a catalog transaction.
+fn settled(entry: &CatalogEntry) -> CatalogEntry {
+    CatalogEntry {
+        dropping: entry.dropping && entry.transaction.is_none(),
+        transaction: None,
+        previous: None,
+        ..entry.clone()
     }
 }
 

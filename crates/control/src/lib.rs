@@ -12,11 +12,11 @@ mod sequences;
 
 pub use catalog::{
     nextval_expression, CatalogEntry, ColumnDef, Identity, ObjectKind, OwnedSequence,
-    DEFAULT_NAMESPACE,
+    DEFAULT_NAMESPACE, REWRITTEN_BY_PENDING,
 };
 pub use database::{
-    Database, DropObject, Generated, NewTable, NewView, OpenOptions, PendingCatalog, Rename,
-    FAILPOINT_DDL_TRANSACTION,
+    Alteration, Altered, Database, DropObject, Generated, NewTable, NewView, OpenOptions,
+    PendingCatalog, Rename, TableLayouts, FAILPOINT_DDL_TRANSACTION,
 };
 pub use resolver::{arrow_schema, inline_view, plan_inline_view, CatalogResolver};
 pub use sequences::{next_after_set, take_next, SequenceRef, Sequences, PRELOGGED};

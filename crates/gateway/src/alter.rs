@@ -1,74 +1,273 @@
-//! `ALTER TABLE`: renaming a table or a column (the catalog changes, the
-//! stored rows do not). Other alterations are refused by name.
+//! `ALTER TABLE` (RFC 0004): renames, columns added and dropped, a
+//! column's default and NOT NULL. Each action is a change of the
+//! statement's transaction (the implicit one outside a transaction block):
+//! the catalog plans it, and an action that changes the rows' layout
+//! rewrites every row through the transaction, as an `UPDATE` of every row
+//! would. `COMMIT` applies the new catalog entry and the rows together.
 
-use datafusion::sql::sqlparser::ast::{AlterTable, AlterTableOperation, RenameTableNameKind};
-use rockstream_control::Rename;
+use datafusion::arrow::array::{Array, BinaryArray};
+use datafusion::sql::sqlparser::ast::{
+    AlterColumnOperation, AlterTable, AlterTableOperation, Ident, RenameTableNameKind,
+};
+use rockstream_control::{Alteration, Altered, ColumnDef, Rename};
 use rockstream_pgwire::StatementResult;
-use rockstream_types::{codes, RsError, RsResult};
+use rockstream_types::{codes, Row, RsError, RsResult};
 
-use crate::backend::{object_name, Gateway};
-use crate::ddl::ident_name;
+use crate::backend::{object_name, selection_query, Gateway};
+use crate::ddl::{declared_column, ident_name, TableDefinition};
+use crate::defaults;
+use crate::dml::{
+    batch_rows, check_row_bound, conform_row, length_limits, pending_table, query_batches,
+};
 use crate::session::GatewaySession;
 
-/// Runs `alter`. Inside a transaction block it is refused: renames are
-/// not part of catalog transactions (RFC 0002) yet.
+/// Runs `alter`, its actions in order.
 pub(crate) async fn alter_table(
     gateway: &Gateway,
-    session: &GatewaySession,
+    session: &mut GatewaySession,
     alter: &AlterTable,
-    in_explicit: bool,
 ) -> RsResult<StatementResult> {
-    let [operation] = alter.operations.as_slice() else {
-        return Err(unsupported(
-            "ALTER TABLE with several actions is not supported yet; run one ALTER TABLE per action",
-        ));
-    };
     let name = object_name(&alter.name.to_string());
-    let new_name;
-    let (from, to);
-    let rename = match operation {
+    for operation in &alter.operations {
+        alter_once(gateway, session, &name, operation, alter.if_exists).await?;
+    }
+    Ok(StatementResult::Command {
+        tag: "ALTER TABLE".to_string(),
+    })
+}
+
+async fn alter_once(
+    gateway: &Gateway,
+    session: &mut GatewaySession,
+    name: &str,
+    operation: &AlterTableOperation,
+    if_exists: bool,
+) -> RsResult<()> {
+    let (new_name, from, to);
+    let alteration = match operation {
         AlterTableOperation::RenameTable {
             table_name: RenameTableNameKind::To(table_name) | RenameTableNameKind::As(table_name),
         } => {
             new_name = object_name(&table_name.to_string());
-            Rename::Table { to: &new_name }
+            Alteration::Rename(Rename::Table { to: &new_name })
         }
         AlterTableOperation::RenameColumn {
             old_column_name,
             new_column_name,
         } => {
             (from, to) = (ident_name(old_column_name), ident_name(new_column_name));
-            Rename::Column {
+            Alteration::Rename(Rename::Column {
                 from: &from,
                 to: &to,
+            })
+        }
+        AlterTableOperation::AddColumn {
+            if_not_exists,
+            column_def,
+            column_position: None,
+            ..
+        } => {
+            let declared = declared_column(name, column_def)?;
+            if declared.primary_key {
+                return Err(unsupported(
+                    "ALTER TABLE ... ADD COLUMN ... PRIMARY KEY is not supported: a table's primary key is fixed when it is created",
+                ));
+            }
+            let mut column = declared.column;
+            if let Some(expr) = declared.default {
+                column.default = checked_default(gateway, session, &column, expr).await?;
+            }
+            Alteration::AddColumn {
+                column,
+                owns_sequence: declared.owns_sequence,
+                identity: declared.identity,
+                if_not_exists: *if_not_exists,
+            }
+        }
+        AlterTableOperation::DropColumn {
+            column_names,
+            if_exists: column_if_exists,
+            ..
+        } => {
+            let [column] = column_names.as_slice() else {
+                return Err(unsupported(
+                    "DROP COLUMN names one column; use one DROP COLUMN action per column",
+                ));
+            };
+            from = ident_name(column);
+            Alteration::DropColumn {
+                name: &from,
+                if_exists: *column_if_exists,
+            }
+        }
+        AlterTableOperation::AlterColumn { column_name, op } => {
+            from = ident_name(column_name);
+            match op {
+                AlterColumnOperation::SetNotNull => Alteration::SetNotNull {
+                    column: &from,
+                    not_null: true,
+                },
+                AlterColumnOperation::DropNotNull => Alteration::SetNotNull {
+                    column: &from,
+                    not_null: false,
+                },
+                AlterColumnOperation::DropDefault => Alteration::SetDefault {
+                    column: &from,
+                    default: None,
+                },
+                AlterColumnOperation::SetDefault { value } => {
+                    let entry = gateway.entry(session, name, None)?;
+                    let column = entry
+                        .columns
+                        .iter()
+                        .find(|column| column.name == from)
+                        .cloned()
+                        .ok_or_else(|| {
+                            RsError::new(
+                                &codes::UNDEFINED_COLUMN,
+                                format!("column \"{from}\" of relation \"{name}\" does not exist"),
+                            )
+                        })?;
+                    Alteration::SetDefault {
+                        column: &from,
+                        default: checked_default(gateway, session, &column, value.clone()).await?,
+                    }
+                }
+                other => {
+                    return Err(unsupported(&format!(
+                        "ALTER TABLE ... ALTER COLUMN ... {other} is not supported yet"
+                    )))
+                }
             }
         }
         other => {
             return Err(unsupported(&format!(
-                "ALTER TABLE ... {} is not supported yet (only RENAME TO and RENAME COLUMN are)",
+                "ALTER TABLE ... {} is not supported yet",
                 action_name(other)
             )))
         }
     };
-    if in_explicit {
-        return Err(unsupported(
-            "ALTER TABLE inside a transaction block is not supported yet; run it on its own",
-        ));
-    }
-    gateway
+    let transaction = session.transaction.get_or_insert_with(Default::default);
+    let Some(altered) = gateway
         .database()
-        .rename_table(&session.namespace, &name, rename, alter.if_exists)
-        .await?;
-    Ok(StatementResult::Command {
-        tag: "ALTER TABLE".to_string(),
-    })
+        .alter_table_in(
+            &transaction.catalog,
+            &session.namespace,
+            name,
+            alteration,
+            if_exists,
+        )
+        .await?
+    else {
+        return Ok(());
+    };
+    if let Some(rewrite) = &altered.rewrite {
+        rewrite_rows(gateway, session, &altered, rewrite).await?;
+    }
+    session
+        .transaction
+        .get_or_insert_with(Default::default)
+        .catalog
+        .record_altered(altered);
+    Ok(())
+}
+
+/// A default given in an `ALTER TABLE`, checked as `CREATE TABLE` checks
+/// one: its text as the catalog keeps it.
+async fn checked_default(
+    gateway: &Gateway,
+    session: &GatewaySession,
+    column: &ColumnDef,
+    expr: datafusion::sql::sqlparser::ast::Expr,
+) -> RsResult<Option<String>> {
+    let mut definition = TableDefinition {
+        columns: vec![column.clone()],
+        primary_key: Vec::new(),
+        generated: Vec::new(),
+        defaults: vec![(0, expr)],
+    };
+    defaults::check_defaults(gateway, session, &mut definition).await?;
+    Ok(definition.columns.swap_remove(0).default)
+}
+
+/// Rewrites every row of `altered.before`, as the transaction sees it, in
+/// `altered.after`'s layout: column `i` of a new row is column
+/// `rewrite[i]` of the old one, or the new column's default.
+async fn rewrite_rows(
+    gateway: &Gateway,
+    session: &mut GatewaySession,
+    altered: &Altered,
+    rewrite: &[Option<usize>],
+) -> RsResult<()> {
+    let (before, after) = (&altered.before, &altered.after);
+    let table_sql = Ident::with_quote('"', &before.name).to_string();
+    let sql = selection_query(before, &table_sql, &[], None);
+    let batches = query_batches(gateway, session, &sql, true).await?;
+    let types = before.sql_types()?;
+    let mut keys: Vec<Vec<u8>> = Vec::new();
+    let mut old_rows: Vec<Row> = Vec::new();
+    for batch in &batches {
+        let key_column = batch
+            .column(0)
+            .as_any()
+            .downcast_ref::<BinaryArray>()
+            .ok_or_else(|| RsError::internal("row key column is not binary"))?;
+        keys.extend((0..key_column.len()).map(|index| key_column.value(index).to_vec()));
+        old_rows.extend(batch_rows(batch, &types, 1)?);
+    }
+    check_row_bound(session, before, old_rows.len())?;
+    let mut new_rows: Vec<Row> = old_rows
+        .iter()
+        .map(|old| {
+            rewrite
+                .iter()
+                .map(|from| from.map_or(rockstream_types::Datum::Null, |from| old[from].clone()))
+                .collect()
+        })
+        .collect();
+    let supplied: Vec<usize> = rewrite
+        .iter()
+        .enumerate()
+        .filter_map(|(position, from)| from.map(|_| position))
+        .collect();
+    defaults::fill_defaults(gateway, session, after, &supplied, &mut new_rows).await?;
+    let limits = length_limits(after);
+    for row in &mut new_rows {
+        if let Some(column) = after
+            .columns
+            .iter()
+            .zip(row.iter())
+            .find_map(|(column, value)| (column.not_null && value.is_null()).then_some(column))
+        {
+            return Err(RsError::new(
+                &codes::NOT_NULL_VIOLATION,
+                format!(
+                    "column \"{}\" of relation \"{}\" contains null values",
+                    column.name, after.name
+                ),
+            ));
+        }
+        conform_row(after, &limits, row)?;
+    }
+    let table = pending_table(session, before)?;
+    for ((key, old), new) in keys.into_iter().zip(old_rows).zip(new_rows) {
+        match table.rows.get_mut(&key) {
+            Some((_, current)) => *current = Some(new),
+            None => {
+                table.rows.insert(key, (Some(old), Some(new)));
+            }
+        }
+    }
+    // Its rows, those it wrote before included, are in the new layout.
+    table.layout = after.rewritten;
+    Ok(())
 }
 
 fn unsupported(message: &str) -> RsError {
     RsError::new(&codes::UNSUPPORTED_STATEMENT, message)
 }
 
-/// The action's leading words (`ADD COLUMN`, `DROP COLUMN`, ...).
+/// The action's leading words (`ADD CONSTRAINT`, `OWNER TO`, ...).
 fn action_name(operation: &AlterTableOperation) -> String {
     operation
         .to_string()

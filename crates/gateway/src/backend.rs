@@ -26,7 +26,9 @@ use datafusion::sql::sqlparser::ast::{
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 use rockstream_common::Runtime;
-use rockstream_control::{CatalogEntry, Database, DropObject, NewTable, NewView, ObjectKind};
+use rockstream_control::{
+    CatalogEntry, Database, DropObject, NewTable, NewView, ObjectKind, TableLayouts,
+};
 use rockstream_ops::arrow_rows::{duration_to_interval, rows_to_batch};
 use rockstream_pgwire::{CopyFormat, PreparedStatements, StatementResult};
 use rockstream_planner::{
@@ -34,7 +36,6 @@ use rockstream_planner::{
     uses_bag_set_operation, TableResolver,
 };
 use rockstream_runtime::{RowChange, TableChange};
-use rockstream_types::encoding::decode_row;
 use rockstream_types::{codes, Row, RsError, RsResult};
 
 use crate::copy_options;
@@ -43,7 +44,9 @@ use crate::defaults;
 use crate::dml::{self, query_error};
 use crate::fast_path;
 use crate::memory::{size_text, MemoryLimits, StatementMemory};
-use crate::providers::{view_failure, ReadContext, SnapshotResolver, ROW_KEY_COLUMN};
+use crate::providers::{
+    decode_table_row, view_failure, ReadContext, SnapshotResolver, ROW_KEY_COLUMN,
+};
 use crate::sequences::{register_sequence_functions, SequenceAccess};
 use crate::session::{
     restarted_map, GatewaySession, Isolation, SavepointCommand, Transaction, TransactionId,
@@ -121,6 +124,7 @@ impl Gateway {
         with_row_keys: bool,
     ) -> ReadContext {
         let mut overlays = BTreeMap::new();
+        let mut layouts = BTreeMap::new();
         if let Some(transaction) = &session.transaction {
             for (table_id, pending) in &transaction.tables {
                 let overlay = pending
@@ -129,6 +133,7 @@ impl Gateway {
                     .map(|(key, (_, current))| (key.clone(), current.clone()))
                     .collect();
                 overlays.insert(*table_id, overlay);
+                layouts.insert(*table_id, pending.layout);
             }
         }
         // The catalog as of the snapshot's epoch: a catalog transaction's
@@ -148,8 +153,14 @@ impl Gateway {
                 .as_ref()
                 .and_then(|transaction| transaction.snapshot.clone())
                 .unwrap_or(published.snapshot),
+            snapshot_ddl_transaction: session
+                .transaction
+                .as_ref()
+                .filter(|transaction| transaction.snapshot.is_some())
+                .map(|transaction| transaction.snapshot_ddl_transaction),
             engine: self.database.engine().clone(),
             overlays,
+            layouts,
             with_row_keys,
         }
     }
@@ -764,7 +775,9 @@ impl Gateway {
             }
             Statement::Set(_) => command("SET"),
             Statement::AlterTable(alter) => {
-                crate::alter::alter_table(self, session, alter, in_explicit).await
+                let result = crate::alter::alter_table(self, session, alter).await?;
+                self.autocommit(session, in_explicit).await?;
+                Ok(result)
             }
             Statement::ShowVariable { variable } => self.show(
                 &variable
@@ -1113,7 +1126,9 @@ impl Gateway {
         };
         transaction.started = true;
         if transaction.isolation == Isolation::RepeatableRead && transaction.snapshot.is_none() {
-            transaction.snapshot = Some(self.database.engine().published().snapshot);
+            let published = self.database.engine().published();
+            transaction.snapshot = Some(published.snapshot);
+            transaction.snapshot_ddl_transaction = published.ddl_transaction;
         }
     }
 
@@ -1301,6 +1316,7 @@ impl Gateway {
         session: &GatewaySession,
         lookup: fast_path::PointLookup,
     ) -> RsResult<StatementResult> {
+        session.check_layout(&lookup.entry)?;
         let transaction = session.transaction.as_ref();
         let pending = transaction
             .and_then(|transaction| transaction.tables.get(&lookup.entry.id))
@@ -1312,7 +1328,7 @@ impl Gateway {
                     .and_then(|transaction| transaction.snapshot.clone())
                     .unwrap_or_else(|| self.database.engine().published().snapshot);
                 match snapshot.get(&lookup.stored_key).await? {
-                    Some(bytes) => Some(decode_row(&bytes)?),
+                    Some(bytes) => Some(decode_table_row(&lookup.entry, &bytes)?),
                     None => None,
                 }
             }
@@ -1390,23 +1406,34 @@ impl Gateway {
                 .iter()
                 .map(|(id, next)| (*id, *next))
                 .collect();
+        let layouts: TableLayouts = transaction
+            .tables
+            .iter()
+            .map(|(table_id, pending)| (*table_id, pending.layout))
+            .collect();
+        let catalog = &transaction.catalog;
         let changes: Vec<TableChange> = transaction
             .tables
             .into_iter()
-            .map(|(table_id, pending)| TableChange {
-                table_id,
-                table_name: pending.name,
-                rows: pending
-                    .rows
-                    .into_iter()
-                    .filter(|(_, (old, new))| old != new)
-                    .map(|(key, (old, new))| RowChange { key, old, new })
-                    .collect(),
+            .map(|(table_id, pending)| {
+                // A rewrite's rows all commit, changed or not: the commit
+                // checks that it rewrote every row (RFC 0004).
+                let rewritten = catalog.rewrites(table_id);
+                TableChange {
+                    table_id,
+                    table_name: pending.name,
+                    rows: pending
+                        .rows
+                        .into_iter()
+                        .filter(|(_, (old, new))| old != new || (rewritten && old.is_some()))
+                        .map(|(key, (old, new))| RowChange { key, old, new })
+                        .collect(),
+                }
             })
             .filter(|change| !change.rows.is_empty())
             .collect();
         self.database
-            .commit_transaction(namespace, transaction.catalog, changes)
+            .commit_transaction(namespace, transaction.catalog, changes, &layouts)
             .await?;
         // Past the commit point: the transaction committed, whatever
         // happens to the restart. If its write fails the sequences go on
@@ -1667,7 +1694,7 @@ pub(crate) fn renamed_schema(schema: SchemaRef, names: Option<Vec<String>>) -> S
 }
 
 /// `SELECT key, c1..cn, new values FROM table WHERE selection`.
-fn selection_query(
+pub(crate) fn selection_query(
     entry: &CatalogEntry,
     table_sql: &str,
     values: &[String],

@@ -1,7 +1,9 @@
-//! `CREATE TABLE` column definitions → catalog columns.
+//! `CREATE TABLE` and `ALTER TABLE … ADD COLUMN` column definitions →
+//! catalog columns.
 
 use datafusion::sql::sqlparser::ast::{
-    ColumnOption, CreateTable, DataType, Expr as SqlExpr, GeneratedAs, Ident, TableConstraint,
+    ColumnDef as SqlColumnDef, ColumnOption, CreateTable, DataType, Expr as SqlExpr, GeneratedAs,
+    Ident, TableConstraint,
 };
 use rockstream_control::{ColumnDef, Generated, Identity};
 use rockstream_types::{codes, RsError, RsResult, SqlType};
@@ -138,115 +140,140 @@ fn invalid_definition(message: String) -> RsError {
     RsError::new(&codes::INVALID_TABLE_DEFINITION, message)
 }
 
+/// One column as `CREATE TABLE` or `ALTER TABLE … ADD COLUMN` declares it.
+#[derive(Debug)]
+pub struct DeclaredColumn {
+    pub column: ColumnDef,
+    pub primary_key: bool,
+    /// `SERIAL` or identity: a sequence of its own generates it.
+    pub owns_sequence: bool,
+    pub identity: Option<Identity>,
+    pub default: Option<SqlExpr>,
+}
+
+/// Column `column` of table `table`, its options checked.
+pub fn declared_column(table: &str, column: &SqlColumnDef) -> RsResult<DeclaredColumn> {
+    let name = ident_name(&column.name);
+    let serial = serial_type(&column.data_type);
+    let type_name = match serial {
+        Some(integer) => integer.to_string(),
+        None => column_type_name(&column.data_type)?,
+    };
+    let mut not_null = false;
+    let mut primary_key = false;
+    let mut default = None;
+    let mut identity = None;
+    for option in &column.options {
+        match &option.option {
+            ColumnOption::NotNull => not_null = true,
+            ColumnOption::Null => {}
+            ColumnOption::PrimaryKey(_) => {
+                not_null = true;
+                primary_key = true;
+            }
+            ColumnOption::Unique(_) => {
+                return Err(RsError::new(
+                    &codes::UNSUPPORTED_STATEMENT,
+                    "UNIQUE constraints other than the primary key are not supported",
+                ))
+            }
+            ColumnOption::Default(expr) => {
+                if default.is_some() || serial.is_some() {
+                    return Err(invalid_definition(format!(
+                        "multiple default values specified for column \"{name}\" of table \"{table}\""
+                    )));
+                }
+                default = Some(expr.clone());
+            }
+            ColumnOption::Generated {
+                generated_as,
+                sequence_options,
+                generation_expr: None,
+                ..
+            } if matches!(generated_as, GeneratedAs::Always | GeneratedAs::ByDefault) => {
+                if sequence_options
+                    .as_ref()
+                    .is_some_and(|options| !options.is_empty())
+                {
+                    return Err(RsError::new(
+                        &codes::UNSUPPORTED_STATEMENT,
+                        "identity columns with sequence options (START WITH, INCREMENT BY, ...) are not supported; sequences start at 1 and count up by 1",
+                    ));
+                }
+                if identity.is_some() || serial.is_some() {
+                    return Err(invalid_definition(format!(
+                        "multiple identity specifications for column \"{name}\" of table \"{table}\""
+                    )));
+                }
+                identity = Some(match generated_as {
+                    GeneratedAs::Always => Identity::Always,
+                    _ => Identity::ByDefault,
+                });
+            }
+            ColumnOption::Generated { .. } => {
+                return Err(RsError::new(
+                    &codes::UNSUPPORTED_STATEMENT,
+                    "generated columns (GENERATED ALWAYS AS (expression) STORED) are not supported",
+                ))
+            }
+            other => {
+                return Err(RsError::new(
+                    &codes::UNSUPPORTED_STATEMENT,
+                    format!("column option {other} is not supported"),
+                ))
+            }
+        }
+    }
+    if identity.is_some() {
+        if default.is_some() {
+            return Err(invalid_definition(format!(
+                "both default and identity specified for column \"{name}\" of table \"{table}\""
+            )));
+        }
+        if !matches!(type_name.as_str(), "smallint" | "integer" | "bigint") {
+            return Err(RsError::new(
+                &codes::INVALID_PARAMETER_VALUE,
+                format!("identity column type must be smallint, integer, or bigint (column \"{name}\" is {type_name})"),
+            ));
+        }
+    }
+    Ok(DeclaredColumn {
+        column: ColumnDef::new(name, type_name, not_null),
+        primary_key,
+        owns_sequence: serial.is_some() || identity.is_some(),
+        identity,
+        default,
+    })
+}
+
 /// The columns, keys, sequences and defaults of a CREATE TABLE.
 pub fn table_columns(create: &CreateTable) -> RsResult<TableDefinition> {
-    let mut columns = Vec::new();
+    let table = create.name.to_string();
+    let mut columns: Vec<ColumnDef> = Vec::new();
     let mut primary_key = Vec::new();
     let mut generated = Vec::new();
     let mut defaults = Vec::new();
     for (index, column) in create.columns.iter().enumerate() {
-        let name = ident_name(&column.name);
-        if columns
-            .iter()
-            .any(|existing: &ColumnDef| existing.name == name)
-        {
+        let declared = declared_column(&table, column)?;
+        let name = &declared.column.name;
+        if columns.iter().any(|existing| existing.name == *name) {
             return Err(invalid_definition(format!(
                 "column \"{name}\" specified more than once"
             )));
         }
-        let serial = serial_type(&column.data_type);
-        let type_name = match serial {
-            Some(integer) => integer.to_string(),
-            None => column_type_name(&column.data_type)?,
-        };
-        let mut not_null = false;
-        let mut default = None;
-        let mut identity = None;
-        for option in &column.options {
-            match &option.option {
-                ColumnOption::NotNull => not_null = true,
-                ColumnOption::Null => {}
-                ColumnOption::PrimaryKey(_) => {
-                    not_null = true;
-                    primary_key.push(index);
-                }
-                ColumnOption::Unique(_) => {
-                    return Err(RsError::new(
-                        &codes::UNSUPPORTED_STATEMENT,
-                        "UNIQUE constraints other than the primary key are not supported",
-                    ))
-                }
-                ColumnOption::Default(expr) => {
-                    if default.is_some() || serial.is_some() {
-                        return Err(invalid_definition(format!(
-                            "multiple default values specified for column \"{name}\" of table \"{}\"",
-                            create.name
-                        )));
-                    }
-                    default = Some(expr.clone());
-                }
-                ColumnOption::Generated {
-                    generated_as,
-                    sequence_options,
-                    generation_expr: None,
-                    ..
-                } if matches!(generated_as, GeneratedAs::Always | GeneratedAs::ByDefault) => {
-                    if sequence_options
-                        .as_ref()
-                        .is_some_and(|options| !options.is_empty())
-                    {
-                        return Err(RsError::new(
-                            &codes::UNSUPPORTED_STATEMENT,
-                            "identity columns with sequence options (START WITH, INCREMENT BY, ...) are not supported; sequences start at 1 and count up by 1",
-                        ));
-                    }
-                    if identity.is_some() || serial.is_some() {
-                        return Err(invalid_definition(format!(
-                            "multiple identity specifications for column \"{name}\" of table \"{}\"",
-                            create.name
-                        )));
-                    }
-                    identity = Some(match generated_as {
-                        GeneratedAs::Always => Identity::Always,
-                        _ => Identity::ByDefault,
-                    });
-                }
-                ColumnOption::Generated { .. } => return Err(RsError::new(
-                    &codes::UNSUPPORTED_STATEMENT,
-                    "generated columns (GENERATED ALWAYS AS (expression) STORED) are not supported",
-                )),
-                other => {
-                    return Err(RsError::new(
-                        &codes::UNSUPPORTED_STATEMENT,
-                        format!("column option {other} is not supported"),
-                    ))
-                }
-            }
+        if declared.primary_key {
+            primary_key.push(index);
         }
-        if identity.is_some() {
-            if default.is_some() {
-                return Err(invalid_definition(format!(
-                    "both default and identity specified for column \"{name}\" of table \"{}\"",
-                    create.name
-                )));
-            }
-            if !matches!(type_name.as_str(), "smallint" | "integer" | "bigint") {
-                return Err(RsError::new(
-                    &codes::INVALID_PARAMETER_VALUE,
-                    format!("identity column type must be smallint, integer, or bigint (column \"{name}\" is {type_name})"),
-                ));
-            }
-        }
-        if serial.is_some() || identity.is_some() {
+        if declared.owns_sequence {
             generated.push(Generated {
                 column: index,
-                identity,
+                identity: declared.identity,
             });
         }
-        if let Some(expr) = default {
+        if let Some(expr) = declared.default {
             defaults.push((index, expr));
         }
-        columns.push(ColumnDef::new(name, type_name, not_null));
+        columns.push(declared.column);
     }
     for constraint in &create.constraints {
         match constraint {

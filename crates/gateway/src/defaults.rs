@@ -506,6 +506,8 @@ mod tests {
             state_layout: None,
             dropping: false,
             transaction: None,
+            rewritten: 0,
+            previous: None,
         }
     }
 

@@ -347,7 +347,11 @@ fn insert_positions(entry: &CatalogEntry, columns: &[ObjectName]) -> RsResult<Ve
 
 /// Reads `types.len()` columns starting at `first` as typed rows; string
 /// input that does not parse is an invalid-input error, as in PostgreSQL.
-fn batch_rows(batch: &RecordBatch, types: &[SqlType], first: usize) -> RsResult<Vec<Row>> {
+pub(crate) fn batch_rows(
+    batch: &RecordBatch,
+    types: &[SqlType],
+    first: usize,
+) -> RsResult<Vec<Row>> {
     let mut rows: Vec<Row> = (0..batch.num_rows())
         .map(|_| Vec::with_capacity(types.len()))
         .collect();
@@ -527,19 +531,23 @@ pub(crate) fn check_row_bound(
 }
 
 /// The transaction's pending changes to `entry` (opening the implicit
-/// transaction of a statement if none is open).
+/// transaction of a statement if none is open); 40001 when they were
+/// written for a layout of the table that another transaction's
+/// `ALTER TABLE` has since replaced (RFC 0004).
 pub(crate) fn pending_table<'a>(
     session: &'a mut GatewaySession,
     entry: &CatalogEntry,
-) -> &'a mut PendingTable {
+) -> RsResult<&'a mut PendingTable> {
+    session.check_layout(entry)?;
     let transaction = session.transaction.get_or_insert_with(Default::default);
-    transaction
+    Ok(transaction
         .tables
         .entry(entry.id)
         .or_insert_with(|| PendingTable {
             name: entry.name.clone(),
+            layout: entry.rewritten,
             rows: Default::default(),
-        })
+        }))
 }
 
 /// Adds new rows to the transaction, refusing duplicate primary keys.
@@ -556,7 +564,7 @@ pub async fn insert_rows(
     let snapshot = gateway.database().engine().published().snapshot;
     let count = rows.len() as u64;
     check_row_bound(session, entry, rows.len())?;
-    let table = pending_table(session, entry);
+    let table = pending_table(session, entry)?;
     let prefix = table_prefix(entry.id);
     let limits = length_limits(entry);
     let mut keyed: Vec<(Vec<u8>, Row)> = Vec::with_capacity(rows.len());
@@ -700,7 +708,7 @@ pub async fn modify(
     } else {
         Vec::new()
     };
-    let table = pending_table(session, entry);
+    let table = pending_table(session, entry)?;
     let primary_key_changes = !delete
         && assigned
             .iter()

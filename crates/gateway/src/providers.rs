@@ -36,6 +36,8 @@ use rockstream_storage::{SetCursor, SnapshotSet};
 use rockstream_types::encoding::{decode_row, encode_datum};
 use rockstream_types::{Datum, ObjectId, Row, RsError, RsResult, SqlType};
 
+use crate::session::layout_conflict;
+
 /// Hidden column carrying a table row's storage key (DML only).
 pub const ROW_KEY_COLUMN: &str = "__rs_row_key";
 /// Rows per record batch handed to DataFusion.
@@ -53,8 +55,13 @@ pub struct ReadContext {
     /// Every namespace, which clients see as databases.
     pub databases: Vec<String>,
     pub snapshot: SnapshotSet,
+    /// The catalog transaction a REPEATABLE READ transaction's snapshot
+    /// records (`None`: the snapshot is as new as `entries`).
+    pub snapshot_ddl_transaction: Option<u64>,
     pub engine: Engine,
     pub overlays: BTreeMap<ObjectId, TableOverlay>,
+    /// The layout each table's overlay rows are in.
+    pub layouts: BTreeMap<ObjectId, u64>,
     /// Expose [`ROW_KEY_COLUMN`] on tables.
     pub with_row_keys: bool,
 }
@@ -108,6 +115,11 @@ impl TableResolver for SnapshotResolver {
                 entry.definition.clone(),
             ))));
         }
+        layout_conflict(
+            entry,
+            self.context.layouts.get(&entry.id).copied(),
+            self.context.snapshot_ddl_transaction,
+        )?;
         Ok(Some(Arc::new(SnapshotTable::new(
             entry.clone(),
             self.context.clone(),
@@ -292,7 +304,7 @@ impl SnapshotTable {
                     if overlay.is_some_and(|overlay| overlay.contains_key(suffix)) {
                         continue;
                     }
-                    rows.push((suffix.to_vec(), decode_row(&value)?));
+                    rows.push((suffix.to_vec(), decode_table_row(&self.entry, &value)?));
                 }
                 RowStorage::Counted => {
                     let row = decode_row(suffix)?;
@@ -342,6 +354,23 @@ impl SnapshotTable {
         }
         Ok(batches)
     }
+}
+
+/// A stored row of table `entry`; 40001 if it has another number of
+/// columns (an `ALTER TABLE` committed after the reader took its
+/// catalog: its rows are in the new layout).
+pub(crate) fn decode_table_row(entry: &CatalogEntry, bytes: &[u8]) -> RsResult<Row> {
+    let row = decode_row(bytes)?;
+    if row.len() != entry.columns.len() {
+        return Err(RsError::new(
+            &rockstream_types::codes::TABLE_ALTERED_CONCURRENTLY,
+            format!(
+                "table \"{}\" was altered by another transaction while this statement read it",
+                entry.name
+            ),
+        ));
+    }
+    Ok(row)
 }
 
 fn external(error: RsError) -> DataFusionError {

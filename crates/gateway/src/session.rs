@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use datafusion::arrow::record_batch::RecordBatch;
-use rockstream_control::PendingCatalog;
+use rockstream_control::{CatalogEntry, ObjectKind, PendingCatalog, REWRITTEN_BY_PENDING};
 use rockstream_pgwire::Interrupt;
 use rockstream_storage::SnapshotSet;
 use rockstream_types::{codes, ObjectId, Row, RsError, RsResult};
@@ -40,6 +40,8 @@ impl Isolation {
 #[derive(Debug, Clone, Default)]
 pub struct PendingTable {
     pub name: String,
+    /// The table's layout ([`CatalogEntry::rewritten`]) its rows are in.
+    pub layout: u64,
     /// key → (row as first read from the snapshot, row now).
     pub rows: BTreeMap<Vec<u8>, (Option<Row>, Option<Row>)>,
 }
@@ -75,6 +77,9 @@ pub struct Transaction {
     /// Under REPEATABLE READ, the state the first statement read; every
     /// statement after it reads the same.
     pub snapshot: Option<SnapshotSet>,
+    /// The catalog transaction `snapshot`'s state records
+    /// (`Published::ddl_transaction`).
+    pub snapshot_ddl_transaction: u64,
     /// A statement has run in the transaction (the isolation level can no
     /// longer change).
     pub started: bool,
@@ -188,6 +193,23 @@ pub struct GatewaySession {
 pub type Savepoint = Option<BTreeMap<ObjectId, PendingTable>>;
 
 impl GatewaySession {
+    /// 40001 when the session's transaction cannot read or write table
+    /// `entry` consistently: it wrote rows of another layout of it, or its
+    /// snapshot is older than the table's layout (RFC 0004).
+    pub fn check_layout(&self, entry: &CatalogEntry) -> RsResult<()> {
+        let Some(transaction) = &self.transaction else {
+            return Ok(());
+        };
+        layout_conflict(
+            entry,
+            transaction.tables.get(&entry.id).map(|table| table.layout),
+            transaction
+                .snapshot
+                .is_some()
+                .then_some(transaction.snapshot_ddl_transaction),
+        )
+    }
+
     /// What `currval` and `lastval` read.
     pub fn sequences(&self) -> std::sync::MutexGuard<'_, SessionSequences> {
         self.sequence_values
@@ -372,4 +394,39 @@ impl Parameters {
             _ => None,
         }
     }
+}
+
+/// 40001 when rows of table `entry`, in the layout its catalog version
+/// has, cannot be mixed with rows the transaction wrote for layout
+/// `written_for`, or read from a snapshot recording catalog transaction
+/// `snapshot_ddl_transaction` (older than the layout: its rows have the
+/// old columns).
+pub fn layout_conflict(
+    entry: &CatalogEntry,
+    written_for: Option<u64>,
+    snapshot_ddl_transaction: Option<u64>,
+) -> RsResult<()> {
+    if entry.kind != ObjectKind::Table {
+        return Ok(());
+    }
+    if written_for.is_some_and(|layout| layout != entry.rewritten) {
+        return Err(RsError::new(
+            &codes::TABLE_ALTERED_CONCURRENTLY,
+            format!(
+                "table \"{}\" was altered by another transaction after this one wrote to it",
+                entry.name
+            ),
+        ));
+    }
+    let committed_rewrite = entry.rewritten != REWRITTEN_BY_PENDING;
+    if committed_rewrite && snapshot_ddl_transaction.is_some_and(|seen| seen < entry.rewritten) {
+        return Err(RsError::new(
+            &codes::TABLE_ALTERED_CONCURRENTLY,
+            format!(
+                "table \"{}\" was altered by another transaction after this transaction's snapshot",
+                entry.name
+            ),
+        ));
+    }
+    Ok(())
 }

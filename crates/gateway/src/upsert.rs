@@ -27,7 +27,7 @@ use datafusion::sql::sqlparser::ast::{
 use rockstream_control::CatalogEntry;
 use rockstream_ops::arrow_rows::{array_to_datums, rows_to_batch};
 use rockstream_ops::keys::table_prefix;
-use rockstream_types::encoding::{decode_row, encode_row};
+use rockstream_types::encoding::encode_row;
 use rockstream_types::{codes, Datum, Row, RsError, RsResult, SqlType};
 
 use crate::backend::{Gateway, OneTable};
@@ -37,6 +37,7 @@ use crate::dml::{
     assigned_column, check_row_bound, conform_row, length_limits, pending_table, query_error,
     strict_cast, Returned,
 };
+use crate::providers::decode_table_row;
 use crate::session::GatewaySession;
 
 /// The `ON CONFLICT` clause of an INSERT into `entry`, checked against its
@@ -131,6 +132,7 @@ pub(crate) async fn insert_on_conflict(
     alias: Option<String>,
     returning: bool,
 ) -> RsResult<(u64, Returned)> {
+    session.check_layout(entry)?;
     let limits = length_limits(entry);
     let snapshot = session
         .transaction
@@ -185,7 +187,7 @@ pub(crate) async fn insert_on_conflict(
                 let mut stored_key = prefix.clone();
                 stored_key.extend_from_slice(&key);
                 let stored = match snapshot.get(&stored_key).await? {
-                    Some(bytes) => Some(decode_row(&bytes)?),
+                    Some(bytes) => Some(decode_table_row(entry, &bytes)?),
                     None => None,
                 };
                 (stored.clone(), stored)
@@ -218,7 +220,7 @@ pub(crate) async fn insert_on_conflict(
         None => Vec::new(),
     };
     check_row_bound(session, entry, outcomes.len())?;
-    let table = pending_table(session, entry);
+    let table = pending_table(session, entry)?;
     let mut kept = Vec::new();
     let mut count = 0u64;
     let mut updates = updated.into_iter();

@@ -136,6 +136,12 @@ pub mod codes {
             "Propose each key once per INSERT ... ON CONFLICT DO UPDATE (merge the duplicate rows first, e.g. with GROUP BY).");
         RENAME_WITH_DEPENDENTS = (2059, "ddl.rename_with_dependents", "0A000",
             "Views name the table in their definitions, which RockStream does not rewrite yet: drop the dependent views, rename, and create them again under the new names.");
+        TABLE_ALTERED_CONCURRENTLY = (2060, "transaction.table_altered", "40001",
+            "Another transaction added or dropped a column of the table after this one read or wrote it; run the transaction again.");
+        ALTER_WITH_DEPENDENTS = (2061, "ddl.alter_with_dependents", "0A000",
+            "Views read the table's columns by position, which RockStream does not re-plan yet: drop the dependent views, alter the table, and create them again.");
+        DROP_KEY_COLUMN = (2062, "ddl.drop_key_column", "0A000",
+            "Rows are stored by their primary key: create a new table with the key you want, copy the rows (INSERT ... SELECT), and drop the old one.");
         CURSOR_SCANS_FORWARD = (2052, "session.cursor_scans_forward_only", "55000",
             "Cursors move forward only here (FETCH NEXT, FETCH n, FETCH FORWARD n, FETCH ALL); declare the query again to read from the start.");
         // Direct-write transactions: 2200–2299.

@@ -10,15 +10,22 @@
 //! Finally the marks are cleared. A start resolves marked entries by the
 //! record, so a crash anywhere leaves all of the transaction or none.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
+use rockstream_ops::keys::table_prefix;
 use rockstream_runtime::TableChange;
 use rockstream_types::{codes, ObjectId, RsError, RsResult};
 use slatedb::WriteBatch;
 
-use super::{already_exists, entry_json, name_is_free, Database};
-use crate::catalog::CatalogEntry;
+use super::alter::AlteredTable;
+use super::{already_exists, entry_json, name_is_free, version_at, Database};
+use crate::catalog::{CatalogEntry, REWRITTEN_BY_PENDING};
 use crate::follower::CatalogChange;
+use crate::sequences::sequence_key;
+
+/// For each table a transaction wrote, the row layout
+/// ([`CatalogEntry::rewritten`]) of the version its rows were written for.
+pub type TableLayouts = BTreeMap<ObjectId, u64>;
 
 /// Set to `after_intent`, `after_install` or `after_commit_point`, aborts
 /// the process at that step of a catalog transaction's commit (crash
@@ -32,11 +39,13 @@ pub struct PendingCatalog {
     pub(super) created: Vec<CatalogEntry>,
     /// Committed objects it dropped.
     pub(super) dropped: Vec<CatalogEntry>,
+    /// Committed tables it altered (RFC 0004).
+    pub(super) altered: Vec<AlteredTable>,
 }
 
 impl PendingCatalog {
     pub fn is_empty(&self) -> bool {
-        self.created.is_empty() && self.dropped.is_empty()
+        self.created.is_empty() && self.dropped.is_empty() && self.altered.is_empty()
     }
 
     /// `committed`, namespace `namespace`'s committed entries in creation
@@ -45,6 +54,12 @@ impl PendingCatalog {
         let mut entries: Vec<CatalogEntry> = committed
             .into_iter()
             .filter(|entry| !self.dropped.iter().any(|gone| gone.id == entry.id))
+            .map(
+                |entry| match self.altered.iter().find(|table| table.after.id == entry.id) {
+                    Some(table) => table.after.clone(),
+                    None => entry,
+                },
+            )
             .collect();
         entries.extend(
             self.created
@@ -87,22 +102,44 @@ impl Database {
     /// transaction's entries are in the in-memory catalog, marked, from its
     /// intent on, and appear (or its dropped ones disappear) for snapshots
     /// of its commit epoch and later, together with its rows.
+    ///
+    /// `layouts` gives, for each table `changes` writes, the layout its
+    /// rows were written for: if another transaction has since rewritten
+    /// the table for new columns, the commit fails (40001). A transaction
+    /// that rewrites a table commits while no other commits rows, and only
+    /// if no row committed since its snapshot escaped the rewrite.
     pub async fn commit_transaction(
         &self,
         namespace: &str,
-        pending: PendingCatalog,
+        mut pending: PendingCatalog,
         mut changes: Vec<TableChange>,
+        layouts: &TableLayouts,
     ) -> RsResult<()> {
         if pending.is_empty() {
             if !changes.is_empty() {
+                let _layouts_stand = self.layouts.read().await;
+                self.check_layouts(namespace, &pending, &changes, layouts)?;
                 self.engine.commit(changes).await?;
             }
             return Ok(());
         }
         let _guard = self.ddl.lock().await;
+        let rewrites = pending.altered.iter().any(|table| table.rewritten);
+        let (_shared, _exclusive) = if rewrites {
+            (None, Some(self.layouts.write().await))
+        } else {
+            (Some(self.layouts.read().await), None)
+        };
         self.before_ddl().await?;
         self.still_valid(namespace, &pending, &changes)?;
+        self.check_layouts(namespace, &pending, &changes, layouts)?;
+        self.check_rewrites_complete(&pending, &changes).await?;
         let transaction = self.next_counter().await?;
+        for table in pending.altered.iter_mut() {
+            if table.after.rewritten == REWRITTEN_BY_PENDING {
+                table.after.rewritten = transaction;
+            }
+        }
         self.control.write(intent(transaction, &pending)?).await?;
         let dropped = pending.dropped_ids();
         let mut catalog: Vec<CatalogEntry> = self
@@ -217,6 +254,47 @@ impl Database {
                 ));
             }
         }
+        for table in &pending.altered {
+            let name = &table.before.name;
+            match committed.iter().find(|entry| entry.id == table.before.id) {
+                None => {
+                    return Err(RsError::new(
+                        &codes::UNDEFINED_OBJECT,
+                        format!("table \"{name}\" was dropped by another transaction"),
+                    ))
+                }
+                Some(current) if *current != table.before => {
+                    return Err(altered_concurrently(format!(
+                        "table \"{name}\" was altered by another transaction"
+                    )))
+                }
+                Some(_) => {}
+            }
+            if let Some(dependent) = standing
+                .iter()
+                .find(|entry| entry.dependencies.contains(&table.before.id))
+            {
+                return Err(RsError::new(
+                    &codes::ALTER_WITH_DEPENDENTS,
+                    format!(
+                        "cannot alter table \"{name}\": {} \"{}\", created since by another transaction, depends on it",
+                        dependent.kind.describe(),
+                        dependent.name
+                    ),
+                ));
+            }
+            let others: Vec<CatalogEntry> = standing
+                .iter()
+                .filter(|entry| entry.id != table.before.id)
+                .cloned()
+                .collect();
+            if let Some(taken) = std::iter::once(table.after.name.as_str())
+                .chain(table.after.sequence_names())
+                .find(|name| !name_is_free(&others, name, true).unwrap_or(false))
+            {
+                return Err(already_exists(taken));
+            }
+        }
         if let Some(change) = changes
             .iter()
             .find(|change| !dropped.contains(&change.table_id) && !exists(&change.table_id))
@@ -228,6 +306,82 @@ impl Database {
                     change.table_name
                 ),
             ));
+        }
+        Ok(())
+    }
+
+    /// Checks that the rows of each table in `changes` were written for the
+    /// table's current layout (see [`Database::commit_transaction`]);
+    /// tables `pending` created or altered are the transaction's own.
+    fn check_layouts(
+        &self,
+        namespace: &str,
+        pending: &PendingCatalog,
+        changes: &[TableChange],
+        layouts: &TableLayouts,
+    ) -> RsResult<()> {
+        let watermark = self.engine.published().ddl_transaction;
+        let catalog = self
+            .catalog
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        for change in changes {
+            let id = change.table_id;
+            let Some(written_for) = layouts.get(&id) else {
+                continue;
+            };
+            if pending.altered(id) || pending.created.iter().any(|entry| entry.id == id) {
+                continue;
+            }
+            let current = catalog
+                .iter()
+                .filter(|entry| entry.id == id && entry.namespace == namespace)
+                .find_map(|entry| version_at(entry, watermark));
+            if current.is_some_and(|entry| entry.rewritten != *written_for) {
+                return Err(altered_concurrently(format!(
+                    "table \"{}\" was altered by another transaction after this one wrote to it",
+                    change.table_name
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks that every row of each table `pending` rewrote for a new
+    /// layout is in `changes`: a row another transaction committed after
+    /// the rewrite read the table would keep the old layout. Runs while no
+    /// other transaction commits rows.
+    async fn check_rewrites_complete(
+        &self,
+        pending: &PendingCatalog,
+        changes: &[TableChange],
+    ) -> RsResult<()> {
+        let snapshot = self.engine.published().snapshot;
+        for table in pending.altered.iter().filter(|table| table.rewritten) {
+            let id = table.after.id;
+            let rewritten: BTreeSet<&[u8]> = changes
+                .iter()
+                .filter(|change| change.table_id == id)
+                .flat_map(|change| &change.rows)
+                .map(|row| row.key.as_slice())
+                .collect();
+            let prefix = table_prefix(id);
+            let mut stored = snapshot.scan(prefix.clone(), None);
+            loop {
+                let chunk = stored.next_chunk().await?;
+                if chunk.is_empty() {
+                    break;
+                }
+                if chunk
+                    .iter()
+                    .any(|(key, _)| !rewritten.contains(&key[prefix.len()..]))
+                {
+                    return Err(altered_concurrently(format!(
+                        "table \"{}\" gained rows from another transaction while this one altered its columns",
+                        table.before.name
+                    )));
+                }
+            }
         }
         Ok(())
     }
@@ -248,6 +402,11 @@ impl Database {
             transaction: Some(transaction),
             ..entry.clone()
         }));
+        for table in &pending.altered {
+            if let Some(entry) = catalog.iter_mut().find(|entry| entry.id == table.after.id) {
+                *entry = altered_intent(transaction, table);
+            }
+        }
     }
 
     /// Settles the in-memory catalog on a transaction's outcome: its marks
@@ -266,6 +425,17 @@ impl Database {
             if kept.contains(&entry.id) {
                 entry.dropping = false;
                 entry.transaction = None;
+            }
+            if let Some(table) = pending
+                .altered
+                .iter()
+                .find(|table| table.after.id == entry.id)
+            {
+                *entry = if committed {
+                    table.after.clone()
+                } else {
+                    table.before.clone()
+                };
             }
         }
     }
@@ -330,7 +500,16 @@ impl Database {
             };
             marks.put(entry.key(), entry_json(&dropping)?);
         }
+        let mut dropped_sequences = Vec::new();
+        for table in &pending.altered {
+            marks.put(table.after.key(), entry_json(&table.after)?);
+            dropped_sequences.extend(sequences_gone(&table.before, &table.after));
+        }
+        for id in &dropped_sequences {
+            marks.delete(sequence_key(*id));
+        }
         self.control.write(marks).await?;
+        self.sequences.forget(&dropped_sequences);
         self.drop_in_background(pending.dropped.iter().rev().cloned().collect())
             .await;
         Ok(true)
@@ -351,7 +530,16 @@ impl Database {
         for entry in &pending.dropped {
             undo.put(entry.key(), entry_json(entry)?);
         }
+        let mut added_sequences = Vec::new();
+        for table in &pending.altered {
+            undo.put(table.before.key(), entry_json(&table.before)?);
+            added_sequences.extend(sequences_gone(&table.after, &table.before));
+        }
+        for id in &added_sequences {
+            undo.delete(sequence_key(*id));
+        }
         self.control.write(undo).await?;
+        self.sequences.forget(&added_sequences);
         self.drop_in_background(pending.created.iter().rev().cloned().collect())
             .await;
         Ok(())
@@ -377,7 +565,42 @@ fn intent(transaction: u64, pending: &PendingCatalog) -> RsResult<WriteBatch> {
         };
         batch.put(entry.key(), entry_json(&marked)?);
     }
+    for table in &pending.altered {
+        batch.put(
+            table.after.key(),
+            entry_json(&altered_intent(transaction, table))?,
+        );
+    }
     Ok(batch)
+}
+
+/// The entry of a table `transaction` alters while it is in doubt: the
+/// new version, which keeps the one it replaces.
+fn altered_intent(transaction: u64, table: &AlteredTable) -> CatalogEntry {
+    CatalogEntry {
+        transaction: Some(transaction),
+        previous: Some(Box::new(table.before.clone())),
+        ..table.after.clone()
+    }
+}
+
+/// The sequences `from`'s columns own that `to`'s do not (a dropped
+/// column's, or, undoing an ADD COLUMN, an added one's).
+fn sequences_gone(from: &CatalogEntry, to: &CatalogEntry) -> Vec<ObjectId> {
+    let kept: HashSet<ObjectId> = to
+        .columns
+        .iter()
+        .filter_map(|column| column.sequence.as_ref().map(|sequence| sequence.id))
+        .collect();
+    from.columns
+        .iter()
+        .filter_map(|column| column.sequence.as_ref().map(|sequence| sequence.id))
+        .filter(|id| !kept.contains(id))
+        .collect()
+}
+
+fn altered_concurrently(message: String) -> RsError {
+    RsError::new(&codes::TABLE_ALTERED_CONCURRENTLY, message)
 }
 
 /// Resolves the entries a crash left marked with their catalog transaction
@@ -400,15 +623,27 @@ pub(super) async fn resolve_in_doubt(
             continue;
         };
         let committed = record >= transaction;
-        let entry = CatalogEntry {
-            transaction: None,
-            // Undone: what it created goes, what it dropped stays.
-            dropping: if committed {
-                entry.dropping
-            } else {
-                !entry.dropping
+        let entry = match entry.previous {
+            // Altered: the new version or the one it replaced.
+            Some(previous) if !committed => CatalogEntry {
+                transaction: None,
+                ..*previous
             },
-            ..entry
+            Some(_) => CatalogEntry {
+                transaction: None,
+                previous: None,
+                ..entry
+            },
+            None => CatalogEntry {
+                transaction: None,
+                // Undone: what it created goes, what it dropped stays.
+                dropping: if committed {
+                    entry.dropping
+                } else {
+                    !entry.dropping
+                },
+                ..entry
+            },
         };
         tracing::info!(
             object = %entry.name,

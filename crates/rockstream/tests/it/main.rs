@@ -8,6 +8,7 @@
 
 mod harness;
 
+mod alter_table;
 mod backfill;
 mod cache;
 mod clients;

@@ -16,11 +16,11 @@ use crate::harness::server::TestServer;
 use crate::harness::sqlstate;
 
 /// The server's failpoint (`rockstream_control::FAILPOINT_DDL_TRANSACTION`).
-const FAILPOINT: &str = "ROCKSTREAM_FAILPOINT_DDL_TRANSACTION";
+pub(crate) const FAILPOINT: &str = "ROCKSTREAM_FAILPOINT_DDL_TRANSACTION";
 /// Bound on the wait for the failpoint to abort the server.
-const FAILPOINT_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const FAILPOINT_TIMEOUT: Duration = Duration::from_secs(30);
 
-async fn execute(client: &Client, sql: &str) {
+pub(crate) async fn execute(client: &Client, sql: &str) {
     client
         .batch_execute(sql)
         .await
@@ -28,7 +28,7 @@ async fn execute(client: &Client, sql: &str) {
 }
 
 /// The rows of `sql`, each as its columns' text joined by spaces, sorted.
-async fn rows(client: &Client, sql: &str) -> Vec<String> {
+pub(crate) async fn rows(client: &Client, sql: &str) -> Vec<String> {
     let mut rows: Vec<String> = fetch_text_rows(client, sql)
         .await
         .unwrap_or_else(|error| panic!("{sql}: {error}"))
@@ -55,7 +55,7 @@ async fn relations(client: &Client) -> Vec<String> {
 }
 
 /// The SQLSTATE `sql` fails with (panics if it succeeds).
-async fn failure(client: &Client, sql: &str) -> String {
+pub(crate) async fn failure(client: &Client, sql: &str) -> String {
     match client.batch_execute(sql).await {
         Ok(()) => panic!("{sql} succeeded"),
         Err(error) => sqlstate(&error),

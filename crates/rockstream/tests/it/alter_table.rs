@@ -1,0 +1,144 @@
+//! Goal: `ALTER TABLE … ADD/DROP COLUMN` rewrites a table's rows in its transaction's commit
+//! (RFC 0004) without ever mixing layouts: a transaction holding rows written for the old
+//! columns cannot commit them (40001), nor can an ALTER that missed rows another transaction
+//! committed meanwhile, nor can a REPEATABLE READ snapshot older than the rewrite read the
+//! table; a crash at any step of the ALTER's commit leaves the table whole in one version or
+//! the other. What one session sees of its own ALTERs is `tests/slt/alter.slt`
+//! (oracle-checked).
+//! Method: two sessions over one server, each interleaving checked; `kill -9` with the ALTER's
+//! transaction open, and the server's failpoint at each step of its commit.
+
+use crate::harness::server::TestServer;
+use crate::transactional_ddl::{execute, failure, rows, FAILPOINT, FAILPOINT_TIMEOUT};
+
+/// What a reader sees of table `t`: its columns in order, then its rows.
+async fn table_t(client: &tokio_postgres::Client) -> (Vec<String>, Vec<String>) {
+    let columns = rows(
+        client,
+        "SELECT ordinal_position || ' ' || column_name FROM information_schema.columns \
+         WHERE table_name = 't'",
+    )
+    .await;
+    (columns, rows(client, "SELECT * FROM t").await)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_of_another_layout_never_commit() {
+    let server = TestServer::start().await;
+    let alterer = server.client().await;
+    let writer = server.client().await;
+    execute(
+        &alterer,
+        "CREATE TABLE t (id INT PRIMARY KEY, v INT); INSERT INTO t VALUES (1, 10)",
+    )
+    .await;
+
+    // A transaction wrote rows for the old columns; an ALTER commits: the
+    // writer can neither go on with the table nor commit.
+    execute(&writer, "BEGIN; INSERT INTO t VALUES (2, 20)").await;
+    execute(&alterer, "ALTER TABLE t ADD COLUMN w INT DEFAULT 5").await;
+    assert_eq!(failure(&writer, "SELECT * FROM t").await, "40001");
+    execute(&writer, "ROLLBACK").await;
+    execute(&writer, "BEGIN; INSERT INTO t VALUES (2, 20)").await;
+    execute(&alterer, "ALTER TABLE t DROP COLUMN w").await;
+    assert_eq!(failure(&writer, "COMMIT").await, "40001");
+    assert_eq!(rows(&writer, "SELECT * FROM t").await, ["1 10"]);
+
+    // Another transaction commits a row while an ALTER is open: the ALTER
+    // did not rewrite it, so the ALTER's COMMIT fails, and so it does when
+    // another transaction changed a row the ALTER rewrote.
+    execute(&alterer, "BEGIN; ALTER TABLE t ADD COLUMN w INT DEFAULT 5").await;
+    execute(&writer, "INSERT INTO t VALUES (3, 30)").await;
+    assert_eq!(failure(&alterer, "COMMIT").await, "40001");
+    execute(&alterer, "BEGIN; ALTER TABLE t ADD COLUMN w INT DEFAULT 5").await;
+    execute(&writer, "UPDATE t SET v = 11 WHERE id = 1").await;
+    assert_eq!(failure(&alterer, "COMMIT").await, "40001");
+    assert_eq!(table_t(&writer).await.1, ["1 11", "3 30"]);
+
+    // A REPEATABLE READ snapshot older than a rewrite cannot read the table.
+    execute(
+        &writer,
+        "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT * FROM t",
+    )
+    .await;
+    execute(&alterer, "ALTER TABLE t ADD COLUMN w INT DEFAULT 5").await;
+    assert_eq!(failure(&writer, "SELECT * FROM t").await, "40001");
+    execute(&writer, "ROLLBACK").await;
+
+    // Renames do not change the rows: a writer's transaction goes on.
+    execute(&writer, "BEGIN; INSERT INTO t VALUES (4, 40, 6)").await;
+    execute(&alterer, "ALTER TABLE t RENAME COLUMN w TO weight").await;
+    execute(&writer, "COMMIT").await;
+    assert_eq!(
+        table_t(&alterer).await,
+        (
+            vec!["1 id".into(), "2 v".into(), "3 weight".into()],
+            vec!["1 11 5".into(), "3 30 5".into(), "4 40 6".into()]
+        )
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_leaves_an_altered_table_whole_in_one_version() {
+    let mut server = TestServer::start().await;
+    execute(
+        &server.client().await,
+        "CREATE TABLE t (id INT PRIMARY KEY, v INT); INSERT INTO t VALUES (1, 10), (2, 20)",
+    )
+    .await;
+    let before = (
+        vec!["1 id".to_string(), "2 v".to_string()],
+        vec!["1 10".to_string(), "2 20".to_string()],
+    );
+    let after = (
+        vec!["1 id".to_string(), "2 w".to_string()],
+        vec!["1 7".to_string(), "2 7".to_string(), "3 8".to_string()],
+    );
+    let alter = "BEGIN; ALTER TABLE t ADD COLUMN w INT DEFAULT 7; ALTER TABLE t DROP COLUMN v; \
+                 INSERT INTO t VALUES (3, 8)";
+
+    {
+        let client = server.client().await;
+        execute(&client, alter).await;
+        server.kill9();
+    }
+    server.restart().await;
+    assert_eq!(table_t(&server.client().await).await, before);
+
+    for (step, committed) in [
+        ("after_intent", false),
+        ("after_install", false),
+        ("after_commit_point", true),
+    ] {
+        server.set_env(FAILPOINT, Some(step.to_string()));
+        server.restart().await;
+        {
+            let client = server.client().await;
+            execute(&client, alter).await;
+            assert!(
+                client.batch_execute("COMMIT").await.is_err(),
+                "the failpoint {step} aborts the server during COMMIT"
+            );
+        }
+        assert!(
+            server.wait_for_exit(FAILPOINT_TIMEOUT).await,
+            "the failpoint {step} did not abort the server\n{}",
+            server.log_tail()
+        );
+        server.kill9();
+        server.set_env(FAILPOINT, None);
+        server.restart().await;
+        let client = server.client().await;
+        let expected = if committed { &after } else { &before };
+        assert_eq!(&table_t(&client).await, expected, "{step}");
+        // Writes go on in the version that stands (two columns either way).
+        execute(
+            &client,
+            "INSERT INTO t VALUES (9, 9); DELETE FROM t WHERE id = 9",
+        )
+        .await;
+        if committed {
+            break;
+        }
+    }
+}
