@@ -20,7 +20,9 @@ use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 use rockstream_control::{nextval_expression, CatalogEntry, ColumnDef, Identity, OwnedSequence};
 use rockstream_ops::arrow_rows::array_to_datums;
-use rockstream_planner::{alias_select_items, normalize_interval_literals, relation_oid};
+use rockstream_planner::{
+    alias_select_items, normalize_interval_literals, normalize_type_spellings, relation_oid,
+};
 use rockstream_types::{codes, Datum, Row, RsError, RsResult, SqlType};
 
 use crate::backend::Gateway;
@@ -53,7 +55,13 @@ fn default_or_null(column: &ColumnDef) -> RsResult<SqlExpr> {
         return parse_expression(&format!("nextval({})", relation_oid(sequence.id)));
     }
     match column.default_expression() {
-        Some(text) => parse_expression(&text),
+        Some(text) => {
+            // As PostgreSQL prints it (`'x'::character varying`), which
+            // DataFusion plans once respelled.
+            let mut expr = parse_expression(&text)?;
+            normalize_type_spellings(&mut expr);
+            Ok(expr)
+        }
         None => Ok(SqlExpr::Value(Value::Null.into())),
     }
 }
@@ -340,6 +348,7 @@ fn default_select(text: &str) -> RsResult<String> {
         return Err(RsError::internal("a default is not an expression"));
     };
     normalize_interval_literals(statement);
+    normalize_type_spellings(statement);
     Ok(statement.to_string())
 }
 

@@ -22,7 +22,8 @@ use rockstream_ops::keys::table_prefix;
 use rockstream_plan::arrow_types::{cast_rounds, datafusion_error, round_to_whole};
 use rockstream_plan::datetime_text::{arrow_datetime_texts, DatetimeInput};
 use rockstream_planner::{
-    alias_select_items, normalize_interval_literals, rewrite_using_joins, uses_using_joins,
+    alias_select_items, normalize_interval_literals, normalize_type_spellings, rewrite_using_joins,
+    uses_using_joins,
 };
 use rockstream_types::encoding::encode_row;
 use rockstream_types::{codes, Datum, Row, RsError, RsResult, SqlType};
@@ -142,6 +143,7 @@ async fn inserted_rows(
         // The defaults written in read as the statement's own literals do.
         let mut statement = Statement::Insert(rewritten);
         normalize_interval_literals(&mut statement);
+        normalize_type_spellings(&mut statement);
         let Statement::Insert(rewritten) = statement else {
             return Err(RsError::internal("a rewritten INSERT is an INSERT"));
         };

@@ -24,7 +24,8 @@ use rockstream_pgwire::{
     TransactionState,
 };
 use rockstream_planner::{
-    alias_select_items, normalize_interval_literals, normalize_number_literals, pg_column_names,
+    alias_select_items, normalize_interval_literals, normalize_number_literals,
+    normalize_type_spellings, pg_column_names,
 };
 use rockstream_types::{codes, RsError, RsResult};
 
@@ -107,6 +108,7 @@ pub(crate) fn parse(sql: &str) -> RsResult<Vec<Command>> {
             let mut statement = parser.parse_statement().map_err(syntax_error)?;
             check_select_lists(&statement)?;
             normalize_interval_literals(&mut statement);
+            normalize_type_spellings(&mut statement);
             normalize_number_literals(&mut statement);
             Command::Sql(Box::new(statement))
         };
@@ -588,6 +590,7 @@ impl Backend for Gateway {
             if !params.is_empty() {
                 bind_parameters(statement, params, parameter_types)?;
                 normalize_interval_literals(statement);
+                normalize_type_spellings(statement);
             }
         }
         self.execute_command(session, command, prepared).await
@@ -694,6 +697,7 @@ impl Gateway {
         }
         let mut rewritten = Statement::Insert(rewritten);
         normalize_interval_literals(&mut rewritten);
+        normalize_type_spellings(&mut rewritten);
         Ok(std::borrow::Cow::Owned(rewritten))
     }
 

@@ -35,6 +35,7 @@ mod scalar_subquery;
 mod set_operations;
 mod system_catalog;
 mod translate;
+mod type_spellings;
 mod using_joins;
 
 pub use column_names::{alias_select_items, pg_column_names};
@@ -48,4 +49,5 @@ pub use system_catalog::{
     ColumnInfo, RelationInfo, RelationKind, SequenceInfo,
 };
 pub use translate::{plan_view, schema_of, undefined_relation};
+pub use type_spellings::normalize_type_spellings;
 pub use using_joins::{rewrite_using_joins, uses_using_joins};

@@ -172,7 +172,12 @@ impl Database {
                 if after.columns.iter().any(|column| column.name == to) {
                     return Err(duplicate_column(to, name));
                 }
-                let position = column_position(&after, from)?;
+                let position = column_position(&after, from).map_err(|_| {
+                    RsError::new(
+                        &codes::UNDEFINED_COLUMN,
+                        format!("column \"{from}\" does not exist"),
+                    )
+                })?;
                 after.columns[position].name = to.to_string();
                 None
             }
