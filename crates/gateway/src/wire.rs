@@ -237,10 +237,8 @@ fn cast_parameter_types(statement: &Statement) -> BTreeMap<usize, DataType> {
                         SqlDataType::Array(
                             ArrayElemTypeDef::SquareBracket(element, _)
                             | ArrayElemTypeDef::AngleBracket(element),
-                        ) => crate::ddl::sql_type(element)
-                            .ok()
-                            .map(|sql_type| DataType::new_list(arrow_type(sql_type), true)),
-                        _ => crate::ddl::sql_type(data_type).ok().map(arrow_type),
+                        ) => cast_type(element).map(|element| DataType::new_list(element, true)),
+                        _ => cast_type(data_type),
                     };
                     if let Some(typed) = typed {
                         types.entry(index).or_insert(typed);
@@ -251,6 +249,28 @@ fn cast_parameter_types(statement: &Statement) -> BTreeMap<usize, DataType> {
         std::ops::ControlFlow::<()>::Continue(())
     });
     types
+}
+
+/// The type a parameter cast to `data_type` has: a column type's, or
+/// `oid` (described as `oid`, bound as the bigint oids are).
+fn cast_type(data_type: &SqlDataType) -> Option<DataType> {
+    if let SqlDataType::Custom(name, modifiers) = data_type {
+        let last = name.0.last().and_then(|part| part.as_ident());
+        if modifiers.is_empty() && last.is_some_and(|ident| ident.value.eq_ignore_ascii_case("oid"))
+        {
+            return Some(DataType::UInt32);
+        }
+    }
+    crate::ddl::sql_type(data_type).ok().map(arrow_type)
+}
+
+/// Whether `data_type` is `oid` or `oid[]` as [`cast_type`] gives it:
+/// planning types such a parameter bigint, but clients must be told oid.
+fn is_oid_type(data_type: &DataType) -> bool {
+    match data_type {
+        DataType::List(element) => element.data_type() == &DataType::UInt32,
+        other => other == &DataType::UInt32,
+    }
 }
 
 /// Replaces `$n` placeholders with typed literals.
@@ -435,7 +455,7 @@ pub(crate) fn sql_type_name(data_type: &DataType) -> String {
         DataType::Boolean => "BOOLEAN".into(),
         DataType::Int16 => "SMALLINT".into(),
         DataType::Int32 => "INT".into(),
-        DataType::Int64 => "BIGINT".into(),
+        DataType::Int64 | DataType::UInt32 => "BIGINT".into(),
         DataType::Float32 => "REAL".into(),
         DataType::Float64 => "DOUBLE PRECISION".into(),
         DataType::Decimal128(p, s) => format!("NUMERIC({p},{s})"),
@@ -773,7 +793,10 @@ impl Gateway {
             .into_iter()
             .map(|(name, data_type)| {
                 let index = name.trim_start_matches('$').parse().unwrap_or(0);
-                let data_type = data_type
+                let cast_to_oid = casts.get(&index).filter(|cast| is_oid_type(cast));
+                let data_type = cast_to_oid
+                    .cloned()
+                    .or(data_type)
                     .or_else(|| arrays.get(&name).cloned())
                     .or_else(|| casts.get(&index).cloned())
                     .unwrap_or(DataType::Utf8);

@@ -4,7 +4,7 @@
 //! binary-format parameter is decoded by its PostgreSQL type (`*recv`
 //! layouts) and re-rendered with PostgreSQL's text output, so the backend
 //! sees the same text whichever format the client chose. Binary decoding
-//! covers bool, int2/4/8, float4/8, text-like types, numeric, date,
+//! covers bool, int2/4/8, oid, float4/8, text-like types, numeric, date,
 //! timestamp, timestamptz and interval; any other binary parameter is
 //! rejected with a coded error asking for text format.
 
@@ -108,6 +108,7 @@ pub(crate) fn binary_text(bytes: &[u8], pg_type: &Type) -> Result<String, Binary
         Type::INT2 => i16::from_be_bytes(fixed_width(bytes)?).to_string(),
         Type::INT4 => i32::from_be_bytes(fixed_width(bytes)?).to_string(),
         Type::INT8 => i64::from_be_bytes(fixed_width(bytes)?).to_string(),
+        Type::OID => u32::from_be_bytes(fixed_width(bytes)?).to_string(),
         Type::FLOAT4 => text::float4(f32::from_be_bytes(fixed_width(bytes)?)),
         Type::FLOAT8 => text::float8(f64::from_be_bytes(fixed_width(bytes)?)),
         Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN | Type::JSON => {

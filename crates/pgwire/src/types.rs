@@ -19,6 +19,9 @@ pub fn pg_type(data_type: &DataType) -> Type {
         DataType::Int16 => Type::INT2,
         DataType::Int32 => Type::INT4,
         DataType::Int64 => Type::INT8,
+        // Object identifiers: only parameters cast to `oid` have this type
+        // (oid columns are bigint).
+        DataType::UInt32 => Type::OID,
         DataType::Float32 => Type::FLOAT4,
         DataType::Float64 => Type::FLOAT8,
         DataType::Decimal128(_, _) => Type::NUMERIC,
@@ -51,6 +54,7 @@ pub(crate) fn array_type(element: &Type) -> Option<Type> {
         Type::INTERVAL => Type::INTERVAL_ARRAY,
         Type::TIME => Type::TIME_ARRAY,
         Type::TEXT => Type::TEXT_ARRAY,
+        Type::OID => Type::OID_ARRAY,
         _ => return None,
     })
 }
@@ -72,6 +76,7 @@ pub(crate) fn element_type(array: &Type) -> Option<Type> {
         Type::INTERVAL,
         Type::TIME,
         Type::TEXT,
+        Type::OID,
     ]
     .into_iter()
     .find(|element| array_type(element).as_ref() == Some(array))

@@ -115,6 +115,21 @@ impl VisitorMut for Normalizer {
                 });
             }
         }
+        if let Expr::Case {
+            operand: None,
+            conditions,
+            else_result,
+            ..
+        } = expr
+        {
+            let written = conditions.len();
+            conditions.retain(|when| !never_holds(&when.condition, &self.scope));
+            if written > 0 && conditions.is_empty() {
+                *expr = else_result
+                    .take()
+                    .map_or(Expr::value(Value::Null), |result| *result);
+            }
+        }
         let scope = &self.scope;
         let replacement = match expr {
             Expr::Subquery(subquery) if yields_no_rows(subquery, scope) => Some(null_text()),
@@ -331,6 +346,39 @@ fn uncount_rows(expr: &mut Expr) {
 /// one's alias, or a table's name when it has none), with whether each is a
 /// `pg_catalog` table.
 type Scope = [Vec<(String, bool)>];
+
+/// Whether `condition` holds for no row: `relation.typtype = 'x'` over
+/// `pg_type` (the catalog table with a `typtype` column) for a kind of
+/// type other than `b`, when every type RockStream has is a base type.
+/// asyncpg's type introspection computes a domain's base type and a
+/// composite type's attributes under such conditions, with correlated
+/// subqueries DataFusion cannot plan; dropping the branches that never run
+/// leaves a query it can.
+fn never_holds(condition: &Expr, scope: &Scope) -> bool {
+    let Expr::BinaryOp {
+        left,
+        op: BinaryOperator::Eq,
+        right,
+    } = condition
+    else {
+        return false;
+    };
+    let (Expr::CompoundIdentifier(parts), Expr::Value(value)) = (left.as_ref(), right.as_ref())
+    else {
+        return false;
+    };
+    let [relation, column] = parts.as_slice() else {
+        return false;
+    };
+    let other_kind = matches!(&value.value, Value::SingleQuotedString(kind) if kind != "b");
+    let relation = relation.value.to_lowercase();
+    let in_catalog = scope
+        .iter()
+        .rev()
+        .find_map(|level| level.iter().find(|(name, _)| *name == relation))
+        .is_some_and(|(_, catalog)| *catalog);
+    other_kind && in_catalog && column.value.eq_ignore_ascii_case("typtype")
+}
 
 /// psql and SQLAlchemy read a column's default as `(SELECT pg_get_expr(...)
 /// FROM pg_attrdef d WHERE d.adrelid = a.attrelid AND d.adnum = a.attnum
@@ -1156,6 +1204,22 @@ mod tests {
         assert_eq!(
             normalized("SELECT a COLLATE \"de_DE\" FROM t"),
             "SELECT a COLLATE \"de_DE\" FROM t"
+        );
+    }
+
+    #[test]
+    fn branches_for_kinds_of_types_that_do_not_exist_are_dropped() {
+        // asyncpg's introspection: every type is a base type ('b').
+        assert_eq!(
+            normalized(
+                "SELECT CASE WHEN t.typtype = 'd' THEN (SELECT 1 FROM x LIMIT 1) ELSE NULL END,                  CASE WHEN t.typtype = 'c' THEN 1 WHEN t.typtype = 'b' THEN 2 END                  FROM pg_catalog.pg_type AS t"
+            ),
+            "SELECT NULL, CASE WHEN t.typtype = 'b' THEN 2 END FROM pg_catalog.pg_type AS t"
+        );
+        // Over a user's table the column means what its rows hold.
+        assert_eq!(
+            normalized("SELECT CASE WHEN t.typtype = 'd' THEN 1 END FROM t"),
+            "SELECT CASE WHEN t.typtype = 'd' THEN 1 END FROM t"
         );
     }
 

@@ -5,10 +5,11 @@
 //! `integer`, and `int_col + 1` fails past 2^31 - 1. DataFusion makes every
 //! integer literal a `bigint`. This analyzer rule, run before type
 //! coercion, narrows the literals that fit. The rows of a `VALUES` list
-//! (typed when it was planned) and `LIMIT`/`OFFSET` keep their type.
+//! (typed when it was planned), `LIMIT`/`OFFSET` and statements with a
+//! recursive query keep their type.
 
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::Transformed;
+use datafusion::common::tree_node::{Transformed, TreeNodeRecursion};
 use datafusion::common::{DFSchema, Result, ScalarValue};
 use datafusion::logical_expr::{Expr, LogicalPlan};
 use datafusion::optimizer::AnalyzerRule;
@@ -24,12 +25,33 @@ impl AnalyzerRule for PostgresIntegerLiterals {
     }
 
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
+        if has_recursive_query(&plan)? {
+            // A recursive query's work table was typed when it was planned,
+            // by its non-recursive term's bigint literals: narrowing them
+            // there but not where the recursive term reads the table
+            // would give the two terms different types. Its integer
+            // literals stay bigint.
+            return Ok(plan);
+        }
         rewrite_exprs_of(
             plan,
             &|node| !matches!(node, LogicalPlan::Values(_) | LogicalPlan::Limit(_)),
             &narrow,
         )
     }
+}
+
+fn has_recursive_query(plan: &LogicalPlan) -> Result<bool> {
+    let mut found = false;
+    plan.apply_with_subqueries(|node| {
+        found = matches!(node, LogicalPlan::RecursiveQuery(_));
+        Ok(if found {
+            TreeNodeRecursion::Stop
+        } else {
+            TreeNodeRecursion::Continue
+        })
+    })?;
+    Ok(found)
 }
 
 fn narrow(expr: Expr, _schema: &DFSchema) -> Result<Transformed<Expr>> {

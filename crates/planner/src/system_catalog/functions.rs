@@ -351,6 +351,10 @@ impl CatalogFunction {
                 .find(|relation| !relation.primary_key.is_empty() && matches(relation) == oid)
         };
         match self.function {
+            // The invalid oid, as the reg types print it.
+            Function::RegClass | Function::RegType | Function::RegNamespace if oid == 0 => {
+                Some("-".to_string())
+            }
             Function::FormatType => Some(format_type(oid, modifier)),
             Function::SizePretty => Some(size_pretty(oid)),
             // PostgreSQL answers an unknown number with the empty string.

@@ -52,11 +52,7 @@ const PYTHON: Suite = Suite {
         command.arg(program("python/checks.py"));
         command
     },
-    known_failures: &[(
-        "asyncpg_int_array_parameter",
-        "asyncpg's type introspection query (recursive CTE, correlated `ORDER BY … LIMIT 1` \
-         subqueries) for arrays other than text[] and oid[] (item 8)",
-    )],
+    known_failures: &[],
 };
 
 const NODE: Suite = Suite {
