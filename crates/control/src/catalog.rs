@@ -100,17 +100,23 @@ impl ColumnDef {
     /// Whether an `INSERT` that omits the column stores something other
     /// than NULL.
     pub fn has_default(&self) -> bool {
-        self.default.is_some() || self.sequence.is_some()
+        self.default.is_some() || self.identity_sequence().is_some()
     }
 
-    /// The expression an omitted value is computed by: the default, or
-    /// the owned sequence's next value.
+    /// The expression an omitted value is computed by: the default, or an
+    /// identity column's sequence's next value. (A serial column's default
+    /// calls its sequence; once the default is dropped it is not used.)
     pub fn default_expression(&self) -> Option<String> {
         self.default.clone().or_else(|| {
-            self.sequence
-                .as_ref()
+            self.identity_sequence()
                 .map(|sequence| nextval_expression(&sequence.name))
         })
+    }
+
+    fn identity_sequence(&self) -> Option<&OwnedSequence> {
+        self.sequence
+            .as_ref()
+            .filter(|sequence| sequence.identity.is_some())
     }
 
     pub fn sql_type(&self) -> RsResult<SqlType> {

@@ -361,10 +361,20 @@ impl Database {
         namespace: &str,
         view: NewView<'_>,
     ) -> RsResult<bool> {
-        let catalog = pending.overlay(namespace, self.entries(namespace));
+        let committed = self.entries(namespace);
+        let catalog = pending.overlay(namespace, committed.clone());
         let Some(entry) = self.view_entry(catalog, namespace, view).await? else {
             return Ok(false);
         };
+        let reads: Vec<CatalogEntry> = committed
+            .into_iter()
+            .filter(|read| {
+                entry.dependencies.contains(&read.id)
+                    && !pending.altered(read.id)
+                    && !pending.planned_over.iter().any(|seen| seen.id == read.id)
+            })
+            .collect();
+        pending.planned_over.extend(reads);
         if let Some(table) = pending.altered.iter().find(|table| {
             table.rewritten
                 && entry.kind == ObjectKind::MaterializedView

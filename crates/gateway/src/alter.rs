@@ -116,7 +116,11 @@ async fn alter_once(
                     default: None,
                 },
                 AlterColumnOperation::SetDefault { value } => {
-                    let entry = gateway.entry(session, name, None)?;
+                    let entry = match gateway.entry(session, name, None) {
+                        Ok(entry) => entry,
+                        Err(_) if if_exists => return Ok(()),
+                        Err(error) => return Err(error),
+                    };
                     let column = entry
                         .columns
                         .iter()
@@ -215,7 +219,16 @@ async fn rewrite_rows(
         keys.extend((0..key_column.len()).map(|index| key_column.value(index).to_vec()));
         old_rows.extend(batch_rows(batch, &types, 1)?);
     }
-    check_row_bound(session, before, old_rows.len())?;
+    // Rows the transaction changed already count once.
+    let buffered = session
+        .transaction
+        .as_ref()
+        .and_then(|transaction| transaction.tables.get(&before.id));
+    let more = keys
+        .iter()
+        .filter(|key| buffered.is_none_or(|table| !table.rows.contains_key(*key)))
+        .count();
+    check_row_bound(session, before, more)?;
     let mut new_rows: Vec<Row> = old_rows
         .iter()
         .map(|old| {

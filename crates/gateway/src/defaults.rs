@@ -69,7 +69,7 @@ fn default_or_null(column: &ColumnDef) -> RsResult<SqlExpr> {
 /// The sequence whose next value is `column`'s default, if it is.
 fn own_sequence(column: &ColumnDef) -> Option<&OwnedSequence> {
     column.sequence.as_ref().filter(|sequence| {
-        column.default.is_none()
+        sequence.identity.is_some()
             || column.default.as_deref() == Some(nextval_expression(&sequence.name).as_str())
     })
 }
@@ -378,6 +378,16 @@ pub(crate) async fn check_defaults(
 ) -> RsResult<()> {
     for (position, expr) in std::mem::take(&mut definition.defaults) {
         let column = &definition.columns[position];
+        if let Some(sequence) = column
+            .sequence
+            .as_ref()
+            .filter(|sequence| calls_nextval_of(&expr, &sequence.name))
+        {
+            // A serial column's default set back to its own sequence.
+            let text = nextval_expression(&sequence.name);
+            definition.columns[position].default = Some(text);
+            continue;
+        }
         refuse_references(expr_query(&expr)?.as_ref(), &column.name)?;
         let sql_type = column.sql_type()?;
         // What is checked is what INSERTs will evaluate: the stored text.
@@ -416,6 +426,15 @@ pub(crate) async fn check_defaults(
         definition.columns[position].default = Some(text);
     }
     Ok(())
+}
+
+/// Whether `expr` is `nextval('sequence')` (with or without
+/// `::regclass`), the default of a serial column owning `sequence`.
+fn calls_nextval_of(expr: &SqlExpr, sequence: &str) -> bool {
+    let own = nextval_expression(sequence);
+    let written = expr.to_string();
+    written.eq_ignore_ascii_case(&own)
+        || written.eq_ignore_ascii_case(&own.replace("::regclass", ""))
 }
 
 /// A default's text as `pg_get_expr` prints it: a string constant (and a

@@ -27,7 +27,7 @@ use datafusion::logical_expr::{Expr, Operator, TableProviderFilterPushDown};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::physical_plan::ExecutionPlan;
-use rockstream_control::{inline_view, CatalogEntry, ObjectKind};
+use rockstream_control::{inline_view, CatalogEntry, ObjectKind, REWRITTEN_BY_PENDING};
 use rockstream_ops::arrow_rows::{array_to_datums, rows_to_batch};
 use rockstream_ops::keys::{decode_weight, RowStorage};
 use rockstream_planner::{ColumnInfo, RelationInfo, RelationKind, SequenceInfo, TableResolver};
@@ -356,10 +356,21 @@ impl SnapshotTable {
     }
 }
 
-/// A stored row of table `entry`; 40001 if it has another number of
-/// columns (an `ALTER TABLE` committed after the reader took its
-/// catalog: its rows are in the new layout).
+/// A stored row of table `entry` that the reading transaction did not
+/// write; 40001 if it cannot be in `entry`'s layout: the transaction
+/// rewrote the table for new columns, covering every row it could see, so
+/// the row is another transaction's since; or it has another number of
+/// columns (an `ALTER TABLE` committed after the reader took its catalog).
 pub(crate) fn decode_table_row(entry: &CatalogEntry, bytes: &[u8]) -> RsResult<Row> {
+    if entry.rewritten == REWRITTEN_BY_PENDING {
+        return Err(RsError::new(
+            &rockstream_types::codes::TABLE_ALTERED_CONCURRENTLY,
+            format!(
+                "table \"{}\" gained rows from another transaction while this one altered its columns",
+                entry.name
+            ),
+        ));
+    }
     let row = decode_row(bytes)?;
     if row.len() != entry.columns.len() {
         return Err(RsError::new(

@@ -143,8 +143,11 @@ impl Database {
             ));
         }
         let renames = matches!(alteration, Alteration::Rename(_));
+        // A default matters to writes only.
+        let reads_unchanged = matches!(alteration, Alteration::SetDefault { .. });
         if let Some(dependent) = catalog
             .iter()
+            .filter(|_| !reads_unchanged)
             .find(|other| other.dependencies.contains(&before.id))
         {
             let (code, what) = if renames {
@@ -212,14 +215,20 @@ impl Database {
             Alteration::SetDefault { column, default } => {
                 let position = column_position(&after, column)?;
                 let target = &mut after.columns[position];
-                if target.sequence.is_some() {
+                if target
+                    .sequence
+                    .as_ref()
+                    .is_some_and(|sequence| sequence.identity.is_some())
+                {
                     return Err(RsError::new(
-                        &codes::UNSUPPORTED_STATEMENT,
-                        format!(
-                            "cannot change the default of column \"{column}\" of table \"{name}\": a sequence of its own generates it"
-                        ),
-                    ));
+                        &codes::SYNTAX_ERROR,
+                        format!("column \"{column}\" of relation \"{name}\" is an identity column"),
+                    )
+                    .with_detail("Its values come from its sequence; it takes no default."));
                 }
+                // A serial column's sequence stays its own (as in
+                // PostgreSQL), generating values only while the default
+                // calls it.
                 target.default = default;
                 None
             }

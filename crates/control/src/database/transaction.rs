@@ -41,6 +41,10 @@ pub struct PendingCatalog {
     pub(super) dropped: Vec<CatalogEntry>,
     /// Committed tables it altered (RFC 0004).
     pub(super) altered: Vec<AlteredTable>,
+    /// The committed versions of the relations its new views read, as they
+    /// were planned over: another transaction must not have altered them
+    /// by its COMMIT.
+    pub(super) planned_over: Vec<CatalogEntry>,
 }
 
 impl PendingCatalog {
@@ -142,11 +146,9 @@ impl Database {
         }
         self.control.write(intent(transaction, &pending)?).await?;
         let dropped = pending.dropped_ids();
-        let mut catalog: Vec<CatalogEntry> = self
-            .entries(namespace)
-            .into_iter()
-            .filter(|entry| !dropped.contains(&entry.id))
-            .collect();
+        // The catalog the transaction's new views were planned against.
+        let mut catalog = pending.overlay(namespace, self.entries(namespace));
+        catalog.retain(|entry| !pending.created.iter().any(|created| created.id == entry.id));
         self.mark_in_memory(transaction, &pending);
         failpoint("after_intent");
         let mut unfinished = Unfinished {
@@ -229,10 +231,20 @@ impl Database {
                 ),
             ));
         }
+        // What stands once the transaction commits, but for what it creates.
         let standing: Vec<CatalogEntry> = committed
             .iter()
             .filter(|other| !dropped.contains(&other.id))
-            .cloned()
+            .map(|other| {
+                match pending
+                    .altered
+                    .iter()
+                    .find(|table| table.after.id == other.id)
+                {
+                    Some(table) => table.after.clone(),
+                    None => other.clone(),
+                }
+            })
             .collect();
         for entry in &pending.created {
             // Its name and its sequences' names, against what committed
@@ -254,6 +266,18 @@ impl Database {
                 ));
             }
         }
+        for planned in &pending.planned_over {
+            if committed
+                .iter()
+                .any(|entry| entry.id == planned.id && !reads_alike(planned, entry))
+            {
+                return Err(altered_concurrently(format!(
+                    "{} \"{}\" was altered by another transaction after this transaction planned a view over it",
+                    planned.kind.describe(),
+                    planned.name
+                )));
+            }
+        }
         for table in &pending.altered {
             let name = &table.before.name;
             match committed.iter().find(|entry| entry.id == table.before.id) {
@@ -272,6 +296,7 @@ impl Database {
             }
             if let Some(dependent) = standing
                 .iter()
+                .filter(|_| !reads_alike(&table.before, &table.after))
                 .find(|entry| entry.dependencies.contains(&table.before.id))
             {
                 return Err(RsError::new(
@@ -597,6 +622,23 @@ fn sequences_gone(from: &CatalogEntry, to: &CatalogEntry) -> Vec<ObjectId> {
         .filter_map(|column| column.sequence.as_ref().map(|sequence| sequence.id))
         .filter(|id| !kept.contains(id))
         .collect()
+}
+
+/// Whether a view reads `after` as it read `before`: they differ at most in
+/// their columns' defaults, which only writes use.
+fn reads_alike(before: &CatalogEntry, after: &CatalogEntry) -> bool {
+    let without_defaults = |entry: &CatalogEntry| CatalogEntry {
+        columns: entry
+            .columns
+            .iter()
+            .map(|column| crate::catalog::ColumnDef {
+                default: None,
+                ..column.clone()
+            })
+            .collect(),
+        ..entry.clone()
+    };
+    without_defaults(before) == without_defaults(after)
 }
 
 fn altered_concurrently(message: String) -> RsError {

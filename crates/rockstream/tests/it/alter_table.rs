@@ -79,6 +79,114 @@ async fn rows_of_another_layout_never_commit() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_layout_of_the_same_width_is_told_apart() {
+    // `DROP COLUMN b, ADD COLUMN c` of b's type keeps the rows' width:
+    // only the table's layout tells old rows from new ones.
+    let server = TestServer::start().await;
+    let alterer = server.client().await;
+    let other = server.client().await;
+    execute(
+        &alterer,
+        "CREATE TABLE t (id INT PRIMARY KEY, b INT); INSERT INTO t VALUES (1, 10)",
+    )
+    .await;
+    let relayout = |from: &str, to: &str| {
+        format!("ALTER TABLE t DROP COLUMN {from}, ADD COLUMN {to} INT DEFAULT 0")
+    };
+
+    execute(&other, "BEGIN; INSERT INTO t VALUES (2, 20)").await;
+    execute(&alterer, &relayout("b", "b2")).await;
+    assert_eq!(
+        failure(&other, "INSERT INTO t VALUES (3, 30)").await,
+        "40001"
+    );
+    execute(&other, "ROLLBACK").await;
+    execute(&other, "BEGIN; INSERT INTO t VALUES (2, 20)").await;
+    execute(&alterer, &relayout("b2", "b3")).await;
+    assert_eq!(failure(&other, "COMMIT").await, "40001");
+
+    execute(
+        &other,
+        "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT * FROM t",
+    )
+    .await;
+    execute(&alterer, &relayout("b3", "b4")).await;
+    assert_eq!(failure(&other, "SELECT * FROM t").await, "40001");
+    execute(&other, "ROLLBACK").await;
+
+    // A row another transaction commits while an ALTER is open is never
+    // read in the ALTER's new layout (its `b4` would be taken for `b5`).
+    execute(
+        &alterer,
+        "BEGIN; ALTER TABLE t ADD COLUMN b5 INT; ALTER TABLE t DROP COLUMN b4",
+    )
+    .await;
+    execute(&other, "INSERT INTO t VALUES (2, 42)").await;
+    assert_eq!(
+        failure(&alterer, "UPDATE t SET b5 = coalesce(b5, 0)").await,
+        "40001"
+    );
+    execute(&alterer, "ROLLBACK").await;
+    assert_eq!(rows(&alterer, "SELECT * FROM t").await, ["1 0", "2 42"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alterations_and_views_in_transactions() {
+    let server = TestServer::start().await;
+    let client = server.client().await;
+    let other = server.client().await;
+    execute(
+        &client,
+        "CREATE TABLE t (id INT PRIMARY KEY, a INT, b INT); INSERT INTO t VALUES (1, 10, 20)",
+    )
+    .await;
+
+    // A view created after a rename in its transaction reads the renamed
+    // table; the old name is free for a new table in the same transaction.
+    execute(
+        &client,
+        "BEGIN; ALTER TABLE t RENAME TO u;          ALTER TABLE u RENAME COLUMN a TO tmp; ALTER TABLE u RENAME COLUMN b TO a;          ALTER TABLE u RENAME COLUMN tmp TO b;          CREATE MATERIALIZED VIEW mv AS SELECT id, a FROM u;          CREATE TABLE t (k INT); COMMIT",
+    )
+    .await;
+    assert_eq!(rows(&other, "SELECT * FROM mv").await, ["1 20"]);
+    execute(&other, "INSERT INTO u VALUES (2, 30, 40)").await;
+    assert_eq!(rows(&other, "SELECT * FROM mv").await, ["1 20", "2 40"]);
+
+    // Columns of a table a view reads stay as they are (RS-2061); its
+    // default may change.
+    assert_eq!(
+        failure(&client, "ALTER TABLE u ADD COLUMN c INT").await,
+        "0A000"
+    );
+    execute(&client, "ALTER TABLE u ALTER COLUMN b SET DEFAULT 7").await;
+    execute(&client, "INSERT INTO u (id, a) VALUES (3, 50)").await;
+    assert_eq!(
+        rows(&other, "SELECT * FROM mv").await,
+        ["1 20", "2 40", "3 50"]
+    );
+
+    // A materialized view over a table its transaction rewrote would be
+    // built from the old rows: refused.
+    execute(&client, "BEGIN; ALTER TABLE t ADD COLUMN v INT DEFAULT 1").await;
+    assert_eq!(
+        failure(&client, "CREATE MATERIALIZED VIEW tv AS SELECT * FROM t").await,
+        "0A000"
+    );
+    execute(&client, "ROLLBACK").await;
+
+    // A view planned before another transaction altered what it reads
+    // does not commit.
+    execute(
+        &client,
+        "BEGIN; CREATE MATERIALIZED VIEW tk AS SELECT k FROM t",
+    )
+    .await;
+    execute(&other, "ALTER TABLE t RENAME COLUMN k TO kk").await;
+    assert_eq!(failure(&client, "COMMIT").await, "40001");
+    assert_eq!(failure(&other, "SELECT * FROM tk").await, "42P01");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_leaves_an_altered_table_whole_in_one_version() {
     let mut server = TestServer::start().await;
     execute(
