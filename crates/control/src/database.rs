@@ -18,6 +18,7 @@ use crate::catalog::{
 use crate::control_db::{ControlDb, CONTROL_PATH};
 use crate::follower::{self, CatalogChange, FollowerSender};
 use crate::resolver::{plan_inline_view, CatalogResolver};
+use crate::roles::{undefined_role, Role, RoleChange, Roles};
 use crate::sequences::{sequence_key, Sequences};
 
 mod alter;
@@ -70,6 +71,7 @@ pub struct Database {
     /// checked against its new layout after it.
     layouts: RwLock<()>,
     sequences: Sequences,
+    roles: Roles,
 }
 
 impl Database {
@@ -103,6 +105,7 @@ impl Database {
         let follower = follower::start(&runtime, engine.clone());
         let entries = load_entries(&control_db).await?;
         let sequences = Sequences::load(&control_db).await?;
+        let roles = Roles::load(&control_db).await?;
         let database = Arc::new(Database {
             control,
             catalog: std::sync::RwLock::new(Vec::new()),
@@ -114,6 +117,7 @@ impl Database {
             ids: Mutex::new(()),
             layouts: RwLock::new(()),
             sequences,
+            roles,
         });
         let entries = transaction::resolve_in_doubt(&database, entries).await?;
         // Dependents first, as DROP ... CASCADE removes them.
@@ -181,6 +185,34 @@ impl Database {
             .copied()
             .collect();
         self.sequences.restart(&self.control, &standing).await
+    }
+
+    /// The role named `name`, if there is one.
+    pub fn role(&self, name: &str) -> Option<Role> {
+        self.roles.get(name)
+    }
+
+    /// Every role, by name.
+    pub fn roles(&self) -> Vec<Role> {
+        self.roles.all()
+    }
+
+    /// `CREATE ROLE` (durable when it returns).
+    pub async fn create_role(&self, role: Role) -> RsResult<()> {
+        self.roles.create(&self.control, role).await
+    }
+
+    /// `ALTER ROLE name …`.
+    pub async fn alter_role(&self, name: &str, change: RoleChange) -> RsResult<()> {
+        self.roles.alter(&self.control, name, change).await
+    }
+
+    /// `DROP ROLE [IF EXISTS] name`.
+    pub async fn drop_role(&self, name: &str, if_exists: bool) -> RsResult<()> {
+        if self.roles.drop(&self.control, name).await? || if_exists {
+            return Ok(());
+        }
+        Err(undefined_role(name))
     }
 
     pub fn namespace_exists(&self, namespace: &str) -> bool {

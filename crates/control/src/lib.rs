@@ -8,6 +8,7 @@ mod control_db;
 mod database;
 mod follower;
 mod resolver;
+mod roles;
 mod sequences;
 
 pub use catalog::{
@@ -19,4 +20,5 @@ pub use database::{
     PendingCatalog, Rename, TableLayouts, FAILPOINT_DDL_TRANSACTION,
 };
 pub use resolver::{arrow_schema, inline_view, plan_inline_view, CatalogResolver};
+pub use roles::{Role, RoleChange};
 pub use sequences::{next_after_set, take_next, SequenceRef, Sequences, PRELOGGED};

@@ -148,6 +148,12 @@ impl Gateway {
                 .map(|transaction| transaction.catalog.unbuilt_views().collect())
                 .unwrap_or_default(),
             databases: self.database.namespaces(),
+            roles: self
+                .database
+                .roles()
+                .into_iter()
+                .map(|role| (role.name, role.login))
+                .collect(),
             snapshot: session
                 .transaction
                 .as_ref()
@@ -514,6 +520,23 @@ impl Gateway {
                 } else {
                     "CREATE VIEW"
                 })
+            }
+            Statement::Drop {
+                object_type: ObjectType::Role,
+                if_exists,
+                names,
+                ..
+            } => {
+                crate::roles::refuse_in_transaction_block(in_explicit, "DROP ROLE")?;
+                crate::roles::drop_roles(&self.database, names, *if_exists).await
+            }
+            Statement::CreateRole(create) => {
+                crate::roles::refuse_in_transaction_block(in_explicit, "CREATE ROLE")?;
+                crate::roles::create_role(&self.database, create).await
+            }
+            Statement::AlterRole { name, operation } => {
+                crate::roles::refuse_in_transaction_block(in_explicit, "ALTER ROLE")?;
+                crate::roles::alter_role(&self.database, &ident_name(name), operation).await
             }
             Statement::Drop {
                 object_type,

@@ -21,6 +21,7 @@ mod dml;
 mod fast_path;
 mod memory;
 mod providers;
+mod roles;
 mod sequences;
 mod session;
 mod session_commands;
@@ -31,3 +32,4 @@ mod wire;
 
 pub use backend::Gateway;
 pub use memory::{MemoryLimits, STATEMENT_MEMORY_DEFAULT, TOTAL_STATEMENT_MEMORY_DEFAULT};
+pub use roles::CatalogPasswords;

@@ -54,6 +54,8 @@ pub struct ReadContext {
     pub unbuilt_views: BTreeSet<ObjectId>,
     /// Every namespace, which clients see as databases.
     pub databases: Vec<String>,
+    /// The roles `CREATE ROLE` made, each with whether it may log in.
+    pub roles: Vec<(String, bool)>,
     pub snapshot: SnapshotSet,
     /// The catalog transaction a REPEATABLE READ transaction's snapshot
     /// records (`None`: the snapshot is as new as `entries`).
@@ -167,6 +169,10 @@ impl TableResolver for SnapshotResolver {
             populated: self.context.engine.view_status(entry.id).is_populated(),
         };
         Some(self.context.entries.iter().map(relation).collect())
+    }
+
+    fn roles(&self) -> Vec<(String, bool)> {
+        self.context.roles.clone()
     }
 
     fn databases(&self) -> Vec<String> {

@@ -80,6 +80,12 @@ pub(crate) fn parse(sql: &str) -> RsResult<Vec<Command>> {
         }
         let command = if parser.parse_keyword(Keyword::REFRESH) {
             parse_refresh(&mut parser).map_err(syntax_error)?
+        } else if parser.parse_keywords(&[Keyword::CREATE, Keyword::USER]) {
+            // PostgreSQL's CREATE USER: CREATE ROLE that may log in (the
+            // parser reads another dialect's form).
+            let mut create = parser.parse_create_role().map_err(syntax_error)?;
+            create.login.get_or_insert(true);
+            Command::Sql(Box::new(Statement::CreateRole(create)))
         } else if matches!(&parser.peek_token_ref().token,
             Token::Word(word) if word.quote_style.is_none() && word.value.eq_ignore_ascii_case("move"))
         {

@@ -3,8 +3,10 @@
 //! `pgwire` drives the protocol state machine (message framing, portal and
 //! statement storage, Sync handling, copy-in mode, ErrorResponse then
 //! ReadyForQuery); these impls only forward to [`ConnectionCore`]:
-//! - startup: any user is accepted; `Backend::connect` decides on the
-//!   database and its error is sent as FATAL;
+//! - startup: with passwords on, the SCRAM-SHA-256 exchange first (a
+//!   failure is FATAL 28P01, worded alike whatever failed); then
+//!   `Backend::connect` decides on the database and its error is sent as
+//!   FATAL;
 //! - simple query: one response per statement (see `ConnectionCore`);
 //! - extended query: Parse describes through the backend (the core is the
 //!   `QueryParser`), Describe answers from that description (NoData for
@@ -17,8 +19,11 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
 use futures::{Sink, SinkExt};
+use pgwire::api::auth::driver::AuthOutcome;
+use pgwire::api::auth::mechanism::AuthMechanismFactory;
+use pgwire::api::auth::sasl::scram::ScramAuth;
 use pgwire::api::auth::{
-    finish_authentication, protocol_negotiation, save_startup_parameters_to_metadata,
+    finish_authentication, protocol_negotiation, save_startup_parameters_to_metadata, AuthDriver,
     DefaultServerParameterProvider, StartupHandler,
 };
 use pgwire::api::copy::CopyHandler;
@@ -39,6 +44,7 @@ use pgwire::messages::extendedquery::{
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use rockstream_types::{codes, RsError};
 
+use crate::auth::authentication_failed;
 use crate::connection::{parameter_types, ConnectionCore, PreparedStatement, StatementNames};
 use crate::interrupt::Cancels;
 use crate::types::{field_infos, pg_type};
@@ -49,11 +55,46 @@ use crate::{Backend, PreparedStatements};
 pub(crate) struct Connection<B: Backend> {
     core: Arc<ConnectionCore<B>>,
     cancels: Arc<Cancels>,
+    /// Password authentication (`None`: every user is trusted).
+    scram: Option<ScramAuth>,
+    /// Runs `scram`'s exchange.
+    auth: AuthDriver<DefaultServerParameterProvider>,
 }
 
 impl<B: Backend> Connection<B> {
-    pub(crate) fn new(core: Arc<ConnectionCore<B>>, cancels: Arc<Cancels>) -> Self {
-        Connection { core, cancels }
+    pub(crate) fn new(
+        core: Arc<ConnectionCore<B>>,
+        cancels: Arc<Cancels>,
+        scram: Option<ScramAuth>,
+    ) -> Self {
+        Connection {
+            core,
+            cancels,
+            scram,
+            auth: AuthDriver::new(DefaultServerParameterProvider::default()),
+        }
+    }
+
+    /// Opens the session of an authenticated (or trusted) client and
+    /// completes its startup.
+    async fn admit<C>(&self, client: &mut C) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let (user, database) = login(client);
+        self.core
+            .connect(&user, &database)
+            .await
+            .map_err(fatal_error)?;
+        let (pid, secret_key) = self.cancels.register(client, self.core.interrupt.clone());
+        let _ = self.core.pid.set(pid);
+        client.set_pid_and_secret_key(pid, secret_key);
+        let mut parameters = DefaultServerParameterProvider::default();
+        parameters.server_version = crate::SERVER_VERSION.to_string();
+        parameters.time_zone = "UTC".to_string();
+        finish_authentication(client, &parameters).await
     }
 }
 
@@ -103,23 +144,37 @@ impl<B: Backend> StartupHandler for Connection<B> {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let PgWireFrontendMessage::Startup(startup) = message else {
-            return Ok(());
-        };
-        protocol_negotiation(client, &startup).await?;
-        save_startup_parameters_to_metadata(client, &startup);
-        let (user, database) = login(client);
-        self.core
-            .connect(&user, &database)
-            .await
-            .map_err(fatal_error)?;
-        let (pid, secret_key) = self.cancels.register(client, self.core.interrupt.clone());
-        let _ = self.core.pid.set(pid);
-        client.set_pid_and_secret_key(pid, secret_key);
-        let mut parameters = DefaultServerParameterProvider::default();
-        parameters.server_version = crate::SERVER_VERSION.to_string();
-        parameters.time_zone = "UTC".to_string();
-        finish_authentication(client, &parameters).await
+        let refused = |client: &C| fatal_error(authentication_failed(&login(client).0));
+        match message {
+            PgWireFrontendMessage::Startup(startup) => {
+                protocol_negotiation(client, &startup).await?;
+                save_startup_parameters_to_metadata(client, &startup);
+                let Some(scram) = &self.scram else {
+                    return self.admit(client).await;
+                };
+                // Asks for the SCRAM exchange; the client's answers come
+                // back as password messages.
+                match self.auth.begin_authentication(client, scram.create()).await {
+                    Ok(_) => Ok(()),
+                    Err(_) => Err(refused(client)),
+                }
+            }
+            PgWireFrontendMessage::PasswordMessageFamily(message) => {
+                match self.auth.advance_authentication(client, message).await {
+                    Ok(AuthOutcome::InProgress) => Ok(()),
+                    Ok(AuthOutcome::Authenticated { final_message, .. }) => {
+                        if let Some(last) = final_message {
+                            client
+                                .feed(PgWireBackendMessage::Authentication(last))
+                                .await?;
+                        }
+                        self.admit(client).await
+                    }
+                    Err(_) => Err(refused(client)),
+                }
+            }
+            _ => Ok(()),
+        }
     }
 }
 

@@ -1,8 +1,9 @@
 //! RockStream's PostgreSQL wire front end.
 //!
 //! [`serve`] accepts TCP connections and speaks the PostgreSQL v3 protocol
-//! (through the `pgwire` crate) on each of them: startup without
-//! authentication, the simple query protocol, the extended protocol
+//! (through the `pgwire` crate) on each of them: startup (trusting every
+//! user, or with SCRAM-SHA-256 passwords; over TLS when the client asks and
+//! a certificate is configured), the simple query protocol, the extended protocol
 //! (Parse/Bind/Describe/Execute/Sync), `COPY ... FROM STDIN` in text and
 //! CSV format, and cancel requests. Everything that knows SQL lives behind
 //! the [`Backend`] trait; this crate only translates between wire messages
@@ -10,6 +11,7 @@
 //!
 //! Layout:
 //! - `server`: the accept loop and one task per connection;
+//! - `auth`: password verifiers, SCRAM, TLS;
 //! - `frames`: checks each client message whole before `pgwire` decodes it;
 //! - `connection`: one connection's backend session and COPY buffer;
 //! - `handlers`: the `pgwire` handler traits, forwarding to `connection`;
@@ -36,6 +38,7 @@
 //!   if its task panics;
 //! - buffered COPY data never exceeds [`COPY_BUFFER_BYTES_MAX`].
 
+mod auth;
 mod connection;
 mod copy;
 mod copy_out;
@@ -54,6 +57,7 @@ use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use rockstream_types::RsError;
 
+pub use auth::{scram_verifier, tls_acceptor, Passwords, Security};
 pub use copy::{parse_copy_data, COPY_BUFFER_BYTES_MAX};
 pub use interrupt::Interrupt;
 pub use server::serve;

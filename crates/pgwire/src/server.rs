@@ -24,6 +24,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::coop::unconstrained;
 use tokio_util::codec::{Framed, FramedParts};
 
+use crate::auth::Security;
 use crate::connection::ConnectionCore;
 use crate::frames::{protocol_violation, FrameGuard, GuardReports, Rejection};
 use crate::handlers::Connection;
@@ -42,12 +43,22 @@ const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Accepts connections forever, serving each on its own task. A connection's
 /// panic or error never takes the server down.
-pub async fn serve<B: Backend>(backend: Arc<B>, listener: TcpListener) -> std::io::Result<()> {
+pub async fn serve<B: Backend>(
+    backend: Arc<B>,
+    listener: TcpListener,
+    security: Security,
+) -> std::io::Result<()> {
     let cancels = Arc::new(Cancels::default());
     loop {
         match listener.accept().await {
             Ok((socket, peer)) => {
-                let connection = run_connection(backend.clone(), cancels.clone(), socket, peer);
+                let connection = run_connection(
+                    backend.clone(),
+                    cancels.clone(),
+                    security.clone(),
+                    socket,
+                    peer,
+                );
                 spawn_task(connection);
             }
             Err(error) => {
@@ -62,14 +73,20 @@ pub async fn serve<B: Backend>(backend: Arc<B>, listener: TcpListener) -> std::i
 async fn run_connection<B: Backend>(
     backend: Arc<B>,
     cancels: Arc<Cancels>,
+    security: Security,
     socket: TcpStream,
     peer: SocketAddr,
 ) {
     let core = Arc::new(ConnectionCore::new(backend));
-    let connection = Arc::new(Connection::new(core.clone(), cancels.clone()));
+    let connection = Arc::new(Connection::new(
+        core.clone(),
+        cancels.clone(),
+        security.scram(),
+    ));
     let interrupt = core.interrupt.clone();
     let outcome = spawn_task(process_socket(
         socket,
+        security.tls,
         connection,
         cancels.clone(),
         interrupt,
@@ -101,6 +118,7 @@ type Socket<B> = Framed<
 /// watch for the client leaving while a statement runs.
 async fn process_socket<B: Backend>(
     socket: TcpStream,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     connection: Arc<Connection<B>>,
     cancels: Arc<Cancels>,
     interrupt: Interrupt,
@@ -117,7 +135,7 @@ async fn process_socket<B: Backend>(
     tokio::pin!(startup_deadline);
     let negotiated = tokio::select! {
         _ = &mut startup_deadline => return Ok(()),
-        negotiated = negotiate_tls(socket, None) => negotiated?,
+        negotiated = negotiate_tls(socket, tls) => negotiated?,
     };
     // `None`: a direct TLS handshake, which needs a certificate.
     let Some(negotiated) = negotiated else {

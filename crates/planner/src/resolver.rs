@@ -35,6 +35,11 @@ pub trait TableResolver: Send + Sync + std::fmt::Debug {
     fn databases(&self) -> Vec<String> {
         Vec::new()
     }
+
+    /// The roles `CREATE ROLE` made, each with whether it may log in.
+    fn roles(&self) -> Vec<(String, bool)> {
+        Vec::new()
+    }
 }
 
 /// A DataFusion session whose `public` schema is the given resolver.

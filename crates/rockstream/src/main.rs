@@ -4,13 +4,15 @@
 //! role in one process (the embedded profile): storage on the local disk,
 //! the catalog, the engine and the PostgreSQL-protocol gateway.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
 use rockstream_common::Runtime;
-use rockstream_control::{Database, OpenOptions};
-use rockstream_gateway::{Gateway, MemoryLimits};
+use rockstream_control::{Database, OpenOptions, Role, RoleChange};
+use rockstream_gateway::{CatalogPasswords, Gateway, MemoryLimits};
+use rockstream_pgwire::{Passwords, Security};
 
 /// mimalloc instead of the system allocator: the engine allocates many small
 /// rows and keys per epoch, and glibc's per-thread arenas both cost time
@@ -88,7 +90,38 @@ enum Command {
         /// Working memory of all running statements together.
         #[arg(long, default_value = TOTAL_STATEMENT_MEMORY_DEFAULT, value_parser = parse_size)]
         total_statement_memory: usize,
+        /// Who may connect: `password` (SCRAM-SHA-256, for roles made with
+        /// CREATE ROLE name LOGIN PASSWORD '...'; the first start creates
+        /// role `rockstream` with the password in ROCKSTREAM_PASSWORD), or
+        /// `trust` (anyone, as any role). Unset, a loopback address trusts
+        /// and any other address is refused.
+        #[arg(long, value_enum)]
+        auth: Option<AuthMode>,
+        /// TLS certificate chain (PEM), with --tls-key: clients may then
+        /// connect over TLS (sslmode=require).
+        #[arg(long, requires = "tls_key")]
+        tls_cert: Option<PathBuf>,
+        /// The certificate's private key (PEM).
+        #[arg(long, requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
     },
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum AuthMode {
+    Trust,
+    Password,
+}
+
+/// The role a first start with `--auth password` creates.
+const BOOTSTRAP_ROLE: &str = "rockstream";
+/// Where that role's password comes from.
+const PASSWORD_VARIABLE: &str = "ROCKSTREAM_PASSWORD";
+
+/// How the server admits connections.
+struct Admission {
+    auth: Option<AuthMode>,
+    tls: Option<(PathBuf, PathBuf)>,
 }
 
 /// Stack of each runtime thread. Planning a statement recurses over its
@@ -152,7 +185,14 @@ fn main() -> anyhow::Result<()> {
             arrangement_cache,
             statement_memory,
             total_statement_memory,
+            auth,
+            tls_cert,
+            tls_key,
         } => {
+            let admission = Admission {
+                auth,
+                tls: tls_cert.zip(tls_key),
+            };
             let options = OpenOptions {
                 shards: shards.unwrap_or_else(default_shards),
                 arrangement_cache_bytes: arrangement_cache,
@@ -161,9 +201,50 @@ fn main() -> anyhow::Result<()> {
                 statement_bytes: statement_memory.min(total_statement_memory),
                 total_bytes: total_statement_memory,
             };
-            runtime.block_on(start(storage, listen, options, memory))
+            runtime.block_on(start(storage, listen, options, memory, admission))
         }
     }
+}
+
+/// With `--auth password`, role [`BOOTSTRAP_ROLE`] gets the password in
+/// [`PASSWORD_VARIABLE`] when set (created on the first start); without
+/// it, some login role must already have a password, or nobody could
+/// connect.
+async fn bootstrap_role(database: &Database) -> anyhow::Result<()> {
+    if let Ok(password) = std::env::var(PASSWORD_VARIABLE) {
+        let verifier = rockstream_pgwire::scram_verifier(&password);
+        let result = match database.role(BOOTSTRAP_ROLE) {
+            Some(_) => {
+                let change = RoleChange {
+                    login: Some(true),
+                    password: Some(Some(verifier)),
+                };
+                database.alter_role(BOOTSTRAP_ROLE, change).await
+            }
+            None => {
+                let role = Role {
+                    name: BOOTSTRAP_ROLE.to_string(),
+                    login: true,
+                    password: Some(verifier),
+                };
+                database.create_role(role).await
+            }
+        };
+        return result.map_err(|error| {
+            anyhow::anyhow!("setting the password of role {BOOTSTRAP_ROLE}: {error}")
+        });
+    }
+    if !database
+        .roles()
+        .iter()
+        .any(|role| role.login && role.password.is_some())
+    {
+        anyhow::bail!(
+            "--auth password, but no role has a password yet: set {PASSWORD_VARIABLE} to give role \
+             {BOOTSTRAP_ROLE} one"
+        );
+    }
+    Ok(())
 }
 
 /// One shard per CPU core, within what a storage allows.
@@ -179,8 +260,16 @@ async fn start(
     listen: String,
     options: OpenOptions,
     memory: MemoryLimits,
+    admission: Admission,
 ) -> anyhow::Result<()> {
     let runtime = Runtime::system();
+    let tls = match &admission.tls {
+        Some((certificate, key)) => Some(
+            rockstream_pgwire::tls_acceptor(certificate, key)
+                .map_err(|error| anyhow::anyhow!("TLS: {error}"))?,
+        ),
+        None => None,
+    };
     let database = match Database::open_with(&storage, runtime.clone(), options).await {
         Ok(database) => database,
         Err(error) => {
@@ -191,10 +280,27 @@ async fn start(
     let listener = tokio::net::TcpListener::bind(&listen)
         .await
         .with_context(|| format!("binding {listen}"))?;
+    let loopback = listener.local_addr()?.ip().is_loopback();
+    if admission.auth.is_none() && !loopback {
+        anyhow::bail!(
+            "refusing to listen on {listen} without authentication: anyone who can reach it could \
+             read and change every table. Pass --auth password (with {PASSWORD_VARIABLE} set on the \
+             first start), or --auth trust to allow that on purpose"
+        );
+    }
+    let passwords = admission.auth == Some(AuthMode::Password);
+    if passwords {
+        bootstrap_role(&database).await?;
+    }
     let shards = database.engine().shard_count();
-    tracing::info!(%storage, %listen, shards, "RockStream is ready: psql \"host=HOST port=PORT user=rockstream dbname=default\"");
+    tracing::info!(%storage, %listen, shards, auth = if passwords { "password" } else { "trust" }, tls = tls.is_some(), "RockStream is ready: psql \"host=HOST port=PORT user=rockstream dbname=default\"");
+    let security = Security {
+        passwords: passwords
+            .then(|| Arc::new(CatalogPasswords::new(database.clone())) as Arc<dyn Passwords>),
+        tls,
+    };
     let gateway = Arc::new(Gateway::new(database, runtime, memory));
-    rockstream_pgwire::serve(gateway, listener)
+    rockstream_pgwire::serve(gateway, listener, security)
         .await
         .context("serving connections")?;
     Ok(())

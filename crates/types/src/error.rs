@@ -142,6 +142,12 @@ pub mod codes {
             "Views read the table's columns by position, which RockStream does not re-plan yet: drop the dependent views, alter the table, and create them again.");
         DROP_KEY_COLUMN = (2062, "ddl.drop_key_column", "0A000",
             "Rows are stored by their primary key: create a new table with the key you want, copy the rows (INSERT ... SELECT), and drop the old one.");
+        DUPLICATE_ROLE = (2063, "ddl.duplicate_role", "42710",
+            "Pick another role name, or change the existing role with ALTER ROLE.");
+        UNDEFINED_ROLE = (2064, "ddl.undefined_role", "42704",
+            "Create the role first (CREATE ROLE name LOGIN PASSWORD '...'); SELECT rolname FROM pg_roles lists them.");
+        PASSWORD_AUTHENTICATION_FAILED = (2065, "session.password_authentication_failed", "28P01",
+            "Check the user name and password; a superuser sets one with ALTER ROLE name PASSWORD '...'.");
         CURSOR_SCANS_FORWARD = (2052, "session.cursor_scans_forward_only", "55000",
             "Cursors move forward only here (FETCH NEXT, FETCH n, FETCH FORWARD n, FETCH ALL); declare the query again to read from the start.");
         // Direct-write transactions: 2200–2299.

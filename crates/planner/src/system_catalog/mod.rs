@@ -185,6 +185,8 @@ const FIRST_DATABASE_OID: i64 = 5;
 const PUBLIC_OID: i64 = 2200;
 const PG_CATALOG_OID: i64 = 11;
 const OWNER_OID: i64 = 10;
+/// Oids of the roles `CREATE ROLE` made, in name order from here.
+const ROLE_OID_BASE: i64 = 16_000;
 const HEAP_AM_OID: i64 = 2;
 const BTREE_AM_OID: i64 = 403;
 const DEFAULT_TABLESPACE_OID: i64 = 1663;
@@ -298,20 +300,7 @@ pub(crate) fn system_table(
                 text(["t", "i"].map(|kind| Some(kind.to_string()))),
             ),
         ]),
-        // The one user, with every privilege: authentication is off.
-        (PG_CATALOG, "pg_roles") => batch(vec![
-            ("oid", Arc::new(Int64Array::from(vec![OWNER_OID]))),
-            ("rolname", text([Some(OWNER.to_string())])),
-            ("rolsuper", flags(true, 1)),
-            ("rolinherit", flags(true, 1)),
-            ("rolcreaterole", flags(true, 1)),
-            ("rolcreatedb", flags(true, 1)),
-            ("rolcanlogin", flags(true, 1)),
-            ("rolreplication", flags(false, 1)),
-            ("rolbypassrls", flags(false, 1)),
-            ("rolconnlimit", Arc::new(Int64Array::from(vec![-1]))),
-            ("rolvaliduntil", text([None])),
-        ]),
+        (PG_CATALOG, "pg_roles") => pg_roles(&resolver.roles()),
         (PG_CATALOG, "pg_database") => pg_database(&resolver.databases()),
         (PG_CATALOG, "pg_tablespace") => batch(vec![
             (
@@ -389,6 +378,40 @@ pub(crate) fn number_lists(values: impl Iterator<Item = Vec<i64>>) -> ArrayRef {
         lists.append(true);
     }
     Arc::new(lists.finish())
+}
+
+/// `pg_roles`: the owner of everything (`rockstream`), then the roles
+/// `CREATE ROLE` made, each `(name, may log in)`. Every role has every
+/// privilege.
+fn pg_roles(roles: &[(String, bool)]) -> DataFusionResult<RecordBatch> {
+    let mut rows: Vec<(String, bool)> = vec![(OWNER.to_string(), true)];
+    rows.extend(roles.iter().filter(|(name, _)| name != OWNER).cloned());
+    let count = rows.len();
+    let oids: Vec<i64> = std::iter::once(OWNER_OID)
+        .chain((0..).map(|index| ROLE_OID_BASE + index))
+        .take(count)
+        .collect();
+    batch(vec![
+        ("oid", Arc::new(Int64Array::from(oids))),
+        (
+            "rolname",
+            text(rows.iter().map(|(name, _)| Some(name.clone()))),
+        ),
+        ("rolsuper", flags(true, count)),
+        ("rolinherit", flags(true, count)),
+        ("rolcreaterole", flags(true, count)),
+        ("rolcreatedb", flags(true, count)),
+        (
+            "rolcanlogin",
+            Arc::new(BooleanArray::from(
+                rows.iter().map(|(_, login)| *login).collect::<Vec<_>>(),
+            )),
+        ),
+        ("rolreplication", flags(false, count)),
+        ("rolbypassrls", flags(false, count)),
+        ("rolconnlimit", Arc::new(Int64Array::from(vec![-1; count]))),
+        ("rolvaliduntil", text(rows.iter().map(|_| None))),
+    ])
 }
 
 pub(crate) fn flags(value: bool, count: usize) -> ArrayRef {

@@ -9,6 +9,7 @@
 mod harness;
 
 mod alter_table;
+mod auth;
 mod backfill;
 mod cache;
 mod clients;

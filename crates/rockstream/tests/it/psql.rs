@@ -37,7 +37,7 @@ const DESCRIBED: [&str; 7] = [
 ];
 
 /// The psql that came with the oracle: on the PATH, or beside a Debian server.
-fn psql() -> PathBuf {
+pub(crate) fn psql() -> PathBuf {
     let on_path = std::env::var_os("PATH").into_iter().flat_map(|path| {
         std::env::split_paths(&path)
             .map(|directory| directory.join("psql"))

@@ -29,7 +29,7 @@ async fn start() -> (Arc<FakeBackend>, u16) {
     let backend = Arc::new(FakeBackend::default());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    tokio::spawn(serve(backend.clone(), listener));
+    tokio::spawn(serve(backend.clone(), listener, Default::default()));
     (backend, port)
 }
 

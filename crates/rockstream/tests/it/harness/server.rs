@@ -95,6 +95,8 @@ pub struct TestServer {
     environment: Vec<(String, String)>,
     /// Extra arguments of `rockstream start`.
     arguments: Vec<String>,
+    /// The password clients log in with (servers started with `--auth password`).
+    password: Option<String>,
 }
 
 impl TestServer {
@@ -110,17 +112,40 @@ impl TestServer {
 
     /// Starts a server over `storage` with extra arguments of `rockstream start`.
     pub async fn start_with(storage: Arc<Storage>, arguments: &[&str]) -> TestServer {
+        TestServer::start_as(storage, arguments, None).await
+    }
+
+    /// Starts a server over fresh storage that requires passwords (`--auth password` and
+    /// `arguments`): its first start gives role `rockstream` `password`, which [`TestServer::config`]
+    /// then logs in with.
+    pub async fn start_with_password(arguments: &[&str], password: &str) -> TestServer {
+        let arguments: Vec<&str> = ["--auth", "password"]
+            .into_iter()
+            .chain(arguments.iter().copied())
+            .collect();
+        TestServer::start_as(Storage::new(), &arguments, Some(password)).await
+    }
+
+    async fn start_as(
+        storage: Arc<Storage>,
+        arguments: &[&str],
+        password: Option<&str>,
+    ) -> TestServer {
         let mut server = TestServer {
             storage,
             child: None,
             port: 0,
             generation: 0,
             log_reported: false,
-            environment: Vec::new(),
+            environment: password
+                .map(|password| ("ROCKSTREAM_PASSWORD".to_string(), password.to_string()))
+                .into_iter()
+                .collect(),
             arguments: arguments
                 .iter()
                 .map(|argument| argument.to_string())
                 .collect(),
+            password: password.map(str::to_string),
         };
         server.spawn_until_ready().await;
         server
@@ -151,7 +176,8 @@ impl TestServer {
         Arc::clone(&self.storage)
     }
 
-    /// Connection settings: any user is accepted, the database is `default`.
+    /// Connection settings: any user is accepted, the database is `default` (with passwords
+    /// required, role `rockstream` and its password).
     pub fn config(&self) -> Config {
         let mut config = Config::new();
         config
@@ -160,6 +186,9 @@ impl TestServer {
             .user(USER_NAME)
             .dbname(DATABASE_NAME)
             .connect_timeout(PROBE_TIMEOUT);
+        if let Some(password) = &self.password {
+            config.user("rockstream").password(password);
+        }
         config
     }
 
