@@ -212,6 +212,22 @@ impl CatalogEntry {
         entry_key(self.kind, &self.namespace, self.id)
     }
 
+    /// The position of column `column`; 42703 naming it when there is none.
+    pub fn column_position(&self, column: &str) -> RsResult<usize> {
+        self.columns
+            .iter()
+            .position(|existing| existing.name == column)
+            .ok_or_else(|| {
+                RsError::new(
+                    &codes::UNDEFINED_COLUMN,
+                    format!(
+                        "column \"{column}\" of relation \"{}\" does not exist",
+                        self.name
+                    ),
+                )
+            })
+    }
+
     /// The names of the sequences its columns own.
     pub fn sequence_names(&self) -> impl Iterator<Item = &str> {
         self.columns.iter().filter_map(|column| {

@@ -522,7 +522,7 @@ impl Gateway {
                 })
             }
             Statement::Drop {
-                object_type: ObjectType::Role,
+                object_type: ObjectType::Role | ObjectType::User,
                 if_exists,
                 names,
                 ..

@@ -292,19 +292,7 @@ pub(crate) fn assigned_column(
 ) -> RsResult<usize> {
     let target = crate::backend::object_name(&assignment.target.to_string());
     let column = target.rsplit('.').next().unwrap_or(&target);
-    entry
-        .columns
-        .iter()
-        .position(|existing| existing.name == column)
-        .ok_or_else(|| {
-            RsError::new(
-                &codes::UNDEFINED_COLUMN,
-                format!(
-                    "column \"{column}\" of relation \"{}\" does not exist",
-                    entry.name
-                ),
-            )
-        })
+    entry.column_position(column)
 }
 
 /// The table positions an INSERT's column list names (every column, in

@@ -13,10 +13,10 @@ use datafusion::sql::sqlparser::ast::{
     AlterRoleOperation, CreateRole, Expr as SqlExpr, ObjectName, Password, RoleOption, Value,
 };
 use rockstream_control::{Database, Role, RoleChange};
-use rockstream_pgwire::{scram_verifier, Passwords, StatementResult};
+use rockstream_pgwire::{is_scram_verifier, scram_verifier, Passwords, StatementResult};
 use rockstream_types::{codes, RsError, RsResult};
 
-use crate::backend::object_name;
+use crate::ddl::ident_name;
 
 /// The password verifiers of the catalog's login roles.
 pub struct CatalogPasswords {
@@ -57,7 +57,7 @@ pub(crate) async fn create_role(
     };
     for name in &create.names {
         let role = Role {
-            name: role_name(name),
+            name: role_name(name)?,
             login: create.login.unwrap_or(false),
             password: password.clone(),
         };
@@ -98,13 +98,22 @@ pub(crate) async fn drop_roles(
     if_exists: bool,
 ) -> RsResult<StatementResult> {
     for name in names {
-        database.drop_role(&role_name(name), if_exists).await?;
+        database.drop_role(&role_name(name)?, if_exists).await?;
     }
     Ok(command("DROP ROLE"))
 }
 
-fn role_name(name: &ObjectName) -> String {
-    object_name(&name.to_string())
+/// A role's name as written: one identifier, folded unless quoted.
+fn role_name(name: &ObjectName) -> RsResult<String> {
+    match name.0.as_slice() {
+        [part] => part.as_ident().map(ident_name).ok_or_else(|| {
+            RsError::new(&codes::SYNTAX_ERROR, format!("{name} is not a role name"))
+        }),
+        _ => Err(RsError::new(
+            &codes::SYNTAX_ERROR,
+            format!("{name} is not a role name: roles are not qualified"),
+        )),
+    }
 }
 
 /// What is stored for a password: its verifier (`None` for `PASSWORD
@@ -119,7 +128,12 @@ fn stored_password(password: &Password) -> RsResult<Option<String>> {
         },
         Password::Password(_) => return Err(password_literal()),
     };
-    if text.starts_with("SCRAM-SHA-256$") {
+    if text.is_empty() {
+        // As PostgreSQL: an empty password is no password (it would let
+        // anyone in who sends none).
+        return Ok(None);
+    }
+    if is_scram_verifier(&text) {
         return Ok(Some(text));
     }
     if text.len() == 35 && text.starts_with("md5") {

@@ -86,6 +86,9 @@ pub(crate) fn parse(sql: &str) -> RsResult<Vec<Command>> {
             let mut create = parser.parse_create_role().map_err(syntax_error)?;
             create.login.get_or_insert(true);
             Command::Sql(Box::new(Statement::CreateRole(create)))
+        } else if parser.parse_keywords(&[Keyword::ALTER, Keyword::USER]) {
+            // ALTER USER: ALTER ROLE's other name.
+            Command::Sql(Box::new(parser.parse_alter_role().map_err(syntax_error)?))
         } else if matches!(&parser.peek_token_ref().token,
             Token::Word(word) if word.quote_style.is_none() && word.value.eq_ignore_ascii_case("move"))
         {

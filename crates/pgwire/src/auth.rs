@@ -5,8 +5,9 @@
 //! client proves it knows its role's password without sending it
 //! (`SCRAM-SHA-256`, PostgreSQL's default method); the server keeps only a
 //! verifier ([`scram_verifier`]), in PostgreSQL's `rolpassword` form.
-//! With a certificate, clients may (`sslmode=require`) or must
-//! ([`Security::require_tls`]) switch to TLS before starting up.
+//! With a certificate, clients may switch to TLS before starting up
+//! (`sslmode=require`); TLS is not required of them, and SCRAM's channel
+//! binding (`SCRAM-SHA-256-PLUS`) is not offered.
 
 use std::fmt::Debug;
 use std::path::Path;
@@ -50,7 +51,7 @@ impl Security {
     /// The SCRAM mechanism over `passwords`, if passwords are on.
     pub(crate) fn scram(&self) -> Option<ScramAuth> {
         let passwords = self.passwords.clone()?;
-        let mut scram = ScramAuth::new(Arc::new(VerifierSource { passwords }));
+        let mut scram = ScramAuth::new(Arc::new(VerifierSource::new(passwords)));
         scram.set_iterations(SCRAM_ITERATIONS);
         Some(scram)
     }
@@ -79,6 +80,12 @@ pub fn scram_verifier(password: &str) -> String {
     )
 }
 
+/// Whether `text` is a SCRAM-SHA-256 verifier (taken as a password's
+/// stored form, as PostgreSQL takes a pre-hashed password).
+pub fn is_scram_verifier(text: &str) -> bool {
+    parse_verifier(text).is_some()
+}
+
 /// [`scram_verifier`]'s output read back.
 fn parse_verifier(verifier: &str) -> Option<ScramSecret> {
     let rest = verifier.strip_prefix("SCRAM-SHA-256$")?;
@@ -105,6 +112,36 @@ pub(crate) fn authentication_failed(user: &str) -> RsError {
 #[derive(Debug)]
 struct VerifierSource {
     passwords: Arc<dyn Passwords>,
+    /// Keys the made-up verifiers of users that cannot log in.
+    mock_key: [u8; 32],
+}
+
+impl VerifierSource {
+    fn new(passwords: Arc<dyn Passwords>) -> VerifierSource {
+        let mut mock_key = [0_u8; 32];
+        rand::rng().fill_bytes(&mut mock_key);
+        VerifierSource {
+            passwords,
+            mock_key,
+        }
+    }
+
+    /// A verifier no password matches, its salt fixed per user (as
+    /// PostgreSQL's mock authentication): a user that does not exist, may
+    /// not log in or has no password fails at the same step, with the same
+    /// salt every time, as a wrong password does, so the exchange does not
+    /// tell which roles exist.
+    fn mock(&self, user: &str) -> ScramSecret {
+        let keyed = gen_salted_password(user, &self.mock_key, 1);
+        let mut key = [0_u8; 32];
+        rand::rng().fill_bytes(&mut key);
+        ScramSecret::Verifier {
+            salt: keyed[..SALT_BYTES].to_vec(),
+            iterations: SCRAM_ITERATIONS,
+            stored_key: key.to_vec(),
+            server_key: key.to_vec(),
+        }
+    }
 }
 
 #[async_trait]
@@ -118,12 +155,13 @@ impl AuthSource for VerifierSource {
 
     async fn get_scram_secret(&self, login: &LoginInfo) -> PgWireResult<(ScramSecret, Option<()>)> {
         let user = login.user().unwrap_or_default();
-        self.passwords
+        let secret = self
+            .passwords
             .verifier(user)
             .as_deref()
             .and_then(parse_verifier)
-            .map(|secret| (secret, None))
-            .ok_or_else(|| PgWireError::InvalidPassword(user.to_owned()))
+            .unwrap_or_else(|| self.mock(user));
+        Ok((secret, None))
     }
 }
 

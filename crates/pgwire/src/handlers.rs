@@ -173,7 +173,9 @@ impl<B: Backend> StartupHandler for Connection<B> {
                     Err(_) => Err(refused(client)),
                 }
             }
-            _ => Ok(()),
+            _ => Err(fatal_error(crate::frames::protocol_violation(
+                "expected a password response during authentication".to_string(),
+            ))),
         }
     }
 }

@@ -57,7 +57,7 @@ use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use rockstream_types::RsError;
 
-pub use auth::{scram_verifier, tls_acceptor, Passwords, Security};
+pub use auth::{is_scram_verifier, scram_verifier, tls_acceptor, Passwords, Security};
 pub use copy::{parse_copy_data, COPY_BUFFER_BYTES_MAX};
 pub use interrupt::Interrupt;
 pub use server::serve;

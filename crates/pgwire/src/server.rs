@@ -137,10 +137,17 @@ async fn process_socket<B: Backend>(
         _ = &mut startup_deadline => return Ok(()),
         negotiated = negotiate_tls(socket, tls) => negotiated?,
     };
-    // `None`: a direct TLS handshake, which needs a certificate.
+    // `None`: a direct TLS handshake, which needs a certificate (none is
+    // configured).
     let Some(negotiated) = negotiated else {
         return Ok(());
     };
+    // Bytes the client sent in the clear after asking for TLS would be read
+    // as if they came over it (PostgreSQL's CVE-2021-23214): refused.
+    if matches!(negotiated.get_ref(), MaybeTls::Tls(_)) && !negotiated.read_buffer().is_empty() {
+        tracing::warn!("a client sent data in the clear after asking for TLS; closing");
+        return Ok(());
+    }
     let reports = GuardReports::default();
     let mut socket = guarded(negotiated, reports.clone(), status);
     let mut frame = 0_u64;
@@ -198,6 +205,12 @@ async fn process_socket<B: Backend>(
         };
         frame += 1;
         if let Some(rejection) = reports.take_rejection(frame - 1) {
+            if starting {
+                // Before authentication completes, a bad message ends the
+                // connection (an error would let the client out of startup).
+                process_error(&mut socket, fatal_error(rejection.error), true).await?;
+                break;
+            }
             answer_rejection(&mut socket, &connection, rejection).await?;
             continue;
         }

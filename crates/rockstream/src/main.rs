@@ -207,16 +207,30 @@ fn main() -> anyhow::Result<()> {
 }
 
 /// With `--auth password`, role [`BOOTSTRAP_ROLE`] gets the password in
-/// [`PASSWORD_VARIABLE`] when set (created on the first start); without
-/// it, some login role must already have a password, or nobody could
-/// connect.
+/// [`PASSWORD_VARIABLE`] if it has none yet (the first start creates it);
+/// a password it has is changed with `ALTER ROLE`, never by a restart.
+/// Some login role must have a password, or nobody could connect.
 async fn bootstrap_role(database: &Database) -> anyhow::Result<()> {
-    if let Ok(password) = std::env::var(PASSWORD_VARIABLE) {
+    let password = std::env::var(PASSWORD_VARIABLE).ok();
+    if password.as_deref() == Some("") {
+        anyhow::bail!("{PASSWORD_VARIABLE} is empty: an empty password would let anyone in");
+    }
+    let existing = database.role(BOOTSTRAP_ROLE);
+    let has_password = existing
+        .as_ref()
+        .is_some_and(|role| role.password.is_some());
+    if has_password && password.is_some() {
+        tracing::info!(
+            role = BOOTSTRAP_ROLE,
+            "{PASSWORD_VARIABLE} is ignored: the role has a password (change it with ALTER ROLE)"
+        );
+    }
+    if let Some(password) = password.filter(|_| !has_password) {
         let verifier = rockstream_pgwire::scram_verifier(&password);
-        let result = match database.role(BOOTSTRAP_ROLE) {
+        let result = match existing {
             Some(_) => {
                 let change = RoleChange {
-                    login: Some(true),
+                    login: None,
                     password: Some(Some(verifier)),
                 };
                 database.alter_role(BOOTSTRAP_ROLE, change).await

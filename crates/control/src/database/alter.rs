@@ -175,7 +175,7 @@ impl Database {
                 if after.columns.iter().any(|column| column.name == to) {
                     return Err(duplicate_column(to, name));
                 }
-                let position = column_position(&after, from).map_err(|_| {
+                let position = after.column_position(from).map_err(|_| {
                     RsError::new(
                         &codes::UNDEFINED_COLUMN,
                         format!("column \"{from}\" does not exist"),
@@ -213,7 +213,7 @@ impl Database {
                 Some((0..added).map(Some).chain([None]).collect())
             }
             Alteration::SetDefault { column, default } => {
-                let position = column_position(&after, column)?;
+                let position = after.column_position(column)?;
                 let target = &mut after.columns[position];
                 if target
                     .sequence
@@ -233,7 +233,7 @@ impl Database {
                 None
             }
             Alteration::SetNotNull { column, not_null } => {
-                let position = column_position(&after, column)?;
+                let position = after.column_position(column)?;
                 if !not_null && after.primary_key.contains(&position) {
                     return Err(RsError::new(
                         &codes::INVALID_TABLE_DEFINITION,
@@ -248,7 +248,7 @@ impl Database {
                 name: column,
                 if_exists,
             } => {
-                let position = match column_position(&after, column) {
+                let position = match after.column_position(column) {
                     Ok(position) => position,
                     Err(_) if if_exists => return Ok(None),
                     Err(error) => return Err(error),
@@ -293,22 +293,6 @@ impl Database {
             rewrite,
         }))
     }
-}
-
-fn column_position(entry: &CatalogEntry, column: &str) -> RsResult<usize> {
-    entry
-        .columns
-        .iter()
-        .position(|existing| existing.name == column)
-        .ok_or_else(|| {
-            RsError::new(
-                &codes::UNDEFINED_COLUMN,
-                format!(
-                    "column \"{column}\" of relation \"{}\" does not exist",
-                    entry.name
-                ),
-            )
-        })
 }
 
 fn duplicate_column(column: &str, table: &str) -> RsError {

@@ -185,8 +185,9 @@ const FIRST_DATABASE_OID: i64 = 5;
 const PUBLIC_OID: i64 = 2200;
 const PG_CATALOG_OID: i64 = 11;
 const OWNER_OID: i64 = 10;
-/// Oids of the roles `CREATE ROLE` made, in name order from here.
-const ROLE_OID_BASE: i64 = 16_000;
+/// Oids of the roles `CREATE ROLE` made, in name order from here (below
+/// the first relation's oid).
+const ROLE_OID_BASE: i64 = 12_000;
 const HEAP_AM_OID: i64 = 2;
 const BTREE_AM_OID: i64 = 403;
 const DEFAULT_TABLESPACE_OID: i64 = 1663;
@@ -384,7 +385,12 @@ pub(crate) fn number_lists(values: impl Iterator<Item = Vec<i64>>) -> ArrayRef {
 /// `CREATE ROLE` made, each `(name, may log in)`. Every role has every
 /// privilege.
 fn pg_roles(roles: &[(String, bool)]) -> DataFusionResult<RecordBatch> {
-    let mut rows: Vec<(String, bool)> = vec![(OWNER.to_string(), true)];
+    // The owner may log in unless its role (with passwords on) says not.
+    let owner_login = roles
+        .iter()
+        .find(|(name, _)| name == OWNER)
+        .is_none_or(|(_, login)| *login);
+    let mut rows: Vec<(String, bool)> = vec![(OWNER.to_string(), owner_login)];
     rows.extend(roles.iter().filter(|(name, _)| name != OWNER).cloned());
     let count = rows.len();
     let oids: Vec<i64> = std::iter::once(OWNER_OID)

@@ -9,7 +9,7 @@
 //! transaction open, and the server's failpoint at each step of its commit.
 
 use crate::harness::server::TestServer;
-use crate::transactional_ddl::{execute, failure, rows, FAILPOINT, FAILPOINT_TIMEOUT};
+use crate::transactional_ddl::{commit_aborted_at, execute, failure, rows};
 
 /// What a reader sees of table `t`: its columns in order, then its rows.
 async fn table_t(client: &tokio_postgres::Client) -> (Vec<String>, Vec<String>) {
@@ -218,24 +218,7 @@ async fn a_crash_leaves_an_altered_table_whole_in_one_version() {
         ("after_install", false),
         ("after_commit_point", true),
     ] {
-        server.set_env(FAILPOINT, Some(step.to_string()));
-        server.restart().await;
-        {
-            let client = server.client().await;
-            execute(&client, alter).await;
-            assert!(
-                client.batch_execute("COMMIT").await.is_err(),
-                "the failpoint {step} aborts the server during COMMIT"
-            );
-        }
-        assert!(
-            server.wait_for_exit(FAILPOINT_TIMEOUT).await,
-            "the failpoint {step} did not abort the server\n{}",
-            server.log_tail()
-        );
-        server.kill9();
-        server.set_env(FAILPOINT, None);
-        server.restart().await;
+        commit_aborted_at(&mut server, step, alter).await;
         let client = server.client().await;
         let expected = if committed { &after } else { &before };
         assert_eq!(&table_t(&client).await, expected, "{step}");

@@ -69,7 +69,11 @@ async fn only_roles_that_prove_their_password_get_in() {
     execute(&admin, "ROLLBACK").await;
     assert_eq!(failure(&admin, "CREATE ROLE y NOSUPERUSER").await, "0A000");
 
-    execute(&admin, "ALTER ROLE app WITH PASSWORD 'new pw'").await;
+    // An empty password is no password: nobody logs in with it.
+    execute(&admin, "CREATE ROLE empty LOGIN PASSWORD ''").await;
+    assert_eq!(login_failure(&as_role(&server, "empty", "")).await, "28P01");
+
+    execute(&admin, "ALTER USER app WITH PASSWORD 'new pw'").await;
     assert_eq!(login_failure(&app).await, "28P01");
     logs_in(&as_role(&server, "app", "new pw")).await;
     execute(&admin, "ALTER ROLE app NOLOGIN").await;
@@ -83,7 +87,7 @@ async fn only_roles_that_prove_their_password_get_in() {
     server.restart().await;
     let admin = server.client().await;
     logs_in(&as_role(&server, "reporter", "r")).await;
-    execute(&admin, "DROP ROLE reporter; DROP ROLE IF EXISTS reporter").await;
+    execute(&admin, "DROP ROLE reporter; DROP USER IF EXISTS reporter").await;
     assert_eq!(failure(&admin, "DROP ROLE reporter").await, "42704");
     assert_eq!(
         login_failure(&as_role(&server, "reporter", "r")).await,
@@ -101,57 +105,43 @@ async fn clients_may_connect_over_tls() {
         "tls secret",
     )
     .await;
-    let config = server.config();
-    let port = config.get_ports()[0].to_string();
-    let connect = |mode: &str| {
-        let output = Command::new(psql())
-            .args([
-                "-X",
-                "-At",
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &port,
-                "-U",
-                "rockstream",
-            ])
-            .args(["-d", "default", "-c", "SELECT 'connected'"])
-            .env("PGPASSWORD", "tls secret")
-            .env("PGSSLMODE", mode)
-            .output()
-            .expect("psql runs");
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        )
-    };
-    assert_eq!(connect("require").trim(), "connected");
-    assert_eq!(connect("disable").trim(), "connected");
+    let port = server.config().get_ports()[0];
+    assert_eq!(psql_select_one(port, "require"), Ok("1".to_string()));
+    assert_eq!(psql_select_one(port, "disable"), Ok("1".to_string()));
 
     // Without a certificate, a client that requires TLS is turned away.
     let plain = TestServer::start_with_password(&[], "tls secret").await;
-    let plain_port = plain.config().get_ports()[0].to_string();
+    let plain_port = plain.config().get_ports()[0];
+    assert!(psql_select_one(plain_port, "require").is_err());
+}
+
+/// `SELECT 1` through psql as role `rockstream` (password `tls secret`) with `sslmode`: its output,
+/// or what psql printed when it failed.
+fn psql_select_one(port: u16, sslmode: &str) -> Result<String, String> {
     let output = Command::new(psql())
-        .args([
-            "-X",
-            "-At",
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &plain_port,
-            "-U",
-            "rockstream",
-        ])
-        .args(["-d", "default", "-c", "SELECT 1"])
+        .args(["-X", "-At", "-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(["-U", "rockstream", "-d", "default", "-c", "SELECT 1"])
         .env("PGPASSWORD", "tls secret")
-        .env("PGSSLMODE", "require")
+        .env("PGSSLMODE", sslmode)
         .output()
         .expect("psql runs");
-    assert!(
-        !output.status.success(),
-        "sslmode=require without TLS connected"
-    );
+    let stdout = String::from_utf8_lossy(&output.stdout).trim().to_string();
+    if output.status.success() {
+        Ok(stdout)
+    } else {
+        Err(format!(
+            "{stdout}{}",
+            String::from_utf8_lossy(&output.stderr)
+        ))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trust_admits_any_role() {
+    let server = TestServer::start_with(Storage::new(), &["--auth", "trust"]).await;
+    let mut config = server.config();
+    config.user("whoever");
+    logs_in(&config).await;
 }
 
 #[test]

@@ -16,9 +16,9 @@ use crate::harness::server::TestServer;
 use crate::harness::sqlstate;
 
 /// The server's failpoint (`rockstream_control::FAILPOINT_DDL_TRANSACTION`).
-pub(crate) const FAILPOINT: &str = "ROCKSTREAM_FAILPOINT_DDL_TRANSACTION";
+const FAILPOINT: &str = "ROCKSTREAM_FAILPOINT_DDL_TRANSACTION";
 /// Bound on the wait for the failpoint to abort the server.
-pub(crate) const FAILPOINT_TIMEOUT: Duration = Duration::from_secs(30);
+const FAILPOINT_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub(crate) async fn execute(client: &Client, sql: &str) {
     client
@@ -209,20 +209,37 @@ async fn crash_outcome(client: &Client) -> (Vec<String>, Vec<String>) {
     (relations, base)
 }
 
-/// Starts the crash scenario's transaction on `client`: DDL and rows in a new and an existing
-/// table, and a view over both; leaves it open.
-async fn open_crash_transaction(client: &Client) {
-    execute(
-        client,
-        "BEGIN; \
-         CREATE TABLE added (id INT PRIMARY KEY, w INT); \
-         INSERT INTO added VALUES (1, 100), (2, 200); \
-         INSERT INTO base VALUES (2, 20); \
-         CREATE MATERIALIZED VIEW sums AS \
-           SELECT b.id, b.v + a.w AS total FROM base b JOIN added a ON a.id = b.id; \
-         DROP MATERIALIZED VIEW doubled",
-    )
-    .await;
+/// The crash scenario's transaction: DDL and rows in a new and an existing table, and a view over
+/// both (left open).
+const CRASH_TRANSACTION: &str = "BEGIN; \
+     CREATE TABLE added (id INT PRIMARY KEY, w INT); \
+     INSERT INTO added VALUES (1, 100), (2, 200); \
+     INSERT INTO base VALUES (2, 20); \
+     CREATE MATERIALIZED VIEW sums AS \
+       SELECT b.id, b.v + a.w AS total FROM base b JOIN added a ON a.id = b.id; \
+     DROP MATERIALIZED VIEW doubled";
+
+/// Runs `transaction` (left open) on a server restarted with the failpoint armed at `step`, has
+/// its COMMIT abort the server there, and restarts it without the failpoint.
+pub(crate) async fn commit_aborted_at(server: &mut TestServer, step: &str, transaction: &str) {
+    server.set_env(FAILPOINT, Some(step.to_string()));
+    server.restart().await;
+    {
+        let client = server.client().await;
+        execute(&client, transaction).await;
+        assert!(
+            client.batch_execute("COMMIT").await.is_err(),
+            "the failpoint {step} aborts the server during COMMIT"
+        );
+    }
+    assert!(
+        server.wait_for_exit(FAILPOINT_TIMEOUT).await,
+        "the failpoint {step} did not abort the server\n{}",
+        server.log_tail()
+    );
+    server.kill9();
+    server.set_env(FAILPOINT, None);
+    server.restart().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -245,7 +262,7 @@ async fn a_crash_leaves_a_ddl_transaction_whole_or_absent() {
     // kill -9 with the transaction open: nothing of it.
     {
         let client = server.client().await;
-        open_crash_transaction(&client).await;
+        execute(&client, CRASH_TRANSACTION).await;
         server.kill9();
     }
     server.restart().await;
@@ -259,24 +276,7 @@ async fn a_crash_leaves_a_ddl_transaction_whole_or_absent() {
         ("after_install", false),
         ("after_commit_point", true),
     ] {
-        server.set_env(FAILPOINT, Some(step.to_string()));
-        server.restart().await;
-        {
-            let client = server.client().await;
-            open_crash_transaction(&client).await;
-            assert!(
-                client.batch_execute("COMMIT").await.is_err(),
-                "the failpoint {step} aborts the server during COMMIT"
-            );
-        }
-        assert!(
-            server.wait_for_exit(FAILPOINT_TIMEOUT).await,
-            "the failpoint {step} did not abort the server\n{}",
-            server.log_tail()
-        );
-        server.kill9();
-        server.set_env(FAILPOINT, None);
-        server.restart().await;
+        commit_aborted_at(&mut server, step, CRASH_TRANSACTION).await;
         let client = server.client().await;
         if !committed {
             assert_eq!(crash_outcome(&client).await, before, "{step}");
