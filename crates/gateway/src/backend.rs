@@ -1531,7 +1531,38 @@ fn relation_alias(relation: &TableFactor) -> Option<String> {
 /// change result types).
 fn analyzed_schema(frame: &DataFrame) -> RsResult<SchemaRef> {
     let plan = frame.clone().into_optimized_plan().map_err(query_error)?;
-    Ok(Arc::new(plan.schema().as_arrow().clone()))
+    Ok(result_schema(&plan))
+}
+
+/// The columns `plan` returns. A column read as it is from a table keeps
+/// the table's oid and its number for `RowDescription`, except where a
+/// set operation mixes rows of several sources (PostgreSQL then names no
+/// table).
+pub(crate) fn result_schema(plan: &datafusion::logical_expr::LogicalPlan) -> SchemaRef {
+    let schema = plan.schema().as_arrow();
+    let mixes_sources = plan
+        .exists(|node| {
+            Ok(matches!(
+                node,
+                datafusion::logical_expr::LogicalPlan::Union(_)
+                    | datafusion::logical_expr::LogicalPlan::RecursiveQuery(_)
+            ))
+        })
+        .unwrap_or(true);
+    if !mixes_sources {
+        return Arc::new(schema.clone());
+    }
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(|field| {
+            let mut metadata = field.metadata().clone();
+            metadata.remove(rockstream_pgwire::FIELD_TABLE_OID);
+            metadata.remove(rockstream_pgwire::FIELD_COLUMN_NUMBER);
+            field.as_ref().clone().with_metadata(metadata)
+        })
+        .collect();
+    Arc::new(ArrowSchema::new(fields))
 }
 
 /// `set_config()` takes effect where a query runs as a statement of its own

@@ -37,6 +37,8 @@ use rockstream_types::encoding::{decode_row, encode_datum};
 use rockstream_types::{Datum, ObjectId, Row, RsError, RsResult, SqlType};
 
 use crate::session::layout_conflict;
+use rockstream_pgwire::{FIELD_COLUMN_NUMBER, FIELD_TABLE_OID, FIELD_VARCHAR_LENGTH};
+use rockstream_planner::relation_oid;
 
 /// Hidden column carrying a table row's storage key (DML only).
 pub const ROW_KEY_COLUMN: &str = "__rs_row_key";
@@ -230,16 +232,28 @@ impl SnapshotTable {
     fn new(entry: CatalogEntry, context: Arc<ReadContext>) -> RsResult<Self> {
         let types = entry.sql_types()?;
         let with_row_key = context.with_row_keys && entry.kind == ObjectKind::Table;
+        let table_oid = relation_oid(entry.id).to_string();
         let mut fields: Vec<Field> = entry
             .columns
             .iter()
             .zip(&types)
-            .map(|(column, sql_type)| {
+            .enumerate()
+            .map(|(position, (column, sql_type))| {
+                // What RowDescription says of a column read as it is.
+                let mut metadata = std::collections::HashMap::from([
+                    (FIELD_TABLE_OID.to_string(), table_oid.clone()),
+                    (FIELD_COLUMN_NUMBER.to_string(), (position + 1).to_string()),
+                ]);
+                if column.type_name.starts_with("character varying") {
+                    let length = column.max_chars().map(|length| length.to_string());
+                    metadata.insert(FIELD_VARCHAR_LENGTH.to_string(), length.unwrap_or_default());
+                }
                 Field::new(
                     &column.name,
                     rockstream_ops::arrow_rows::arrow_type(*sql_type),
                     true,
                 )
+                .with_metadata(metadata)
             })
             .collect();
         if with_row_key {

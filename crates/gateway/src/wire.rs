@@ -817,7 +817,7 @@ impl Gateway {
         let parameter_types = padded_parameters(parameter_types, statement, &casts);
         let columns = match statement {
             Statement::Query(query) => Some(renamed_schema(
-                pg_result_schema(plan.schema().as_arrow()),
+                pg_result_schema(&crate::backend::result_schema(&plan)),
                 pg_column_names(query),
             )),
             _ => None,

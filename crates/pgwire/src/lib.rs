@@ -61,7 +61,7 @@ pub use auth::{is_scram_verifier, scram_verifier, tls_acceptor, Passwords, Secur
 pub use copy::{parse_copy_data, COPY_BUFFER_BYTES_MAX};
 pub use interrupt::Interrupt;
 pub use server::serve;
-pub use types::pg_type;
+pub use types::{pg_type, FIELD_COLUMN_NUMBER, FIELD_TABLE_OID, FIELD_VARCHAR_LENGTH};
 
 /// What one executed statement produced.
 #[derive(Debug, Clone)]

@@ -12,6 +12,16 @@ use pgwire::api::portal::Format;
 use pgwire::api::results::{FieldFormat, FieldInfo};
 use pgwire::api::Type;
 
+/// Field metadata naming, for a result column that is a table's column, its
+/// table's oid (`RowDescription`'s table OID; clients such as pgjdbc read
+/// `ResultSetMetaData.getTableName` from it).
+pub const FIELD_TABLE_OID: &str = "rockstream.table_oid";
+/// Field metadata: the column's number in its table (from 1).
+pub const FIELD_COLUMN_NUMBER: &str = "rockstream.attnum";
+/// Field metadata of a `varchar` column: its declared length (empty when
+/// unbounded). The column then travels as `varchar` (1043), not `text`.
+pub const FIELD_VARCHAR_LENGTH: &str = "rockstream.varchar_length";
+
 /// The PostgreSQL type an Arrow type travels as.
 pub fn pg_type(data_type: &DataType) -> Type {
     match data_type {
@@ -124,17 +134,34 @@ pub(crate) fn field_infos(schema: &Schema, format: &Format) -> Vec<FieldInfo> {
         .iter()
         .enumerate()
         .map(|(index, field)| {
-            let pg_type = pg_type(field.data_type());
+            let metadata = field.metadata();
+            let table_oid = metadata
+                .get(FIELD_TABLE_OID)
+                .and_then(|value| value.parse::<i32>().ok());
+            let column_number = metadata
+                .get(FIELD_COLUMN_NUMBER)
+                .and_then(|value| value.parse::<i16>().ok());
+            let varchar = metadata
+                .get(FIELD_VARCHAR_LENGTH)
+                .filter(|_| field.data_type() == &DataType::Utf8);
+            let (pg_type, modifier) = match varchar {
+                // `atttypmod` of `varchar(n)` is n + 4.
+                Some(length) => (
+                    Type::VARCHAR,
+                    length.parse::<i32>().map_or(-1, |length| length + 4),
+                ),
+                None => (pg_type(field.data_type()), type_modifier(field.data_type())),
+            };
             let size = type_size(&pg_type);
             FieldInfo::new(
                 field.name().clone(),
-                None,
-                None,
+                table_oid,
+                column_number,
                 pg_type,
                 format_at(format, index),
             )
             .with_type_size(size)
-            .with_type_modifier(type_modifier(field.data_type()))
+            .with_type_modifier(modifier)
         })
         .collect()
 }

@@ -1,7 +1,9 @@
 //! Goal: errors the wire layer raises itself behave as PostgreSQL's: a malformed message inside
 //! `BEGIN` fails the transaction (its `COMMIT` answers `ROLLBACK` and nothing of it is written),
-//! whether the client asked for TLS first (psql's default) or not. Method: a raw protocol client
-//! against the server, then an ordinary client to read what was committed.
+//! whether the client asked for TLS first (psql's default) or not; and `RowDescription` says of a
+//! result column what PostgreSQL's does (table oid and column number of a table's column read as
+//! it is, `varchar` with its length). Method: a raw protocol client against the server, then an
+//! ordinary client to read what was committed; tokio-postgres's prepared statement columns.
 #![allow(clippy::unwrap_used)] // Tests may unwrap: a panic is the failure report.
 
 use crate::harness::compare::fetch_text_rows;
@@ -39,4 +41,56 @@ async fn a_malformed_message_fails_the_transaction_it_arrives_in() {
         .await
         .unwrap();
     assert_eq!(format!("{rows:?}"), r#"[[Some("0")]]"#);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn row_descriptions_name_table_columns() {
+    let server = TestServer::start().await;
+    let client = server.client().await;
+    client
+        .batch_execute("CREATE TABLE rd (id INT PRIMARY KEY, name VARCHAR(20), note TEXT)")
+        .await
+        .expect("created");
+    let oid: u32 = fetch_text_rows(&client, "SELECT 'rd'::regclass::oid")
+        .await
+        .expect("the oid")[0][0]
+        .as_deref()
+        .and_then(|oid| oid.parse().ok())
+        .expect("a number");
+    let described = |sql: &'static str| {
+        let client = &client;
+        async move {
+            let statement = client.prepare(sql).await.expect("prepared");
+            statement
+                .columns()
+                .iter()
+                .map(|column| {
+                    (
+                        column.table_oid(),
+                        column.column_id(),
+                        column.type_().name().to_string(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        }
+    };
+    let named = |column: i16, type_name: &str| (Some(oid), Some(column), type_name.to_string());
+    let computed = |type_name: &str| (None, None, type_name.to_string());
+    assert_eq!(
+        described("SELECT id, name, note, id + 1 FROM rd").await,
+        [
+            named(1, "int4"),
+            named(2, "varchar"),
+            named(3, "text"),
+            computed("int4")
+        ]
+    );
+    assert_eq!(
+        described("SELECT q.name FROM (SELECT name FROM rd) q JOIN rd ON true").await,
+        [named(2, "varchar")]
+    );
+    assert_eq!(
+        described("SELECT name FROM rd UNION SELECT note FROM rd").await,
+        [(None, None, "varchar".to_string())] // as PostgreSQL resolves it
+    );
 }
