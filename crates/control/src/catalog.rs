@@ -3,8 +3,9 @@
 //! ```text
 //! 0x01 kind(1) namespace_id(16) object_id(16) -> entry (JSON)
 //! 0x01 0x00                                   -> next object id
-//! 0x0A 0x01 namespace_id(16)                  -> namespace name
 //! ```
+//!
+//! `namespace_id` comes from the namespace's name (`namespaces.rs`).
 
 use serde::{Deserialize, Serialize};
 
@@ -12,6 +13,8 @@ use rockstream_ops::keys::RowStorage;
 use rockstream_plan::partition::Partitioning;
 use rockstream_planner::quote_ident;
 use rockstream_types::{codes, ObjectId, RsError, RsResult, SqlType};
+
+use crate::namespaces::namespace_id;
 
 /// The namespace every server has (`dbname=default`).
 pub const DEFAULT_NAMESPACE: &str = "default";
@@ -236,16 +239,6 @@ impl CatalogEntry {
                 .as_ref()
                 .map(|sequence| sequence.name.as_str())
         })
-    }
-}
-
-pub(crate) fn namespace_id(namespace: &str) -> u128 {
-    if namespace == DEFAULT_NAMESPACE {
-        0
-    } else {
-        // Only `default` exists in the embedded profile; others are refused
-        // before reaching storage.
-        u128::MAX
     }
 }
 

@@ -13,10 +13,11 @@ use tokio::sync::{oneshot, Mutex, RwLock};
 
 use crate::catalog::{
     nextval_expression, CatalogEntry, ColumnDef, Identity, ObjectKind, OwnedSequence,
-    DEFAULT_NAMESPACE, NEXT_ID_KEY,
+    NEXT_ID_KEY,
 };
 use crate::control_db::{ControlDb, CONTROL_PATH};
 use crate::follower::{self, CatalogChange, FollowerSender};
+use crate::namespaces::{namespace_key, Attachment, Namespaces};
 use crate::resolver::{plan_inline_view, CatalogResolver};
 use crate::roles::{undefined_role, Role, RoleChange, Roles};
 use crate::sequences::{sequence_key, Sequences};
@@ -72,6 +73,7 @@ pub struct Database {
     layouts: RwLock<()>,
     sequences: Sequences,
     roles: Roles,
+    namespaces: Arc<Namespaces>,
 }
 
 impl Database {
@@ -106,6 +108,7 @@ impl Database {
         let entries = load_entries(&control_db).await?;
         let sequences = Sequences::load(&control_db).await?;
         let roles = Roles::load(&control_db).await?;
+        let namespaces = Namespaces::load(&control_db).await?;
         let database = Arc::new(Database {
             control,
             catalog: std::sync::RwLock::new(Vec::new()),
@@ -118,6 +121,7 @@ impl Database {
             layouts: RwLock::new(()),
             sequences,
             roles,
+            namespaces,
         });
         let entries = transaction::resolve_in_doubt(&database, entries).await?;
         // Dependents first, as DROP ... CASCADE removes them.
@@ -215,13 +219,55 @@ impl Database {
         Err(undefined_role(name))
     }
 
-    pub fn namespace_exists(&self, namespace: &str) -> bool {
-        self.namespaces().iter().any(|name| name == namespace)
+    /// A session connects to `namespace` (3D000 if there is none); the
+    /// namespace cannot be dropped while the attachment lives.
+    pub fn attach(&self, namespace: &str) -> RsResult<Attachment> {
+        self.namespaces.attach(namespace)
     }
 
-    /// Every namespace; for now only the one every database starts with.
+    /// Every namespace, by name.
     pub fn namespaces(&self) -> Vec<String> {
-        vec![DEFAULT_NAMESPACE.to_string()]
+        self.namespaces.names()
+    }
+
+    /// `CREATE DATABASE` (durable when it returns): 42P04 if it exists.
+    pub async fn create_namespace(&self, name: &str) -> RsResult<()> {
+        let _guard = self.ddl.lock().await;
+        self.namespaces.check_absent(name)?;
+        self.durable_put(&namespace_key(name), name.as_bytes())
+            .await?;
+        self.namespaces.insert(name);
+        Ok(())
+    }
+
+    /// `DROP DATABASE`: the namespace and every object in it, in one atomic
+    /// write (their state is reclaimed after it, on the next start if the
+    /// server stops first). Refused while a session is connected to it.
+    /// Returns false if there is no such namespace.
+    pub async fn drop_namespace(&self, name: &str) -> RsResult<bool> {
+        let _guard = self.ddl.lock().await;
+        self.before_ddl().await?;
+        let doomed = self.entries(name);
+        let mut batch = WriteBatch::new();
+        batch.delete(namespace_key(name));
+        for entry in &doomed {
+            let marked = CatalogEntry {
+                dropping: true,
+                ..entry.clone()
+            };
+            batch.put(marked.key(), entry_json(&marked)?);
+        }
+        if !self.namespaces.begin_drop(name)? {
+            return Ok(false);
+        }
+        let written = self.control.write(batch).await;
+        self.namespaces.end_drop(name, written.is_ok());
+        written?;
+        self.catalog_mut().retain(|entry| entry.namespace != name);
+        // Dependents first, as DROP ... CASCADE removes them.
+        self.drop_in_background(doomed.into_iter().rev().collect())
+            .await;
+        Ok(true)
     }
 
     /// Every object of a namespace, in creation order, as the newest

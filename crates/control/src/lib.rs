@@ -7,6 +7,7 @@ mod catalog;
 mod control_db;
 mod database;
 mod follower;
+mod namespaces;
 mod resolver;
 mod roles;
 mod sequences;
@@ -19,6 +20,7 @@ pub use database::{
     Alteration, Altered, Database, DropObject, Generated, NewTable, NewView, OpenOptions,
     PendingCatalog, Rename, TableLayouts, FAILPOINT_DDL_TRANSACTION,
 };
+pub use namespaces::Attachment;
 pub use resolver::{arrow_schema, inline_view, plan_inline_view, CatalogResolver};
 pub use roles::{Role, RoleChange};
 pub use sequences::{next_after_set, take_next, SequenceRef, Sequences, PRELOGGED};

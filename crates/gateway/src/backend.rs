@@ -527,15 +527,35 @@ impl Gateway {
                 names,
                 ..
             } => {
-                crate::roles::refuse_in_transaction_block(in_explicit, "DROP ROLE")?;
+                crate::ddl::refuse_in_transaction_block(in_explicit, "DROP ROLE")?;
                 crate::roles::drop_roles(&self.database, names, *if_exists).await
             }
+            Statement::CreateDatabase { .. } => {
+                crate::ddl::refuse_in_transaction_block(in_explicit, "CREATE DATABASE")?;
+                crate::databases::create_database(&self.database, statement).await
+            }
+            Statement::Drop {
+                object_type: ObjectType::Database,
+                if_exists,
+                names,
+                ..
+            } => {
+                crate::ddl::refuse_in_transaction_block(in_explicit, "DROP DATABASE")?;
+                crate::databases::drop_databases(
+                    &self.database,
+                    &self.runtime,
+                    session,
+                    names,
+                    *if_exists,
+                )
+                .await
+            }
             Statement::CreateRole(create) => {
-                crate::roles::refuse_in_transaction_block(in_explicit, "CREATE ROLE")?;
+                crate::ddl::refuse_in_transaction_block(in_explicit, "CREATE ROLE")?;
                 crate::roles::create_role(&self.database, create).await
             }
             Statement::AlterRole { name, operation } => {
-                crate::roles::refuse_in_transaction_block(in_explicit, "ALTER ROLE")?;
+                crate::ddl::refuse_in_transaction_block(in_explicit, "ALTER ROLE")?;
                 crate::roles::alter_role(&self.database, &ident_name(name), operation).await
             }
             Statement::Drop {
@@ -1172,14 +1192,23 @@ impl Gateway {
         })
     }
 
-    /// Registers in `context` the functions that read the session, when
-    /// `query` calls them: `current_setting()`.
+    /// Registers in `context` the functions that read the session:
+    /// `current_database()`, `current_user` and its kin always, the others
+    /// when `query` calls them.
     pub(crate) fn register_session_functions(
         &self,
         context: &SessionContext,
         session: &GatewaySession,
         query: &Query,
     ) {
+        context.register_udf(rockstream_planner::session_constant(
+            "current_database",
+            ScalarValue::Utf8(Some(session.namespace.clone())),
+        ));
+        context.register_udf(rockstream_planner::session_constant(
+            rockstream_planner::USER_FUNCTION,
+            ScalarValue::Utf8(Some(session.user.clone())),
+        ));
         if calls_function(query, "current_setting") {
             context.register_udf(rockstream_planner::current_setting(self.settings(session)));
         }

@@ -3,7 +3,7 @@
 
 use datafusion::sql::sqlparser::ast::{
     ColumnDef as SqlColumnDef, ColumnOption, CreateTable, DataType, Expr as SqlExpr, GeneratedAs,
-    Ident, TableConstraint,
+    Ident, ObjectName, TableConstraint,
 };
 use rockstream_control::{ColumnDef, Generated, Identity};
 use rockstream_types::{codes, RsError, RsResult, SqlType};
@@ -107,6 +107,33 @@ pub(crate) fn ident_name(ident: &Ident) -> String {
         Some(_) => ident.value.clone(),
         None => ident.value.to_lowercase(),
     }
+}
+
+/// The name of a role or database as written: one identifier, folded
+/// unless quoted (`kind` names what it is for errors).
+pub(crate) fn unqualified_name(name: &ObjectName, kind: &str) -> RsResult<String> {
+    match name.0.as_slice() {
+        [part] => part.as_ident().map(ident_name).ok_or_else(|| {
+            RsError::new(&codes::SYNTAX_ERROR, format!("{name} is not a {kind} name"))
+        }),
+        _ => Err(RsError::new(
+            &codes::SYNTAX_ERROR,
+            format!("{name} is not a {kind} name: {kind}s are not qualified"),
+        )),
+    }
+}
+
+/// Statements outside transactions (roles, databases) are durable at
+/// once, so inside a transaction block, where ROLLBACK would not undo
+/// them, they are refused (25001), as PostgreSQL refuses `CREATE DATABASE`.
+pub(crate) fn refuse_in_transaction_block(in_explicit: bool, statement: &str) -> RsResult<()> {
+    if in_explicit {
+        return Err(RsError::new(
+            &codes::NOT_IN_TRANSACTION_BLOCK,
+            format!("{statement} cannot run inside a transaction block here"),
+        ));
+    }
+    Ok(())
 }
 
 /// What a `CREATE TABLE` declares.

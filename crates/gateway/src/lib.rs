@@ -15,6 +15,7 @@ mod alter;
 mod backend;
 mod complexity;
 mod copy_options;
+mod databases;
 mod ddl;
 mod defaults;
 mod dml;

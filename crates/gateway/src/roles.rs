@@ -16,7 +16,7 @@ use rockstream_control::{Database, Role, RoleChange};
 use rockstream_pgwire::{is_scram_verifier, scram_verifier, Passwords, StatementResult};
 use rockstream_types::{codes, RsError, RsResult};
 
-use crate::ddl::ident_name;
+use crate::ddl::unqualified_name;
 
 /// The password verifiers of the catalog's login roles.
 pub struct CatalogPasswords {
@@ -57,7 +57,7 @@ pub(crate) async fn create_role(
     };
     for name in &create.names {
         let role = Role {
-            name: role_name(name)?,
+            name: unqualified_name(name, "role")?,
             login: create.login.unwrap_or(false),
             password: password.clone(),
         };
@@ -67,7 +67,7 @@ pub(crate) async fn create_role(
             other => other?,
         }
     }
-    Ok(command("CREATE ROLE"))
+    Ok(StatementResult::command("CREATE ROLE"))
 }
 
 /// `ALTER ROLE name [WITH] options`.
@@ -88,7 +88,7 @@ pub(crate) async fn alter_role(
         }
     }
     database.alter_role(name, change).await?;
-    Ok(command("ALTER ROLE"))
+    Ok(StatementResult::command("ALTER ROLE"))
 }
 
 /// `DROP ROLE [IF EXISTS] name, …`.
@@ -98,22 +98,9 @@ pub(crate) async fn drop_roles(
     if_exists: bool,
 ) -> RsResult<StatementResult> {
     for name in names {
-        database.drop_role(&role_name(name)?, if_exists).await?;
+        database.drop_role(&unqualified_name(name, "role")?, if_exists).await?;
     }
-    Ok(command("DROP ROLE"))
-}
-
-/// A role's name as written: one identifier, folded unless quoted.
-fn role_name(name: &ObjectName) -> RsResult<String> {
-    match name.0.as_slice() {
-        [part] => part.as_ident().map(ident_name).ok_or_else(|| {
-            RsError::new(&codes::SYNTAX_ERROR, format!("{name} is not a role name"))
-        }),
-        _ => Err(RsError::new(
-            &codes::SYNTAX_ERROR,
-            format!("{name} is not a role name: roles are not qualified"),
-        )),
-    }
+    Ok(StatementResult::command("DROP ROLE"))
 }
 
 /// What is stored for a password: its verifier (`None` for `PASSWORD
@@ -192,25 +179,6 @@ fn refuse_unsupported_create(create: &CreateRole) -> RsResult<()> {
     }
 }
 
-/// Roles are not part of transactions: their changes are durable at once,
-/// so inside a transaction block (where ROLLBACK would not undo them) they
-/// are refused.
-pub(crate) fn refuse_in_transaction_block(in_explicit: bool, statement: &str) -> RsResult<()> {
-    if in_explicit {
-        return Err(RsError::new(
-            &codes::NOT_IN_TRANSACTION_BLOCK,
-            format!("{statement} cannot run inside a transaction block here"),
-        ));
-    }
-    Ok(())
-}
-
 fn unsupported(message: &str) -> RsError {
     RsError::new(&codes::UNSUPPORTED_STATEMENT, message)
-}
-
-fn command(tag: &str) -> StatementResult {
-    StatementResult::Command {
-        tag: tag.to_string(),
-    }
 }

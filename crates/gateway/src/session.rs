@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use datafusion::arrow::record_batch::RecordBatch;
-use rockstream_control::{CatalogEntry, ObjectKind, PendingCatalog, REWRITTEN_BY_PENDING};
+use rockstream_control::{
+    Attachment, CatalogEntry, ObjectKind, PendingCatalog, REWRITTEN_BY_PENDING,
+};
 use rockstream_pgwire::Interrupt;
 use rockstream_storage::SnapshotSet;
 use rockstream_types::{codes, ObjectId, Row, RsError, RsResult};
@@ -170,6 +172,10 @@ impl Cursor {
 
 pub struct GatewaySession {
     pub namespace: String,
+    /// Keeps the namespace from being dropped while the session lives.
+    pub attachment: Attachment,
+    /// The role the client connected as (`current_user`).
+    pub user: String,
     /// Open cursors by name.
     pub cursors: BTreeMap<String, Cursor>,
     /// Cursors declared so far, the serial of the next one.

@@ -380,7 +380,5 @@ fn value_text(value: &Expr) -> String {
 }
 
 fn command(tag: &str) -> RsResult<StatementResult> {
-    Ok(StatementResult::Command {
-        tag: tag.to_string(),
-    })
+    Ok(StatementResult::command(tag))
 }

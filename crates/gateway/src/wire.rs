@@ -522,20 +522,17 @@ impl Backend for Gateway {
 
     async fn connect(
         &self,
-        _user: &str,
+        user: &str,
         database: &str,
         interrupt: Interrupt,
     ) -> Result<GatewaySession, RsError> {
-        if !self.database().namespace_exists(database) {
-            return Err(RsError::new(
-                &codes::UNKNOWN_DATABASE,
-                format!("database \"{database}\" does not exist"),
-            ));
-        }
+        let attachment = self.database().attach(database)?;
         Ok(GatewaySession {
             cursors: Default::default(),
             cursors_declared: 0,
             namespace: database.to_string(),
+            attachment,
+            user: user.to_string(),
             transaction: None,
             default_isolation: Default::default(),
             interrupt,

@@ -96,6 +96,15 @@ pub enum StatementResult {
     },
 }
 
+impl StatementResult {
+    /// A command's completion, `tag` as in [`StatementResult::Command`].
+    pub fn command(tag: &str) -> StatementResult {
+        StatementResult::Command {
+            tag: tag.to_string(),
+        }
+    }
+}
+
 /// The statements a client prepared with Parse on its connection, which
 /// `DEALLOCATE` forgets.
 pub trait PreparedStatements: Send + Sync {

@@ -65,7 +65,7 @@ pub mod codes {
         COPY_MALFORMED = (2021, "copy.malformed_stdin_statement", "22P04",
             "Check the COPY data: one row per line, fields separated by the delimiter, \\N (text) or an empty unquoted field (CSV) for NULL.");
         UNKNOWN_DATABASE = (2022, "session.unknown_database", "3D000",
-            "Connect with dbname=default (psql \"host=... port=... dbname=default\"); every server has the namespace 'default'.");
+            "SELECT datname FROM pg_database lists the databases; every server has 'default' (psql \"host=... dbname=default\"). CREATE DATABASE name makes another.");
         PLAN_ERROR = (2023, "sql.plan_error", "42804",
             "Check column names and types in the statement; cast explicitly where types differ.");
         UNSUPPORTED_STATEMENT = (2024, "sql.unsupported_statement", "0A000",
@@ -148,6 +148,12 @@ pub mod codes {
             "Create the role first (CREATE ROLE name LOGIN PASSWORD '...'); SELECT rolname FROM pg_roles lists them.");
         PASSWORD_AUTHENTICATION_FAILED = (2065, "session.password_authentication_failed", "28P01",
             "Check the user name and password; a superuser sets one with ALTER ROLE name PASSWORD '...'.");
+        DUPLICATE_DATABASE = (2066, "ddl.duplicate_database", "42P04",
+            "Pick another database name; SELECT datname FROM pg_database lists the existing ones.");
+        DATABASE_IN_USE = (2067, "ddl.database_in_use", "55006",
+            "Close the sessions connected to the database, then drop it from a session connected to another one (dbname=default).");
+        DEFAULT_DATABASE = (2068, "ddl.default_database_permanent", "55000",
+            "The database 'default' cannot be dropped; drop the objects in it instead (DROP TABLE ... CASCADE).");
         CURSOR_SCANS_FORWARD = (2052, "session.cursor_scans_forward_only", "55000",
             "Cursors move forward only here (FETCH NEXT, FETCH n, FETCH FORWARD n, FETCH ALL); declare the query again to read from the start.");
         // Direct-write transactions: 2200–2299.

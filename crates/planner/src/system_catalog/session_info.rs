@@ -48,12 +48,13 @@ enum Info {
     InRecovery,
     /// `current_user`, `session_user`, `current_role`, `user` (which
     /// [`crate::pg_compat`] turns into calls of [`USER_FUNCTION`]): the
-    /// one role (authentication is off).
+    /// owner role, where no session says who is connected (the gateway
+    /// registers the session's user over it).
     User,
 }
 
 /// What `current_user` and its kin are called as.
-pub(crate) const USER_FUNCTION: &str = "rs_session_user";
+pub const USER_FUNCTION: &str = "rs_session_user";
 
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct SessionInfo {

@@ -9,6 +9,7 @@ use std::process::Command;
 
 use tokio_postgres::{Config, NoTls};
 
+use crate::harness::oracle::connect;
 use crate::harness::server::{Storage, TestServer};
 use crate::psql::psql;
 use crate::transactional_ddl::{execute, failure, rows};
@@ -76,6 +77,11 @@ async fn only_roles_that_prove_their_password_get_in() {
     execute(&admin, "ALTER USER app WITH PASSWORD 'new pw'").await;
     assert_eq!(login_failure(&app).await, "28P01");
     logs_in(&as_role(&server, "app", "new pw")).await;
+    let as_app = connect(&as_role(&server, "app", "new pw")).await.unwrap();
+    assert_eq!(
+        rows(&as_app, "SELECT current_user, session_user, user").await,
+        ["app app app"]
+    );
     execute(&admin, "ALTER ROLE app NOLOGIN").await;
     assert_eq!(
         login_failure(&as_role(&server, "app", "new pw")).await,

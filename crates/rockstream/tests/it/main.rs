@@ -15,6 +15,7 @@ mod cache;
 mod clients;
 mod consistency;
 mod copy;
+mod databases;
 mod corpus;
 mod crash;
 mod differential;

@@ -121,7 +121,7 @@ const UNSUPPORTED_STATEMENTS: &[&str] = &[
     "CREATE TYPE mood AS ENUM ('sad')",
     "CREATE EXTENSION hstore",
     "CREATE SCHEMA s",
-    "CREATE DATABASE d",
+    "CREATE DATABASE d LOCATION '/elsewhere'",
     "CREATE ROLE r CONNECTION LIMIT 1",
     "ALTER ROLE r RENAME TO s",
     "LISTEN channel",
