@@ -12,8 +12,7 @@ use slatedb::{Db, WriteBatch};
 use tokio::sync::{oneshot, Mutex, RwLock};
 
 use crate::catalog::{
-    nextval_expression, CatalogEntry, ColumnDef, Identity, ObjectKind, OwnedSequence,
-    NEXT_ID_KEY,
+    nextval_expression, CatalogEntry, ColumnDef, Identity, ObjectKind, OwnedSequence, NEXT_ID_KEY,
 };
 use crate::control_db::{ControlDb, CONTROL_PATH};
 use crate::follower::{self, CatalogChange, FollowerSender};

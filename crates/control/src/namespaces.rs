@@ -33,9 +33,9 @@ pub(crate) fn namespace_id(namespace: &str) -> u128 {
     }
     const OFFSET: u128 = 0x6c62272e07bb014262b821756295c58d;
     const PRIME: u128 = 0x0000000001000000000000000000013B;
-    let hash = namespace
-        .bytes()
-        .fold(OFFSET, |hash, byte| (hash ^ u128::from(byte)).wrapping_mul(PRIME));
+    let hash = namespace.bytes().fold(OFFSET, |hash, byte| {
+        (hash ^ u128::from(byte)).wrapping_mul(PRIME)
+    });
     hash.max(1)
 }
 

@@ -39,8 +39,7 @@ pub(crate) async fn create_database(
     }
     let name = unqualified_name(db_name, "database")?;
     match database.create_namespace(&name).await {
-        Err(error)
-            if *if_not_exists && error.code.number == codes::DUPLICATE_DATABASE.number => {}
+        Err(error) if *if_not_exists && error.code.number == codes::DUPLICATE_DATABASE.number => {}
         other => other?,
     }
     Ok(StatementResult::command("CREATE DATABASE"))

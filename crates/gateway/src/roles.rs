@@ -98,7 +98,9 @@ pub(crate) async fn drop_roles(
     if_exists: bool,
 ) -> RsResult<StatementResult> {
     for name in names {
-        database.drop_role(&unqualified_name(name, "role")?, if_exists).await?;
+        database
+            .drop_role(&unqualified_name(name, "role")?, if_exists)
+            .await?;
     }
     Ok(StatementResult::command("DROP ROLE"))
 }

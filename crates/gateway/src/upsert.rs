@@ -21,8 +21,8 @@ use datafusion::arrow::array::{Array, BooleanArray, Int64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::catalog::MemTable;
 use datafusion::sql::sqlparser::ast::{
-    ConflictTarget, Expr as SqlExpr, Ident, OnConflict, OnConflictAction, OnInsert, VisitMut,
-    VisitorMut,
+    AssignmentTarget, ConflictTarget, Expr as SqlExpr, Ident, Insert, OnConflict, OnConflictAction,
+    OnInsert, TableObject, Value, VisitMut, VisitorMut,
 };
 use rockstream_control::CatalogEntry;
 use rockstream_ops::arrow_rows::{array_to_datums, rows_to_batch};
@@ -419,6 +419,65 @@ async fn updated_rows(
         }
     }
     Ok(updated)
+}
+
+/// How to type the placeholders of `insert`'s `ON CONFLICT DO UPDATE`,
+/// which the INSERT's own plan never sees, as PostgreSQL types them.
+#[derive(Debug, Default)]
+pub(crate) struct ConflictPlaceholders {
+    /// `SET column = $n`: `$n` and the column, whose type it takes.
+    pub assigned: Vec<(String, String)>,
+    /// The other `SET` values and the `WHERE`, selected over the table
+    /// (under its alias) joined with `excluded`, a copy of it: planning it
+    /// types their placeholders from what they meet.
+    pub select: Option<String>,
+}
+
+pub(crate) fn conflict_placeholders(insert: &Insert) -> Option<ConflictPlaceholders> {
+    let Some(OnInsert::OnConflict(OnConflict {
+        action: OnConflictAction::DoUpdate(update),
+        ..
+    })) = &insert.on
+    else {
+        return None;
+    };
+    let TableObject::TableName(name) = &insert.table else {
+        return None;
+    };
+    let mut placeholders = ConflictPlaceholders::default();
+    let mut selected: Vec<String> = Vec::new();
+    for assignment in &update.assignments {
+        let column = match &assignment.target {
+            AssignmentTarget::ColumnName(column) => {
+                column.0.last().and_then(|part| part.as_ident())
+            }
+            AssignmentTarget::Tuple(_) => None,
+        };
+        match (&assignment.value, column) {
+            (SqlExpr::Value(value), Some(column))
+                if matches!(value.value, Value::Placeholder(_)) =>
+            {
+                if let Value::Placeholder(placeholder) = &value.value {
+                    placeholders
+                        .assigned
+                        .push((placeholder.clone(), ident_name(column)));
+                }
+            }
+            (value, _) => selected.push(value.to_string()),
+        }
+    }
+    selected.extend(update.selection.as_ref().map(ToString::to_string));
+    if !selected.is_empty() {
+        let target = match &insert.table_alias {
+            Some(alias) => format!("{name} AS {}", alias.alias),
+            None => name.to_string(),
+        };
+        placeholders.select = Some(format!(
+            "SELECT {} FROM {target} CROSS JOIN {name} AS excluded",
+            selected.join(", ")
+        ));
+    }
+    Some(placeholders)
 }
 
 const ORDINAL: &str = "__rs_conflict";

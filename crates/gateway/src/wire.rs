@@ -1,17 +1,18 @@
 //! The pgwire [`Backend`] of the gateway: connection, simple and extended
 //! query protocol, COPY.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::logical_expr::{Expr, ExprSchemable, LogicalPlan};
+use datafusion::prelude::SessionContext;
 use datafusion::sql::sqlparser::ast::{
     visit_expressions, visit_expressions_mut, ArrayElemTypeDef, DataType as SqlDataType,
-    Expr as SqlExpr, FetchDirection, FetchPosition, Ident, ObjectName, Statement, TableObject,
-    Value,
+    Expr as SqlExpr, FetchDirection, FetchPosition, Ident, Insert, ObjectName, Statement,
+    TableObject, Value,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::keywords::Keyword;
@@ -30,8 +31,8 @@ use rockstream_planner::{
 use rockstream_types::{codes, RsError, RsResult};
 
 use crate::backend::{
-    as_postgres_reads_it, pg_result_schema, renamed_schema, repeats_a_name, show_column_name,
-    show_schema, Gateway,
+    as_postgres_reads_it, object_name, pg_result_schema, renamed_schema, repeats_a_name,
+    show_column_name, show_schema, Gateway,
 };
 use crate::complexity::{check_nesting, check_select_lists};
 use crate::defaults;
@@ -459,6 +460,58 @@ fn array_parameter_types(plan: &LogicalPlan) -> BTreeMap<String, DataType> {
     types
 }
 
+impl Gateway {
+    /// Types the placeholders of an `ON CONFLICT DO UPDATE` that planning
+    /// the INSERT left untyped (`types`, by `$n`).
+    async fn type_conflict_placeholders(
+        &self,
+        session: &GatewaySession,
+        context: &SessionContext,
+        insert: &Insert,
+        types: &mut HashMap<String, Option<DataType>>,
+    ) {
+        let Some(conflict) = crate::upsert::conflict_placeholders(insert) else {
+            return;
+        };
+        let mut found: Vec<(String, DataType)> = Vec::new();
+        let table = match &insert.table {
+            TableObject::TableName(name) => self
+                .entry(
+                    session,
+                    &object_name(&name.to_string()),
+                    Some(ObjectKind::Table),
+                )
+                .ok(),
+            _ => None,
+        };
+        let schema = table.and_then(|entry| rockstream_control::arrow_schema(&entry).ok());
+        for (placeholder, column) in &conflict.assigned {
+            if let Some(field) = schema
+                .as_ref()
+                .and_then(|schema| schema.field_with_name(column).ok())
+            {
+                found.push((placeholder.clone(), field.data_type().clone()));
+            }
+        }
+        if let Some(select) = &conflict.select {
+            if let Ok(plan) = context.state().create_logical_plan(select).await {
+                found.extend(
+                    plan.get_parameter_types()
+                        .unwrap_or_default()
+                        .into_iter()
+                        .filter_map(|(name, data_type)| Some((name, data_type?))),
+                );
+            }
+        }
+        for (name, data_type) in found {
+            let typed = types.entry(name).or_default();
+            if typed.is_none() {
+                *typed = Some(data_type);
+            }
+        }
+    }
+}
+
 pub(crate) fn sql_type_name(data_type: &DataType) -> String {
     match data_type {
         DataType::Boolean => "BOOLEAN".into(),
@@ -793,7 +846,11 @@ impl Gateway {
             Statement::Query(_) => context.state().optimize(&plan).map_err(query_error)?,
             _ => plan,
         };
-        let types = plan.get_parameter_types().unwrap_or_default();
+        let mut types = plan.get_parameter_types().unwrap_or_default();
+        if let Statement::Insert(insert) = statement {
+            self.type_conflict_placeholders(session, &context, insert, &mut types)
+                .await;
+        }
         let arrays = array_parameter_types(&plan);
         let parameter_types: Vec<(usize, DataType)> = types
             .into_iter()
@@ -809,8 +866,7 @@ impl Gateway {
                 (index, data_type)
             })
             .collect();
-        // Placeholders planning did not see (an ON CONFLICT's SET, which is
-        // planned only when it runs) are text unless cast.
+        // Placeholders planning did not see are text unless cast.
         let parameter_types = padded_parameters(parameter_types, statement, &casts);
         let columns = match statement {
             Statement::Query(query) => Some(renamed_schema(

@@ -31,8 +31,8 @@ use crate::resolver::TableResolver;
 pub(crate) use empty::is_empty_table;
 pub(crate) use functions::{catalog_functions, CATALOG_FUNCTIONS};
 pub use functions::{quote_ident, regclass_name};
-pub use session_info::{current_setting, session_constant, set_config, USER_FUNCTION};
 pub(crate) use session_info::SESSION_INFO_FUNCTIONS;
+pub use session_info::{current_setting, session_constant, set_config, USER_FUNCTION};
 
 /// What a user-visible relation is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -46,7 +46,10 @@ async fn databases_keep_their_objects_apart_and_drop_with_them() {
     execute(&admin, "CREATE DATABASE app").await;
     assert_eq!(failure(&admin, "CREATE DATABASE app").await, "42P04");
     execute(&admin, "CREATE DATABASE IF NOT EXISTS app").await;
-    assert_eq!(failure(&admin, "BEGIN; CREATE DATABASE other").await, "25001");
+    assert_eq!(
+        failure(&admin, "BEGIN; CREATE DATABASE other").await,
+        "25001"
+    );
     execute(&admin, "ROLLBACK").await;
     assert_eq!(
         rows(&admin, "SELECT datname FROM pg_database").await,

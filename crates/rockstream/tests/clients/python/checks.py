@@ -466,6 +466,18 @@ def asyncpg_defaults_and_upsert(url):
                 5,
             )
             expect(runs, 5, "runs after the upsert")
+            # Without casts: the SET's parameters take their columns' types.
+            row = await connection.fetchrow(
+                "INSERT INTO apg_jobs AS j (id, name) VALUES ($1, $2) ON CONFLICT (id) "
+                "DO UPDATE SET runs = j.runs + $3, name = $4 WHERE j.runs < $5 "
+                "RETURNING runs, name",
+                1,
+                "a",
+                2,
+                "renamed",
+                10,
+            )
+            expect((row["runs"], row["name"]), (7, "renamed"), "upsert without casts")
             row = await connection.fetchrow("SELECT timeout, runs FROM apg_jobs WHERE id = 2")
             expect((str(row["timeout"]), row["runs"]), ("0:05:00", 0), "defaults")
         finally:
