@@ -122,7 +122,15 @@ impl Database {
             roles,
             namespaces,
         });
-        let entries = transaction::resolve_in_doubt(&database, entries).await?;
+        let mut entries = transaction::resolve_in_doubt(&database, entries).await?;
+        // An object of a namespace that is gone goes too: a DROP DATABASE
+        // whose write storage reported failed yet kept left the namespace
+        // in use, and objects created in it then were never marked.
+        for entry in &mut entries {
+            if !database.namespaces.contains(&entry.namespace) {
+                entry.dropping = true;
+            }
+        }
         // Dependents first, as DROP ... CASCADE removes them.
         let dropping: Vec<CatalogEntry> = entries
             .iter()
@@ -245,6 +253,9 @@ impl Database {
     /// Returns false if there is no such namespace.
     pub async fn drop_namespace(&self, name: &str) -> RsResult<bool> {
         let _guard = self.ddl.lock().await;
+        let Some(dropping) = self.namespaces.begin_drop(name)? else {
+            return Ok(false);
+        };
         self.before_ddl().await?;
         let doomed = self.entries(name);
         let mut batch = WriteBatch::new();
@@ -256,12 +267,8 @@ impl Database {
             };
             batch.put(marked.key(), entry_json(&marked)?);
         }
-        if !self.namespaces.begin_drop(name)? {
-            return Ok(false);
-        }
-        let written = self.control.write(batch).await;
-        self.namespaces.end_drop(name, written.is_ok());
-        written?;
+        self.control.write(batch).await?;
+        dropping.done();
         self.catalog_mut().retain(|entry| entry.namespace != name);
         // Dependents first, as DROP ... CASCADE removes them.
         self.drop_in_background(doomed.into_iter().rev().collect())

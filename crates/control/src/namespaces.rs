@@ -2,12 +2,13 @@
 //! `CREATE DATABASE` made.
 //!
 //! ```text
-//! 0x0A 0x01 namespace_id(16) -> name
+//! 0x0A 0x01 name -> name
 //! ```
 //!
-//! A namespace's id is derived from its name ([`namespace_id`]): it only
-//! groups the namespace's catalog keys, which object ids already make
-//! unique. `default` is not stored; it is always there.
+//! `default` is not stored; it is always there. Catalog entry keys carry
+//! a namespace id derived from the name ([`namespace_id`]): it only groups
+//! a namespace's entries, which object ids already make unique, so two
+//! names hashing alike would share a group and nothing else.
 //!
 //! Sessions attach to the namespace they connected to
 //! ([`Namespaces::attach`]) so that `DROP DATABASE` can refuse one in use,
@@ -41,7 +42,7 @@ pub(crate) fn namespace_id(namespace: &str) -> u128 {
 
 pub(crate) fn namespace_key(namespace: &str) -> Vec<u8> {
     let mut key = PREFIX.to_vec();
-    key.extend_from_slice(&namespace_id(namespace).to_be_bytes());
+    key.extend_from_slice(namespace.as_bytes());
     key
 }
 
@@ -86,6 +87,10 @@ impl Namespaces {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    pub(crate) fn contains(&self, name: &str) -> bool {
+        self.lock().contains_key(name)
+    }
+
     /// Every namespace a session may connect to, by name.
     pub fn names(&self) -> Vec<String> {
         self.lock()
@@ -127,10 +132,11 @@ impl Namespaces {
         self.lock().insert(name.to_string(), Namespace::default());
     }
 
-    /// Starts dropping `name`: from now on no session connects to it.
-    /// `Ok(false)`: there is no such namespace. Refused for `default` and
-    /// while sessions are connected to it (55006).
-    pub(crate) fn begin_drop(&self, name: &str) -> RsResult<bool> {
+    /// Starts dropping `name`: from now on no session connects to it, until
+    /// the returned guard ends the drop. `Ok(None)`: there is no such
+    /// namespace. Refused for `default` and while sessions are connected to
+    /// it (55006).
+    pub(crate) fn begin_drop(&self, name: &str) -> RsResult<Option<Dropping<'_>>> {
         if name == DEFAULT_NAMESPACE {
             return Err(RsError::new(
                 &codes::DEFAULT_DATABASE,
@@ -139,7 +145,7 @@ impl Namespaces {
         }
         let mut namespaces = self.lock();
         let Some(namespace) = namespaces.get_mut(name).filter(|found| !found.dropping) else {
-            return Ok(false);
+            return Ok(None);
         };
         if namespace.sessions > 0 {
             let sessions = namespace.sessions;
@@ -153,16 +159,36 @@ impl Namespaces {
             ));
         }
         namespace.dropping = true;
-        Ok(true)
+        Ok(Some(Dropping {
+            namespaces: self,
+            name: name.to_string(),
+            dropped: false,
+        }))
     }
+}
 
-    /// Ends a drop [`Namespaces::begin_drop`] began: the namespace is gone
-    /// (`dropped`) or, when its removal failed, back.
-    pub(crate) fn end_drop(&self, name: &str, dropped: bool) {
-        let mut namespaces = self.lock();
-        if dropped {
-            namespaces.remove(name);
-        } else if let Some(namespace) = namespaces.get_mut(name) {
+/// A drop [`Namespaces::begin_drop`] began: the namespace is gone once
+/// [`Dropping::done`] says so, and back if the guard goes without it (the
+/// removal failed, or the statement was cancelled).
+#[derive(Debug)]
+pub(crate) struct Dropping<'a> {
+    namespaces: &'a Namespaces,
+    name: String,
+    dropped: bool,
+}
+
+impl Dropping<'_> {
+    pub(crate) fn done(mut self) {
+        self.dropped = true;
+    }
+}
+
+impl Drop for Dropping<'_> {
+    fn drop(&mut self) {
+        let mut namespaces = self.namespaces.lock();
+        if self.dropped {
+            namespaces.remove(&self.name);
+        } else if let Some(namespace) = namespaces.get_mut(&self.name) {
             namespace.dropping = false;
         }
     }
@@ -219,11 +245,13 @@ mod tests {
         assert_eq!(error.code.sqlstate, "55006");
         assert!(namespaces.begin_drop(DEFAULT_NAMESPACE).is_err());
         drop(session);
-        assert!(namespaces.begin_drop("app").unwrap());
-        // Connections wait for the drop's outcome by failing meanwhile.
+        let dropping = namespaces.begin_drop("app").unwrap().unwrap();
+        // Connections fail while the drop runs.
         assert!(namespaces.attach("app").is_err());
-        namespaces.end_drop("app", false);
+        drop(dropping); // it failed
         assert!(namespaces.attach("app").is_ok());
-        assert!(!namespaces.begin_drop("missing").unwrap());
+        namespaces.begin_drop("app").unwrap().unwrap().done();
+        assert!(!namespaces.contains("app"));
+        assert!(namespaces.begin_drop("missing").unwrap().is_none());
     }
 }

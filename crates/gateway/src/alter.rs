@@ -13,13 +13,14 @@ use rockstream_control::{Alteration, Altered, ColumnDef, Rename};
 use rockstream_pgwire::StatementResult;
 use rockstream_types::{codes, Row, RsError, RsResult};
 
-use crate::backend::{object_name, selection_query, Gateway};
+use crate::backend::{object_name, Gateway};
 use crate::ddl::{declared_column, ident_name, TableDefinition};
 use crate::defaults;
 use crate::dml::{
     batch_rows, check_row_bound, conform_row, length_limits, pending_table, query_batches,
 };
 use crate::session::GatewaySession;
+use crate::writes::selection_query;
 
 /// Runs `alter`, its actions in order.
 pub(crate) async fn alter_table(

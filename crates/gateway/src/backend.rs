@@ -1,4 +1,9 @@
-//! The pgwire backend: statement dispatch and transactions.
+//! The pgwire backend: statement dispatch, reads, and the commit of a
+//! session's transaction. Each kind of statement has its handler module:
+//! `transactions` (BEGIN, COMMIT, savepoints), `relations` (CREATE TABLE /
+//! VIEW, DROP), `alter` (ALTER TABLE), `writes` (INSERT, UPDATE, DELETE,
+//! TRUNCATE), `copy`, `roles`, `databases` and `session_commands` (SET,
+//! RESET, DISCARD, ...).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -13,24 +18,16 @@ use datafusion::catalog::TableProvider;
 use datafusion::common::tree_node::TreeNode;
 use datafusion::common::ScalarValue;
 use datafusion::dataframe::DataFrame;
-use datafusion::datasource::MemTable;
 use datafusion::execution::context::SessionContext;
-use datafusion::logical_expr::LogicalPlan;
-use datafusion::sql::sqlparser::ast::{visit_expressions, CopyLegacyOption, CopyOption};
+use datafusion::sql::sqlparser::ast::visit_expressions;
 use datafusion::sql::sqlparser::ast::{
-    CopySource, CopyTarget as SqlCopyTarget, CreateTable, Declare, DeclareType, Expr as SqlExpr,
-    FetchDirection, FromTable, Ident, ObjectName, ObjectType, Query, SelectItem, Set, SetExpr,
-    Statement, TableFactor, TableObject, TransactionIsolationLevel, TransactionMode,
-    TruncateIdentityOption, Value, ValueWithSpan,
+    Declare, DeclareType, Expr as SqlExpr, FetchDirection, Ident, ObjectName, ObjectType, Query,
+    Set, SetExpr, Statement, Value, ValueWithSpan,
 };
-use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
-use datafusion::sql::sqlparser::parser::Parser;
 use rockstream_common::Runtime;
-use rockstream_control::{
-    CatalogEntry, Database, DropObject, NewTable, NewView, ObjectKind, TableLayouts,
-};
+use rockstream_control::{CatalogEntry, Database, ObjectKind, TableLayouts};
 use rockstream_ops::arrow_rows::{duration_to_interval, rows_to_batch};
-use rockstream_pgwire::{CopyFormat, PreparedStatements, StatementResult};
+use rockstream_pgwire::{PreparedStatements, StatementResult};
 use rockstream_planner::{
     alias_select_items, new_context_in, normalize_query, pg_column_names, rewrite_using_joins,
     uses_bag_set_operation, TableResolver,
@@ -38,21 +35,18 @@ use rockstream_planner::{
 use rockstream_runtime::{RowChange, TableChange};
 use rockstream_types::{codes, Row, RsError, RsResult};
 
-use crate::copy_options;
-use crate::ddl::{ident_name, table_columns};
-use crate::defaults;
-use crate::dml::{self, query_error};
+use crate::ddl::ident_name;
+use crate::dml::query_error;
 use crate::fast_path;
 use crate::memory::{size_text, MemoryLimits, StatementMemory};
-use crate::providers::{
-    decode_table_row, view_failure, ReadContext, SnapshotResolver, ROW_KEY_COLUMN,
-};
+use crate::providers::{decode_table_row, view_failure, ReadContext, SnapshotResolver};
 use crate::sequences::{register_sequence_functions, SequenceAccess};
 use crate::session::{
     restarted_map, GatewaySession, Isolation, SavepointCommand, Transaction, TransactionId,
 };
 use crate::session_commands;
 use crate::statement_limits::{show_timeout, Stop};
+use crate::transactions;
 use crate::wire::Command;
 
 pub struct Gateway {
@@ -105,6 +99,14 @@ impl Gateway {
                     .map(|transaction| transaction.restarted.clone()),
             )),
         );
+        context.register_udf(rockstream_planner::session_constant(
+            "current_database",
+            ScalarValue::Utf8(Some(session.namespace.clone())),
+        ));
+        context.register_udf(rockstream_planner::session_constant(
+            rockstream_planner::USER_FUNCTION,
+            ScalarValue::Utf8(Some(session.user.clone())),
+        ));
         context
     }
 
@@ -148,12 +150,8 @@ impl Gateway {
                 .map(|transaction| transaction.catalog.unbuilt_views().collect())
                 .unwrap_or_default(),
             databases: self.database.namespaces(),
-            roles: self
-                .database
-                .roles()
-                .into_iter()
-                .map(|role| (role.name, role.login))
-                .collect(),
+            database: session.namespace.clone(),
+            roles: self.roles_seen_by(session),
             snapshot: session
                 .transaction
                 .as_ref()
@@ -169,6 +167,22 @@ impl Gateway {
             layouts,
             with_row_keys,
         }
+    }
+
+    /// The roles `pg_roles` lists to `session`: the catalog's, and the
+    /// user it connected as, which, with authentication off, need not be
+    /// one of them (PostgreSQL's `current_user` is always a role).
+    fn roles_seen_by(&self, session: &GatewaySession) -> Vec<(String, bool)> {
+        let mut roles: Vec<(String, bool)> = self
+            .database
+            .roles()
+            .into_iter()
+            .map(|role| (role.name, role.login))
+            .collect();
+        if !roles.iter().any(|(name, _)| *name == session.user) {
+            roles.push((session.user.clone(), true));
+        }
+        roles
     }
 
     /// The session's catalog: the committed one, with its transaction's
@@ -377,62 +391,29 @@ impl Gateway {
             }
             Statement::Explain { .. } => self.select(session, &statement.to_string()).await,
             Statement::StartTransaction { modes, .. } => {
-                let isolation = requested_isolation(modes)?.unwrap_or(session.default_isolation);
-                if !in_explicit {
-                    session.transaction = Some(Transaction {
-                        explicit: true,
-                        isolation,
-                        ..Default::default()
-                    });
-                }
-                command("BEGIN")
+                transactions::begin(session, modes, in_explicit)
             }
             Statement::Set(Set::SetTransaction {
                 modes,
                 snapshot: None,
                 session: for_session,
-            }) => match requested_isolation(modes)? {
-                Some(isolation) => set_isolation(session, isolation, *for_session),
-                None => command("SET"),
-            },
-            // The same, spelled as configuration parameters.
+            }) => transactions::set_transaction(session, modes, *for_session),
             Statement::Set(Set::SingleAssignment {
                 variable, values, ..
-            }) if isolation_parameter(variable).is_some() => {
-                let for_session = isolation_parameter(variable) == Some(true);
-                let [value] = values.as_slice() else {
-                    return Err(RsError::new(
-                        &codes::UNSUPPORTED_STATEMENT,
-                        format!("SET {variable} takes one value"),
-                    ));
-                };
-                set_isolation(session, isolation_named(value)?, for_session)
+            }) if transactions::isolation_parameter(variable).is_some() => {
+                transactions::set_isolation_parameter(session, variable, values)
             }
-            Statement::Commit { .. } => {
-                let Some(transaction) = session.end_transaction() else {
-                    return command("COMMIT");
-                };
-                if transaction.aborted {
-                    session.close_transaction_cursors(false);
-                    return command("ROLLBACK");
-                }
-                let committed = self.commit(&session.namespace, transaction).await;
-                session.close_transaction_cursors(committed.is_ok());
-                committed?;
-                command("COMMIT")
-            }
+            Statement::Commit { .. } => self.commit_statement(session).await,
             Statement::Rollback {
                 savepoint: Some(name),
                 ..
-            } => {
-                session.savepoint_command(SavepointCommand::RollBackTo, &ident_name(name))?;
-                command("ROLLBACK")
+            } => transactions::savepoint(session, SavepointCommand::RollBackTo, name, "ROLLBACK"),
+            Statement::Rollback { .. } => transactions::rollback(session),
+            Statement::Savepoint { name } => {
+                transactions::savepoint(session, SavepointCommand::Define, name, "SAVEPOINT")
             }
-            Statement::Rollback { .. } => {
-                if session.end_transaction().is_some() {
-                    session.close_transaction_cursors(false);
-                }
-                command("ROLLBACK")
+            Statement::ReleaseSavepoint { name } => {
+                transactions::savepoint(session, SavepointCommand::Release, name, "RELEASE")
             }
             Statement::Declare { stmts } => {
                 for declare in stmts {
@@ -443,84 +424,8 @@ impl Gateway {
             Statement::Fetch {
                 name, direction, ..
             } => fetch(session, &ident_name(name), direction),
-            Statement::Savepoint { name } => {
-                session.savepoint_command(SavepointCommand::Define, &ident_name(name))?;
-                command("SAVEPOINT")
-            }
-            Statement::ReleaseSavepoint { name } => {
-                session.savepoint_command(SavepointCommand::Release, &ident_name(name))?;
-                command("RELEASE")
-            }
-            Statement::CreateTable(create) => {
-                refuse_unsupported_table(create)?;
-                let mut definition = table_columns(create)?;
-                defaults::check_defaults(self, session, &mut definition).await?;
-                let name = object_name(&create.name.to_string());
-                let table = NewTable {
-                    name: &name,
-                    columns: definition.columns,
-                    primary_key: definition.primary_key,
-                    generated: definition.generated,
-                    if_not_exists: create.if_not_exists,
-                };
-                match session.transaction.as_mut() {
-                    Some(transaction) if in_explicit => {
-                        self.database
-                            .create_table_in(&mut transaction.catalog, &session.namespace, table)
-                            .await?
-                    }
-                    _ => {
-                        self.database
-                            .create_table(&session.namespace, table)
-                            .await?
-                    }
-                };
-                command("CREATE TABLE")
-            }
-            Statement::CreateView(create) => {
-                if create.or_replace {
-                    return Err(RsError::new(&codes::UNSUPPORTED_STATEMENT, "CREATE OR REPLACE VIEW is not supported; DROP the view and create it again"));
-                }
-                let name = object_name(&create.name.to_string());
-                let query = create.query.to_string();
-                let column_names = if create.columns.is_empty() {
-                    pg_column_names(&create.query)
-                } else {
-                    Some(
-                        create
-                            .columns
-                            .iter()
-                            .map(|column| object_name(&column.name.to_string()))
-                            .collect(),
-                    )
-                };
-                let view = NewView {
-                    name: &name,
-                    query: &query,
-                    column_names,
-                    materialized: create.materialized,
-                    if_not_exists: create.if_not_exists,
-                };
-                match session.transaction.as_mut() {
-                    Some(transaction) if in_explicit => {
-                        let created = self
-                            .database
-                            .create_view_in(&mut transaction.catalog, &session.namespace, view)
-                            .await?;
-                        if created && create.materialized {
-                            self.populate(session, &name, &query).await?;
-                        }
-                    }
-                    _ => {
-                        self.database.create_view(&session.namespace, view).await?;
-                    }
-                };
-                command(if create.materialized {
-                    "CREATE MATERIALIZED VIEW"
-                } else {
-                    "CREATE VIEW"
-                })
-            }
+            Statement::CreateTable(create) => self.create_table(session, create, in_explicit).await,
+            Statement::CreateView(create) => self.create_view(session, create, in_explicit).await,
             Statement::Drop {
                 object_type: ObjectType::Role | ObjectType::User,
                 if_exists,
@@ -536,19 +441,11 @@ impl Gateway {
             }
             Statement::Drop {
                 object_type: ObjectType::Database,
-                if_exists,
-                names,
                 ..
             } => {
                 crate::ddl::refuse_in_transaction_block(in_explicit, "DROP DATABASE")?;
-                crate::databases::drop_databases(
-                    &self.database,
-                    &self.runtime,
-                    session,
-                    names,
-                    *if_exists,
-                )
-                .await
+                crate::databases::drop_database(&self.database, &self.runtime, session, statement)
+                    .await
             }
             Statement::CreateRole(create) => {
                 crate::ddl::refuse_in_transaction_block(in_explicit, "CREATE ROLE")?;
@@ -565,190 +462,25 @@ impl Gateway {
                 cascade,
                 ..
             } => {
-                let (kind, tag) = match object_type {
-                    ObjectType::Table => (ObjectKind::Table, "DROP TABLE"),
-                    ObjectType::View => (ObjectKind::View, "DROP VIEW"),
-                    ObjectType::MaterializedView => {
-                        (ObjectKind::MaterializedView, "DROP MATERIALIZED VIEW")
-                    }
-                    other => {
-                        return Err(RsError::new(
-                            &codes::UNSUPPORTED_STATEMENT,
-                            format!("DROP {other} is not supported"),
-                        ))
-                    }
-                };
-                for name in names {
-                    let name = object_name(&name.to_string());
-                    let drop = DropObject {
-                        name: &name,
-                        kind,
-                        cascade: *cascade,
-                        if_exists: *if_exists,
-                    };
-                    match session.transaction.as_mut() {
-                        Some(transaction) if in_explicit => {
-                            let dropped = self.database.drop_object_in(
-                                &mut transaction.catalog,
-                                &session.namespace,
-                                drop,
-                            )?;
-                            // Its rows go with the table.
-                            for id in dropped.unwrap_or_default() {
-                                transaction.tables.remove(&id);
-                            }
-                        }
-                        _ => {
-                            self.database.drop_object(&session.namespace, drop).await?;
-                        }
-                    }
-                }
-                command(tag)
+                self.drop_relations(
+                    session,
+                    object_type,
+                    names,
+                    *cascade,
+                    *if_exists,
+                    in_explicit,
+                )
+                .await
             }
             Statement::Insert(insert) => {
-                let TableObject::TableName(name) = &insert.table else {
-                    return Err(RsError::new(
-                        &codes::UNSUPPORTED_STATEMENT,
-                        "INSERT INTO a table function is not supported",
-                    ));
-                };
-                let entry = self.entry(
-                    session,
-                    &object_name(&name.to_string()),
-                    Some(ObjectKind::Table),
-                )?;
-                let (count, rows) =
-                    dml::insert(self, session, &entry, statement, insert.returning.is_some())
-                        .await?;
-                let alias = insert
-                    .table_alias
-                    .as_ref()
-                    .map(|alias| ident_name(&alias.alias));
-                self.finish_write(
-                    session,
-                    in_explicit,
-                    "INSERT 0",
-                    count,
-                    Returning::of(&entry, alias, insert.returning.as_deref(), rows),
-                )
-                .await
+                self.insert_statement(session, statement, insert, in_explicit)
+                    .await
             }
-            Statement::Update(update) => {
-                if update.from.is_some() || !update.table.joins.is_empty() {
-                    return Err(RsError::new(
-                        &codes::UNSUPPORTED_STATEMENT,
-                        "UPDATE ... FROM is not supported yet",
-                    ));
-                }
-                let (table_sql, table_name) = table_reference(&update.table.relation)?;
-                let entry = self.entry(session, &table_name, Some(ObjectKind::Table))?;
-                let mut assigned = Vec::new();
-                let mut values = Vec::new();
-                for assignment in &update.assignments {
-                    let position = dml::assigned_column(&entry, assignment)?;
-                    assigned.push(position);
-                    values.push(format!(
-                        "({}) AS \"__rs_new_{}\"",
-                        defaults::assigned_value(&entry.columns[position], &assignment.value)?,
-                        values.len()
-                    ));
-                }
-                let selection_sql =
-                    selection_query(&entry, &table_sql, &values, update.selection.as_ref());
-                let (count, rows) = dml::modify(
-                    self,
-                    session,
-                    &entry,
-                    &selection_sql,
-                    &assigned,
-                    false,
-                    update.returning.is_some(),
-                )
-                .await?;
-                let alias = relation_alias(&update.table.relation);
-                self.finish_write(
-                    session,
-                    in_explicit,
-                    "UPDATE",
-                    count,
-                    Returning::of(&entry, alias, update.returning.as_deref(), rows),
-                )
-                .await
-            }
-            Statement::Delete(delete) => {
-                let tables = match &delete.from {
-                    FromTable::WithFromKeyword(tables) | FromTable::WithoutKeyword(tables) => {
-                        tables
-                    }
-                };
-                let [table] = tables.as_slice() else {
-                    return Err(RsError::new(
-                        &codes::UNSUPPORTED_STATEMENT,
-                        "DELETE from several tables is not supported",
-                    ));
-                };
-                if delete.using.is_some() || !table.joins.is_empty() {
-                    return Err(RsError::new(
-                        &codes::UNSUPPORTED_STATEMENT,
-                        "DELETE ... USING is not supported yet",
-                    ));
-                }
-                let (table_sql, table_name) = table_reference(&table.relation)?;
-                let entry = self.entry(session, &table_name, Some(ObjectKind::Table))?;
-                let selection_sql =
-                    selection_query(&entry, &table_sql, &[], delete.selection.as_ref());
-                let (count, rows) = dml::modify(
-                    self,
-                    session,
-                    &entry,
-                    &selection_sql,
-                    &[],
-                    true,
-                    delete.returning.is_some(),
-                )
-                .await?;
-                let alias = relation_alias(&table.relation);
-                self.finish_write(
-                    session,
-                    in_explicit,
-                    "DELETE",
-                    count,
-                    Returning::of(&entry, alias, delete.returning.as_deref(), rows),
-                )
-                .await
-            }
+            Statement::Update(update) => self.update_statement(session, update, in_explicit).await,
+            Statement::Delete(delete) => self.delete_statement(session, delete, in_explicit).await,
             Statement::Truncate(truncate) => {
-                if truncate.partitions.is_some() {
-                    return Err(RsError::new(
-                        &codes::UNSUPPORTED_STATEMENT,
-                        "TRUNCATE ... PARTITION is not supported",
-                    ));
-                }
-                // Every table first: one that does not exist changes nothing.
-                // (CASCADE has no foreign key to follow: RockStream has none.)
-                let mut entries = Vec::new();
-                for target in &truncate.table_names {
-                    let name = object_name(&target.name.to_string());
-                    entries.push(self.entry(session, &name, Some(ObjectKind::Table))?);
-                }
-                for entry in &entries {
-                    let table_sql = Ident::with_quote('"', &entry.name).to_string();
-                    let selection_sql = selection_query(entry, &table_sql, &[], None);
-                    dml::modify(self, session, entry, &selection_sql, &[], true, false).await?;
-                }
-                if truncate.identity == Some(TruncateIdentityOption::Restart) {
-                    // The transaction draws from restarted counters; the
-                    // sequences go on from them once it commits (a rolled-back
-                    // TRUNCATE leaves its rows, and their keys, behind).
-                    let owned = entries
-                        .iter()
-                        .flat_map(|entry| &entry.columns)
-                        .filter_map(|column| column.sequence.as_ref().map(|sequence| sequence.id));
-                    let transaction = session.transaction.get_or_insert_with(Default::default);
-                    restarted_map(&transaction.restarted).extend(owned.map(|id| (id, 1)));
-                }
-                self.autocommit(session, in_explicit).await?;
-                command("TRUNCATE TABLE")
+                self.truncate_statement(session, truncate, in_explicit)
+                    .await
             }
             Statement::Copy {
                 source,
@@ -758,49 +490,8 @@ impl Gateway {
                 legacy_options,
                 ..
             } => {
-                if *to {
-                    if !matches!(target, SqlCopyTarget::Stdout) {
-                        return Err(RsError::new(
-                            &codes::UNSUPPORTED_STATEMENT,
-                            "only COPY ... TO STDOUT is supported (a file on the client: psql's \\copy ... TO 'file')",
-                        ));
-                    }
-                    return self
-                        .copy_out(session, source, options, legacy_options)
-                        .await;
-                }
-                let CopySource::Table {
-                    table_name,
-                    columns,
-                } = source
-                else {
-                    return Err(RsError::new(
-                        &codes::UNSUPPORTED_STATEMENT,
-                        "COPY (query) FROM is not valid: COPY FROM loads a table",
-                    ));
-                };
-                if !matches!(target, SqlCopyTarget::Stdin) {
-                    return Err(RsError::new(
-                        &codes::UNSUPPORTED_STATEMENT,
-                        "only COPY ... FROM STDIN is supported (a file on the client: psql's \\copy ... FROM 'file')",
-                    ));
-                }
-                let entry = self.entry(
-                    session,
-                    &object_name(&table_name.to_string()),
-                    Some(ObjectKind::Table),
-                )?;
-                let columns: Vec<String> = columns.iter().map(ident_name).collect();
-                let mut copy = copy_options::copy_target(
-                    entry.name.clone(),
-                    columns,
-                    options,
-                    legacy_options,
-                )?;
-                if copy.format == CopyFormat::Binary {
-                    copy.column_types = copy_column_types(&entry, &copy.columns)?;
-                }
-                Ok(StatementResult::CopyIn(copy))
+                self.copy_statement(session, source, *to, target, options, legacy_options)
+                    .await
             }
             Statement::Set(Set::SetTransaction { .. }) => Err(RsError::new(
                 &codes::UNSUPPORTED_STATEMENT,
@@ -837,226 +528,12 @@ impl Gateway {
         }
     }
 
-    /// Ends a write statement: its `RETURNING` rows computed (before the
-    /// commit, so that a failing expression changes nothing), the implicit
-    /// transaction committed, and the command's tag, with the rows if any.
-    async fn finish_write(
-        &self,
-        session: &mut GatewaySession,
-        in_explicit: bool,
-        command: &str,
-        count: u64,
-        returning: Option<Returning<'_>>,
-    ) -> RsResult<StatementResult> {
-        let returned = match returning {
-            Some(returning) => Some(self.returned_rows(session, returning).await?),
-            None => None,
-        };
-        self.autocommit(session, in_explicit).await?;
-        Ok(match returned {
-            Some((schema, batches)) => StatementResult::Returning {
-                command: command.to_string(),
-                schema,
-                batches,
-            },
-            None => StatementResult::Command {
-                tag: format!("{command} {count}"),
-            },
-        })
-    }
-
-    /// A `RETURNING` list evaluated over the rows a write kept, as a query
-    /// over them named as the target (or its alias) is.
-    async fn returned_rows(
-        &self,
-        session: &GatewaySession,
-        returning: Returning<'_>,
-    ) -> RsResult<(SchemaRef, Vec<RecordBatch>)> {
-        let (frame, query) = self.returning_frame(returning).await?;
-        let schema = analyzed_schema(&frame)?;
-        let batches = self.stop(session).collect(frame).await?;
-        match rename_columns(as_pg_result(schema, batches)?, pg_column_names(&query))? {
-            StatementResult::Query { schema, batches } => Ok((schema, batches)),
-            _ => Err(RsError::internal("RETURNING gave no rows")),
-        }
-    }
-
-    /// The planned query of a `RETURNING` list over the rows a write kept
-    /// (planned only: Describe asks for its columns before any row exists).
-    /// As in PostgreSQL, the list is per row: aggregates and window
-    /// functions are refused.
-    async fn returning_frame(&self, returning: Returning<'_>) -> RsResult<(DataFrame, Query)> {
-        let Returning {
-            entry,
-            alias,
-            items,
-            rows,
-        } = returning;
-        let schema = rockstream_control::arrow_schema(entry)?;
-        let types = entry.sql_types()?;
-        let references: Vec<&Row> = rows.iter().collect();
-        let batch = rows_to_batch(&references, &types, &schema, &vec![true; types.len()])?;
-        let name = alias.unwrap_or_else(|| entry.name.clone());
-        let table = MemTable::try_new(schema, vec![vec![batch]]).map_err(query_error)?;
-        let resolver = Arc::new(OneTable {
-            name: name.clone(),
-            table: Arc::new(table),
-        });
-        let context = new_context_in(resolver, self.memory.statement_runtime());
-        let list: Vec<String> = items.iter().map(ToString::to_string).collect();
-        let sql = format!(
-            "SELECT {} FROM {}",
-            list.join(", "),
-            Ident::with_quote('"', &name)
-        );
-        let query = match Parser::parse_sql(&PostgreSqlDialect {}, &sql)
-            .map_err(|error| RsError::new(&codes::SYNTAX_ERROR, error.to_string()))?
-            .pop()
-        {
-            Some(Statement::Query(query)) => query,
-            _ => return Err(RsError::internal("RETURNING did not parse as a query")),
-        };
-        let frame = context.sql(&query.to_string()).await.map_err(query_error)?;
-        let per_row = frame
-            .logical_plan()
-            .exists(|node| {
-                Ok(matches!(
-                    node,
-                    LogicalPlan::Aggregate(_) | LogicalPlan::Window(_) | LogicalPlan::Unnest(_)
-                ))
-            })
-            .map_err(query_error)?;
-        if per_row {
-            return Err(RsError::new(
-                &codes::UNSUPPORTED_STATEMENT,
-                "aggregate, window and set-returning functions are not allowed in RETURNING",
-            ));
-        }
-        Ok((frame, *query))
-    }
-
-    /// The columns a write's `RETURNING` list answers (`None` for other
-    /// statements), for Describe.
-    pub(crate) async fn returning_columns(
-        &self,
-        session: &GatewaySession,
-        statement: &Statement,
-    ) -> RsResult<Option<SchemaRef>> {
-        let (name, alias, items) = match statement {
-            Statement::Insert(insert) => match (&insert.table, &insert.returning) {
-                (TableObject::TableName(name), Some(items)) => (
-                    object_name(&name.to_string()),
-                    insert
-                        .table_alias
-                        .as_ref()
-                        .map(|alias| ident_name(&alias.alias)),
-                    items,
-                ),
-                _ => return Ok(None),
-            },
-            Statement::Update(update) => match &update.returning {
-                Some(items) => (
-                    table_reference(&update.table.relation)?.1,
-                    relation_alias(&update.table.relation),
-                    items,
-                ),
-                None => return Ok(None),
-            },
-            Statement::Delete(delete) => {
-                let tables = match &delete.from {
-                    FromTable::WithFromKeyword(tables) | FromTable::WithoutKeyword(tables) => {
-                        tables
-                    }
-                };
-                match (tables.as_slice(), &delete.returning) {
-                    ([table], Some(items)) => (
-                        table_reference(&table.relation)?.1,
-                        relation_alias(&table.relation),
-                        items,
-                    ),
-                    _ => return Ok(None),
-                }
-            }
-            _ => return Ok(None),
-        };
-        let entry = self.entry(session, &name, Some(ObjectKind::Table))?;
-        let returning = Returning {
-            entry: &entry,
-            alias,
-            items,
-            rows: Vec::new(),
-        };
-        let (frame, query) = self.returning_frame(returning).await?;
-        Ok(Some(renamed_schema(
-            pg_result_schema(&*analyzed_schema(&frame)?),
-            pg_column_names(&query),
-        )))
-    }
-
-    /// `COPY table [(columns)] TO STDOUT` or `COPY (query) TO STDOUT`: the
-    /// rows, for the wire to write in the options' format.
-    async fn copy_out(
-        &self,
-        session: &GatewaySession,
-        source: &CopySource,
-        options: &[CopyOption],
-        legacy_options: &[CopyLegacyOption],
-    ) -> RsResult<StatementResult> {
-        let format = copy_options::copy_target(String::new(), Vec::new(), options, legacy_options)?;
-        if format.format == CopyFormat::Binary {
-            return Err(RsError::new(
-                &codes::UNSUPPORTED_STATEMENT,
-                "COPY ... TO in the binary format is not supported; use the text or CSV format",
-            ));
-        }
-        let query = match source {
-            CopySource::Query(query) => query.as_ref().clone(),
-            CopySource::Table {
-                table_name,
-                columns,
-            } => {
-                // A table, as in PostgreSQL (a view's rows: `COPY (SELECT
-                // ...) TO`).
-                let entry = self.entry(
-                    session,
-                    &object_name(&table_name.to_string()),
-                    Some(ObjectKind::Table),
-                )?;
-                let names: Vec<String> = columns.iter().map(ident_name).collect();
-                // Each listed column exists (42703 naming it otherwise).
-                copy_column_types(&entry, &names)?;
-                let list = if columns.is_empty() {
-                    "*".to_string()
-                } else {
-                    columns
-                        .iter()
-                        .map(|column| format!("\"{}\"", ident_name(column).replace('"', "\"\"")))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                };
-                let sql = format!("SELECT {list} FROM \"{}\"", entry.name.replace('"', "\"\""));
-                match Parser::parse_sql(&PostgreSqlDialect {}, &sql)
-                    .map_err(|error| RsError::internal(format!("{sql}: {error}")))?
-                    .pop()
-                {
-                    Some(Statement::Query(query)) => *query,
-                    _ => return Err(RsError::internal(format!("{sql} is not a query"))),
-                }
-            }
-        };
-        refuse_set_config(&query, "COPY")?;
-        let StatementResult::Query { schema, batches } = self.query(session, &query).await? else {
-            return Err(RsError::internal("COPY's query gave no rows"));
-        };
-        Ok(StatementResult::CopyOut {
-            format,
-            schema,
-            batches,
-        })
-    }
-
     /// A query's rows, under PostgreSQL's column names.
-    async fn query(&self, session: &GatewaySession, query: &Query) -> RsResult<StatementResult> {
+    pub(crate) async fn query(
+        &self,
+        session: &GatewaySession,
+        query: &Query,
+    ) -> RsResult<StatementResult> {
         refuse_unsupported_query(query)?;
         if let Some(result) = fast_path::constant_select(query) {
             return Ok(result);
@@ -1131,7 +608,12 @@ impl Gateway {
     /// view is built when the transaction commits. (A definition with
     /// `EXCEPT ALL`/`INTERSECT ALL`, which ad-hoc reads cannot evaluate, is
     /// checked by that build.)
-    async fn populate(&self, session: &GatewaySession, name: &str, query: &str) -> RsResult<()> {
+    pub(crate) async fn populate(
+        &self,
+        session: &GatewaySession,
+        name: &str,
+        query: &str,
+    ) -> RsResult<()> {
         if rockstream_planner::uses_bag_set_operation(query) {
             return Ok(());
         }
@@ -1192,23 +674,16 @@ impl Gateway {
         })
     }
 
-    /// Registers in `context` the functions that read the session:
-    /// `current_database()`, `current_user` and its kin always, the others
-    /// when `query` calls them.
+    /// Registers in `context` the functions that read the session's
+    /// parameters and numbers, when `query` calls them (those naming it,
+    /// `current_database()` and `current_user`, every statement context
+    /// has).
     pub(crate) fn register_session_functions(
         &self,
         context: &SessionContext,
         session: &GatewaySession,
         query: &Query,
     ) {
-        context.register_udf(rockstream_planner::session_constant(
-            "current_database",
-            ScalarValue::Utf8(Some(session.namespace.clone())),
-        ));
-        context.register_udf(rockstream_planner::session_constant(
-            rockstream_planner::USER_FUNCTION,
-            ScalarValue::Utf8(Some(session.user.clone())),
-        ));
         if calls_function(query, "current_setting") {
             context.register_udf(rockstream_planner::current_setting(self.settings(session)));
         }
@@ -1379,7 +854,7 @@ impl Gateway {
                 let snapshot = transaction
                     .and_then(|transaction| transaction.snapshot.clone())
                     .unwrap_or_else(|| self.database.engine().published().snapshot);
-                match snapshot.get(&lookup.stored_key).await? {
+                match snapshot.table_row(lookup.entry.id, &lookup.key).await? {
                     Some(bytes) => Some(decode_table_row(&lookup.entry, &bytes)?),
                     None => None,
                 }
@@ -1449,7 +924,7 @@ impl Gateway {
         Ok(())
     }
 
-    async fn commit(&self, namespace: &str, transaction: Transaction) -> RsResult<()> {
+    pub(crate) async fn commit(&self, namespace: &str, transaction: Transaction) -> RsResult<()> {
         // Values its rows hold are never handed out again, even if the
         // server stops right after the commit.
         self.database.persist_sequences().await?;
@@ -1497,32 +972,6 @@ impl Gateway {
     }
 }
 
-/// A write's `RETURNING` list and the rows it kept for it.
-struct Returning<'a> {
-    entry: &'a CatalogEntry,
-    /// The target's alias (`INSERT INTO t AS x`, `UPDATE t x`), by which
-    /// the list may name it.
-    alias: Option<String>,
-    items: &'a [SelectItem],
-    rows: Vec<Row>,
-}
-
-impl<'a> Returning<'a> {
-    fn of(
-        entry: &'a CatalogEntry,
-        alias: Option<String>,
-        items: Option<&'a [SelectItem]>,
-        rows: Vec<Row>,
-    ) -> Option<Returning<'a>> {
-        Some(Returning {
-            entry,
-            alias,
-            items: items?,
-            rows,
-        })
-    }
-}
-
 /// The one relation a `RETURNING` list reads: the rows the write kept.
 pub(crate) struct OneTable {
     pub name: String,
@@ -1546,19 +995,9 @@ impl TableResolver for OneTable {
     }
 }
 
-/// The alias a `FROM`-like relation gives its table, if any.
-fn relation_alias(relation: &TableFactor) -> Option<String> {
-    match relation {
-        TableFactor::Table {
-            alias: Some(alias), ..
-        } => Some(ident_name(&alias.name)),
-        _ => None,
-    }
-}
-
 /// The schema of `frame`'s rows: its analyzed plan's (analyzer rules may
 /// change result types).
-fn analyzed_schema(frame: &DataFrame) -> RsResult<SchemaRef> {
+pub(crate) fn analyzed_schema(frame: &DataFrame) -> RsResult<SchemaRef> {
     let plan = frame.clone().into_optimized_plan().map_err(query_error)?;
     Ok(result_schema(&plan))
 }
@@ -1596,7 +1035,7 @@ pub(crate) fn result_schema(plan: &datafusion::logical_expr::LogicalPlan) -> Sch
 
 /// `set_config()` takes effect where a query runs as a statement of its own
 /// ([`session_commands::set_config_calls`]), not inside `statement`.
-fn refuse_set_config(query: &Query, statement: &str) -> RsResult<()> {
+pub(crate) fn refuse_set_config(query: &Query, statement: &str) -> RsResult<()> {
     if calls_function(query, "set_config") {
         return Err(RsError::new(
             &codes::UNSUPPORTED_STATEMENT,
@@ -1630,28 +1069,8 @@ fn refuse_unsupported_query(query: &Query) -> RsResult<()> {
     Ok(())
 }
 
-/// Refuses the `CREATE TABLE` forms RockStream does not build, rather than
-/// create something else: temporary tables (they would outlive the
-/// session), `AS query` and `(LIKE other)`.
-fn refuse_unsupported_table(create: &CreateTable) -> RsResult<()> {
-    let refused = if create.temporary {
-        Some("CREATE TEMPORARY TABLE is not supported: create a table and drop it when done")
-    } else if create.query.is_some() {
-        Some("CREATE TABLE ... AS is not supported yet: CREATE TABLE, then INSERT INTO ... SELECT")
-    } else if create.like.is_some() {
-        Some("CREATE TABLE ... (LIKE ...) is not supported: name the columns")
-    } else if create.inherits.is_some() {
-        Some("CREATE TABLE ... INHERITS is not supported")
-    } else {
-        None
-    };
-    refused.map_or(Ok(()), |message| {
-        Err(RsError::new(&codes::UNSUPPORTED_STATEMENT, message))
-    })
-}
-
 /// Gives a query result PostgreSQL's column names.
-fn rename_columns(
+pub(crate) fn rename_columns(
     result: StatementResult,
     names: Option<Vec<String>>,
 ) -> RsResult<StatementResult> {
@@ -1720,7 +1139,10 @@ pub(crate) fn pg_result_schema(schema: &ArrowSchema) -> SchemaRef {
 }
 
 /// A query's result, its columns converted as [`pg_result_type`] says.
-fn as_pg_result(schema: SchemaRef, batches: Vec<RecordBatch>) -> RsResult<StatementResult> {
+pub(crate) fn as_pg_result(
+    schema: SchemaRef,
+    batches: Vec<RecordBatch>,
+) -> RsResult<StatementResult> {
     if !schema
         .fields()
         .iter()
@@ -1776,41 +1198,6 @@ pub(crate) fn renamed_schema(schema: SchemaRef, names: Option<Vec<String>>) -> S
     }
 }
 
-/// `SELECT key, c1..cn, new values FROM table WHERE selection`.
-pub(crate) fn selection_query(
-    entry: &CatalogEntry,
-    table_sql: &str,
-    values: &[String],
-    selection: Option<&SqlExpr>,
-) -> String {
-    let mut columns = vec![format!("\"{ROW_KEY_COLUMN}\"")];
-    columns.extend(
-        entry
-            .columns
-            .iter()
-            .map(|column| format!("\"{}\"", column.name)),
-    );
-    columns.extend(values.iter().cloned());
-    let mut sql = format!("SELECT {} FROM {table_sql}", columns.join(", "));
-    if let Some(selection) = selection {
-        sql.push_str(&format!(" WHERE {selection}"));
-    }
-    sql
-}
-
-/// The SQL text and object name of a DML target.
-fn table_reference(relation: &TableFactor) -> RsResult<(String, String)> {
-    match relation {
-        TableFactor::Table { name, .. } => {
-            Ok((relation.to_string(), object_name(&name.to_string())))
-        }
-        other => Err(RsError::new(
-            &codes::UNSUPPORTED_STATEMENT,
-            format!("cannot modify {other}"),
-        )),
-    }
-}
-
 /// Normalizes an object name as PostgreSQL does: unquoted → lower case.
 pub(crate) fn object_name(text: &str) -> String {
     let last = text.rsplit('.').next().unwrap_or(text);
@@ -1823,85 +1210,6 @@ pub(crate) fn object_name(text: &str) -> String {
 
 fn truncate(text: &str) -> String {
     text.chars().take(80).collect()
-}
-
-/// `SET TRANSACTION ISOLATION LEVEL` (`for_session`: `SET SESSION
-/// CHARACTERISTICS AS TRANSACTION ...`). Inside a transaction block the level
-/// can change only before the first query; outside one PostgreSQL warns and
-/// changes nothing.
-fn set_isolation(
-    session: &mut GatewaySession,
-    isolation: Isolation,
-    for_session: bool,
-) -> RsResult<StatementResult> {
-    if for_session {
-        session.default_isolation = isolation;
-    } else if let Some(transaction) = session.transaction.as_mut().filter(|t| t.explicit) {
-        if transaction.started && transaction.isolation != isolation {
-            return Err(RsError::new(
-                &codes::ISOLATION_SET_TOO_LATE,
-                "SET TRANSACTION ISOLATION LEVEL must be called before any query",
-            ));
-        }
-        transaction.isolation = isolation;
-    }
-    Ok(StatementResult::Command {
-        tag: "SET".to_string(),
-    })
-}
-
-/// For `transaction_isolation` (`Some(false)`) and
-/// `default_transaction_isolation` (`Some(true)`: the session's default).
-fn isolation_parameter(variable: &ObjectName) -> Option<bool> {
-    let name = variable.0.last()?.as_ident()?.value.to_lowercase();
-    match name.as_str() {
-        "transaction_isolation" => Some(false),
-        "default_transaction_isolation" => Some(true),
-        _ => None,
-    }
-}
-
-/// An isolation level named as a parameter value (`'repeatable read'`).
-fn isolation_named(value: &SqlExpr) -> RsResult<Isolation> {
-    let text = match value {
-        SqlExpr::Value(value) => match &value.value {
-            datafusion::sql::sqlparser::ast::Value::SingleQuotedString(text) => text.clone(),
-            other => other.to_string(),
-        },
-        other => other.to_string(),
-    };
-    let level = match text
-        .to_lowercase()
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ")
-        .as_str()
-    {
-        "read uncommitted" | "read committed" | "default" => {
-            TransactionIsolationLevel::ReadCommitted
-        }
-        "repeatable read" => TransactionIsolationLevel::RepeatableRead,
-        "serializable" => TransactionIsolationLevel::Serializable,
-        other => {
-            return Err(RsError::new(
-                &codes::INVALID_INPUT_VALUE,
-                format!("invalid value for parameter \"transaction_isolation\": \"{other}\""),
-            ))
-        }
-    };
-    Ok(requested_isolation(&[TransactionMode::IsolationLevel(level)])?.unwrap_or_default())
-}
-
-/// The types of the columns a `COPY` lists (every column when it lists
-/// none), by which binary data is read.
-fn copy_column_types(entry: &CatalogEntry, columns: &[String]) -> RsResult<Vec<DataType>> {
-    dml::copy_column_positions(entry, columns)?
-        .into_iter()
-        .map(|position| {
-            let column = &entry.columns[position];
-            Ok(rockstream_ops::arrow_rows::arrow_type(column.sql_type()?))
-        })
-        .collect()
 }
 
 /// 25P02 in a failed transaction, for the commands `execute_statement`
@@ -2002,28 +1310,4 @@ fn fetch(
         schema: rows.schema(),
         batches: vec![rows],
     })
-}
-
-/// The isolation level `modes` ask for, if any. SERIALIZABLE is refused:
-/// RockStream does not detect the read/write dependencies it needs.
-fn requested_isolation(modes: &[TransactionMode]) -> RsResult<Option<Isolation>> {
-    let mut isolation = None;
-    for mode in modes {
-        if let TransactionMode::IsolationLevel(level) = mode {
-            isolation = Some(match level {
-                TransactionIsolationLevel::ReadUncommitted
-                | TransactionIsolationLevel::ReadCommitted => Isolation::ReadCommitted,
-                TransactionIsolationLevel::RepeatableRead | TransactionIsolationLevel::Snapshot => {
-                    Isolation::RepeatableRead
-                }
-                TransactionIsolationLevel::Serializable => {
-                    return Err(RsError::new(
-                        &codes::ISOLATION_SERIALIZABLE_NOT_SUPPORTED,
-                        "SERIALIZABLE isolation is not supported",
-                    ))
-                }
-            });
-        }
-    }
-    Ok(isolation)
 }

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use datafusion::sql::sqlparser::ast::{ObjectName, Statement};
+use datafusion::sql::sqlparser::ast::Statement;
 use rockstream_common::Runtime;
 use rockstream_control::Database;
 use rockstream_pgwire::StatementResult;
@@ -15,7 +15,8 @@ use crate::ddl::unqualified_name;
 use crate::session::GatewaySession;
 
 /// `CREATE DATABASE name`; its PostgreSQL options (`OWNER`, `TEMPLATE`,
-/// `ENCODING`, …) are not part of the grammar here, so they fail to parse.
+/// `ENCODING`, …) are not part of the grammar here, so they fail to parse,
+/// and MySQL's that are (`CHARACTER SET`, `COLLATE`) are refused.
 pub(crate) async fn create_database(
     database: &Database,
     statement: &Statement,
@@ -26,6 +27,8 @@ pub(crate) async fn create_database(
         location,
         managed_location,
         clone,
+        default_charset,
+        default_collation,
         ..
     } = statement
     else {
@@ -35,6 +38,12 @@ pub(crate) async fn create_database(
         return Err(RsError::new(
             &codes::UNSUPPORTED_STATEMENT,
             "CREATE DATABASE takes no LOCATION or CLONE: every database lives in the server's storage",
+        ));
+    }
+    if default_charset.is_some() || default_collation.is_some() {
+        return Err(RsError::new(
+            &codes::UNSUPPORTED_STATEMENT,
+            "CREATE DATABASE takes no CHARACTER SET or COLLATE: every database is UTF8 with the C collation",
         ));
     }
     let name = unqualified_name(db_name, "database")?;
@@ -51,27 +60,41 @@ pub(crate) async fn create_database(
 const SESSIONS_ENDING: Duration = Duration::from_secs(5);
 
 /// `DROP DATABASE [IF EXISTS] name`.
-pub(crate) async fn drop_databases(
+pub(crate) async fn drop_database(
     database: &Database,
     runtime: &Runtime,
     session: &GatewaySession,
-    names: &[ObjectName],
-    if_exists: bool,
+    statement: &Statement,
 ) -> RsResult<StatementResult> {
-    for name in names {
-        let name = unqualified_name(name, "database")?;
-        if name == session.namespace {
-            return Err(RsError::new(
-                &codes::DATABASE_IN_USE,
-                format!("cannot drop the currently open database \"{name}\""),
-            ));
-        }
-        if !drop_when_unused(database, runtime, &name).await? && !if_exists {
-            return Err(RsError::new(
-                &codes::UNKNOWN_DATABASE,
-                format!("database \"{name}\" does not exist"),
-            ));
-        }
+    let Statement::Drop {
+        if_exists,
+        names,
+        cascade,
+        restrict,
+        ..
+    } = statement
+    else {
+        return Err(RsError::internal("DROP DATABASE expected"));
+    };
+    // PostgreSQL's grammar: one name, no CASCADE or RESTRICT.
+    let ([name], false, false) = (names.as_slice(), *cascade, *restrict) else {
+        return Err(RsError::new(
+            &codes::SYNTAX_ERROR,
+            "DROP DATABASE takes one database name and no CASCADE or RESTRICT",
+        ));
+    };
+    let name = unqualified_name(name, "database")?;
+    if name == session.namespace {
+        return Err(RsError::new(
+            &codes::DATABASE_IN_USE,
+            format!("cannot drop the currently open database \"{name}\""),
+        ));
+    }
+    if !drop_when_unused(database, runtime, &name).await? && !if_exists {
+        return Err(RsError::new(
+            &codes::UNKNOWN_DATABASE,
+            format!("database \"{name}\" does not exist"),
+        ));
     }
     Ok(StatementResult::command("DROP DATABASE"))
 }

@@ -18,14 +18,13 @@ use datafusion::prelude::SessionContext;
 use datafusion::sql::sqlparser::ast::{Insert, ObjectName, SetExpr, Statement};
 use rockstream_control::{CatalogEntry, ColumnDef};
 use rockstream_ops::arrow_rows::{array_to_datums, arrow_type};
-use rockstream_ops::keys::table_prefix;
+use rockstream_ops::keys::{keyless_row_key, table_row_key};
 use rockstream_plan::arrow_types::{cast_rounds, datafusion_error, round_to_whole};
 use rockstream_plan::datetime_text::{arrow_datetime_texts, DatetimeInput};
 use rockstream_planner::{
     alias_select_items, normalize_interval_literals, normalize_type_spellings, rewrite_using_joins,
     uses_using_joins,
 };
-use rockstream_types::encoding::encode_row;
 use rockstream_types::{codes, Datum, Row, RsError, RsResult, SqlType};
 
 use crate::backend::{repeats_a_name, Gateway};
@@ -555,7 +554,6 @@ pub async fn insert_rows(
     let count = rows.len() as u64;
     check_row_bound(session, entry, rows.len())?;
     let table = pending_table(session, entry)?;
-    let prefix = table_prefix(entry.id);
     let limits = length_limits(entry);
     let mut keyed: Vec<(Vec<u8>, Row)> = Vec::with_capacity(rows.len());
     // A row that breaks a column's rules fails the statement, but only
@@ -568,14 +566,9 @@ pub async fn insert_rows(
             break;
         }
         let key = if entry.primary_key.is_empty() {
-            gateway.runtime().random_u128().to_be_bytes().to_vec()
+            keyless_row_key(gateway.runtime().random_u128())
         } else {
-            let key_values: Row = entry
-                .primary_key
-                .iter()
-                .map(|index| row[*index].clone())
-                .collect();
-            encode_row(&key_values)
+            table_row_key(&entry.primary_key, &row)
         };
         keyed.push((key, row));
     }
@@ -620,10 +613,8 @@ pub async fn insert_rows(
             Some((_, current)) if current.is_some() => return Err(duplicate(&row)),
             Some((_, current)) => *current = Some(row),
             None => {
-                let mut stored_key = prefix.clone();
-                stored_key.extend_from_slice(&key);
                 let stored = if check_storage {
-                    snapshot.get(&stored_key).await?
+                    snapshot.table_row(entry.id, &key).await?
                 } else {
                     None
                 };

@@ -21,11 +21,10 @@ use datafusion::sql::sqlparser::ast::{
     Values, WildcardAdditionalOptions,
 };
 use rockstream_control::CatalogEntry;
-use rockstream_ops::keys::table_prefix;
+use rockstream_ops::keys::table_row_key;
 use rockstream_pgwire::StatementResult;
 use rockstream_plan::arrow_types::arrow_type;
 use rockstream_planner::pg_column_names;
-use rockstream_types::encoding::encode_row;
 use rockstream_types::{Row, SqlType};
 
 use crate::dml::text_rows;
@@ -154,9 +153,7 @@ pub(crate) fn constant_select_schema(query: &Query) -> Option<Arc<Schema>> {
 /// every primary-key column once: one row read by its storage key.
 pub(crate) struct PointLookup {
     pub(crate) entry: CatalogEntry,
-    /// The row's storage key (the table prefix, then the encoded key).
-    pub(crate) stored_key: Vec<u8>,
-    /// The row's key in the transaction's pending changes.
+    /// The row's key, in the transaction's pending changes and in storage.
     pub(crate) key: Vec<u8>,
     /// The table columns returned, in order, and their types.
     pub(crate) columns: Vec<usize>,
@@ -189,18 +186,10 @@ pub(crate) fn point_lookup(
         error
     })
     .ok()?;
-    let values: Row = entry
-        .primary_key
-        .iter()
-        .map(|column| typed[0][*column].clone())
-        .collect();
-    let key = encode_row(&values);
-    let mut stored_key = table_prefix(entry.id);
-    stored_key.extend_from_slice(&key);
+    let key = table_row_key(&entry.primary_key, &typed[0]);
     let types = columns.iter().map(|column| types[*column]).collect();
     Some(PointLookup {
         entry,
-        stored_key,
         key,
         columns,
         types,

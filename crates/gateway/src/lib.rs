@@ -14,6 +14,7 @@
 mod alter;
 mod backend;
 mod complexity;
+mod copy;
 mod copy_options;
 mod databases;
 mod ddl;
@@ -22,14 +23,17 @@ mod dml;
 mod fast_path;
 mod memory;
 mod providers;
+mod relations;
 mod roles;
 mod sequences;
 mod session;
 mod session_commands;
 mod settings;
 mod statement_limits;
+mod transactions;
 mod upsert;
 mod wire;
+mod writes;
 
 pub use backend::Gateway;
 pub use memory::{MemoryLimits, STATEMENT_MEMORY_DEFAULT, TOTAL_STATEMENT_MEMORY_DEFAULT};

@@ -29,11 +29,11 @@ use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::physical_plan::ExecutionPlan;
 use rockstream_control::{inline_view, CatalogEntry, ObjectKind, REWRITTEN_BY_PENDING};
 use rockstream_ops::arrow_rows::{array_to_datums, rows_to_batch};
-use rockstream_ops::keys::{decode_weight, RowStorage};
+use rockstream_ops::keys::{decode_weight, leading_value_prefix, RowStorage};
 use rockstream_planner::{ColumnInfo, RelationInfo, RelationKind, SequenceInfo, TableResolver};
 use rockstream_runtime::{Engine, ViewStatus};
-use rockstream_storage::{SetCursor, SnapshotSet};
-use rockstream_types::encoding::{decode_row, encode_datum};
+use rockstream_storage::{RowCursor, SnapshotSet};
+use rockstream_types::encoding::decode_row;
 use rockstream_types::{Datum, ObjectId, Row, RsError, RsResult, SqlType};
 
 use crate::session::layout_conflict;
@@ -56,6 +56,8 @@ pub struct ReadContext {
     pub unbuilt_views: BTreeSet<ObjectId>,
     /// Every namespace, which clients see as databases.
     pub databases: Vec<String>,
+    /// The one the session reads.
+    pub database: String,
     /// The roles `CREATE ROLE` made, each with whether it may log in.
     pub roles: Vec<(String, bool)>,
     pub snapshot: SnapshotSet,
@@ -179,6 +181,10 @@ impl TableResolver for SnapshotResolver {
 
     fn databases(&self) -> Vec<String> {
         self.context.databases.clone()
+    }
+
+    fn current_database(&self) -> Option<String> {
+        Some(self.context.database.clone())
     }
 }
 
@@ -307,27 +313,24 @@ impl SnapshotTable {
         (!datum.is_null()).then_some(datum)
     }
 
-    /// The visible rows of one storage chunk of the scan, with their
-    /// storage keys (tables) and multiplicities; a table's rows that the
-    /// session overwrote are left out (its overlay supplies them).
-    fn decode_chunk(
-        &self,
-        base_len: usize,
-        chunk: Vec<(Vec<u8>, Vec<u8>)>,
-    ) -> RsResult<Vec<(Vec<u8>, Row)>> {
+    /// The visible rows of one storage chunk of the scan (row keys and
+    /// values), with their row keys (tables) and multiplicities; a table's
+    /// rows that the session overwrote are left out (its overlay supplies
+    /// them).
+    fn decode_chunk(&self, chunk: Vec<(Vec<u8>, Vec<u8>)>) -> RsResult<Vec<(Vec<u8>, Row)>> {
         let overlay = self.context.overlays.get(&self.entry.id);
         let mut rows = Vec::with_capacity(chunk.len());
         for (key, value) in chunk {
-            let suffix = &key[base_len..];
             match self.storage {
                 RowStorage::Table => {
-                    if overlay.is_some_and(|overlay| overlay.contains_key(suffix)) {
+                    if overlay.is_some_and(|overlay| overlay.contains_key(&key)) {
                         continue;
                     }
-                    rows.push((suffix.to_vec(), decode_table_row(&self.entry, &value)?));
+                    rows.push((key, decode_table_row(&self.entry, &value)?));
                 }
                 RowStorage::Counted => {
-                    let row = decode_row(suffix)?;
+                    // A counted row is its key.
+                    let row = decode_row(&key)?;
                     for _ in 0..decode_weight(&value) {
                         rows.push((Vec::new(), row.clone()));
                     }
@@ -469,10 +472,11 @@ impl TableProvider for SnapshotTable {
                 )));
             }
         }
-        let mut key_prefix = Vec::new();
-        if let Some(value) = filters.iter().find_map(|filter| self.key_equality(filter)) {
-            encode_datum(&value, &mut key_prefix);
-        }
+        let key_prefix = filters
+            .iter()
+            .find_map(|filter| self.key_equality(filter))
+            .map(|value| leading_value_prefix(&value))
+            .unwrap_or_default();
         let scan = SnapshotScan {
             table: self.clone(),
             key_prefix,
@@ -503,10 +507,9 @@ struct SnapshotScan {
 /// Where a [`SnapshotScan`]'s stream is.
 struct ScanCursor {
     table: SnapshotTable,
-    base_len: usize,
     key_prefix: Vec<u8>,
     /// The stored rows, over the shards that may hold them.
-    stored: SetCursor,
+    stored: RowCursor,
     stored_done: bool,
     overlay_done: bool,
     /// Batches decoded and not yet handed on.
@@ -525,7 +528,7 @@ impl ScanCursor {
             let rows = if !self.stored_done {
                 let chunk = self.stored.next_chunk().await?;
                 self.stored_done = chunk.is_empty();
-                self.table.decode_chunk(self.base_len, chunk)?
+                self.table.decode_chunk(chunk)?
             } else if !self.overlay_done {
                 self.overlay_done = true;
                 self.table.overlay_rows(&self.key_prefix)
@@ -543,16 +546,15 @@ impl PartitionStream for SnapshotScan {
     }
 
     fn execute(&self, _context: Arc<TaskContext>) -> SendableRecordBatchStream {
-        let base = self.table.storage.prefix(self.table.entry.id);
-        let mut prefix = base.clone();
-        prefix.extend_from_slice(&self.key_prefix);
-        let partition = (!self.key_prefix.is_empty() && self.table.leading_column_partitions())
-            .then_some(self.key_prefix.as_slice());
         let cursor = ScanCursor {
             table: self.table.clone(),
-            base_len: base.len(),
             key_prefix: self.key_prefix.clone(),
-            stored: self.table.context.snapshot.scan(prefix, partition),
+            stored: self.table.context.snapshot.scan_rows(
+                &self.table.storage,
+                self.table.entry.id,
+                &self.key_prefix,
+                self.table.leading_column_partitions(),
+            ),
             stored_done: false,
             overlay_done: false,
             ready: std::collections::VecDeque::new(),

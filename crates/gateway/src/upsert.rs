@@ -26,8 +26,7 @@ use datafusion::sql::sqlparser::ast::{
 };
 use rockstream_control::CatalogEntry;
 use rockstream_ops::arrow_rows::{array_to_datums, rows_to_batch};
-use rockstream_ops::keys::table_prefix;
-use rockstream_types::encoding::encode_row;
+use rockstream_ops::keys::{keyless_row_key, table_row_key};
 use rockstream_types::{codes, Datum, Row, RsError, RsResult, SqlType};
 
 use crate::backend::{Gateway, OneTable};
@@ -139,7 +138,6 @@ pub(crate) async fn insert_on_conflict(
         .as_ref()
         .and_then(|transaction| transaction.snapshot.clone())
         .unwrap_or_else(|| gateway.database().engine().published().snapshot);
-    let prefix = table_prefix(entry.id);
     let update = match &conflict.action {
         OnConflictAction::DoUpdate(update) => Some(update),
         OnConflictAction::DoNothing => None,
@@ -149,16 +147,11 @@ pub(crate) async fn insert_on_conflict(
     for mut row in rows {
         conform_row(entry, &limits, &mut row)?;
         if entry.primary_key.is_empty() {
-            let key = gateway.runtime().random_u128().to_be_bytes().to_vec();
+            let key = keyless_row_key(gateway.runtime().random_u128());
             outcomes.push(Outcome::Inserted(key, row));
             continue;
         }
-        let key_values: Row = entry
-            .primary_key
-            .iter()
-            .map(|position| row[*position].clone())
-            .collect();
-        let key = encode_row(&key_values);
+        let key = table_row_key(&entry.primary_key, &row);
         if !seen.insert(key.clone()) {
             if update.is_some() {
                 return Err(RsError::new(
@@ -184,9 +177,7 @@ pub(crate) async fn insert_on_conflict(
         let (existing, read) = match buffered {
             Some(current) => (current, None),
             None => {
-                let mut stored_key = prefix.clone();
-                stored_key.extend_from_slice(&key);
-                let stored = match snapshot.get(&stored_key).await? {
+                let stored = match snapshot.table_row(entry.id, &key).await? {
                     Some(bytes) => Some(decode_table_row(entry, &bytes)?),
                     None => None,
                 };
@@ -398,15 +389,9 @@ async fn updated_rows(
             conform_row(entry, &limits, &mut new)?;
             // Setting the key to what it is (`SET id = excluded.id`) is
             // fine; moving the row under another key is not built.
-            let key = |row: &Row| {
-                let values: Row = entry
-                    .primary_key
-                    .iter()
-                    .map(|position| row[*position].clone())
-                    .collect();
-                encode_row(&values)
-            };
-            if key(&new) != key(existing) {
+            if table_row_key(&entry.primary_key, &new)
+                != table_row_key(&entry.primary_key, existing)
+            {
                 return Err(RsError::new(
                     &codes::UNSUPPORTED_STATEMENT,
                     format!(

@@ -35,8 +35,8 @@
 //! `rockstream_types::encoding`, which is prefix-free for a fixed number of
 //! columns, so a prefix scan on a key never matches a longer key.
 
-use rockstream_types::encoding::datum_len;
-use rockstream_types::ObjectId;
+use rockstream_types::encoding::{datum_len, encode_datum};
+use rockstream_types::{Datum, ObjectId};
 
 pub const OP_STATE: u8 = 0x01;
 pub const OUTPUT: u8 = 0x03;
@@ -126,6 +126,38 @@ impl RowStorage {
 /// `0x07 table_id`: the prefix of a table's rows.
 pub fn table_prefix(table_id: ObjectId) -> Vec<u8> {
     object_prefix(TABLE_ROWS, table_id)
+}
+
+/// A table row's key among its table's rows, in a transaction's pending
+/// changes as in storage: its primary-key values, encoded so that keys
+/// sort as the values do.
+pub fn table_row_key(primary_key: &[usize], row: &[Datum]) -> Vec<u8> {
+    let mut key = Vec::with_capacity(primary_key.len() * 9);
+    for column in primary_key {
+        encode_datum(&row[*column], &mut key);
+    }
+    key
+}
+
+/// The key of a row of a table without a primary key: a random number,
+/// so that equal rows are distinct rows.
+pub fn keyless_row_key(random: u128) -> Vec<u8> {
+    random.to_be_bytes().to_vec()
+}
+
+/// The storage key of table `table_id`'s row keyed `row_key`.
+pub fn table_row_storage_key(table_id: ObjectId, row_key: &[u8]) -> Vec<u8> {
+    let mut key = table_prefix(table_id);
+    key.extend_from_slice(row_key);
+    key
+}
+
+/// The prefix of the row keys (within their relation) whose leading key
+/// column holds `value` ([`RowStorage::leading_column`]).
+pub fn leading_value_prefix(value: &Datum) -> Vec<u8> {
+    let mut prefix = Vec::with_capacity(9);
+    encode_datum(value, &mut prefix);
+    prefix
 }
 
 fn object_prefix(space: u8, object_id: ObjectId) -> Vec<u8> {

@@ -36,6 +36,12 @@ pub trait TableResolver: Send + Sync + std::fmt::Debug {
         Vec::new()
     }
 
+    /// The database the reader is connected to
+    /// (`information_schema.*.table_catalog`).
+    fn current_database(&self) -> Option<String> {
+        None
+    }
+
     /// The roles `CREATE ROLE` made, each with whether it may log in.
     fn roles(&self) -> Vec<(String, bool)> {
         Vec::new()

@@ -997,11 +997,10 @@ fn stored_keys(changes: &[TableChange]) -> Vec<Vec<Vec<u8>>> {
     changes
         .iter()
         .map(|change| {
-            let prefix = keys::table_prefix(change.table_id);
             change
                 .rows
                 .iter()
-                .map(|row| [prefix.as_slice(), row.key.as_slice()].concat())
+                .map(|row| keys::table_row_storage_key(change.table_id, &row.key))
                 .collect()
         })
         .collect()

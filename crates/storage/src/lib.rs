@@ -46,7 +46,7 @@ pub use cache::{CacheStats, Lookup, StateCache, ARRANGEMENT_CACHE_BYTES_DEFAULT}
 pub use epoch_store::EpochStore;
 pub use rockstream_common::object_store_for;
 use rockstream_common::BackgroundRuntime;
-pub use set::{SetCursor, SnapshotSet};
+pub use set::{RowCursor, SetCursor, SnapshotSet};
 
 /// The on-disk format this binary writes.
 ///

@@ -12,9 +12,9 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use rockstream_ops::keys;
+use rockstream_ops::keys::{self, RowStorage};
 use rockstream_types::partition::{BucketMap, ShardId};
-use rockstream_types::{RsError, RsResult};
+use rockstream_types::{ObjectId, RsError, RsResult};
 
 use crate::{Snapshot, SCAN_CHUNK_ROWS_MAX};
 
@@ -55,6 +55,35 @@ impl SnapshotSet {
         self.shard(self.shard_of_key(key)).get(key).await
     }
 
+    /// Table `table_id`'s stored row keyed `row_key`
+    /// ([`keys::table_row_key`]).
+    pub async fn table_row(&self, table_id: ObjectId, row_key: &[u8]) -> RsResult<Option<Vec<u8>>> {
+        self.get(&keys::table_row_storage_key(table_id, row_key))
+            .await
+    }
+
+    /// A cursor over the rows of relation `object_id`, stored as `storage`,
+    /// in key order, as `(row key, value)`; with `leading`
+    /// ([`keys::leading_value_prefix`]), only the rows whose leading key
+    /// column holds that value, read from its shard alone when `storage`
+    /// partitions by that column (`partitioned`).
+    pub fn scan_rows(
+        &self,
+        storage: &RowStorage,
+        object_id: ObjectId,
+        leading: &[u8],
+        partitioned: bool,
+    ) -> RowCursor {
+        let base = storage.prefix(object_id);
+        let mut prefix = base.clone();
+        prefix.extend_from_slice(leading);
+        let partition = (!leading.is_empty() && partitioned).then_some(leading);
+        RowCursor {
+            base_len: base.len(),
+            entries: self.scan(prefix, partition),
+        }
+    }
+
     /// A cursor over the entries with `prefix`, in key order. With
     /// `partition`, the encoded partition key every entry under `prefix`
     /// shares, only its shard is read.
@@ -76,6 +105,24 @@ impl SnapshotSet {
                 })
                 .collect(),
         }
+    }
+}
+
+/// A [`SetCursor`] over one relation's rows, handing out row keys.
+pub struct RowCursor {
+    base_len: usize,
+    entries: SetCursor,
+}
+
+impl RowCursor {
+    /// The next rows in key order, at most [`SCAN_CHUNK_ROWS_MAX`], each as
+    /// its key within the relation and its stored value; empty at the end.
+    pub async fn next_chunk(&mut self) -> RsResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut chunk = self.entries.next_chunk().await?;
+        for (key, _) in &mut chunk {
+            key.drain(..self.base_len);
+        }
+        Ok(chunk)
     }
 }
 

@@ -322,8 +322,12 @@ pub(crate) fn system_table(
         (PG_CATALOG, name) if is_empty_table(name) => empty::empty_table(name).ok_or_else(|| {
             datafusion::error::DataFusionError::Internal(format!("no table {name}"))
         }),
-        (INFORMATION_SCHEMA, "tables") => tables::information_schema_tables(relations),
-        (INFORMATION_SCHEMA, "columns") => tables::information_schema_columns(relations),
+        (INFORMATION_SCHEMA, "tables") => {
+            tables::information_schema_tables(relations, &catalog_name(resolver))
+        }
+        (INFORMATION_SCHEMA, "columns") => {
+            tables::information_schema_columns(relations, &catalog_name(resolver))
+        }
         _ => return Ok(None),
     }?;
     let table = MemTable::try_new(batch.schema(), vec![vec![batch]])?;
@@ -356,6 +360,13 @@ fn pg_database(databases: &[String]) -> DataFusionResult<RecordBatch> {
         ("datcollversion", text(vec![None; count])),
         ("datacl", text(vec![None; count])),
     ])
+}
+
+/// What `information_schema` calls the catalog: the reader's database.
+fn catalog_name(resolver: &dyn TableResolver) -> String {
+    resolver
+        .current_database()
+        .unwrap_or_else(|| OWNER.to_string())
 }
 
 /// Whether an unqualified `name` is a `pg_catalog` table.
@@ -487,8 +498,13 @@ mod tests {
             1
         );
         // information_schema.tables leaves materialized views out.
-        assert_eq!(information_schema_tables(&relations).unwrap().num_rows(), 1);
-        let columns = information_schema_columns(&relations).unwrap();
+        assert_eq!(
+            information_schema_tables(&relations, "default")
+                .unwrap()
+                .num_rows(),
+            1
+        );
+        let columns = information_schema_columns(&relations, "default").unwrap();
         assert_eq!(columns.num_rows(), 3);
         let data_types = columns
             .column_by_name("data_type")

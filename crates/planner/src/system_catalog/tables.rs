@@ -443,6 +443,7 @@ pub(crate) fn pg_views(
 
 pub(crate) fn information_schema_tables(
     relations: &[RelationInfo],
+    catalog: &str,
 ) -> DataFusionResult<RecordBatch> {
     // The SQL standard has no materialized views; PostgreSQL leaves them out
     // of this view, and so do we.
@@ -452,7 +453,7 @@ pub(crate) fn information_schema_tables(
         .collect();
     let count = listed.len();
     batch(vec![
-        ("table_catalog", repeated(OWNER, count)),
+        ("table_catalog", repeated(catalog, count)),
         ("table_schema", repeated(SCHEMA, count)),
         (
             "table_name",
@@ -473,6 +474,7 @@ pub(crate) fn information_schema_tables(
 
 pub(crate) fn information_schema_columns(
     relations: &[RelationInfo],
+    catalog: &str,
 ) -> DataFusionResult<RecordBatch> {
     let columns = all_columns(relations);
     let count = columns.len();
@@ -481,7 +483,7 @@ pub(crate) fn information_schema_columns(
         .map(|(_, index, _)| Some(*index as i32 + 1))
         .collect();
     batch(vec![
-        ("table_catalog", repeated(OWNER, count)),
+        ("table_catalog", repeated(catalog, count)),
         ("table_schema", repeated(SCHEMA, count)),
         (
             "table_name",

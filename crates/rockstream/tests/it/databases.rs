@@ -61,7 +61,22 @@ async fn databases_keep_their_objects_apart_and_drop_with_them() {
     assert_eq!(failure(&app, "SELECT * FROM t").await, "42P01");
     execute(&app, SCHEMA).await;
     execute(&app, "INSERT INTO t VALUES (1, 1), (2, 2)").await;
+    assert_eq!(
+        rows(
+            &app,
+            "SELECT DISTINCT table_catalog FROM information_schema.tables"
+        )
+        .await,
+        ["app"]
+    );
     assert_eq!(rows(&app, "SELECT s FROM total").await, ["3"]);
+    // Writes see the session's database too.
+    execute(
+        &app,
+        "UPDATE t SET v = length(current_database()) WHERE id = 2",
+    )
+    .await;
+    assert_eq!(rows(&app, "SELECT s FROM total").await, ["4"]);
     assert_eq!(rows(&admin, "SELECT s FROM total").await, ["10"]);
 
     // In use: by another session, by the dropping session itself; `default` stays.
@@ -69,6 +84,8 @@ async fn databases_keep_their_objects_apart_and_drop_with_them() {
     assert_eq!(failure(&app, "DROP DATABASE app").await, "55006");
     assert_eq!(failure(&app, "DROP DATABASE default").await, "55000");
     assert_eq!(failure(&admin, "DROP DATABASE missing").await, "3D000");
+    assert_eq!(failure(&admin, "DROP DATABASE app, other").await, "42601");
+    assert_eq!(failure(&admin, "DROP DATABASE app CASCADE").await, "42601");
     execute(&admin, "DROP DATABASE IF EXISTS missing").await;
 
     // Durable across a restart.
@@ -76,8 +93,8 @@ async fn databases_keep_their_objects_apart_and_drop_with_them() {
     server.restart().await;
     let admin = server.client().await;
     let app = client_of(&server, "app").await;
-    assert_eq!(rows(&app, "SELECT id, v FROM t").await, ["1 1", "2 2"]);
-    assert_eq!(rows(&app, "SELECT s FROM total").await, ["3"]);
+    assert_eq!(rows(&app, "SELECT id, v FROM t").await, ["1 1", "2 3"]);
+    assert_eq!(rows(&app, "SELECT s FROM total").await, ["4"]);
     // A session that just disconnected does not stand in the way.
     drop(app);
     execute(&admin, "DROP DATABASE app").await;

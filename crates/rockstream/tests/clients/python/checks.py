@@ -184,6 +184,46 @@ def psycopg2_ddl_in_a_transaction(url):
 
 
 @check
+def psycopg2_create_and_drop_database(url):
+    """A test runner's database of its own (as Django's creates test_<name>):
+    created and dropped over autocommit, its tables its own."""
+    import os
+
+    import psycopg2
+
+    name = f"p2_database_{os.getpid()}"
+    ddl(url, f"DROP DATABASE IF EXISTS {name}", f"CREATE DATABASE {name}")
+    try:
+        connection = psycopg2.connect(url, dbname=name)
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT current_database()")
+                expect(cursor.fetchone(), (name,), "current database")
+                cursor.execute("CREATE TABLE p2_own (id INT PRIMARY KEY)")
+                cursor.execute("INSERT INTO p2_own VALUES (1)")
+            connection.commit()
+        finally:
+            connection.close()
+        admin = psycopg2.connect(url)
+        try:
+            with admin.cursor() as cursor:
+                cursor.execute("SELECT count(*) FROM pg_tables WHERE tablename = 'p2_own'")
+                expect(cursor.fetchone(), (0,), "the other database's table, seen from this one")
+                cursor.execute("SELECT count(*) FROM pg_database WHERE datname = %s", (name,))
+                expect(cursor.fetchone(), (1,), "listed in pg_database")
+        finally:
+            admin.close()
+    finally:
+        ddl(url, f"DROP DATABASE {name}")
+    try:
+        psycopg2.connect(url, dbname=name).close()
+    except psycopg2.OperationalError as error:
+        expect("does not exist" in str(error), True, f"connecting after the drop: {error}")
+    else:
+        raise AssertionError("connected to a dropped database")
+
+
+@check
 def psycopg2_copy_csv_in(url):
     import psycopg2
 

@@ -1,0 +1,176 @@
+//! `CREATE TABLE`, `CREATE [MATERIALIZED] VIEW` and `DROP TABLE / VIEW /
+//! MATERIALIZED VIEW`: at once outside a transaction block, in its catalog
+//! inside one (RFC 0002).
+
+use datafusion::sql::sqlparser::ast::{CreateTable, CreateView, ObjectName, ObjectType};
+use rockstream_control::{DropObject, NewTable, NewView, ObjectKind};
+use rockstream_pgwire::StatementResult;
+use rockstream_planner::pg_column_names;
+use rockstream_types::{codes, RsError, RsResult};
+
+use crate::backend::{object_name, Gateway};
+use crate::ddl::table_columns;
+use crate::defaults;
+use crate::session::GatewaySession;
+
+impl Gateway {
+    pub(crate) async fn create_table(
+        &self,
+        session: &mut GatewaySession,
+        create: &CreateTable,
+        in_explicit: bool,
+    ) -> RsResult<StatementResult> {
+        refuse_unsupported_table(create)?;
+        let mut definition = table_columns(create)?;
+        defaults::check_defaults(self, session, &mut definition).await?;
+        let name = object_name(&create.name.to_string());
+        let table = NewTable {
+            name: &name,
+            columns: definition.columns,
+            primary_key: definition.primary_key,
+            generated: definition.generated,
+            if_not_exists: create.if_not_exists,
+        };
+        match session.transaction.as_mut() {
+            Some(transaction) if in_explicit => {
+                self.database()
+                    .create_table_in(&mut transaction.catalog, &session.namespace, table)
+                    .await?
+            }
+            _ => {
+                self.database()
+                    .create_table(&session.namespace, table)
+                    .await?
+            }
+        };
+        Ok(StatementResult::command("CREATE TABLE"))
+    }
+
+    pub(crate) async fn create_view(
+        &self,
+        session: &mut GatewaySession,
+        create: &CreateView,
+        in_explicit: bool,
+    ) -> RsResult<StatementResult> {
+        if create.or_replace {
+            return Err(RsError::new(
+                &codes::UNSUPPORTED_STATEMENT,
+                "CREATE OR REPLACE VIEW is not supported; DROP the view and create it again",
+            ));
+        }
+        let name = object_name(&create.name.to_string());
+        let query = create.query.to_string();
+        let column_names = if create.columns.is_empty() {
+            pg_column_names(&create.query)
+        } else {
+            Some(
+                create
+                    .columns
+                    .iter()
+                    .map(|column| object_name(&column.name.to_string()))
+                    .collect(),
+            )
+        };
+        let view = NewView {
+            name: &name,
+            query: &query,
+            column_names,
+            materialized: create.materialized,
+            if_not_exists: create.if_not_exists,
+        };
+        match session.transaction.as_mut() {
+            Some(transaction) if in_explicit => {
+                let created = self
+                    .database()
+                    .create_view_in(&mut transaction.catalog, &session.namespace, view)
+                    .await?;
+                if created && create.materialized {
+                    self.populate(session, &name, &query).await?;
+                }
+            }
+            _ => {
+                self.database()
+                    .create_view(&session.namespace, view)
+                    .await?;
+            }
+        };
+        Ok(StatementResult::command(if create.materialized {
+            "CREATE MATERIALIZED VIEW"
+        } else {
+            "CREATE VIEW"
+        }))
+    }
+
+    /// `DROP TABLE | VIEW | MATERIALIZED VIEW [IF EXISTS] names [CASCADE]`.
+    pub(crate) async fn drop_relations(
+        &self,
+        session: &mut GatewaySession,
+        object_type: &ObjectType,
+        names: &[ObjectName],
+        cascade: bool,
+        if_exists: bool,
+        in_explicit: bool,
+    ) -> RsResult<StatementResult> {
+        let (kind, tag) = match object_type {
+            ObjectType::Table => (ObjectKind::Table, "DROP TABLE"),
+            ObjectType::View => (ObjectKind::View, "DROP VIEW"),
+            ObjectType::MaterializedView => {
+                (ObjectKind::MaterializedView, "DROP MATERIALIZED VIEW")
+            }
+            other => {
+                return Err(RsError::new(
+                    &codes::UNSUPPORTED_STATEMENT,
+                    format!("DROP {other} is not supported"),
+                ))
+            }
+        };
+        for name in names {
+            let name = object_name(&name.to_string());
+            let drop = DropObject {
+                name: &name,
+                kind,
+                cascade,
+                if_exists,
+            };
+            match session.transaction.as_mut() {
+                Some(transaction) if in_explicit => {
+                    let dropped = self.database().drop_object_in(
+                        &mut transaction.catalog,
+                        &session.namespace,
+                        drop,
+                    )?;
+                    // Its rows go with the table.
+                    for id in dropped.unwrap_or_default() {
+                        transaction.tables.remove(&id);
+                    }
+                }
+                _ => {
+                    self.database()
+                        .drop_object(&session.namespace, drop)
+                        .await?;
+                }
+            }
+        }
+        Ok(StatementResult::command(tag))
+    }
+}
+
+/// Refuses the `CREATE TABLE` forms RockStream does not build, rather than
+/// create something else: temporary tables (they would outlive the
+/// session), `AS query` and `(LIKE other)`.
+fn refuse_unsupported_table(create: &CreateTable) -> RsResult<()> {
+    let refused = if create.temporary {
+        Some("CREATE TEMPORARY TABLE is not supported: create a table and drop it when done")
+    } else if create.query.is_some() {
+        Some("CREATE TABLE ... AS is not supported yet: CREATE TABLE, then INSERT INTO ... SELECT")
+    } else if create.like.is_some() {
+        Some("CREATE TABLE ... (LIKE ...) is not supported: name the columns")
+    } else if create.inherits.is_some() {
+        Some("CREATE TABLE ... INHERITS is not supported")
+    } else {
+        None
+    };
+    refused.map_or(Ok(()), |message| {
+        Err(RsError::new(&codes::UNSUPPORTED_STATEMENT, message))
+    })
+}
