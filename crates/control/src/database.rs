@@ -258,15 +258,8 @@ impl Database {
         };
         self.before_ddl().await?;
         let doomed = self.entries(name);
-        let mut batch = WriteBatch::new();
+        let mut batch = dropping_marks(&doomed)?;
         batch.delete(namespace_key(name));
-        for entry in &doomed {
-            let marked = CatalogEntry {
-                dropping: true,
-                ..entry.clone()
-            };
-            batch.put(marked.key(), entry_json(&marked)?);
-        }
         self.control.write(batch).await?;
         dropping.done();
         self.catalog_mut().retain(|entry| entry.namespace != name);
@@ -574,15 +567,7 @@ impl Database {
         };
         // Mark every doomed entry in one atomic write first: from then on
         // the DROP completes, if need be on the next start.
-        let mut marks = WriteBatch::new();
-        for doomed_entry in &doomed {
-            let marked = CatalogEntry {
-                dropping: true,
-                ..doomed_entry.clone()
-            };
-            marks.put(marked.key(), entry_json(&marked)?);
-        }
-        self.control.write(marks).await?;
+        self.control.write(dropping_marks(&doomed)?).await?;
         self.catalog_mut()
             .retain(|existing| !doomed.iter().any(|gone| gone.id == existing.id));
         self.drop_in_background(doomed.into_iter().rev().collect())
@@ -916,6 +901,20 @@ fn dependents_closure(catalog: &[CatalogEntry], id: ObjectId) -> Vec<CatalogEntr
         .collect();
     ordered.sort_by_key(|entry| if entry.id == id { 0 } else { 1 });
     ordered
+}
+
+/// A write marking `entries` as being dropped (`CatalogEntry::dropping`):
+/// once it is durable the drop completes, on the next start if need be.
+fn dropping_marks(entries: &[CatalogEntry]) -> RsResult<WriteBatch> {
+    let mut marks = WriteBatch::new();
+    for entry in entries {
+        let marked = CatalogEntry {
+            dropping: true,
+            ..entry.clone()
+        };
+        marks.put(marked.key(), entry_json(&marked)?);
+    }
+    Ok(marks)
 }
 
 fn entry_json(entry: &CatalogEntry) -> RsResult<Vec<u8>> {

@@ -224,6 +224,7 @@ pub(crate) fn undefined_database(name: &str) -> RsError {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // Tests may unwrap: a panic is the failure report.
 mod tests {
     use super::*;
 

@@ -77,7 +77,9 @@ async fn only_roles_that_prove_their_password_get_in() {
     execute(&admin, "ALTER USER app WITH PASSWORD 'new pw'").await;
     assert_eq!(login_failure(&app).await, "28P01");
     logs_in(&as_role(&server, "app", "new pw")).await;
-    let as_app = connect(&as_role(&server, "app", "new pw")).await.unwrap();
+    let as_app = connect(&as_role(&server, "app", "new pw"))
+        .await
+        .expect("app logs in");
     assert_eq!(
         rows(&as_app, "SELECT current_user, session_user, user").await,
         ["app app app"]
