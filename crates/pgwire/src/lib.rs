@@ -39,6 +39,7 @@
 //! - buffered COPY data never exceeds [`COPY_BUFFER_BYTES_MAX`].
 
 mod auth;
+mod coalesce;
 mod connection;
 mod copy;
 mod copy_out;

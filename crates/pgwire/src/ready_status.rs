@@ -160,6 +160,10 @@ impl<S> StatusWriter<S> {
             status,
         }
     }
+
+    pub(crate) fn inner_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for StatusWriter<S> {

@@ -13,10 +13,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{SinkExt, StreamExt};
 use pgwire::api::query::ExtendedQueryHandler;
 use pgwire::api::{ClientInfo, PgWireConnectionState};
-use pgwire::messages::PgWireFrontendMessage;
+use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use pgwire::tokio::server::{
     negotiate_tls, process_error, process_message, MaybeTls, PgWireMessageServerCodec,
 };
@@ -25,6 +25,7 @@ use tokio::task::coop::unconstrained;
 use tokio_util::codec::{Framed, FramedParts};
 
 use crate::auth::Security;
+use crate::coalesce::Coalescing;
 use crate::connection::ConnectionCore;
 use crate::frames::{protocol_violation, FrameGuard, GuardReports, Rejection};
 use crate::handlers::Connection;
@@ -108,7 +109,7 @@ async fn run_connection<B: Backend>(
 /// the [`FrameGuard`] (what comes in) and the [`StatusWriter`] (what goes
 /// out).
 type Socket<B> = Framed<
-    StatusWriter<FrameGuard<MaybeTls>>,
+    StatusWriter<Coalescing<FrameGuard<MaybeTls>>>,
     PgWireMessageServerCodec<<Connection<B> as ExtendedQueryHandler>::Statement>,
 >;
 
@@ -230,6 +231,17 @@ async fn process_socket<B: Backend>(
                 | PgWireFrontendMessage::CopyDone(_)
                 | PgWireFrontendMessage::CopyFail(_)
         );
+        // An extended-protocol exchange's answers wait for its Sync (or a
+        // Flush), as PostgreSQL's do: one write instead of one per message.
+        let holds = matches!(
+            message,
+            PgWireFrontendMessage::Parse(_)
+                | PgWireFrontendMessage::Bind(_)
+                | PgWireFrontendMessage::Describe(_)
+                | PgWireFrontendMessage::Execute(_)
+                | PgWireFrontendMessage::Close(_)
+        );
+        socket.get_mut().inner_mut().hold(holds);
         let processed = {
             let processing = process_message(
                 message,
@@ -242,6 +254,14 @@ async fn process_socket<B: Backend>(
             );
             watched(processing, &watcher, &reports, &interrupt).await
         };
+        socket.get_mut().inner_mut().hold(false);
+        // A COPY that began waits for the client, which waits for its
+        // CopyInResponse.
+        if holds && matches!(socket.state(), PgWireConnectionState::CopyInProgress(_)) {
+            SinkExt::<PgWireBackendMessage>::flush(&mut socket)
+                .await
+                .map_err(std::io::Error::other)?;
+        }
         if let Err(error) = processed {
             let fatal = error.is_fatal();
             // Errors `pgwire` raises itself (an unknown portal, say) fail
@@ -331,9 +351,12 @@ fn guarded<S>(
     socket: Framed<MaybeTls, PgWireMessageServerCodec<S>>,
     reports: GuardReports,
     status: SessionStatus,
-) -> Framed<StatusWriter<FrameGuard<MaybeTls>>, PgWireMessageServerCodec<S>> {
+) -> Framed<StatusWriter<Coalescing<FrameGuard<MaybeTls>>>, PgWireMessageServerCodec<S>> {
     let parts = socket.into_parts();
-    let io = StatusWriter::new(FrameGuard::new(parts.io, parts.read_buf, reports), status);
+    let io = StatusWriter::new(
+        Coalescing::new(FrameGuard::new(parts.io, parts.read_buf, reports)),
+        status,
+    );
     let mut guarded = FramedParts::new(io, parts.codec);
     guarded.write_buf = parts.write_buf;
     Framed::from_parts(guarded)
