@@ -9,8 +9,8 @@
 //! Close it is told to [`Coalescing::hold`], and its flushes keep the
 //! bytes; the next flush outside such a message (ReadyForQuery after Sync,
 //! Flush, an error, a COPY starting) sends them with what follows, in
-//! order. Held bytes are bounded by [`HELD_MAX`]: past it they go out even
-//! while holding, so a large result streams as before.
+//! order. Held bytes are bounded by [`HELD_MAX`]: a write that would pass it
+//! goes out at once, after them, so a large result streams as before.
 
 use std::io;
 use std::pin::Pin;
@@ -18,7 +18,8 @@ use std::task::{ready, Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-/// Held bytes past which a write or flush sends them anyway.
+/// The most bytes held: a write that would pass it sends what is held, then
+/// itself.
 pub(crate) const HELD_MAX: usize = 64 * 1024;
 
 pub(crate) struct Coalescing<S> {
@@ -73,27 +74,27 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Coalescing<S> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        if this.held.len() >= HELD_MAX {
-            ready!(this.poll_drain(cx))?;
-        }
-        if this.holding {
+        let fits = this.held.len() + buf.len() <= HELD_MAX;
+        if fits && (this.holding || !this.held.is_empty()) {
             this.held.extend_from_slice(buf);
+            if !this.holding {
+                // Behind held bytes: they leave together, in one write if
+                // the socket takes it; the flush that follows sends the rest.
+                if let Poll::Ready(Err(error)) = this.poll_drain(cx) {
+                    return Poll::Ready(Err(error));
+                }
+            }
             return Poll::Ready(Ok(buf.len()));
         }
-        if this.held.is_empty() {
-            return Pin::new(&mut this.inner).poll_write(cx, buf);
-        }
-        // Behind held bytes: joins them, to leave in the same write.
-        this.held.extend_from_slice(buf);
-        if let Poll::Ready(Err(error)) = this.poll_drain(cx) {
-            return Poll::Ready(Err(error));
-        }
-        Poll::Ready(Ok(buf.len()))
+        // Nothing held, or more than may be: what is held first, then
+        // these bytes straight through.
+        ready!(this.poll_drain(cx))?;
+        Pin::new(&mut this.inner).poll_write(cx, buf)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if this.holding && this.held.len() < HELD_MAX {
+        if this.holding {
             return Poll::Ready(Ok(()));
         }
         ready!(this.poll_drain(cx))?;

@@ -94,3 +94,38 @@ async fn row_descriptions_name_table_columns() {
         [(None, None, "varchar".to_string())] // as PostgreSQL resolves it
     );
 }
+
+/// The answers of an extended-protocol exchange wait for its Sync, as PostgreSQL's do, but a
+/// Flush sends them: a client that sends Parse and Flush (or Bind, Execute and Flush) reads the
+/// answers without a Sync.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flush_sends_the_answers_held_for_sync() {
+    let server = TestServer::start().await;
+    let port = server.config().get_ports()[0];
+    let mut client = RawClient::connect(port).await;
+    let within = std::time::Duration::from_secs(10);
+    // Parse "" "SELECT 1" with no parameter types, then Flush.
+    client.send(b'P', b"\0SELECT 1\0\0\0").await;
+    client.send(b'H', b"").await;
+    let (kind, _) = tokio::time::timeout(within, client.read())
+        .await
+        .expect("ParseComplete after Flush");
+    assert_eq!(kind, b'1');
+    // Bind "" to "" (no formats, no parameters), Execute it, Flush.
+    client.send(b'B', b"\0\0\0\0\0\0\0\0").await;
+    client.send(b'E', b"\0\0\0\0\0").await;
+    client.send(b'H', b"").await;
+    let mut kinds = Vec::new();
+    for _ in 0..3 {
+        let (kind, _) = tokio::time::timeout(within, client.read())
+            .await
+            .expect("the Execute's answers after Flush");
+        kinds.push(kind);
+    }
+    assert_eq!(kinds, [b'2', b'D', b'C']);
+    client.send(b'S', b"").await;
+    let (kind, _) = tokio::time::timeout(within, client.read())
+        .await
+        .expect("ReadyForQuery after Sync");
+    assert_eq!(kind, b'Z');
+}
