@@ -377,11 +377,7 @@ impl Gateway {
         in_explicit: bool,
         prepared: &dyn PreparedStatements,
     ) -> RsResult<StatementResult> {
-        let command = |tag: &str| {
-            Ok(StatementResult::Command {
-                tag: tag.to_string(),
-            })
-        };
+        let command = |tag: &str| Ok(StatementResult::command(tag));
         match statement {
             Statement::Query(query) => {
                 let set_config = session_commands::set_config_calls(&session.parameters, query)?;
