@@ -22,7 +22,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::catalog::MemTable;
 use datafusion::sql::sqlparser::ast::{
     AssignmentTarget, ConflictTarget, Expr as SqlExpr, Ident, Insert, OnConflict, OnConflictAction,
-    OnInsert, TableObject, Value, VisitMut, VisitorMut,
+    OnInsert, TableObject, Value, ValueWithSpan, VisitMut, VisitorMut,
 };
 use rockstream_control::CatalogEntry;
 use rockstream_ops::arrow_rows::{array_to_datums, rows_to_batch};
@@ -439,15 +439,15 @@ pub(crate) fn conflict_placeholders(insert: &Insert) -> Option<ConflictPlacehold
             AssignmentTarget::Tuple(_) => None,
         };
         match (&assignment.value, column) {
-            (SqlExpr::Value(value), Some(column))
-                if matches!(value.value, Value::Placeholder(_)) =>
-            {
-                if let Value::Placeholder(placeholder) = &value.value {
-                    placeholders
-                        .assigned
-                        .push((placeholder.clone(), ident_name(column)));
-                }
-            }
+            (
+                SqlExpr::Value(ValueWithSpan {
+                    value: Value::Placeholder(placeholder),
+                    ..
+                }),
+                Some(column),
+            ) => placeholders
+                .assigned
+                .push((placeholder.clone(), ident_name(column))),
             (value, _) => selected.push(value.to_string()),
         }
     }
