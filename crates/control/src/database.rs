@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use rockstream_common::{object_store_for, Runtime};
 use rockstream_planner::{new_context, plan_view, schema_of};
-use rockstream_runtime::Engine;
+use rockstream_runtime::{Engine, Published};
 use rockstream_storage::{storage_error, ShardDb};
 use rockstream_types::partition::BucketMap;
 use rockstream_types::{codes, ObjectId, RsError, RsResult};
@@ -272,26 +272,25 @@ impl Database {
     /// Every object of a namespace, in creation order, as the newest
     /// published state sees them.
     pub fn entries(&self, namespace: &str) -> Vec<CatalogEntry> {
-        self.entries_at(namespace, self.engine.published().ddl_transaction)
+        self.published_with_entries(namespace).1
     }
 
-    /// Every object of a namespace, in creation order, as a reader whose
-    /// state records catalog transaction `watermark` sees them
-    /// (`Published::ddl_transaction`): an entry a catalog transaction
-    /// created exists once that transaction has committed, one it dropped
-    /// until then (RFC 0002).
-    pub fn entries_at(&self, namespace: &str, watermark: u64) -> Vec<CatalogEntry> {
-        self.catalog
+    /// The newest published state and every object of a namespace as that
+    /// state's readers see them ([`entries_of`]), read as one: a
+    /// catalog transaction settles its entries (clears its marks, removes
+    /// what it dropped) only after its commit epoch is published, and
+    /// under the catalog's lock, so a reader holding the lock either finds
+    /// the marks or a published state that already holds the commit.
+    /// Reading the two apart would let a settled entry join an older
+    /// snapshot: a new table without the rows committed with it.
+    pub fn published_with_entries(&self, namespace: &str) -> (Published, Vec<CatalogEntry>) {
+        let catalog = self
+            .catalog
             .read()
-            .map(|catalog| {
-                catalog
-                    .iter()
-                    .filter(|entry| entry.namespace == namespace)
-                    .filter_map(|entry| version_at(entry, watermark))
-                    .map(settled)
-                    .collect()
-            })
-            .unwrap_or_default()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let published = self.engine.published();
+        let entries = entries_of(&catalog, namespace, published.ddl_transaction);
+        (published, entries)
     }
 
     pub fn lookup(&self, namespace: &str, name: &str) -> Option<CatalogEntry> {
@@ -750,6 +749,20 @@ impl Database {
 /// transaction `watermark` sees, if any: an entry a catalog transaction
 /// created exists once it has committed, one it dropped until then, and
 /// one it altered is its `previous` until then (RFC 0002, RFC 0004).
+/// Every object of `namespace` in `catalog`, in creation order, as a reader
+/// whose state records catalog transaction `watermark` sees them
+/// (`Published::ddl_transaction`): an entry a catalog transaction created
+/// exists once that transaction has committed, one it dropped until then
+/// (RFC 0002).
+fn entries_of(catalog: &[CatalogEntry], namespace: &str, watermark: u64) -> Vec<CatalogEntry> {
+    catalog
+        .iter()
+        .filter(|entry| entry.namespace == namespace)
+        .filter_map(|entry| version_at(entry, watermark))
+        .map(settled)
+        .collect()
+}
+
 fn version_at(entry: &CatalogEntry, watermark: u64) -> Option<&CatalogEntry> {
     match entry.transaction {
         None => Some(entry),

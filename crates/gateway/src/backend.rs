@@ -141,9 +141,9 @@ impl Gateway {
         // The catalog as of the snapshot's epoch: a catalog transaction's
         // objects appear with its rows (RFC 0002). A REPEATABLE READ
         // transaction reads the newest catalog, as PostgreSQL's do.
-        let published = self.database.engine().published();
+        let (published, committed) = self.database.published_with_entries(&session.namespace);
         ReadContext {
-            entries: self.entries_at(session, published.ddl_transaction),
+            entries: with_transaction_catalog(session, committed),
             unbuilt_views: session
                 .transaction
                 .as_ref()
@@ -188,20 +188,7 @@ impl Gateway {
     /// The session's catalog: the committed one, with its transaction's
     /// DDL applied (RFC 0002).
     pub(crate) fn entries(&self, session: &GatewaySession) -> Vec<CatalogEntry> {
-        let watermark = self.database.engine().published().ddl_transaction;
-        self.entries_at(session, watermark)
-    }
-
-    /// [`Gateway::entries`] as of catalog transaction `watermark`
-    /// ([`Database::entries_at`]).
-    fn entries_at(&self, session: &GatewaySession, watermark: u64) -> Vec<CatalogEntry> {
-        let committed = self.database.entries_at(&session.namespace, watermark);
-        match &session.transaction {
-            Some(transaction) if !transaction.catalog.is_empty() => {
-                transaction.catalog.overlay(&session.namespace, committed)
-            }
-            _ => committed,
-        }
+        with_transaction_catalog(session, self.database.entries(&session.namespace))
     }
 
     pub(crate) fn entry(
@@ -1306,4 +1293,18 @@ fn fetch(
         schema: rows.schema(),
         batches: vec![rows],
     })
+}
+
+/// `committed` (a namespace's catalog) with the DDL of `session`'s
+/// transaction applied (RFC 0002).
+fn with_transaction_catalog(
+    session: &GatewaySession,
+    committed: Vec<CatalogEntry>,
+) -> Vec<CatalogEntry> {
+    match &session.transaction {
+        Some(transaction) if !transaction.catalog.is_empty() => {
+            transaction.catalog.overlay(&session.namespace, committed)
+        }
+        _ => committed,
+    }
 }

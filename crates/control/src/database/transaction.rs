@@ -345,11 +345,12 @@ impl Database {
         changes: &[TableChange],
         layouts: &TableLayouts,
     ) -> RsResult<()> {
-        let watermark = self.engine.published().ddl_transaction;
         let catalog = self
             .catalog
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
+        // Under the lock, as in `Database::published_with_entries`.
+        let watermark = self.engine.published().ddl_transaction;
         for change in changes {
             let id = change.table_id;
             let Some(written_for) = layouts.get(&id) else {
@@ -413,7 +414,7 @@ impl Database {
 
     /// Puts the intent of `transaction` in the in-memory catalog: its new
     /// entries, and its dropped ones, marked with it (see
-    /// [`Database::entries_at`] for what readers see of them).
+    /// [`Database::published_with_entries`] for what readers see of them).
     fn mark_in_memory(&self, transaction: u64, pending: &PendingCatalog) {
         let dropped = pending.dropped_ids();
         let mut catalog = self.catalog_mut();
