@@ -176,6 +176,31 @@ pub struct CatalogEntry {
     /// commit (RFC 0004).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous: Option<Box<CatalogEntry>>,
+    /// A table's UNIQUE constraints besides its primary key (RFC 0006).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unique: Vec<UniqueConstraint>,
+    /// The number the table's next UNIQUE constraint gets: numbers are
+    /// never reused, so a new constraint never meets a dropped one's
+    /// entries.
+    #[serde(default, skip_serializing_if = "is_zero_u16")]
+    pub next_unique_id: u16,
+}
+
+/// A UNIQUE constraint of a table: no two rows hold equal values in its
+/// columns, NULLs apart (RFC 0006).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UniqueConstraint {
+    /// Its number within the table, part of its entries' storage keys.
+    pub id: u16,
+    /// Unique among the namespace's relations, sequences and constraints
+    /// (PostgreSQL names the index that backs it so).
+    pub name: String,
+    /// Column positions, in declaration order.
+    pub columns: Vec<usize>,
+}
+
+fn is_zero_u16(value: &u16) -> bool {
+    *value == 0
 }
 
 /// The `rewritten` of a table a transaction altered, in its own catalog
@@ -231,14 +256,22 @@ impl CatalogEntry {
             })
     }
 
-    /// The names of the sequences its columns own.
-    pub fn sequence_names(&self) -> impl Iterator<Item = &str> {
-        self.columns.iter().filter_map(|column| {
-            column
-                .sequence
-                .as_ref()
-                .map(|sequence| sequence.name.as_str())
-        })
+    /// The names of the sequences its columns own and of its UNIQUE
+    /// constraints, which share the namespace of relations.
+    pub fn owned_names(&self) -> impl Iterator<Item = &str> {
+        self.columns
+            .iter()
+            .filter_map(|column| {
+                column
+                    .sequence
+                    .as_ref()
+                    .map(|sequence| sequence.name.as_str())
+            })
+            .chain(
+                self.unique
+                    .iter()
+                    .map(|constraint| constraint.name.as_str()),
+            )
     }
 }
 

@@ -12,7 +12,8 @@ use slatedb::{Db, WriteBatch};
 use tokio::sync::{oneshot, Mutex, RwLock};
 
 use crate::catalog::{
-    nextval_expression, CatalogEntry, ColumnDef, Identity, ObjectKind, OwnedSequence, NEXT_ID_KEY,
+    nextval_expression, CatalogEntry, ColumnDef, Identity, ObjectKind, OwnedSequence,
+    UniqueConstraint, NEXT_ID_KEY,
 };
 use crate::control_db::{ControlDb, CONTROL_PATH};
 use crate::follower::{self, CatalogChange, FollowerSender};
@@ -346,6 +347,7 @@ impl Database {
             mut columns,
             primary_key,
             generated,
+            unique,
             if_not_exists,
         } = table;
         if !name_is_free(catalog, name, if_not_exists)? {
@@ -358,7 +360,7 @@ impl Database {
             self.attach_sequence(catalog, name, &mut columns, generated)
                 .await?;
         }
-        Ok(Some(CatalogEntry {
+        let mut entry = CatalogEntry {
             id: self.allocate_id().await?,
             namespace: namespace.to_string(),
             name: name.to_string(),
@@ -373,7 +375,13 @@ impl Database {
             transaction: None,
             rewritten: 0,
             previous: None,
-        }))
+            unique: Vec::new(),
+            next_unique_id: 0,
+        };
+        for declared in unique {
+            add_unique(catalog, &mut entry, declared)?;
+        }
+        Ok(Some(entry))
     }
 
     /// Gives column `generated.column` of table `table` (columns
@@ -554,6 +562,8 @@ impl Database {
             transaction: None,
             rewritten: 0,
             previous: None,
+            unique: Vec::new(),
+            next_unique_id: 0,
         }))
     }
 
@@ -792,7 +802,63 @@ pub struct NewTable<'a> {
     pub primary_key: Vec<usize>,
     /// Columns a new sequence of their own generates.
     pub generated: Vec<Generated>,
+    /// Its UNIQUE constraints besides the primary key.
+    pub unique: Vec<DeclaredUnique>,
     pub if_not_exists: bool,
+}
+
+/// A UNIQUE constraint as `CREATE TABLE`, `ALTER TABLE … ADD CONSTRAINT`
+/// or `CREATE UNIQUE INDEX` declares it.
+#[derive(Debug, Clone)]
+pub struct DeclaredUnique {
+    /// Its name, if given; else PostgreSQL's (`t_a_b_key`).
+    pub name: Option<String>,
+    /// Column positions.
+    pub columns: Vec<usize>,
+}
+
+/// Gives table `entry` (in `catalog`) the UNIQUE constraint `declared`,
+/// named as given or as PostgreSQL names it (`t_a_key`, else `t_a_key1`,
+/// …); a given name must be free among relations and constraints (42P07).
+pub(crate) fn add_unique(
+    catalog: &[CatalogEntry],
+    entry: &mut CatalogEntry,
+    declared: DeclaredUnique,
+) -> RsResult<()> {
+    let taken = |candidate: &str| {
+        !name_is_free(catalog, candidate, true).unwrap_or(false)
+            || candidate == entry.name
+            || entry.owned_names().any(|own| own == candidate)
+    };
+    let name = match declared.name {
+        Some(name) if taken(&name) => return Err(already_exists(&name)),
+        Some(name) => name,
+        None => {
+            let columns: Vec<&str> = declared
+                .columns
+                .iter()
+                .map(|column| entry.columns[*column].name.as_str())
+                .collect();
+            free_name(&format!("{}_{}_key", entry.name, columns.join("_")), taken)
+        }
+    };
+    let id = entry.next_unique_id;
+    if id >= rockstream_planner::UNIQUE_IDS_PER_TABLE {
+        return Err(RsError::new(
+            &codes::PROGRAM_LIMIT_EXCEEDED,
+            format!(
+                "table \"{}\" has had {id} UNIQUE constraints, the most a table can have over its life",
+                entry.name
+            ),
+        ));
+    }
+    entry.next_unique_id = id + 1;
+    entry.unique.push(UniqueConstraint {
+        id,
+        name,
+        columns: declared.columns,
+    });
+    Ok(())
 }
 
 /// What `ALTER TABLE … RENAME` changes.
@@ -951,7 +1017,7 @@ pub(super) fn name_is_free(
     if_not_exists: bool,
 ) -> RsResult<bool> {
     let names_it =
-        |entry: &CatalogEntry| entry.name == name || entry.sequence_names().any(|own| own == name);
+        |entry: &CatalogEntry| entry.name == name || entry.owned_names().any(|own| own == name);
     if !catalog.iter().any(names_it) {
         return Ok(true);
     }
@@ -1094,6 +1160,7 @@ mod tests {
                 .commit(vec![TableChange {
                     table_id: table.id,
                     table_name: table.name.clone(),
+                    unique: Vec::new(),
                     rows: vec![RowChange {
                         key,
                         old,
@@ -1121,6 +1188,7 @@ mod tests {
             .commit(vec![TableChange {
                 table_id: table.id,
                 table_name: table.name.clone(),
+                unique: Vec::new(),
                 rows,
             }])
             .await
@@ -1274,6 +1342,7 @@ mod tests {
                     columns: vec![bigint("k"), bigint("g"), bigint("v")],
                     primary_key: vec![0],
                     generated: Vec::new(),
+                    unique: Vec::new(),
                     if_not_exists: false,
                 },
             )
@@ -1431,6 +1500,7 @@ mod tests {
                     columns: vec![bigint("k"), bigint("g"), bigint("v")],
                     primary_key: vec![0],
                     generated: Vec::new(),
+                    unique: Vec::new(),
                     if_not_exists: false,
                 },
             )
@@ -1444,6 +1514,7 @@ mod tests {
                     columns: vec![bigint("id"), bigint("w")],
                     primary_key: vec![0],
                     generated: Vec::new(),
+                    unique: Vec::new(),
                     if_not_exists: false,
                 },
             )
@@ -1590,6 +1661,7 @@ mod tests {
                     columns: vec![bigint("k"), bigint("v")],
                     primary_key: vec![0],
                     generated: Vec::new(),
+                    unique: Vec::new(),
                     if_not_exists: false,
                 },
             )
@@ -1620,6 +1692,7 @@ mod tests {
             .commit(vec![TableChange {
                 table_id: table.id,
                 table_name: table.name.clone(),
+                unique: Vec::new(),
                 rows,
             }])
             .await

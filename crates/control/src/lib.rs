@@ -14,11 +14,11 @@ mod sequences;
 
 pub use catalog::{
     nextval_expression, CatalogEntry, ColumnDef, Identity, ObjectKind, OwnedSequence,
-    DEFAULT_NAMESPACE, REWRITTEN_BY_PENDING,
+    UniqueConstraint, DEFAULT_NAMESPACE, REWRITTEN_BY_PENDING,
 };
 pub use database::{
-    Alteration, Altered, Database, DropObject, Generated, NewTable, NewView, OpenOptions,
-    PendingCatalog, Rename, TableLayouts, FAILPOINT_DDL_TRANSACTION,
+    Alteration, Altered, Database, DeclaredUnique, DropObject, Generated, NewTable, NewView,
+    OpenOptions, PendingCatalog, Rename, TableLayouts, FAILPOINT_DDL_TRANSACTION,
 };
 pub use namespaces::Attachment;
 pub use resolver::{arrow_schema, inline_view, plan_inline_view, CatalogResolver};

@@ -1,5 +1,5 @@
 //! `ALTER TABLE` (RFC 0004): renames, columns added and dropped, a
-//! column's default and NOT NULL. Each action is a change of the
+//! column's default and NOT NULL, UNIQUE constraints (RFC 0006). Each action is a change of the
 //! statement's transaction (the implicit one outside a transaction block):
 //! the catalog plans it, and an action that changes the rows' layout
 //! rewrites every row through the transaction, as an `UPDATE` of every row
@@ -7,14 +7,17 @@
 
 use datafusion::arrow::array::{Array, BinaryArray};
 use datafusion::sql::sqlparser::ast::{
-    AlterColumnOperation, AlterTable, AlterTableOperation, Ident, RenameTableNameKind,
+    AlterColumnOperation, AlterTable, AlterTableOperation, DropBehavior, Ident,
+    RenameTableNameKind, TableConstraint,
 };
-use rockstream_control::{Alteration, Altered, ColumnDef, Rename};
+use rockstream_control::{Alteration, Altered, ColumnDef, DeclaredUnique, Rename};
 use rockstream_pgwire::StatementResult;
 use rockstream_types::{codes, Row, RsError, RsResult};
 
 use crate::backend::{object_name, Gateway};
-use crate::ddl::{declared_column, ident_name, TableDefinition};
+use crate::ddl::{
+    declared_column, ident_name, refuse_unique_options, unique_columns, TableDefinition,
+};
 use crate::defaults;
 use crate::dml::{
     batch_rows, check_row_bound, conform_row, length_limits, pending_table, query_batches,
@@ -45,6 +48,8 @@ async fn alter_once(
     if_exists: bool,
 ) -> RsResult<()> {
     let (new_name, from, to);
+    // `ADD COLUMN … UNIQUE`: the constraint, added once the column is.
+    let mut column_unique = None;
     let alteration = match operation {
         AlterTableOperation::RenameTable {
             table_name: RenameTableNameKind::To(table_name) | RenameTableNameKind::As(table_name),
@@ -74,6 +79,7 @@ async fn alter_once(
                     "ALTER TABLE ... ADD COLUMN ... PRIMARY KEY is not supported: a table's primary key is fixed when it is created",
                 ));
             }
+            column_unique = declared.unique;
             let mut column = declared.column;
             if let Some(expr) = declared.default {
                 column.default = checked_default(gateway, session, &column, expr).await?;
@@ -145,6 +151,32 @@ async fn alter_once(
                 }
             }
         }
+        AlterTableOperation::AddConstraint {
+            constraint: TableConstraint::Unique(constraint),
+            not_valid: false,
+        } => {
+            refuse_unique_options(constraint)?;
+            let entry = match gateway.entry(session, name, None) {
+                Ok(entry) => entry,
+                Err(_) if if_exists => return Ok(()),
+                Err(error) => return Err(error),
+            };
+            Alteration::AddUnique(DeclaredUnique {
+                name: constraint.name.as_ref().map(ident_name),
+                columns: unique_columns(&entry.columns, &constraint.columns)?,
+            })
+        }
+        AlterTableOperation::DropConstraint {
+            if_exists: constraint_if_exists,
+            name: constraint,
+            drop_behavior: None | Some(DropBehavior::Restrict),
+        } => {
+            from = ident_name(constraint);
+            Alteration::DropConstraint {
+                name: &from,
+                if_exists: *constraint_if_exists,
+            }
+        }
         other => {
             return Err(unsupported(&format!(
                 "ALTER TABLE ... {} is not supported yet",
@@ -152,6 +184,29 @@ async fn alter_once(
             )))
         }
     };
+    let Some(columns) = apply(gateway, session, name, alteration, if_exists).await? else {
+        return Ok(());
+    };
+    if let Some(constraint) = column_unique {
+        let unique = Alteration::AddUnique(DeclaredUnique {
+            name: constraint,
+            columns: vec![columns - 1],
+        });
+        apply(gateway, session, name, unique, false).await?;
+    }
+    Ok(())
+}
+
+/// Plans `alteration` of table `name` in the session's transaction,
+/// rewriting the rows if it needs, and records it; returns the table's
+/// column count after it (`None`: nothing to do).
+async fn apply(
+    gateway: &Gateway,
+    session: &mut GatewaySession,
+    name: &str,
+    alteration: Alteration<'_>,
+    if_exists: bool,
+) -> RsResult<Option<usize>> {
     let transaction = session.transaction.get_or_insert_with(Default::default);
     let Some(altered) = gateway
         .database()
@@ -164,17 +219,18 @@ async fn alter_once(
         )
         .await?
     else {
-        return Ok(());
+        return Ok(None);
     };
     if let Some(rewrite) = &altered.rewrite {
         rewrite_rows(gateway, session, &altered, rewrite).await?;
     }
+    let columns = altered.after.columns.len();
     session
         .transaction
         .get_or_insert_with(Default::default)
         .catalog
         .record_altered(altered);
-    Ok(())
+    Ok(Some(columns))
 }
 
 /// A default given in an `ALTER TABLE`, checked as `CREATE TABLE` checks
@@ -190,6 +246,7 @@ async fn checked_default(
         primary_key: Vec::new(),
         generated: Vec::new(),
         defaults: vec![(0, expr)],
+        unique: Vec::new(),
     };
     defaults::check_defaults(gateway, session, &mut definition).await?;
     Ok(definition.columns.swap_remove(0).default)

@@ -932,6 +932,8 @@ impl Gateway {
                 TableChange {
                     table_id,
                     table_name: pending.name,
+                    // The catalog's, attached under its lock at commit.
+                    unique: Vec::new(),
                     rows: pending
                         .rows
                         .into_iter()

@@ -2,10 +2,11 @@
 //! catalog columns.
 
 use datafusion::sql::sqlparser::ast::{
-    ColumnDef as SqlColumnDef, ColumnOption, CreateTable, DataType, Expr as SqlExpr, GeneratedAs,
-    Ident, ObjectName, TableConstraint,
+    ColumnDef as SqlColumnDef, ColumnOption, CreateTable, DataType, DeferrableInitial,
+    Expr as SqlExpr, GeneratedAs, Ident, IndexColumn, NullsDistinctOption, ObjectName,
+    TableConstraint, UniqueConstraint,
 };
-use rockstream_control::{ColumnDef, Generated, Identity};
+use rockstream_control::{ColumnDef, DeclaredUnique, Generated, Identity};
 use rockstream_types::{codes, RsError, RsResult, SqlType};
 
 /// The declared type's name and its numeric arguments (`numeric(12,2)`:
@@ -147,6 +148,8 @@ pub struct TableDefinition {
     /// `DEFAULT` expressions by column position, checked (and put in the
     /// columns) by [`crate::defaults::check_defaults`].
     pub defaults: Vec<(usize, SqlExpr)>,
+    /// `UNIQUE` constraints besides the primary key (RFC 0006).
+    pub unique: Vec<DeclaredUnique>,
 }
 
 /// `SERIAL` and its kin: the integer type they stand for.
@@ -176,6 +179,8 @@ pub struct DeclaredColumn {
     pub owns_sequence: bool,
     pub identity: Option<Identity>,
     pub default: Option<SqlExpr>,
+    /// `UNIQUE` (with `CONSTRAINT name`, its name).
+    pub unique: Option<Option<String>>,
 }
 
 /// Column `column` of table `table`, its options checked.
@@ -190,6 +195,7 @@ pub fn declared_column(table: &str, column: &SqlColumnDef) -> RsResult<DeclaredC
     let mut primary_key = false;
     let mut default = None;
     let mut identity = None;
+    let mut unique = None;
     for option in &column.options {
         match &option.option {
             ColumnOption::NotNull => not_null = true,
@@ -198,11 +204,9 @@ pub fn declared_column(table: &str, column: &SqlColumnDef) -> RsResult<DeclaredC
                 not_null = true;
                 primary_key = true;
             }
-            ColumnOption::Unique(_) => {
-                return Err(RsError::new(
-                    &codes::UNSUPPORTED_STATEMENT,
-                    "UNIQUE constraints other than the primary key are not supported",
-                ))
+            ColumnOption::Unique(constraint) => {
+                refuse_unique_options(constraint)?;
+                unique = Some(option.name.as_ref().map(ident_name));
             }
             ColumnOption::Default(expr) => {
                 if default.is_some() || serial.is_some() {
@@ -270,6 +274,7 @@ pub fn declared_column(table: &str, column: &SqlColumnDef) -> RsResult<DeclaredC
         owns_sequence: serial.is_some() || identity.is_some(),
         identity,
         default,
+        unique,
     })
 }
 
@@ -280,6 +285,7 @@ pub fn table_columns(create: &CreateTable) -> RsResult<TableDefinition> {
     let mut primary_key = Vec::new();
     let mut generated = Vec::new();
     let mut defaults = Vec::new();
+    let mut unique = Vec::new();
     for (index, column) in create.columns.iter().enumerate() {
         let declared = declared_column(&table, column)?;
         let name = &declared.column.name;
@@ -300,6 +306,12 @@ pub fn table_columns(create: &CreateTable) -> RsResult<TableDefinition> {
         if let Some(expr) = declared.default {
             defaults.push((index, expr));
         }
+        if let Some(name) = declared.unique {
+            unique.push(DeclaredUnique {
+                name,
+                columns: vec![index],
+            });
+        }
         columns.push(declared.column);
     }
     for constraint in &create.constraints {
@@ -311,22 +323,17 @@ pub fn table_columns(create: &CreateTable) -> RsResult<TableDefinition> {
                     ));
                 }
                 for column in &key.columns {
-                    let name = match &column.column.expr {
-                        SqlExpr::Identifier(ident) => ident_name(ident),
-                        other => other.to_string(),
-                    };
-                    let position = columns
-                        .iter()
-                        .position(|existing| existing.name == name)
-                        .ok_or_else(|| {
-                            RsError::new(
-                                &codes::UNDEFINED_COLUMN,
-                                format!("column \"{name}\" named in key does not exist"),
-                            )
-                        })?;
+                    let position = key_column(&columns, column)?;
                     columns[position].not_null = true;
                     primary_key.push(position);
                 }
+            }
+            TableConstraint::Unique(constraint) => {
+                refuse_unique_options(constraint)?;
+                unique.push(DeclaredUnique {
+                    name: constraint.name.as_ref().map(ident_name),
+                    columns: unique_columns(&columns, &constraint.columns)?,
+                });
             }
             other => {
                 return Err(RsError::new(
@@ -341,11 +348,104 @@ pub fn table_columns(create: &CreateTable) -> RsResult<TableDefinition> {
             "a table needs at least one column".to_string(),
         ));
     }
+    // As PostgreSQL: a constraint on the primary key's columns, or on
+    // those of an earlier one, is the same constraint (the first name
+    // given stands).
+    let mut distinct: Vec<DeclaredUnique> = Vec::new();
+    for declared in unique {
+        if declared.columns == primary_key {
+            continue;
+        }
+        match distinct
+            .iter_mut()
+            .find(|earlier| earlier.columns == declared.columns)
+        {
+            Some(earlier) => {
+                earlier.name = earlier.name.take().or(declared.name);
+            }
+            None => distinct.push(declared),
+        }
+    }
     Ok(TableDefinition {
         columns,
         primary_key,
         generated,
         defaults,
+        unique: distinct,
+    })
+}
+
+/// The position of a key's column among `columns`.
+fn key_column(columns: &[ColumnDef], column: &IndexColumn) -> RsResult<usize> {
+    let name = match &column.column.expr {
+        SqlExpr::Identifier(ident) => ident_name(ident),
+        other => {
+            return Err(RsError::new(
+                &codes::UNSUPPORTED_STATEMENT,
+                format!("keys on expressions ({other}) are not supported: name columns"),
+            ))
+        }
+    };
+    columns
+        .iter()
+        .position(|existing| existing.name == name)
+        .ok_or_else(|| {
+            RsError::new(
+                &codes::UNDEFINED_COLUMN,
+                format!("column \"{name}\" named in key does not exist"),
+            )
+        })
+}
+
+/// The positions of a UNIQUE constraint's columns, each named once.
+pub(crate) fn unique_columns(columns: &[ColumnDef], named: &[IndexColumn]) -> RsResult<Vec<usize>> {
+    let mut positions = Vec::with_capacity(named.len());
+    for column in named {
+        if column.operator_class.is_some()
+            || column.column.options.asc.is_some()
+            || column.column.options.nulls_first.is_some()
+        {
+            return Err(RsError::new(
+                &codes::UNSUPPORTED_STATEMENT,
+                format!("UNIQUE key column {column}: orderings and operator classes are not supported; name the column alone"),
+            ));
+        }
+        let position = key_column(columns, column)?;
+        if positions.contains(&position) {
+            return Err(RsError::new(
+                &codes::DUPLICATE_COLUMN,
+                format!(
+                    "column \"{}\" appears twice in unique constraint",
+                    columns[position].name
+                ),
+            ));
+        }
+        positions.push(position);
+    }
+    Ok(positions)
+}
+
+/// Refuses the parts of a `UNIQUE` declaration that are not built:
+/// `NULLS NOT DISTINCT`, `DEFERRABLE`, index methods and options.
+pub(crate) fn refuse_unique_options(constraint: &UniqueConstraint) -> RsResult<()> {
+    let refused = if constraint.nulls_distinct == NullsDistinctOption::NotDistinct {
+        Some("UNIQUE NULLS NOT DISTINCT is not supported: NULLs are distinct, as by default")
+    } else if constraint
+        .characteristics
+        .as_ref()
+        .is_some_and(|characteristics| {
+            characteristics.deferrable == Some(true)
+                || characteristics.initially == Some(DeferrableInitial::Deferred)
+        })
+    {
+        Some("DEFERRABLE UNIQUE constraints are not supported: each statement is checked")
+    } else if constraint.index_type.is_some() || !constraint.index_options.is_empty() {
+        Some("UNIQUE ... USING and index options are not supported")
+    } else {
+        None
+    };
+    refused.map_or(Ok(()), |message| {
+        Err(RsError::new(&codes::UNSUPPORTED_STATEMENT, message))
     })
 }
 

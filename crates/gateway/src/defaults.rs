@@ -536,6 +536,8 @@ mod tests {
             transaction: None,
             rewritten: 0,
             previous: None,
+            unique: Vec::new(),
+            next_unique_id: 0,
         }
     }
 

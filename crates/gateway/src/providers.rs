@@ -30,7 +30,9 @@ use datafusion::physical_plan::ExecutionPlan;
 use rockstream_control::{inline_view, CatalogEntry, ObjectKind, REWRITTEN_BY_PENDING};
 use rockstream_ops::arrow_rows::{array_to_datums, rows_to_batch};
 use rockstream_ops::keys::{decode_weight, leading_value_prefix, RowStorage};
-use rockstream_planner::{ColumnInfo, RelationInfo, RelationKind, SequenceInfo, TableResolver};
+use rockstream_planner::{
+    ColumnInfo, RelationInfo, RelationKind, SequenceInfo, TableResolver, UniqueInfo,
+};
 use rockstream_runtime::{Engine, ViewStatus};
 use rockstream_storage::{RowCursor, SnapshotSet};
 use rockstream_types::encoding::decode_row;
@@ -170,6 +172,15 @@ impl TableResolver for SnapshotResolver {
                 .collect(),
             definition: entry.definition.clone(),
             primary_key: entry.primary_key.clone(),
+            unique: entry
+                .unique
+                .iter()
+                .map(|constraint| UniqueInfo {
+                    id: constraint.id,
+                    name: constraint.name.clone(),
+                    columns: constraint.columns.clone(),
+                })
+                .collect(),
             populated: self.context.engine.view_status(entry.id).is_populated(),
         };
         Some(self.context.entries.iter().map(relation).collect())

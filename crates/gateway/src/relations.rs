@@ -29,6 +29,7 @@ impl Gateway {
             columns: definition.columns,
             primary_key: definition.primary_key,
             generated: definition.generated,
+            unique: definition.unique,
             if_not_exists: create.if_not_exists,
         };
         match session.transaction.as_mut() {

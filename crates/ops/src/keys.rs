@@ -13,14 +13,15 @@
 //! 0x03 view_id(16) row                        -> weight      view output (counted)
 //! 0x07 table_id(16) row_key                   -> row         table rows
 //! 0x08 view_id(16) key                        -> row         view output (keyed)
+//! 0x09 table_id(16) constraint(2) values      -> row_key     UNIQUE constraint entries
 //! 0x06 'F' 'V'                                -> version     storage format version
 //! 0x06 'E' 'P'                                -> epoch       last committed epoch
 //! 0x06 'P' 'D' view_id(16) row                -> weight      input pending while a view is failed
 //! 0x06 'L' 'G' epoch(8) shard(2) part(4)      -> writes      coordinator's log record (shard 0)
 //! ```
 //! Every shard holds its own `0x01` operator state and `0x06` metadata;
-//! table rows and view output live on the shard of their partition key
-//! ([`partition_key`]); installed and reclaim markers and log records only
+//! table rows, view output and UNIQUE entries (RFC 0006) live on the
+//! shard of their partition key ([`partition_key`]); installed and reclaim markers and log records only
 //! on the coordinator, shard 0.
 //! A view whose rows have a unique key (`PlanNode::unique_key`, recorded
 //! in its catalog entry) stores each row under that key, so a changed row
@@ -43,6 +44,7 @@ pub const OUTPUT: u8 = 0x03;
 pub const SHARD_META: u8 = 0x06;
 pub const TABLE_ROWS: u8 = 0x07;
 pub const KEYED_OUTPUT: u8 = 0x08;
+pub const UNIQUE_ENTRIES: u8 = 0x09;
 
 pub const JOIN_LEFT: [u8; 2] = *b"JL";
 pub const JOIN_RIGHT: [u8; 2] = *b"JR";
@@ -63,12 +65,13 @@ pub fn op_prefix(kind: [u8; 2], op_id: ObjectId) -> Vec<u8> {
 
 /// The partition key of a stored row: the bytes after its object's prefix
 /// (a table row's primary key or hidden row id, a keyed view row's key, a
-/// counted view row's whole row), whose bucket decides the shard that holds
-/// it. `None` for other keys: operator state lives on the shard that
+/// counted view row's whole row, a UNIQUE entry's values), whose bucket
+/// decides the shard that holds it. `None` for other keys: operator state lives on the shard that
 /// computes it, and metadata on the coordinator.
 pub fn partition_key(key: &[u8]) -> Option<&[u8]> {
     match key.first() {
         Some(&(TABLE_ROWS | OUTPUT | KEYED_OUTPUT)) => key.get(17..),
+        Some(&UNIQUE_ENTRIES) => key.get(19..),
         _ => None,
     }
 }
@@ -150,6 +153,32 @@ pub fn table_row_storage_key(table_id: ObjectId, row_key: &[u8]) -> Vec<u8> {
     let mut key = table_prefix(table_id);
     key.extend_from_slice(row_key);
     key
+}
+
+/// `0x09 table_id`: the prefix of all UNIQUE entries of a table.
+pub fn unique_prefix(table_id: ObjectId) -> Vec<u8> {
+    object_prefix(UNIQUE_ENTRIES, table_id)
+}
+
+/// The key of the entry of UNIQUE constraint `constraint` of table
+/// `table_id` for `row` (its `columns`), whose value is the owning row's
+/// key; `None` when one of them is NULL: such a row is not constrained.
+pub fn unique_entry_key(
+    table_id: ObjectId,
+    constraint: u16,
+    columns: &[usize],
+    row: &[Datum],
+) -> Option<Vec<u8>> {
+    let mut key = unique_prefix(table_id);
+    key.extend_from_slice(&constraint.to_be_bytes());
+    for column in columns {
+        let value = &row[*column];
+        if value.is_null() {
+            return None;
+        }
+        encode_datum(value, &mut key);
+    }
+    Some(key)
 }
 
 /// The prefix of the row keys (within their relation) whose leading key

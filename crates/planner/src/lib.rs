@@ -46,7 +46,8 @@ pub use resolver::{new_context, new_context_in, SchemaOnlyTable, TableResolver};
 pub use set_operations::uses_bag_set_operation;
 pub use system_catalog::{
     current_setting, quote_ident, regclass_name, relation_oid, session_constant, set_config,
-    ColumnInfo, RelationInfo, RelationKind, SequenceInfo, USER_FUNCTION,
+    ColumnInfo, RelationInfo, RelationKind, SequenceInfo, UniqueInfo, UNIQUE_IDS_PER_TABLE,
+    USER_FUNCTION,
 };
 pub use translate::{plan_view, schema_of, undefined_relation};
 pub use type_spellings::normalize_type_spellings;

@@ -55,6 +55,26 @@ pub struct TableChange {
     pub table_id: ObjectId,
     pub table_name: String,
     pub rows: Vec<RowChange>,
+    /// The table's UNIQUE constraints, which the commit checks and whose
+    /// entries it maintains (RFC 0006).
+    pub unique: Vec<UniqueIndex>,
+}
+
+/// A UNIQUE constraint as a commit checks it (RFC 0006).
+#[derive(Debug, Clone, PartialEq)]
+pub struct UniqueIndex {
+    /// Its number within the table, part of its entries' keys.
+    pub id: u16,
+    pub name: String,
+    /// Its columns' positions in the rows a change writes (`new`).
+    pub columns: Vec<usize>,
+    /// Its columns' positions in the rows a change replaces (`old`): they
+    /// differ from `columns` when the transaction rewrote the table for
+    /// new columns; `None` when the transaction added the constraint, so
+    /// that no stored row has an entry yet.
+    pub old_columns: Option<Vec<usize>>,
+    /// Its columns' names, for a violation's detail.
+    pub column_names: Vec<String>,
 }
 
 /// A dataflow to install for a materialized view.

@@ -39,6 +39,7 @@ mod backfill;
 mod log;
 mod reclaim;
 mod recovery;
+mod unique;
 
 pub use backfill::installed_marker;
 pub(crate) use log::repair;
@@ -327,6 +328,10 @@ impl EpochLoop {
         let mut deltas: Deltas = vec![HashMap::new(); self.shard_count()];
         let mut build_inputs = BuildInputs::new();
         for (request, reply) in commits {
+            // Checked on the whole change (a row and its entries may live
+            // on different shards); its outcome counts only for rows that
+            // are as the transaction read them.
+            let entry_writes = unique::check(&stores, &self.map, &request.changes).await;
             let parts = split_by_shard(request.changes, &self.map);
             let mut valid = Ok(());
             for (store, (changes, keys)) in stores.iter_mut().zip(&parts) {
@@ -335,10 +340,14 @@ impl EpochLoop {
                     break;
                 }
             }
-            if let Err(error) = valid {
-                let _ = reply.send(Err(error));
-                continue;
-            }
+            let entry_writes = match valid.and(entry_writes) {
+                Ok(writes) => writes,
+                Err(error) => {
+                    let _ = reply.send(Err(error));
+                    continue;
+                }
+            };
+            unique::apply(&mut stores, entry_writes);
             for (shard, ((store, (changes, keys)), shard_deltas)) in
                 stores.iter_mut().zip(parts).zip(&mut deltas).enumerate()
             {
@@ -924,6 +933,7 @@ fn split_by_shard(changes: Vec<TableChange>, map: &BucketMap) -> Vec<ShardChange
                         table_id: change.table_id,
                         table_name: change.table_name.clone(),
                         rows,
+                        unique: Vec::new(),
                     });
                 }
             }

@@ -26,5 +26,7 @@
 mod engine;
 mod epoch;
 
-pub use engine::{Engine, InstallView, Published, RowChange, TableChange, ViewBuild, ViewStatus};
+pub use engine::{
+    Engine, InstallView, Published, RowChange, TableChange, UniqueIndex, ViewBuild, ViewStatus,
+};
 pub use epoch::installed_marker;

@@ -9,7 +9,9 @@
 
 use rockstream_types::{codes, RsError, RsResult};
 
-use super::{name_is_free, Database, Generated, PendingCatalog, Rename};
+use super::{
+    add_unique, name_is_free, Database, DeclaredUnique, Generated, PendingCatalog, Rename,
+};
 use crate::catalog::{CatalogEntry, ColumnDef, Identity, ObjectKind, REWRITTEN_BY_PENDING};
 
 /// What an `ALTER TABLE` changes.
@@ -40,6 +42,15 @@ pub enum Alteration<'a> {
     SetNotNull {
         column: &'a str,
         not_null: bool,
+    },
+    /// `ADD [CONSTRAINT name] UNIQUE (…)` / `CREATE UNIQUE INDEX`: goes
+    /// through every row, so that the commit checks them all and writes
+    /// their entries (RFC 0006).
+    AddUnique(DeclaredUnique),
+    /// `DROP CONSTRAINT name` / `DROP INDEX name`.
+    DropConstraint {
+        name: &'a str,
+        if_exists: bool,
     },
 }
 
@@ -275,12 +286,57 @@ impl Database {
                         *key_column -= 1;
                     }
                 }
+                // As PostgreSQL: the UNIQUE constraints on the column go
+                // with it.
+                after
+                    .unique
+                    .retain(|constraint| !constraint.columns.contains(&position));
+                for constraint in &mut after.unique {
+                    for key_column in &mut constraint.columns {
+                        if *key_column > position {
+                            *key_column -= 1;
+                        }
+                    }
+                }
                 Some(
                     (0..before.columns.len())
                         .filter(|kept| *kept != position)
                         .map(Some)
                         .collect(),
                 )
+            }
+            Alteration::AddUnique(declared) => {
+                add_unique(&catalog, &mut after, declared)?;
+                Some((0..before.columns.len()).map(Some).collect())
+            }
+            Alteration::DropConstraint {
+                name: constraint,
+                if_exists,
+            } => {
+                let Some(position) = after
+                    .unique
+                    .iter()
+                    .position(|unique| unique.name == constraint)
+                else {
+                    if if_exists {
+                        return Ok(None);
+                    }
+                    return Err(if constraint == format!("{name}_pkey") {
+                        RsError::new(
+                            &codes::DROP_KEY_COLUMN,
+                            format!("cannot drop constraint \"{constraint}\" of table \"{name}\": a table's primary key is fixed when it is created"),
+                        )
+                    } else {
+                        RsError::new(
+                            &codes::UNDEFINED_CONSTRAINT,
+                            format!(
+                                "constraint \"{constraint}\" of relation \"{name}\" does not exist"
+                            ),
+                        )
+                    });
+                };
+                after.unique.remove(position);
+                None
             }
         };
         let created_here = pending.created.iter().any(|entry| entry.id == before.id);

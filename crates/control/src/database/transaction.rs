@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use rockstream_ops::keys::table_prefix;
-use rockstream_runtime::TableChange;
+use rockstream_runtime::{TableChange, UniqueIndex};
 use rockstream_types::{codes, ObjectId, RsError, RsResult};
 use slatedb::WriteBatch;
 
@@ -123,6 +123,7 @@ impl Database {
             if !changes.is_empty() {
                 let _layouts_stand = self.layouts.read().await;
                 self.check_layouts(namespace, &pending, &changes, layouts)?;
+                self.attach_unique(namespace, &pending, &mut changes);
                 self.engine.commit(changes).await?;
             }
             return Ok(());
@@ -138,6 +139,7 @@ impl Database {
         self.still_valid(namespace, &pending, &changes)?;
         self.check_layouts(namespace, &pending, &changes, layouts)?;
         self.check_rewrites_complete(&pending, &changes).await?;
+        self.attach_unique(namespace, &pending, &mut changes);
         let transaction = self.next_counter().await?;
         for table in pending.altered.iter_mut() {
             if table.after.rewritten == REWRITTEN_BY_PENDING {
@@ -189,6 +191,53 @@ impl Database {
             }
             (Ok(_), Ok(_)) | (Err(_), Ok(true)) => Ok(()),
             (Err(error), _) => Err(error),
+        }
+    }
+
+    /// Gives each of `changes` the UNIQUE constraints its table has as the
+    /// transaction commits (RFC 0006): the committed catalog's, or the
+    /// transaction's own version of a table it created or altered. Called
+    /// under the layouts lock, which adding a constraint takes alone.
+    fn attach_unique(
+        &self,
+        namespace: &str,
+        pending: &PendingCatalog,
+        changes: &mut [TableChange],
+    ) {
+        let catalog = pending.overlay(namespace, self.entries(namespace));
+        for change in changes {
+            let Some(entry) = catalog.iter().find(|entry| entry.id == change.table_id) else {
+                continue;
+            };
+            let before = pending
+                .altered
+                .iter()
+                .find(|table| table.after.id == change.table_id)
+                .map(|table| &table.before);
+            change.unique = entry
+                .unique
+                .iter()
+                .map(|constraint| UniqueIndex {
+                    id: constraint.id,
+                    name: constraint.name.clone(),
+                    columns: constraint.columns.clone(),
+                    // Where the stored rows hold its columns; none when
+                    // this transaction added it.
+                    old_columns: match before {
+                        Some(before) => before
+                            .unique
+                            .iter()
+                            .find(|old| old.id == constraint.id)
+                            .map(|old| old.columns.clone()),
+                        None => Some(constraint.columns.clone()),
+                    },
+                    column_names: constraint
+                        .columns
+                        .iter()
+                        .map(|column| entry.columns[*column].name.clone())
+                        .collect(),
+                })
+                .collect();
         }
     }
 
@@ -250,7 +299,7 @@ impl Database {
             // Its name and its sequences' names, against what committed
             // meanwhile (a relation and a sequence share one namespace).
             if let Some(taken) = std::iter::once(entry.name.as_str())
-                .chain(entry.sequence_names())
+                .chain(entry.owned_names())
                 .find(|name| !name_is_free(&standing, name, true).unwrap_or(false))
             {
                 return Err(already_exists(taken));
@@ -314,7 +363,7 @@ impl Database {
                 .cloned()
                 .collect();
             if let Some(taken) = std::iter::once(table.after.name.as_str())
-                .chain(table.after.sequence_names())
+                .chain(table.after.owned_names())
                 .find(|name| !name_is_free(&others, name, true).unwrap_or(false))
             {
                 return Err(already_exists(taken));

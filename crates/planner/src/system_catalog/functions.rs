@@ -22,8 +22,8 @@ use rockstream_types::{codes, RsError};
 
 use super::types::{format_type, type_name, type_oid};
 use super::{
-    RelationInfo, RelationKind, SequenceInfo, CATALOG_RELATION_OIDS, OWNER, PG_CATALOG_OID,
-    PUBLIC_OID, SCHEMA, UTF8_ENCODING,
+    all_indexes, IndexInfo, RelationInfo, RelationKind, SequenceInfo, CATALOG_RELATION_OIDS, OWNER,
+    PG_CATALOG_OID, PUBLIC_OID, SCHEMA, UTF8_ENCODING,
 };
 use crate::resolver::TableResolver;
 
@@ -345,11 +345,9 @@ impl CatalogFunction {
         relations: &[RelationInfo],
     ) -> Option<String> {
         let relation = |oid: i64| relations.iter().find(|relation| relation.oid() == oid);
-        let keyed = |matches: fn(&RelationInfo) -> i64| {
-            relations
-                .iter()
-                .find(|relation| !relation.primary_key.is_empty() && matches(relation) == oid)
-        };
+        let indexes = all_indexes(relations);
+        let index =
+            |matches: fn(&IndexInfo) -> i64| indexes.iter().find(|index| matches(index) == oid);
         match self.function {
             // The invalid oid, as the reg types print it.
             Function::RegClass | Function::RegType | Function::RegNamespace if oid == 0 => {
@@ -368,7 +366,7 @@ impl CatalogFunction {
             Function::RegClass => Some(
                 relation(oid)
                     .map(|relation| relation.name.clone())
-                    .or_else(|| keyed(RelationInfo::index_oid).map(RelationInfo::key_name))
+                    .or_else(|| index(|index| index.index_oid).map(|index| index.name.clone()))
                     .or_else(|| {
                         relations
                             .iter()
@@ -390,18 +388,24 @@ impl CatalogFunction {
                 PUBLIC_OID => SCHEMA.to_string(),
                 other => other.to_string(),
             }),
-            Function::IndexDef => keyed(RelationInfo::index_oid).map(|relation| {
+            Function::IndexDef => index(|index| index.index_oid).map(|index| {
                 // Unqualified, as PostgreSQL prints a relation on the
                 // search path.
                 format!(
                     "CREATE UNIQUE INDEX {} ON {} USING btree ({})",
-                    relation.key_name(),
-                    relation.name,
-                    relation.key_columns()
+                    index.name,
+                    index.table.name,
+                    index.column_list()
                 )
             }),
-            Function::ConstraintDef => keyed(RelationInfo::constraint_oid)
-                .map(|relation| format!("PRIMARY KEY ({})", relation.key_columns())),
+            Function::ConstraintDef => index(|index| index.constraint_oid).map(|index| {
+                let kind = if index.primary {
+                    "PRIMARY KEY"
+                } else {
+                    "UNIQUE"
+                };
+                format!("{kind} ({})", index.column_list())
+            }),
             Function::ViewDef => relation(oid)
                 .filter(|relation| relation.kind != RelationKind::Table)
                 .and_then(|relation| relation.definition.clone()),
@@ -451,12 +455,10 @@ impl CatalogFunction {
                     .find(|relation| relation.name == bare)
                     .map(RelationInfo::oid)
                     .or_else(|| {
-                        relations
+                        all_indexes(relations)
                             .iter()
-                            .find(|relation| {
-                                !relation.primary_key.is_empty() && relation.key_name() == bare
-                            })
-                            .map(RelationInfo::index_oid)
+                            .find(|index| index.name == bare)
+                            .map(|index| index.index_oid)
                     })
                     .or_else(|| {
                         relations

@@ -56,9 +56,56 @@ pub struct RelationInfo {
     /// PostgreSQL reports as a unique index and a constraint named
     /// `<table>_pkey`.
     pub primary_key: Vec<usize>,
+    /// A table's UNIQUE constraints, each also a unique index.
+    pub unique: Vec<UniqueInfo>,
     /// False while a materialized view is being built (PostgreSQL's
     /// `pg_matviews.ispopulated`).
     pub populated: bool,
+}
+
+/// A UNIQUE constraint of a table.
+#[derive(Debug, Clone)]
+pub struct UniqueInfo {
+    /// Its number within the table, from which its oids derive.
+    pub id: u16,
+    pub name: String,
+    /// Column positions.
+    pub columns: Vec<usize>,
+}
+
+/// A unique index with its constraint, as `pg_index`, `pg_constraint` and
+/// `pg_class` list them: a table's primary key or a UNIQUE constraint.
+#[derive(Debug, Clone)]
+pub(crate) struct IndexInfo<'a> {
+    pub table: &'a RelationInfo,
+    pub name: String,
+    pub columns: &'a [usize],
+    pub primary: bool,
+    pub index_oid: i64,
+    pub constraint_oid: i64,
+}
+
+/// UNIQUE constraints' oids: two each (index, constraint), from here,
+/// stable across DDL as relations' are.
+const FIRST_UNIQUE_OID: i64 = 1_000_000_000;
+/// Numbers of UNIQUE constraints a table's oids leave room for.
+pub const UNIQUE_IDS_PER_TABLE: u16 = 1024;
+
+impl IndexInfo<'_> {
+    /// Its column names, comma-separated.
+    pub(crate) fn column_list(&self) -> String {
+        self.columns
+            .iter()
+            .filter_map(|index| self.table.columns.get(*index))
+            .map(|column| column.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// Its column numbers (from 1).
+    pub(crate) fn column_numbers(&self) -> Vec<i64> {
+        self.columns.iter().map(|index| *index as i64 + 1).collect()
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -125,30 +172,35 @@ impl RelationInfo {
             .filter_map(|column| column.sequence.as_ref())
     }
 
-    /// The oid of its primary-key index.
-    pub(crate) fn index_oid(&self) -> i64 {
-        self.oid() + 1
+    /// Its unique indexes: the primary key's (`<table>_pkey`, with the
+    /// relation's second and third oids), then its UNIQUE constraints'.
+    pub(crate) fn indexes(&self) -> impl Iterator<Item = IndexInfo<'_>> {
+        let primary = (!self.primary_key.is_empty()).then(|| IndexInfo {
+            table: self,
+            name: format!("{}_pkey", self.name),
+            columns: &self.primary_key,
+            primary: true,
+            index_oid: self.oid() + 1,
+            constraint_oid: self.oid() + 2,
+        });
+        let first = FIRST_UNIQUE_OID
+            + 2 * i64::from(UNIQUE_IDS_PER_TABLE) * i64::try_from(self.object_id).unwrap_or(0);
+        primary
+            .into_iter()
+            .chain(self.unique.iter().map(move |unique| IndexInfo {
+                table: self,
+                name: unique.name.clone(),
+                columns: &unique.columns,
+                primary: false,
+                index_oid: first + 2 * i64::from(unique.id),
+                constraint_oid: first + 2 * i64::from(unique.id) + 1,
+            }))
     }
+}
 
-    /// The oid of its primary-key constraint.
-    pub(crate) fn constraint_oid(&self) -> i64 {
-        self.oid() + 2
-    }
-
-    /// The name of its primary-key index and constraint.
-    pub(crate) fn key_name(&self) -> String {
-        format!("{}_pkey", self.name)
-    }
-
-    /// The primary key's column names, comma-separated.
-    pub(crate) fn key_columns(&self) -> String {
-        self.primary_key
-            .iter()
-            .filter_map(|index| self.columns.get(*index))
-            .map(|column| column.name.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    }
+/// Every unique index of `relations` ([`RelationInfo::indexes`]).
+pub(crate) fn all_indexes(relations: &[RelationInfo]) -> Vec<IndexInfo<'_>> {
+    relations.iter().flat_map(RelationInfo::indexes).collect()
 }
 
 pub(crate) const PG_CATALOG: &str = "pg_catalog";
@@ -469,6 +521,11 @@ mod tests {
                 ],
                 definition: None,
                 primary_key: vec![0],
+                unique: vec![UniqueInfo {
+                    id: 0,
+                    name: "orders_amount_key".into(),
+                    columns: vec![1],
+                }],
                 populated: true,
             },
             RelationInfo {
@@ -478,6 +535,7 @@ mod tests {
                 columns: vec![column("total", "numeric(38,2)", false)],
                 definition: Some("SELECT SUM(amount) AS total FROM orders".into()),
                 primary_key: Vec::new(),
+                unique: Vec::new(),
                 populated: false,
             },
         ]

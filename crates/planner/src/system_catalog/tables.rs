@@ -10,8 +10,8 @@ use datafusion::error::Result as DataFusionResult;
 
 use super::types::{type_identity, type_length, type_storage};
 use super::{
-    batch, booleans, flags, number_lists, repeated, text, ColumnInfo, RelationInfo, RelationKind,
-    BTREE_AM_OID, HEAP_AM_OID, OWNER, OWNER_OID, PUBLIC_OID, SCHEMA,
+    all_indexes, batch, booleans, flags, number_lists, repeated, text, ColumnInfo, IndexInfo,
+    RelationInfo, RelationKind, BTREE_AM_OID, HEAP_AM_OID, OWNER, OWNER_OID, PUBLIC_OID, SCHEMA,
 };
 
 /// The oid and type modifier a relation's column reports. A view's numeric
@@ -58,17 +58,15 @@ pub(crate) fn pg_class(relations: &[RelationInfo]) -> DataFusionResult<RecordBat
             RelationKind::MaterializedView => "m",
         },
         attributes: relation.columns.len() as i64,
-        indexed: !relation.primary_key.is_empty(),
+        indexed: relation.indexes().next().is_some(),
     });
-    let index_rows = with_primary_key(relations)
-        .into_iter()
-        .map(|relation| ClassRow {
-            oid: relation.index_oid(),
-            name: relation.key_name(),
-            kind: "i",
-            attributes: relation.primary_key.len() as i64,
-            indexed: false,
-        });
+    let index_rows = all_indexes(relations).into_iter().map(|index| ClassRow {
+        oid: index.index_oid,
+        name: index.name.clone(),
+        kind: "i",
+        attributes: index.columns.len() as i64,
+        indexed: false,
+    });
     // PostgreSQL's sequences have three columns (last_value, log_cnt,
     // is_called).
     let sequence_rows = relations
@@ -264,58 +262,32 @@ pub(crate) fn pg_attrdef(relations: &[RelationInfo]) -> DataFusionResult<RecordB
     ])
 }
 
-/// The relations with a primary key (each has an index and a constraint).
-fn with_primary_key(relations: &[RelationInfo]) -> Vec<&RelationInfo> {
-    relations
-        .iter()
-        .filter(|relation| !relation.primary_key.is_empty())
-        .collect()
-}
-
-/// The primary key's column numbers (from 1).
-fn key_numbers(relation: &RelationInfo) -> Vec<i64> {
-    relation
-        .primary_key
-        .iter()
-        .map(|index| *index as i64 + 1)
-        .collect()
-}
-
-/// `pg_index`: one unique index per primary key. `indkey` (PostgreSQL's
-/// `int2vector`), `indclass` and `indoption` are arrays here, so that
-/// clients can `unnest` them as they do in PostgreSQL.
+/// `pg_index`: one unique index per primary key and UNIQUE constraint.
+/// `indkey` (PostgreSQL's `int2vector`), `indclass` and `indoption` are
+/// arrays here, so that clients can `unnest` them as they do in
+/// PostgreSQL.
 pub(crate) fn pg_index(relations: &[RelationInfo]) -> DataFusionResult<RecordBatch> {
-    let keyed = with_primary_key(relations);
-    let count = keyed.len();
-    let zeros = |relation: &&RelationInfo| vec![0; relation.primary_key.len()];
+    let indexes = all_indexes(relations);
+    let count = indexes.len();
+    let zeros = |index: &IndexInfo| vec![0; index.columns.len()];
+    let widths = || oids(indexes.iter().map(|index| index.columns.len() as i64));
     batch(vec![
         (
             "indexrelid",
-            oids(keyed.iter().map(|relation| relation.index_oid())),
+            oids(indexes.iter().map(|index| index.index_oid)),
         ),
         (
             "indrelid",
-            oids(keyed.iter().map(|relation| relation.oid())),
+            oids(indexes.iter().map(|index| index.table.oid())),
         ),
-        (
-            "indnatts",
-            oids(
-                keyed
-                    .iter()
-                    .map(|relation| relation.primary_key.len() as i64),
-            ),
-        ),
-        (
-            "indnkeyatts",
-            oids(
-                keyed
-                    .iter()
-                    .map(|relation| relation.primary_key.len() as i64),
-            ),
-        ),
+        ("indnatts", widths()),
+        ("indnkeyatts", widths()),
         ("indisunique", flags(true, count)),
         ("indnullsnotdistinct", flags(false, count)),
-        ("indisprimary", flags(true, count)),
+        (
+            "indisprimary",
+            bools(indexes.iter().map(|index| index.primary)),
+        ),
         ("indisexclusion", flags(false, count)),
         ("indimmediate", flags(true, count)),
         ("indisclustered", flags(false, count)),
@@ -326,44 +298,52 @@ pub(crate) fn pg_index(relations: &[RelationInfo]) -> DataFusionResult<RecordBat
         ("indisreplident", flags(false, count)),
         (
             "indkey",
-            number_lists(keyed.iter().map(|relation| key_numbers(relation))),
+            number_lists(indexes.iter().map(IndexInfo::column_numbers)),
         ),
         // Operator classes and per-column options are not kept: the
         // default class, no options.
-        ("indclass", number_lists(keyed.iter().map(zeros))),
-        ("indoption", number_lists(keyed.iter().map(zeros))),
+        ("indclass", number_lists(indexes.iter().map(zeros))),
+        ("indoption", number_lists(indexes.iter().map(zeros))),
         ("indexprs", text(vec![None; count])),
         ("indpred", text(vec![None; count])),
     ])
 }
 
-/// `pg_constraint`: the primary keys (NOT NULL is a column property, as in
-/// PostgreSQL 15). No foreign keys exist, so `confrelid` is always 0.
+/// `pg_constraint`: the primary keys and UNIQUE constraints (NOT NULL is a
+/// column property, as in PostgreSQL 15). No foreign keys exist, so
+/// `confrelid` is always 0.
 pub(crate) fn pg_constraint(relations: &[RelationInfo]) -> DataFusionResult<RecordBatch> {
-    let keyed = with_primary_key(relations);
-    let count = keyed.len();
+    let indexes = all_indexes(relations);
+    let count = indexes.len();
     batch(vec![
         (
             "oid",
-            oids(keyed.iter().map(|relation| relation.constraint_oid())),
+            oids(indexes.iter().map(|index| index.constraint_oid)),
         ),
         (
             "conname",
-            text(keyed.iter().map(|relation| Some(relation.key_name()))),
+            text(indexes.iter().map(|index| Some(index.name.clone()))),
         ),
         ("connamespace", oids(vec![PUBLIC_OID; count])),
-        ("contype", repeated("p", count)),
+        (
+            "contype",
+            text(
+                indexes
+                    .iter()
+                    .map(|index| Some(if index.primary { "p" } else { "u" }.to_string())),
+            ),
+        ),
         ("condeferrable", flags(false, count)),
         ("condeferred", flags(false, count)),
         ("convalidated", flags(true, count)),
         (
             "conrelid",
-            oids(keyed.iter().map(|relation| relation.oid())),
+            oids(indexes.iter().map(|index| index.table.oid())),
         ),
         ("contypid", oids(vec![0; count])),
         (
             "conindid",
-            oids(keyed.iter().map(|relation| relation.index_oid())),
+            oids(indexes.iter().map(|index| index.index_oid)),
         ),
         ("conparentid", oids(vec![0; count])),
         ("confrelid", oids(vec![0; count])),
@@ -375,9 +355,9 @@ pub(crate) fn pg_constraint(relations: &[RelationInfo]) -> DataFusionResult<Reco
         ("connoinherit", flags(true, count)),
         (
             "conkey",
-            number_lists(keyed.iter().map(|relation| key_numbers(relation))),
+            number_lists(indexes.iter().map(IndexInfo::column_numbers)),
         ),
-        ("confkey", number_lists(keyed.iter().map(|_| Vec::new()))),
+        ("confkey", number_lists(indexes.iter().map(|_| Vec::new()))),
         ("conbin", text(vec![None; count])),
     ])
 }
@@ -390,7 +370,7 @@ pub(crate) fn pg_tables(relations: &[RelationInfo]) -> DataFusionResult<RecordBa
     let count = tables.len();
     let indexed: BooleanArray = tables
         .iter()
-        .map(|table| Some(!table.primary_key.is_empty()))
+        .map(|table| Some(table.indexes().next().is_some()))
         .collect();
     batch(vec![
         ("schemaname", repeated(SCHEMA, count)),

@@ -1,0 +1,161 @@
+//! UNIQUE constraints at commit (RFC 0006).
+//!
+//! Each constraint keeps one entry per row whose constrained columns are
+//! all non-NULL, `0x09 table constraint values -> row key`, on the shard of
+//! its values. Commits run one at a time, each over the state its
+//! predecessors in the epoch left, so a commit that finds every entry it
+//! adds free, or held by a row it removes the entry of, cannot race
+//! another: this check is the constraint's authority. The gateway's
+//! statement-time probes only report a violation earlier.
+
+use std::collections::HashMap;
+
+use rockstream_ops::keys::{self, UNIQUE_ENTRIES};
+use rockstream_ops::{StateRead, StateStore};
+use rockstream_storage::EpochStore;
+use rockstream_types::partition::BucketMap;
+use rockstream_types::{codes, Datum, RsError, RsResult};
+
+use crate::engine::{TableChange, UniqueIndex};
+
+/// The entry writes a transaction's changes make, per shard: `Some(row
+/// key)` to put, `None` to delete.
+pub(super) type EntryWrites = Vec<(usize, Vec<u8>, Option<Vec<u8>>)>;
+
+/// Checks that `changes` leave every UNIQUE constraint of their tables
+/// holding, against `stores` (the epoch's state so far); returns the entry
+/// writes that keep the constraints' entries in step. Reads only.
+pub(super) async fn check(
+    stores: &[EpochStore],
+    map: &BucketMap,
+    changes: &[TableChange],
+) -> RsResult<EntryWrites> {
+    let mut writes = EntryWrites::new();
+    for change in changes {
+        for index in &change.unique {
+            check_index(stores, map, change, index, &mut writes).await?;
+        }
+    }
+    Ok(writes)
+}
+
+/// An entry a row takes: its key, the row's key, and the row.
+type Added<'a> = (Vec<u8>, &'a [u8], &'a [Datum]);
+
+/// The entry changes of one table's rows for one constraint.
+struct EntryChanges<'a> {
+    /// Entries the rows give up, with the row each belonged to.
+    removed: HashMap<Vec<u8>, &'a [u8]>,
+    added: Vec<Added<'a>>,
+}
+
+fn entry_changes<'a>(change: &'a TableChange, index: &UniqueIndex) -> EntryChanges<'a> {
+    let mut entries = EntryChanges {
+        removed: HashMap::new(),
+        added: Vec::new(),
+    };
+    for row in &change.rows {
+        let old = match (&row.old, &index.old_columns) {
+            (Some(old), Some(columns)) => {
+                keys::unique_entry_key(change.table_id, index.id, columns, old)
+            }
+            _ => None,
+        };
+        let new = row.new.as_ref().and_then(|new| {
+            keys::unique_entry_key(change.table_id, index.id, &index.columns, new)
+                .map(|key| (key, new.as_slice()))
+        });
+        if old.is_some() && old.as_ref() == new.as_ref().map(|(key, _)| key) {
+            continue;
+        }
+        if let Some(old) = old {
+            entries.removed.insert(old, &row.key);
+        }
+        if let Some((key, values)) = new {
+            entries.added.push((key, &row.key, values));
+        }
+    }
+    entries
+}
+
+async fn check_index(
+    stores: &[EpochStore],
+    map: &BucketMap,
+    change: &TableChange,
+    index: &UniqueIndex,
+    writes: &mut EntryWrites,
+) -> RsResult<()> {
+    let EntryChanges { removed, added } = entry_changes(change, index);
+    let mut taken: HashMap<&[u8], &[u8]> = HashMap::with_capacity(added.len());
+    for (key, row_key, values) in &added {
+        if taken.insert(key, row_key).is_some() {
+            return Err(violation(index, values));
+        }
+    }
+    // Entries held in storage by a row this change does not take them from.
+    let unclaimed: Vec<&Added> = added
+        .iter()
+        .filter(|(key, _, _)| !removed.contains_key(key))
+        .collect();
+    let mut by_shard: HashMap<usize, Vec<&Added>> = HashMap::new();
+    for entry in unclaimed {
+        by_shard
+            .entry(shard_of(map, &entry.0))
+            .or_default()
+            .push(entry);
+    }
+    for (shard, entries) in by_shard {
+        let keys: Vec<&[u8]> = entries.iter().map(|(key, _, _)| key.as_slice()).collect();
+        let owners = stores[shard].get_many(&keys).await?;
+        for ((_, row_key, values), owner) in entries.into_iter().zip(owners) {
+            if owner.is_some_and(|owner| owner != *row_key) {
+                return Err(violation(index, values));
+            }
+        }
+    }
+    for key in removed.into_keys() {
+        if !taken.contains_key(key.as_slice()) {
+            writes.push((shard_of(map, &key), key, None));
+        }
+    }
+    for (key, row_key, _) in added {
+        writes.push((shard_of(map, &key), key, Some(row_key.to_vec())));
+    }
+    Ok(())
+}
+
+/// Applies checked entry writes ([`check`]).
+pub(super) fn apply(stores: &mut [EpochStore], writes: EntryWrites) {
+    for (shard, key, row_key) in writes {
+        match row_key {
+            Some(row_key) => stores[shard].put(key, row_key),
+            None => stores[shard].delete(key),
+        }
+    }
+}
+
+fn shard_of(map: &BucketMap, key: &[u8]) -> usize {
+    debug_assert_eq!(key.first(), Some(&UNIQUE_ENTRIES));
+    keys::partition_key(key).map_or(0, |partition| usize::from(map.shard_of(partition)))
+}
+
+/// PostgreSQL's error for a row whose values another row holds.
+pub(crate) fn violation(index: &UniqueIndex, row: &[Datum]) -> RsError {
+    let values: Vec<String> = index
+        .columns
+        .iter()
+        .map(|column| row[*column].to_string())
+        .collect();
+    RsError::new(
+        &codes::UNIQUE_CONSTRAINT_VIOLATION,
+        format!(
+            "duplicate key value violates unique constraint \"{}\"",
+            index.name
+        ),
+    )
+    .with_detail(format!(
+        "Key ({})=({}) already exists.",
+        index.column_names.join(", "),
+        values.join(", ")
+    ))
+}
