@@ -184,6 +184,7 @@ async fn alter_once(
             )))
         }
     };
+    let adds_unique = matches!(alteration, Alteration::AddUnique(_)) || column_unique.is_some();
     let Some(columns) = apply(gateway, session, name, alteration, if_exists).await? else {
         return Ok(());
     };
@@ -193,6 +194,9 @@ async fn alter_once(
             columns: vec![columns - 1],
         });
         apply(gateway, session, name, unique, false).await?;
+    }
+    if adds_unique {
+        crate::unique::check_added(gateway, session, name)?;
     }
     Ok(())
 }

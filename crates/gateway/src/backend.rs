@@ -344,6 +344,12 @@ impl Gateway {
         let mut result = self
             .dispatch(session, statement, in_explicit, prepared)
             .await;
+        if let (Ok(_), true, Some(before)) = (&result, in_explicit, &savepoint) {
+            // Outside a block the commit checks, as the statement ends.
+            if let Err(error) = crate::unique::check_statement(self, session, before).await {
+                result = Err(error);
+            }
+        }
         if result.is_ok() {
             // Sequence values the statement handed out (`nextval`, a
             // serial column) are never handed out again once it returns.

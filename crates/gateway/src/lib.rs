@@ -31,6 +31,7 @@ mod session_commands;
 mod settings;
 mod statement_limits;
 mod transactions;
+mod unique;
 mod upsert;
 mod wire;
 mod writes;

@@ -689,6 +689,9 @@ impl Backend for Gateway {
             let supplied = dml::copy_column_positions(&entry, &target.columns)?;
             defaults::fill_defaults(self, session, &entry, &supplied, &mut typed).await?;
             let count = dml::insert_rows(self, session, &entry, typed, false).await?;
+            if let (true, Some(before)) = (in_explicit, &savepoint) {
+                crate::unique::check_statement(self, session, before).await?;
+            }
             self.autocommit(session, in_explicit).await?;
             Ok(count)
         }

@@ -154,8 +154,13 @@ impl Database {
             ));
         }
         let renames = matches!(alteration, Alteration::Rename(_));
-        // A default matters to writes only.
-        let reads_unchanged = matches!(alteration, Alteration::SetDefault { .. });
+        // A default and a UNIQUE constraint matter to writes only.
+        let reads_unchanged = matches!(
+            alteration,
+            Alteration::SetDefault { .. }
+                | Alteration::AddUnique(_)
+                | Alteration::DropConstraint { .. }
+        );
         if let Some(dependent) = catalog
             .iter()
             .filter(|_| !reads_unchanged)

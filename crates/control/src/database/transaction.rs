@@ -675,7 +675,8 @@ fn sequences_gone(from: &CatalogEntry, to: &CatalogEntry) -> Vec<ObjectId> {
 }
 
 /// Whether a view reads `after` as it read `before`: they differ at most in
-/// their columns' defaults, which only writes use.
+/// their columns' defaults and their UNIQUE constraints (with the rewrite
+/// adding one takes), which only writes use.
 fn reads_alike(before: &CatalogEntry, after: &CatalogEntry) -> bool {
     let without_defaults = |entry: &CatalogEntry| CatalogEntry {
         columns: entry
@@ -686,6 +687,9 @@ fn reads_alike(before: &CatalogEntry, after: &CatalogEntry) -> bool {
                 ..column.clone()
             })
             .collect(),
+        unique: Vec::new(),
+        next_unique_id: 0,
+        rewritten: 0,
         ..entry.clone()
     };
     without_defaults(before) == without_defaults(after)

@@ -139,23 +139,31 @@ fn shard_of(map: &BucketMap, key: &[u8]) -> usize {
     keys::partition_key(key).map_or(0, |partition| usize::from(map.shard_of(partition)))
 }
 
-/// PostgreSQL's error for a row whose values another row holds.
+/// PostgreSQL's error for a row whose values another row holds; for a
+/// constraint being added, its error for building the index.
 pub(crate) fn violation(index: &UniqueIndex, row: &[Datum]) -> RsError {
     let values: Vec<String> = index
         .columns
         .iter()
         .map(|column| row[*column].to_string())
         .collect();
-    RsError::new(
-        &codes::UNIQUE_CONSTRAINT_VIOLATION,
-        format!(
-            "duplicate key value violates unique constraint \"{}\"",
-            index.name
-        ),
-    )
-    .with_detail(format!(
-        "Key ({})=({}) already exists.",
+    let key = format!(
+        "Key ({})=({})",
         index.column_names.join(", "),
         values.join(", ")
-    ))
+    );
+    let (message, detail) = match index.old_columns {
+        Some(_) => (
+            format!(
+                "duplicate key value violates unique constraint \"{}\"",
+                index.name
+            ),
+            format!("{key} already exists."),
+        ),
+        None => (
+            format!("could not create unique index \"{}\"", index.name),
+            format!("{key} is duplicated."),
+        ),
+    };
+    RsError::new(&codes::UNIQUE_CONSTRAINT_VIOLATION, message).with_detail(detail)
 }
