@@ -31,6 +31,7 @@ mod refresh;
 mod sequences;
 mod slt;
 mod transactional_ddl;
+mod unique;
 mod unsupported;
 mod waves;
 mod wire;
