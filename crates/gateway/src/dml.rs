@@ -91,13 +91,15 @@ pub async fn insert(
     defaults::check_generated_always(entry, written)?;
     let rows = inserted_rows(gateway, session, entry, written).await?;
     match conflict {
-        Some(conflict) => {
+        Some((conflict, arbiter)) => {
             let alias = written
                 .table_alias
                 .as_ref()
                 .map(|alias| crate::ddl::ident_name(&alias.alias));
-            upsert::insert_on_conflict(gateway, session, entry, rows, conflict, alias, returning)
-                .await
+            upsert::insert_on_conflict(
+                gateway, session, entry, rows, conflict, &arbiter, alias, returning,
+            )
+            .await
         }
         None => {
             let kept = if returning {
@@ -572,25 +574,7 @@ pub async fn insert_rows(
         };
         keyed.push((key, row));
     }
-    let duplicate = |row: &Row| {
-        let key_text: Vec<String> = entry
-            .primary_key
-            .iter()
-            .map(|index| row[*index].to_string())
-            .collect();
-        RsError::new(
-            &codes::UNIQUE_VIOLATION,
-            format!(
-                "duplicate key value violates the primary key of \"{}\"",
-                entry.name
-            ),
-        )
-        .with_detail(format!(
-            "Key ({})=({}) already exists.",
-            primary_key_names(entry),
-            key_text.join(", ")
-        ))
-    };
+    let duplicate = |row: &Row| duplicate_key(entry, row);
     if failure.is_none() && table.rows.is_empty() && !check_storage {
         // A bulk load into a table this transaction has not touched (a
         // COPY): sort once and build the buffer in one pass, rather than
@@ -629,6 +613,27 @@ pub async fn insert_rows(
         Some(error) => Err(error),
         None => Ok(count),
     }
+}
+
+/// The error for a new row whose primary key another row has.
+pub(crate) fn duplicate_key(entry: &CatalogEntry, row: &Row) -> RsError {
+    let key_text: Vec<String> = entry
+        .primary_key
+        .iter()
+        .map(|index| row[*index].to_string())
+        .collect();
+    RsError::new(
+        &codes::UNIQUE_VIOLATION,
+        format!(
+            "duplicate key value violates the primary key of \"{}\"",
+            entry.name
+        ),
+    )
+    .with_detail(format!(
+        "Key ({})=({}) already exists.",
+        primary_key_names(entry),
+        key_text.join(", ")
+    ))
 }
 
 fn primary_key_names(entry: &CatalogEntry) -> String {

@@ -1,19 +1,23 @@
-//! `INSERT … ON CONFLICT [(key) | ON CONSTRAINT name] DO NOTHING | DO UPDATE
-//! SET … [WHERE …]` over the primary key, RockStream's one unique
-//! constraint.
+//! `INSERT … ON CONFLICT [(columns) | ON CONSTRAINT name] DO NOTHING | DO
+//! UPDATE SET … [WHERE …]` over the primary key or a UNIQUE constraint
+//! (RFC 0006), the conflict's arbiter.
 //!
 //! Each proposed row (defaults filled, checked like any inserted row) is
-//! looked up by its key in the transaction's writes, then in the snapshot
-//! the statement reads. A free key inserts the row; a taken one is skipped
-//! (`DO NOTHING`) or updated: the `SET` expressions and the `WHERE`, which
-//! may name the existing row (by the table's name or alias) and the
-//! proposed one (`excluded.column`), are evaluated by DataFusion for all
-//! conflicting rows at once. As in PostgreSQL, a statement may not update
-//! one row twice (21000); `DO NOTHING` skips a key the statement itself
-//! inserted. An update records the row it read, so a concurrent change to
-//! it fails the commit (40001) instead of being lost.
+//! looked up by its arbiter's value in the transaction's writes, then in
+//! the snapshot the statement reads (a UNIQUE value through its entry,
+//! naming the row that holds it). A free value inserts the row; a taken
+//! one is skipped (`DO NOTHING`) or updates the row holding it: the `SET`
+//! expressions and the `WHERE`, which may name the existing row (by the
+//! table's name or alias) and the proposed one (`excluded.column`), are
+//! evaluated by DataFusion for all conflicting rows at once. Without a
+//! target, `DO NOTHING` skips a row that conflicts on any constraint. As
+//! in PostgreSQL, a statement may not update one row twice (21000); `DO
+//! NOTHING` skips a value the statement itself inserted. An update
+//! records the row it read, so a concurrent change to it fails the commit
+//! (40001) instead of being lost. A row that conflicts on a constraint
+//! other than the arbiter fails (23505).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
@@ -24,28 +28,68 @@ use datafusion::sql::sqlparser::ast::{
     AssignmentTarget, ConflictTarget, Expr as SqlExpr, Ident, Insert, OnConflict, OnConflictAction,
     OnInsert, TableObject, Value, ValueWithSpan, VisitMut, VisitorMut,
 };
-use rockstream_control::CatalogEntry;
+use rockstream_control::{CatalogEntry, UniqueConstraint};
 use rockstream_ops::arrow_rows::{array_to_datums, rows_to_batch};
-use rockstream_ops::keys::{keyless_row_key, table_row_key};
+use rockstream_ops::keys::{keyless_row_key, table_row_key, unique_entry_key};
+use rockstream_storage::SnapshotSet;
 use rockstream_types::{codes, Datum, Row, RsError, RsResult, SqlType};
 
 use crate::backend::{Gateway, OneTable};
 use crate::ddl::ident_name;
 use crate::defaults;
 use crate::dml::{
-    assigned_column, check_row_bound, conform_row, length_limits, pending_table, query_error,
-    strict_cast, Returned,
+    assigned_column, check_row_bound, conform_row, duplicate_key, length_limits, pending_table,
+    query_error, strict_cast, Returned,
 };
 use crate::providers::decode_table_row;
-use crate::session::GatewaySession;
+use crate::session::{GatewaySession, PendingTable};
 
-/// The `ON CONFLICT` clause of an INSERT into `entry`, checked against its
-/// key: 42P10 when the target names other columns (or a `DO UPDATE` has
-/// none to name), 42704 for a constraint other than `<table>_pkey`.
+/// What decides that a proposed row conflicts with a row there is.
+#[derive(Debug, Clone)]
+pub(crate) enum Arbiter {
+    PrimaryKey,
+    Unique(UniqueConstraint),
+    /// No target (`DO NOTHING` only): the primary key and every UNIQUE
+    /// constraint.
+    Every,
+}
+
+/// One value a proposed row may conflict on.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Probe {
+    /// Its primary key (its row key).
+    Key(Vec<u8>),
+    /// Its values of a UNIQUE constraint (the constraint's number, the
+    /// entry's key).
+    Unique(u16, Vec<u8>),
+}
+
+impl Arbiter {
+    /// The values `row` (keyed `key`) of `entry` may conflict on.
+    fn probes(&self, entry: &CatalogEntry, key: &[u8], row: &Row) -> Vec<Probe> {
+        let unique = |constraint: &UniqueConstraint| {
+            unique_entry_key(entry.id, constraint.id, &constraint.columns, row)
+                .map(|value| Probe::Unique(constraint.id, value))
+        };
+        let primary = (!entry.primary_key.is_empty()).then(|| Probe::Key(key.to_vec()));
+        match self {
+            Arbiter::PrimaryKey => primary.into_iter().collect(),
+            Arbiter::Unique(constraint) => unique(constraint).into_iter().collect(),
+            Arbiter::Every => primary
+                .into_iter()
+                .chain(entry.unique.iter().filter_map(unique))
+                .collect(),
+        }
+    }
+}
+
+/// The `ON CONFLICT` clause of an INSERT into `entry` and its arbiter:
+/// 42P10 when the target names columns no constraint has (or a `DO
+/// UPDATE` has none to name), 42704 for a constraint the table has not.
 pub(crate) fn on_conflict<'a>(
     entry: &CatalogEntry,
     on: Option<&'a OnInsert>,
-) -> RsResult<Option<&'a OnConflict>> {
+) -> RsResult<Option<(&'a OnConflict, Arbiter)>> {
     let conflict = match on {
         None => return Ok(None),
         Some(OnInsert::OnConflict(conflict)) => conflict,
@@ -65,28 +109,42 @@ pub(crate) fn on_conflict<'a>(
             ),
         )
     };
-    match &conflict.conflict_target {
+    let names = |positions: &[usize]| -> HashSet<String> {
+        positions
+            .iter()
+            .map(|position| entry.columns[*position].name.clone())
+            .collect()
+    };
+    let arbiter = match &conflict.conflict_target {
         Some(ConflictTarget::Columns(columns)) => {
             let named: HashSet<String> = columns.iter().map(ident_name).collect();
-            let key: HashSet<String> = entry
-                .primary_key
-                .iter()
-                .map(|position| entry.columns[*position].name.clone())
-                .collect();
-            if key.is_empty() || named != key {
-                return Err(no_match());
+            if !entry.primary_key.is_empty() && named == names(&entry.primary_key) {
+                Arbiter::PrimaryKey
+            } else {
+                let constraint = entry
+                    .unique
+                    .iter()
+                    .find(|constraint| named == names(&constraint.columns))
+                    .ok_or_else(no_match)?;
+                Arbiter::Unique(constraint.clone())
             }
         }
         Some(ConflictTarget::OnConstraint(name)) => {
             let name = crate::backend::object_name(&name.to_string());
-            if entry.primary_key.is_empty() || name != format!("{}_pkey", entry.name) {
-                return Err(RsError::new(
-                    &codes::UNDEFINED_CONSTRAINT,
-                    format!(
-                        "constraint \"{name}\" for table \"{}\" does not exist",
-                        entry.name
-                    ),
-                ));
+            match entry.unique.iter().find(|constraint| constraint.name == name) {
+                Some(constraint) => Arbiter::Unique(constraint.clone()),
+                None if !entry.primary_key.is_empty() && name == format!("{}_pkey", entry.name) => {
+                    Arbiter::PrimaryKey
+                }
+                None => {
+                    return Err(RsError::new(
+                        &codes::UNDEFINED_CONSTRAINT,
+                        format!(
+                            "constraint \"{name}\" for table \"{}\" does not exist",
+                            entry.name
+                        ),
+                    ))
+                }
             }
         }
         None if matches!(conflict.action, OnConflictAction::DoUpdate(_)) => {
@@ -96,14 +154,14 @@ pub(crate) fn on_conflict<'a>(
             )
             .with_detail("For example, ON CONFLICT (column_name)."));
         }
-        None => {}
-    }
+        None => Arbiter::Every,
+    };
     if let OnConflictAction::DoUpdate(update) = &conflict.action {
         for assignment in &update.assignments {
             assigned_column(entry, assignment)?;
         }
     }
-    Ok(Some(conflict))
+    Ok(Some((conflict, arbiter)))
 }
 
 /// What happens to one proposed row.
@@ -120,14 +178,17 @@ enum Outcome {
     Skipped,
 }
 
-/// Stores `rows` under `conflict`. Returns the rows inserted or updated
-/// and, with `returning`, each of them as stored, in input order.
+/// Stores `rows` under `conflict`, decided by `arbiter`. Returns the rows
+/// inserted or updated and, with `returning`, each of them as stored, in
+/// input order.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn insert_on_conflict(
     gateway: &Gateway,
     session: &mut GatewaySession,
     entry: &CatalogEntry,
     rows: Vec<Row>,
     conflict: &OnConflict,
+    arbiter: &Arbiter,
     alias: Option<String>,
     returning: bool,
 ) -> RsResult<(u64, Returned)> {
@@ -142,17 +203,22 @@ pub(crate) async fn insert_on_conflict(
         OnConflictAction::DoUpdate(update) => Some(update),
         OnConflictAction::DoNothing => None,
     };
-    let mut seen: HashSet<Vec<u8>> = HashSet::new();
+    let pending = session
+        .transaction
+        .as_ref()
+        .and_then(|transaction| transaction.tables.get(&entry.id));
+    let holders = Holders::of(entry, pending);
+    let mut seen: HashSet<Probe> = HashSet::new();
     let mut outcomes = Vec::with_capacity(rows.len());
     for mut row in rows {
         conform_row(entry, &limits, &mut row)?;
-        if entry.primary_key.is_empty() {
-            let key = keyless_row_key(gateway.runtime().random_u128());
-            outcomes.push(Outcome::Inserted(key, row));
-            continue;
-        }
-        let key = table_row_key(&entry.primary_key, &row);
-        if !seen.insert(key.clone()) {
+        let key = if entry.primary_key.is_empty() {
+            keyless_row_key(gateway.runtime().random_u128())
+        } else {
+            table_row_key(&entry.primary_key, &row)
+        };
+        let probes = arbiter.probes(entry, &key, &row);
+        if probes.iter().any(|probe| seen.contains(probe)) {
             if update.is_some() {
                 return Err(RsError::new(
                     &codes::CARDINALITY_VIOLATION,
@@ -168,26 +234,29 @@ pub(crate) async fn insert_on_conflict(
             outcomes.push(Outcome::Skipped);
             continue;
         }
-        let buffered = session
-            .transaction
-            .as_ref()
-            .and_then(|transaction| transaction.tables.get(&entry.id))
-            .and_then(|table| table.rows.get(&key))
-            .map(|(_, current)| current.clone());
-        let (existing, read) = match buffered {
-            Some(current) => (current, None),
-            None => {
-                let stored = match snapshot.table_row(entry.id, &key).await? {
-                    Some(bytes) => Some(decode_table_row(entry, &bytes)?),
-                    None => None,
-                };
-                (stored.clone(), stored)
+        let mut found = None;
+        for probe in &probes {
+            found = holders.existing(entry, pending, &snapshot, probe).await?;
+            if found.is_some() {
+                break;
             }
-        };
-        outcomes.push(match (existing, update) {
-            (None, _) => Outcome::Inserted(key, row),
+        }
+        seen.extend(probes);
+        outcomes.push(match (found, update) {
+            (None, _) => {
+                if !matches!(arbiter, Arbiter::PrimaryKey | Arbiter::Every)
+                    && !entry.primary_key.is_empty()
+                    && holders
+                        .existing(entry, pending, &snapshot, &Probe::Key(key.clone()))
+                        .await?
+                        .is_some()
+                {
+                    return Err(duplicate_key(entry, &row));
+                }
+                Outcome::Inserted(key, row)
+            }
             (Some(_), None) => Outcome::Skipped,
-            (Some(existing), Some(_)) => Outcome::Conflicts {
+            (Some((key, existing, read)), Some(_)) => Outcome::Conflicts {
                 key,
                 existing,
                 read,
@@ -247,6 +316,74 @@ pub(crate) async fn insert_on_conflict(
         }
     }
     Ok((count, kept))
+}
+
+/// Which of the transaction's rows of a table hold each UNIQUE value, for
+/// the lookups of one statement (its own inserts are not among them: they
+/// are found by the statement's `seen` values).
+struct Holders {
+    rows: HashMap<Probe, Vec<u8>>,
+}
+
+/// A row a proposed one conflicts with: its key, the row as the
+/// transaction sees it, and, when read from the snapshot, as read.
+type Existing = (Vec<u8>, Row, Option<Row>);
+
+impl Holders {
+    fn of(entry: &CatalogEntry, pending: Option<&PendingTable>) -> Holders {
+        let mut rows = HashMap::new();
+        for (key, (_, current)) in pending.into_iter().flat_map(|table| &table.rows) {
+            let Some(row) = current else {
+                continue;
+            };
+            for constraint in &entry.unique {
+                if let Some(value) = unique_entry_key(entry.id, constraint.id, &constraint.columns, row) {
+                    rows.insert(Probe::Unique(constraint.id, value), key.clone());
+                }
+            }
+        }
+        Holders { rows }
+    }
+
+    /// The row holding `probe`'s value, if any.
+    async fn existing(
+        &self,
+        entry: &CatalogEntry,
+        pending: Option<&PendingTable>,
+        snapshot: &SnapshotSet,
+        probe: &Probe,
+    ) -> RsResult<Option<Existing>> {
+        let buffered = |key: &[u8]| {
+            pending
+                .and_then(|table| table.rows.get(key))
+                .map(|(_, current)| current.clone())
+        };
+        let key = match probe {
+            Probe::Key(key) => key.clone(),
+            Probe::Unique(_, value) => {
+                if let Some(key) = self.rows.get(probe) {
+                    let current = buffered(key).flatten();
+                    return Ok(current.map(|row| (key.clone(), row, None)));
+                }
+                match snapshot.get(value).await? {
+                    // Its holder, unless the transaction changed it since
+                    // (then it holds the value only if `rows` says so).
+                    Some(owner) if buffered(&owner).is_none() => owner,
+                    _ => return Ok(None),
+                }
+            }
+        };
+        Ok(match buffered(&key) {
+            Some(current) => current.map(|row| (key, row, None)),
+            None => match snapshot.table_row(entry.id, &key).await? {
+                Some(bytes) => {
+                    let stored = decode_table_row(entry, &bytes)?;
+                    Some((key, stored.clone(), Some(stored)))
+                }
+                None => None,
+            },
+        })
+    }
 }
 
 /// The conflicting rows as `SET` makes them, in the order of their
