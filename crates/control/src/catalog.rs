@@ -197,6 +197,11 @@ pub struct UniqueConstraint {
     pub name: String,
     /// Column positions, in declaration order.
     pub columns: Vec<usize>,
+    /// Made by `CREATE UNIQUE INDEX`: an index without a constraint, as
+    /// PostgreSQL keeps it (`DROP INDEX` removes it, `pg_constraint` does
+    /// not list it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub index_only: bool,
 }
 
 fn is_zero_u16(value: &u16) -> bool {

@@ -815,11 +815,14 @@ pub struct DeclaredUnique {
     pub name: Option<String>,
     /// Column positions.
     pub columns: Vec<usize>,
+    /// `CREATE UNIQUE INDEX`: an index, no constraint.
+    pub index_only: bool,
 }
 
 /// Gives table `entry` (in `catalog`) the UNIQUE constraint `declared`,
 /// named as given or as PostgreSQL names it (`t_a_key`, else `t_a_key1`,
-/// …); a given name must be free among relations and constraints (42P07).
+/// …; an index `t_a_idx`); a given name must be free among relations and
+/// constraints (42P07).
 pub(crate) fn add_unique(
     catalog: &[CatalogEntry],
     entry: &mut CatalogEntry,
@@ -839,7 +842,11 @@ pub(crate) fn add_unique(
                 .iter()
                 .map(|column| entry.columns[*column].name.as_str())
                 .collect();
-            free_name(&format!("{}_{}_key", entry.name, columns.join("_")), taken)
+            let suffix = if declared.index_only { "idx" } else { "key" };
+            free_name(
+                &format!("{}_{}_{suffix}", entry.name, columns.join("_")),
+                taken,
+            )
         }
     };
     let id = entry.next_unique_id;
@@ -857,6 +864,7 @@ pub(crate) fn add_unique(
         id,
         name,
         columns: declared.columns,
+        index_only: declared.index_only,
     });
     Ok(())
 }

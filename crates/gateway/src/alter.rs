@@ -7,8 +7,8 @@
 
 use datafusion::arrow::array::{Array, BinaryArray};
 use datafusion::sql::sqlparser::ast::{
-    AlterColumnOperation, AlterTable, AlterTableOperation, DropBehavior, Ident,
-    RenameTableNameKind, TableConstraint,
+    AlterColumnOperation, AlterTable, AlterTableOperation, CreateIndex, DropBehavior, Ident,
+    ObjectName, RenameTableNameKind, TableConstraint,
 };
 use rockstream_control::{Alteration, Altered, ColumnDef, DeclaredUnique, Rename};
 use rockstream_pgwire::StatementResult;
@@ -164,6 +164,7 @@ async fn alter_once(
             Alteration::AddUnique(DeclaredUnique {
                 name: constraint.name.as_ref().map(ident_name),
                 columns: unique_columns(&entry.columns, &constraint.columns)?,
+                index_only: false,
             })
         }
         AlterTableOperation::DropConstraint {
@@ -174,6 +175,7 @@ async fn alter_once(
             from = ident_name(constraint);
             Alteration::DropConstraint {
                 name: &from,
+                index: false,
                 if_exists: *constraint_if_exists,
             }
         }
@@ -192,6 +194,7 @@ async fn alter_once(
         let unique = Alteration::AddUnique(DeclaredUnique {
             name: constraint,
             columns: vec![columns - 1],
+            index_only: false,
         });
         apply(gateway, session, name, unique, false).await?;
     }
@@ -350,4 +353,113 @@ fn action_name(operation: &AlterTableOperation) -> String {
         .take(2)
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// `CREATE UNIQUE INDEX [name] ON t (columns)`: a UNIQUE constraint that
+/// is only an index, as PostgreSQL keeps one (RFC 0006); plain indexes
+/// are not built.
+pub(crate) async fn create_unique_index(
+    gateway: &Gateway,
+    session: &mut GatewaySession,
+    create: &CreateIndex,
+) -> RsResult<StatementResult> {
+    let refused = if !create.unique {
+        Some("CREATE INDEX is not supported: RockStream keeps no secondary indexes yet (CREATE UNIQUE INDEX is)")
+    } else if create.predicate.is_some() {
+        Some("partial unique indexes (CREATE UNIQUE INDEX ... WHERE) are not supported")
+    } else if !create.include.is_empty()
+        || !create.with.is_empty()
+        || !create.index_options.is_empty()
+        || !create.alter_options.is_empty()
+    {
+        Some("CREATE UNIQUE INDEX ... INCLUDE / WITH (...) is not supported")
+    } else if create.nulls_distinct == Some(false) {
+        Some("UNIQUE NULLS NOT DISTINCT is not supported: NULLs are distinct, as by default")
+    } else if create
+        .using
+        .as_ref()
+        .is_some_and(|using| !using.to_string().eq_ignore_ascii_case("btree"))
+    {
+        Some("CREATE UNIQUE INDEX ... USING is supported for btree only")
+    } else {
+        None
+    };
+    if let Some(message) = refused {
+        return Err(unsupported(message));
+    }
+    let table = object_name(&create.table_name.to_string());
+    let entry = gateway.entry(session, &table, None)?;
+    let name = create
+        .name
+        .as_ref()
+        .map(|name| object_name(&name.to_string()));
+    if create.if_not_exists
+        && name.as_ref().is_some_and(|name| {
+            gateway
+                .entries(session)
+                .iter()
+                .any(|other| other.name == *name || other.owned_names().any(|own| own == name))
+        })
+    {
+        return Ok(StatementResult::command("CREATE INDEX"));
+    }
+    let declared = DeclaredUnique {
+        name,
+        columns: unique_columns(&entry.columns, &create.columns)?,
+        index_only: true,
+    };
+    apply(
+        gateway,
+        session,
+        &table,
+        Alteration::AddUnique(declared),
+        false,
+    )
+    .await?;
+    crate::unique::check_added(gateway, session, &table)?;
+    Ok(StatementResult::command("CREATE INDEX"))
+}
+
+/// `DROP INDEX [IF EXISTS] name, …` of indexes `CREATE UNIQUE INDEX`
+/// made.
+pub(crate) async fn drop_indexes(
+    gateway: &Gateway,
+    session: &mut GatewaySession,
+    names: &[ObjectName],
+    if_exists: bool,
+) -> RsResult<StatementResult> {
+    for name in names {
+        let name = object_name(&name.to_string());
+        let entries = gateway.entries(session);
+        let table = entries.iter().find(|entry| {
+            entry.unique.iter().any(|unique| unique.name == name)
+                || (!entry.primary_key.is_empty() && format!("{}_pkey", entry.name) == name)
+        });
+        let Some(table) = table else {
+            if if_exists {
+                continue;
+            }
+            return Err(RsError::new(
+                &codes::UNDEFINED_CONSTRAINT,
+                format!("index \"{name}\" does not exist"),
+            ));
+        };
+        if !table.unique.iter().any(|unique| unique.name == name) {
+            return Err(RsError::new(
+                &codes::INDEX_OF_CONSTRAINT,
+                format!(
+                    "cannot drop index {name} because constraint {name} on table {} requires it",
+                    table.name
+                ),
+            ));
+        }
+        let table = table.name.clone();
+        let drop = Alteration::DropConstraint {
+            name: &name,
+            index: true,
+            if_exists: false,
+        };
+        apply(gateway, session, &table, drop, false).await?;
+    }
+    Ok(StatementResult::command("DROP INDEX"))
 }

@@ -445,6 +445,17 @@ impl Gateway {
                 crate::roles::alter_role(&self.database, &ident_name(name), operation).await
             }
             Statement::Drop {
+                object_type: ObjectType::Index,
+                if_exists,
+                names,
+                cascade: false,
+                ..
+            } => {
+                let result = crate::alter::drop_indexes(self, session, names, *if_exists).await?;
+                self.autocommit(session, in_explicit).await?;
+                Ok(result)
+            }
+            Statement::Drop {
                 object_type,
                 if_exists,
                 names,
@@ -497,6 +508,11 @@ impl Gateway {
                 session_commands::run(session, statement, in_explicit, prepared)
             }
             Statement::Set(_) => command("SET"),
+            Statement::CreateIndex(create) => {
+                let result = crate::alter::create_unique_index(self, session, create).await?;
+                self.autocommit(session, in_explicit).await?;
+                Ok(result)
+            }
             Statement::AlterTable(alter) => {
                 let result = crate::alter::alter_table(self, session, alter).await?;
                 self.autocommit(session, in_explicit).await?;

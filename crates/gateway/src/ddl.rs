@@ -310,6 +310,7 @@ pub fn table_columns(create: &CreateTable) -> RsResult<TableDefinition> {
             unique.push(DeclaredUnique {
                 name,
                 columns: vec![index],
+                index_only: false,
             });
         }
         columns.push(declared.column);
@@ -333,6 +334,7 @@ pub fn table_columns(create: &CreateTable) -> RsResult<TableDefinition> {
                 unique.push(DeclaredUnique {
                     name: constraint.name.as_ref().map(ident_name),
                     columns: unique_columns(&columns, &constraint.columns)?,
+                    index_only: false,
                 });
             }
             other => {

@@ -179,6 +179,7 @@ impl TableResolver for SnapshotResolver {
                     id: constraint.id,
                     name: constraint.name.clone(),
                     columns: constraint.columns.clone(),
+                    index_only: constraint.index_only,
                 })
                 .collect(),
             populated: self.context.engine.view_status(entry.id).is_populated(),

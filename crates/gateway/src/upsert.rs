@@ -131,7 +131,11 @@ pub(crate) fn on_conflict<'a>(
         }
         Some(ConflictTarget::OnConstraint(name)) => {
             let name = crate::backend::object_name(&name.to_string());
-            match entry.unique.iter().find(|constraint| constraint.name == name) {
+            match entry
+                .unique
+                .iter()
+                .find(|constraint| constraint.name == name)
+            {
                 Some(constraint) => Arbiter::Unique(constraint.clone()),
                 None if !entry.primary_key.is_empty() && name == format!("{}_pkey", entry.name) => {
                     Arbiter::PrimaryKey
@@ -337,7 +341,9 @@ impl Holders {
                 continue;
             };
             for constraint in &entry.unique {
-                if let Some(value) = unique_entry_key(entry.id, constraint.id, &constraint.columns, row) {
+                if let Some(value) =
+                    unique_entry_key(entry.id, constraint.id, &constraint.columns, row)
+                {
                     rows.insert(Probe::Unique(constraint.id, value), key.clone());
                 }
             }

@@ -154,6 +154,8 @@ pub mod codes {
             "Close the sessions connected to the database, then drop it from a session connected to another one (dbname=default).");
         DEFAULT_DATABASE = (2068, "ddl.default_database_permanent", "55000",
             "The database 'default' cannot be dropped; drop the objects in it instead (DROP TABLE ... CASCADE).");
+        INDEX_OF_CONSTRAINT = (2069, "ddl.index_of_constraint", "2BP01",
+            "The index backs a constraint: drop the constraint instead (ALTER TABLE <table> DROP CONSTRAINT <name>), which drops the index with it.");
         CURSOR_SCANS_FORWARD = (2052, "session.cursor_scans_forward_only", "55000",
             "Cursors move forward only here (FETCH NEXT, FETCH n, FETCH FORWARD n, FETCH ALL); declare the query again to read from the start.");
         // Direct-write transactions: 2200–2299.

@@ -47,9 +47,11 @@ pub enum Alteration<'a> {
     /// through every row, so that the commit checks them all and writes
     /// their entries (RFC 0006).
     AddUnique(DeclaredUnique),
-    /// `DROP CONSTRAINT name` / `DROP INDEX name`.
+    /// `DROP CONSTRAINT name`, or (`index`) `DROP INDEX name` of an
+    /// index `CREATE UNIQUE INDEX` made.
     DropConstraint {
         name: &'a str,
+        index: bool,
         if_exists: bool,
     },
 }
@@ -316,17 +318,34 @@ impl Database {
             }
             Alteration::DropConstraint {
                 name: constraint,
+                index,
                 if_exists,
             } => {
-                let Some(position) = after
+                let found = after
                     .unique
                     .iter()
-                    .position(|unique| unique.name == constraint)
+                    .position(|unique| unique.name == constraint);
+                if let (Some(position), true) = (found, index) {
+                    if !after.unique[position].index_only {
+                        return Err(RsError::new(
+                            &codes::INDEX_OF_CONSTRAINT,
+                            format!("cannot drop index {constraint} because constraint {constraint} on table {name} requires it"),
+                        )
+                        .with_detail(format!("You can drop constraint {constraint} on table {name} instead.")));
+                    }
+                }
+                let Some(position) =
+                    found.filter(|position| after.unique[*position].index_only == index)
                 else {
                     if if_exists {
                         return Ok(None);
                     }
-                    return Err(if constraint == format!("{name}_pkey") {
+                    return Err(if index {
+                        RsError::new(
+                            &codes::UNDEFINED_CONSTRAINT,
+                            format!("index \"{constraint}\" does not exist"),
+                        )
+                    } else if constraint == format!("{name}_pkey") {
                         RsError::new(
                             &codes::DROP_KEY_COLUMN,
                             format!("cannot drop constraint \"{constraint}\" of table \"{name}\": a table's primary key is fixed when it is created"),

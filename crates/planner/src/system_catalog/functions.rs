@@ -398,14 +398,17 @@ impl CatalogFunction {
                     index.column_list()
                 )
             }),
-            Function::ConstraintDef => index(|index| index.constraint_oid).map(|index| {
-                let kind = if index.primary {
-                    "PRIMARY KEY"
-                } else {
-                    "UNIQUE"
-                };
-                format!("{kind} ({})", index.column_list())
-            }),
+            Function::ConstraintDef => indexes
+                .iter()
+                .find(|index| index.constraint && index.constraint_oid == oid)
+                .map(|index| {
+                    let kind = if index.primary {
+                        "PRIMARY KEY"
+                    } else {
+                        "UNIQUE"
+                    };
+                    format!("{kind} ({})", index.column_list())
+                }),
             Function::ViewDef => relation(oid)
                 .filter(|relation| relation.kind != RelationKind::Table)
                 .and_then(|relation| relation.definition.clone()),

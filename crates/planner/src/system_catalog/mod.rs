@@ -71,6 +71,8 @@ pub struct UniqueInfo {
     pub name: String,
     /// Column positions.
     pub columns: Vec<usize>,
+    /// Made by `CREATE UNIQUE INDEX`: an index without a constraint.
+    pub index_only: bool,
 }
 
 /// A unique index with its constraint, as `pg_index`, `pg_constraint` and
@@ -81,6 +83,8 @@ pub(crate) struct IndexInfo<'a> {
     pub name: String,
     pub columns: &'a [usize],
     pub primary: bool,
+    /// A constraint goes with it (`pg_constraint` lists it).
+    pub constraint: bool,
     pub index_oid: i64,
     pub constraint_oid: i64,
 }
@@ -180,6 +184,7 @@ impl RelationInfo {
             name: format!("{}_pkey", self.name),
             columns: &self.primary_key,
             primary: true,
+            constraint: true,
             index_oid: self.oid() + 1,
             constraint_oid: self.oid() + 2,
         });
@@ -192,6 +197,7 @@ impl RelationInfo {
                 name: unique.name.clone(),
                 columns: &unique.columns,
                 primary: false,
+                constraint: !unique.index_only,
                 index_oid: first + 2 * i64::from(unique.id),
                 constraint_oid: first + 2 * i64::from(unique.id) + 1,
             }))
@@ -525,6 +531,7 @@ mod tests {
                     id: 0,
                     name: "orders_amount_key".into(),
                     columns: vec![1],
+                    index_only: false,
                 }],
                 populated: true,
             },

@@ -309,11 +309,13 @@ pub(crate) fn pg_index(relations: &[RelationInfo]) -> DataFusionResult<RecordBat
     ])
 }
 
-/// `pg_constraint`: the primary keys and UNIQUE constraints (NOT NULL is a
+/// `pg_constraint`: the primary keys and UNIQUE constraints, not the
+/// indexes `CREATE UNIQUE INDEX` made (NOT NULL is a
 /// column property, as in PostgreSQL 15). No foreign keys exist, so
 /// `confrelid` is always 0.
 pub(crate) fn pg_constraint(relations: &[RelationInfo]) -> DataFusionResult<RecordBatch> {
-    let indexes = all_indexes(relations);
+    let mut indexes = all_indexes(relations);
+    indexes.retain(|index| index.constraint);
     let count = indexes.len();
     batch(vec![
         (

@@ -110,7 +110,10 @@ async fn ad_hoc_queries_outside_the_supported_forms_are_refused_by_name() {
 /// connection and the server working.
 const UNSUPPORTED_STATEMENTS: &[&str] = &[
     "CREATE INDEX i ON t (k)",
-    "ALTER TABLE t ADD CONSTRAINT u UNIQUE (k)",
+    "ALTER TABLE t ADD CONSTRAINT c CHECK (k <> '')",
+    "ALTER TABLE t ADD CONSTRAINT u UNIQUE NULLS NOT DISTINCT (k)",
+    "CREATE UNIQUE INDEX ui ON t (k) WHERE k <> ''",
+    "CREATE UNIQUE INDEX ui ON t (lower(k))",
     "ALTER TABLE t ADD COLUMN y INT PRIMARY KEY",
     "ALTER TABLE t ALTER COLUMN k TYPE INT",
     "ALTER TABLE t OWNER TO postgres",
