@@ -634,6 +634,7 @@ pub(crate) fn duplicate_key(entry: &CatalogEntry, row: &Row) -> RsError {
         primary_key_names(entry),
         key_text.join(", ")
     ))
+    .with_constraint(&entry.name, format!("{}_pkey", entry.name))
 }
 
 fn primary_key_names(entry: &CatalogEntry) -> String {

@@ -172,5 +172,7 @@ pub(crate) fn violation(
             format!("{key} already exists."),
         )
     };
-    RsError::new(&codes::UNIQUE_CONSTRAINT_VIOLATION, message).with_detail(detail)
+    RsError::new(&codes::UNIQUE_CONSTRAINT_VIOLATION, message)
+        .with_detail(detail)
+        .with_constraint(&entry.name, &constraint.name)
 }

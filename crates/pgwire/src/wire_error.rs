@@ -17,6 +17,11 @@ pub(crate) fn error_info(error: &RsError, severity: &str) -> ErrorInfo {
     );
     info.detail = error.detail.clone();
     info.hint = Some(error.next_steps().to_owned());
+    if let Some((table, constraint)) = &error.constraint {
+        info.schema = Some("public".to_owned());
+        info.table = Some(table.clone());
+        info.constraint = Some(constraint.clone());
+    }
     info
 }
 

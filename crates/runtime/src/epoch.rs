@@ -988,6 +988,7 @@ async fn validate_table_changes<S: StateStore>(
                         change.table_name
                     ),
                 )
+                .with_constraint(&change.table_name, format!("{}_pkey", change.table_name))
             } else {
                 RsError::new(
                     &codes::OPTIMISTIC_CONFLICT,

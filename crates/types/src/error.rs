@@ -229,6 +229,10 @@ pub struct RsError {
     pub code: &'static ErrorCode,
     pub message: String,
     pub detail: Option<String>,
+    /// The table and constraint a constraint violation names (PostgreSQL's
+    /// ErrorResponse `t` and `n` fields, which drivers expose, such as
+    /// asyncpg's `constraint_name`).
+    pub constraint: Option<(String, String)>,
 }
 
 pub type RsResult<T> = Result<T, RsError>;
@@ -239,11 +243,22 @@ impl RsError {
             code,
             message: message.into(),
             detail: None,
+            constraint: None,
         }
     }
 
     pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
         self.detail = Some(detail.into());
+        self
+    }
+
+    /// Names the constraint of `table` the error violates.
+    pub fn with_constraint(
+        mut self,
+        table: impl Into<String>,
+        constraint: impl Into<String>,
+    ) -> Self {
+        self.constraint = Some((table.into(), constraint.into()));
         self
     }
 

@@ -61,6 +61,9 @@ pub struct ColumnSpec {
     pub sql_type: &'static str,
     pub values: Values,
     pub nullable: bool,
+    /// Declared `UNIQUE`: statements that would repeat a value fail, on
+    /// both sides alike.
+    pub unique: bool,
 }
 
 impl ColumnSpec {
@@ -70,11 +73,17 @@ impl ColumnSpec {
             sql_type,
             values,
             nullable: true,
+            unique: false,
         }
     }
 
     pub fn not_null(mut self) -> ColumnSpec {
         self.nullable = false;
+        self
+    }
+
+    pub fn unique(mut self) -> ColumnSpec {
+        self.unique = true;
         self
     }
 }
@@ -98,6 +107,9 @@ impl TableSpec {
                     definition.push_str(" PRIMARY KEY");
                 } else if !column.nullable {
                     definition.push_str(" NOT NULL");
+                }
+                if column.unique {
+                    definition.push_str(" UNIQUE");
                 }
                 definition
             })
@@ -407,6 +419,8 @@ pub fn orders_and_customers_tables() -> Vec<TableSpec> {
     const NAMES: &[&str] = &["Ada", "Grace", "Edsger", "Barbara", "Ken", ""];
     const TIERS: &[&str] = &["gold", "silver", "bronze"];
     const REGIONS: &[&str] = &["eu", "us", "apac", "latam"];
+    // Fewer than the customers: writes repeat them, and fail as PostgreSQL's do.
+    const EMAILS: &[&str] = &["a@x", "b@x", "c@x", "d@x", "e@x", "f@x", "g@x", "h@x"];
     vec![
         TableSpec {
             name: "customers",
@@ -414,6 +428,7 @@ pub fn orders_and_customers_tables() -> Vec<TableSpec> {
                 ColumnSpec::new("id", "BIGINT", Values::Integer { min: 1, max: 12 }),
                 ColumnSpec::new("name", "TEXT", Values::Text(NAMES)).not_null(),
                 ColumnSpec::new("tier", "TEXT", Values::Text(TIERS)),
+                ColumnSpec::new("email", "TEXT", Values::Text(EMAILS)).unique(),
             ],
             primary_key: Some("id"),
         },

@@ -89,7 +89,7 @@ async fn check_index(
     let mut taken: HashMap<&[u8], &[u8]> = HashMap::with_capacity(added.len());
     for (key, row_key, values) in &added {
         if taken.insert(key, row_key).is_some() {
-            return Err(violation(index, values));
+            return Err(violation(&change.table_name, index, values));
         }
     }
     // Entries held in storage by a row this change does not take them from.
@@ -109,7 +109,7 @@ async fn check_index(
         let owners = stores[shard].get_many(&keys).await?;
         for ((_, row_key, values), owner) in entries.into_iter().zip(owners) {
             if owner.is_some_and(|owner| owner != *row_key) {
-                return Err(violation(index, values));
+                return Err(violation(&change.table_name, index, values));
             }
         }
     }
@@ -141,7 +141,7 @@ fn shard_of(map: &BucketMap, key: &[u8]) -> usize {
 
 /// PostgreSQL's error for a row whose values another row holds; for a
 /// constraint being added, its error for building the index.
-pub(crate) fn violation(index: &UniqueIndex, row: &[Datum]) -> RsError {
+pub(crate) fn violation(table: &str, index: &UniqueIndex, row: &[Datum]) -> RsError {
     let values: Vec<String> = index
         .columns
         .iter()
@@ -165,5 +165,7 @@ pub(crate) fn violation(index: &UniqueIndex, row: &[Datum]) -> RsError {
             format!("{key} is duplicated."),
         ),
     };
-    RsError::new(&codes::UNIQUE_CONSTRAINT_VIOLATION, message).with_detail(detail)
+    RsError::new(&codes::UNIQUE_CONSTRAINT_VIOLATION, message)
+        .with_detail(detail)
+        .with_constraint(table, &index.name)
 }

@@ -105,7 +105,7 @@ async fn oracle_differential_framework_agrees_with_itself() {
 async fn oracle_differential_framework_detects_a_wrong_view() {
     let settings = Settings {
         seed: 1,
-        transactions: 40,
+        transactions: 200,
         ..Settings::from_environment()
     };
     let scenario = orders_and_customers_scenario();
