@@ -41,8 +41,13 @@ use crate::fast_path;
 use crate::providers::SnapshotResolver;
 use crate::session::GatewaySession;
 
+/// A prepared statement's parsed form, kept by the wire layer
+/// ([`Described::parsed`]) and copied for each Execute.
+struct Parsed(Vec<Command>);
+
 /// A statement as the gateway runs it: one sqlparser reads, or one of
 /// PostgreSQL's it lacks.
+#[derive(Clone)]
 pub(crate) enum Command {
     Sql(Box<Statement>),
     /// `REFRESH MATERIALIZED VIEW [CONCURRENTLY] name [WITH [NO] DATA]`.
@@ -544,17 +549,20 @@ impl Gateway {
                     return Some(Described {
                         parameter_types: Vec::new(),
                         columns: Some(columns),
+                        ..Default::default()
                     });
                 }
                 let (parameter_types, columns) = fast_path::point_lookup_types(query, table)?;
                 Some(Described {
                     parameter_types,
                     columns: Some(columns),
+                    ..Default::default()
                 })
             }
             Statement::Insert(insert) => Some(Described {
                 parameter_types: fast_path::insert_parameter_types(insert, table)?,
                 columns: None,
+                ..Default::default()
             }),
             Statement::ShowVariable { variable } => {
                 let variable: Vec<String> =
@@ -562,6 +570,7 @@ impl Gateway {
                 Some(Described {
                     parameter_types: Vec::new(),
                     columns: Some(show_schema(show_column_name(&variable.join(" ")))),
+                    ..Default::default()
                 })
             }
             _ => None,
@@ -628,11 +637,18 @@ impl Backend for Gateway {
         sql: &str,
     ) -> Result<Described, RsError> {
         let _text = self.memory().reserve_text(sql)?;
-        let statements = parse(sql)?;
+        let mut statements = parse(sql)?;
+        // Executes take the first statement (the extended protocol runs one).
+        statements.truncate(1);
+        let parsed: Arc<dyn std::any::Any + Send + Sync> = Arc::new(Parsed(statements));
+        let Some(Parsed(statements)) = parsed.downcast_ref::<Parsed>() else {
+            return Err(RsError::internal("a parsed statement of another type"));
+        };
         let Some(Command::Sql(statement)) = statements.first() else {
             return Ok(Described {
                 parameter_types: Vec::new(),
                 columns: None,
+                parsed: Some(parsed.clone()),
             });
         };
         let mut described = self.describe_statement(session, statement).await?;
@@ -640,6 +656,7 @@ impl Backend for Gateway {
         if let Some(columns) = self.returning_columns(session, statement).await? {
             described.columns = Some(columns);
         }
+        described.parsed = Some(parsed.clone());
         Ok(described)
     }
 
@@ -654,14 +671,23 @@ impl Backend for Gateway {
         // Types PostgreSQL fixed at Parse; described again only if Parse
         // could not type every parameter (a table created since).
         let redescribed;
-        let parameter_types = if described.parameter_types.len() >= params.len() {
-            &described.parameter_types
+        let described = if described.parameter_types.len() >= params.len() {
+            described
         } else {
             redescribed = self.describe(session, sql).await?;
-            &redescribed.parameter_types
+            &redescribed
         };
+        let parameter_types = &described.parameter_types;
         let _text = self.memory().reserve_text(sql)?;
-        let mut statements = parse(sql)?;
+        // Parsed at Parse (a copy, which binding rewrites), or now.
+        let mut statements = match described
+            .parsed
+            .as_ref()
+            .and_then(|parsed| parsed.downcast_ref::<Parsed>())
+        {
+            Some(Parsed(statements)) => statements.clone(),
+            None => parse(sql)?,
+        };
         let Some(command) = statements.first_mut() else {
             return Ok(StatementResult::Command { tag: String::new() });
         };
@@ -800,6 +826,7 @@ impl Gateway {
                     .cursors
                     .get(&name)
                     .map(|cursor| cursor.rows.schema()),
+                ..Default::default()
             });
         }
         let resolver = Arc::new(SnapshotResolver {
@@ -843,6 +870,7 @@ impl Gateway {
             return Ok(Described {
                 parameter_types: padded_parameters(Vec::new(), statement, &casts),
                 columns: None,
+                ..Default::default()
             });
         };
         let plan = match statement {
@@ -881,6 +909,7 @@ impl Gateway {
         Ok(Described {
             parameter_types,
             columns,
+            ..Default::default()
         })
     }
 }

@@ -539,6 +539,7 @@ mod tests {
                 described: Described {
                     parameter_types: vec![DataType::Int64, DataType::Utf8],
                     columns: None,
+                    parsed: None,
                 },
             },
             vec![Some(Type::INT4), None],

@@ -53,6 +53,9 @@ mod server;
 mod types;
 mod wire_error;
 
+use std::any::Any;
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
@@ -178,12 +181,17 @@ impl CopyTarget {
 }
 
 /// A statement's parameter and result types, for the extended protocol.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Described {
     /// The Arrow type of each `$n` placeholder, in order.
     pub parameter_types: Vec<DataType>,
     /// The result columns; `None` for commands.
     pub columns: Option<SchemaRef>,
+    /// The backend's own parsed form of the statement, kept with the
+    /// prepared statement and handed back at each Execute, so that a
+    /// statement is parsed once (as PostgreSQL keeps a prepared
+    /// statement's parse tree). Opaque here.
+    pub parsed: Option<Arc<dyn Any + Send + Sync>>,
 }
 
 /// The SQL engine behind the wire. One `Session` per connection.

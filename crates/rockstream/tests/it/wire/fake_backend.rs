@@ -268,6 +268,7 @@ impl Backend for FakeBackend {
         Ok(Described {
             parameter_types,
             columns,
+            parsed: None,
         })
     }
 
