@@ -261,6 +261,12 @@ impl CatalogEntry {
             })
     }
 
+    /// The name PostgreSQL gives its primary key's index and constraint,
+    /// if it has one (`<table>_pkey`).
+    pub fn key_name(&self) -> Option<String> {
+        (!self.primary_key.is_empty()).then(|| format!("{}_pkey", self.name))
+    }
+
     /// The names of the sequences its columns own and of its UNIQUE
     /// constraints, which share the namespace of relations.
     pub fn owned_names(&self) -> impl Iterator<Item = &str> {

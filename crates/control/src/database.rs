@@ -755,10 +755,6 @@ impl Database {
     }
 }
 
-/// The version of in-memory `entry` a reader whose state records catalog
-/// transaction `watermark` sees, if any: an entry a catalog transaction
-/// created exists once it has committed, one it dropped until then, and
-/// one it altered is its `previous` until then (RFC 0002, RFC 0004).
 /// Every object of `namespace` in `catalog`, in creation order, as a reader
 /// whose state records catalog transaction `watermark` sees them
 /// (`Published::ddl_transaction`): an entry a catalog transaction created
@@ -773,6 +769,10 @@ fn entries_of(catalog: &[CatalogEntry], namespace: &str, watermark: u64) -> Vec<
         .collect()
 }
 
+/// The version of in-memory `entry` a reader whose state records catalog
+/// transaction `watermark` sees, if any: an entry a catalog transaction
+/// created exists once it has committed, one it dropped until then, and
+/// one it altered is its `previous` until then (RFC 0002, RFC 0004).
 fn version_at(entry: &CatalogEntry, watermark: u64) -> Option<&CatalogEntry> {
     match entry.transaction {
         None => Some(entry),
@@ -807,6 +807,9 @@ pub struct NewTable<'a> {
     pub if_not_exists: bool,
 }
 
+/// The longest identifier PostgreSQL keeps, in bytes (`NAMEDATALEN - 1`).
+const IDENTIFIER_BYTES_MAX: usize = 63;
+
 /// A UNIQUE constraint as `CREATE TABLE`, `ALTER TABLE … ADD CONSTRAINT`
 /// or `CREATE UNIQUE INDEX` declares it.
 #[derive(Debug, Clone)]
@@ -832,6 +835,7 @@ pub(crate) fn add_unique(
         !name_is_free(catalog, candidate, true).unwrap_or(false)
             || candidate == entry.name
             || entry.owned_names().any(|own| own == candidate)
+            || entry.key_name().is_some_and(|key| key == candidate)
     };
     let name = match declared.name {
         Some(name) if taken(&name) => return Err(already_exists(&name)),
@@ -843,10 +847,18 @@ pub(crate) fn add_unique(
                 .map(|column| entry.columns[*column].name.as_str())
                 .collect();
             let suffix = if declared.index_only { "idx" } else { "key" };
-            free_name(
-                &format!("{}_{}_{suffix}", entry.name, columns.join("_")),
-                taken,
-            )
+            // PostgreSQL's names fit an identifier (63 bytes), with room
+            // for a number that makes one unique.
+            let mut base = format!("{}_{}", entry.name, columns.join("_"));
+            let room = IDENTIFIER_BYTES_MAX - suffix.len() - 3;
+            if base.len() > room {
+                let mut end = room;
+                while !base.is_char_boundary(end) {
+                    end -= 1;
+                }
+                base.truncate(end);
+            }
+            free_name(&format!("{base}_{suffix}"), taken)
         }
     };
     let id = entry.next_unique_id;
@@ -1024,8 +1036,11 @@ pub(super) fn name_is_free(
     name: &str,
     if_not_exists: bool,
 ) -> RsResult<bool> {
-    let names_it =
-        |entry: &CatalogEntry| entry.name == name || entry.owned_names().any(|own| own == name);
+    let names_it = |entry: &CatalogEntry| {
+        entry.name == name
+            || entry.owned_names().any(|own| own == name)
+            || entry.key_name().is_some_and(|key| key == name)
+    };
     if !catalog.iter().any(names_it) {
         return Ok(true);
     }

@@ -36,11 +36,14 @@ pub(crate) async fn check_statement(
     if constrained.is_empty() {
         return Ok(());
     }
-    let snapshot = transaction
-        .snapshot
-        .clone()
-        .unwrap_or_else(|| gateway.database().engine().published().snapshot);
+    // The newest state, whatever the isolation level: the commit checks
+    // against it too, so a value freed since a REPEATABLE READ snapshot
+    // is free.
+    let snapshot = gateway.database().engine().published().snapshot;
     for entry in &constrained {
+        // Rows of another layout (a concurrent ALTER) cannot commit (40001),
+        // and the constraint's positions do not fit them.
+        session.check_layout(entry)?;
         let table = &transaction.tables[&entry.id];
         let earlier = before.as_ref().and_then(|tables| tables.get(&entry.id));
         let changed: Vec<(&[u8], &Row)> = table

@@ -134,7 +134,8 @@ pub(crate) fn on_conflict<'a>(
             match entry
                 .unique
                 .iter()
-                .find(|constraint| constraint.name == name)
+                // An index `CREATE UNIQUE INDEX` made is no constraint.
+                .find(|constraint| constraint.name == name && !constraint.index_only)
             {
                 Some(constraint) => Arbiter::Unique(constraint.clone()),
                 None if !entry.primary_key.is_empty() && name == format!("{}_pkey", entry.name) => {
@@ -212,7 +213,22 @@ pub(crate) async fn insert_on_conflict(
         .as_ref()
         .and_then(|transaction| transaction.tables.get(&entry.id));
     let holders = Holders::of(entry, pending);
-    let mut seen: HashSet<Probe> = HashSet::new();
+    // The values the statement's inserted rows hold (keys and every
+    // UNIQUE value), and the rows its updates affect.
+    let mut taken: HashSet<Probe> = HashSet::new();
+    let mut affected: HashSet<Vec<u8>> = HashSet::new();
+    let second_time = || {
+        RsError::new(
+            &codes::CARDINALITY_VIOLATION,
+            format!(
+                "ON CONFLICT DO UPDATE command cannot affect row a second time (relation \"{}\")",
+                entry.name
+            ),
+        )
+        .with_detail(
+            "Ensure that no rows proposed for insertion within the same command have duplicate constrained values.",
+        )
+    };
     let mut outcomes = Vec::with_capacity(rows.len());
     for mut row in rows {
         conform_row(entry, &limits, &mut row)?;
@@ -222,18 +238,10 @@ pub(crate) async fn insert_on_conflict(
             table_row_key(&entry.primary_key, &row)
         };
         let probes = arbiter.probes(entry, &key, &row);
-        if probes.iter().any(|probe| seen.contains(probe)) {
+        if probes.iter().any(|probe| taken.contains(probe)) {
+            // A row this statement inserted holds the value.
             if update.is_some() {
-                return Err(RsError::new(
-                    &codes::CARDINALITY_VIOLATION,
-                    format!(
-                        "ON CONFLICT DO UPDATE command cannot affect row a second time (relation \"{}\")",
-                        entry.name
-                    ),
-                )
-                .with_detail(
-                    "Ensure that no rows proposed for insertion within the same command have duplicate constrained values.",
-                ));
+                return Err(second_time());
             }
             outcomes.push(Outcome::Skipped);
             continue;
@@ -245,27 +253,36 @@ pub(crate) async fn insert_on_conflict(
                 break;
             }
         }
-        seen.extend(probes);
         outcomes.push(match (found, update) {
             (None, _) => {
+                // Under another arbiter the key may still be taken, by a
+                // row there is or one this statement inserted.
+                let key_probe = Probe::Key(key.clone());
                 if !matches!(arbiter, Arbiter::PrimaryKey | Arbiter::Every)
                     && !entry.primary_key.is_empty()
-                    && holders
-                        .existing(entry, pending, &snapshot, &Probe::Key(key.clone()))
-                        .await?
-                        .is_some()
+                    && (taken.contains(&key_probe)
+                        || holders
+                            .existing(entry, pending, &snapshot, &key_probe)
+                            .await?
+                            .is_some())
                 {
                     return Err(duplicate_key(entry, &row));
                 }
+                taken.extend(Arbiter::Every.probes(entry, &key, &row));
                 Outcome::Inserted(key, row)
             }
             (Some(_), None) => Outcome::Skipped,
-            (Some((key, existing, read)), Some(_)) => Outcome::Conflicts {
-                key,
-                existing,
-                read,
-                proposed: row,
-            },
+            (Some((key, existing, read)), Some(_)) => {
+                if !affected.insert(key.clone()) {
+                    return Err(second_time());
+                }
+                Outcome::Conflicts {
+                    key,
+                    existing,
+                    read,
+                    proposed: row,
+                }
+            }
         });
     }
     let updated = match update {
