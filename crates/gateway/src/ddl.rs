@@ -403,13 +403,12 @@ fn key_column(columns: &[ColumnDef], column: &IndexColumn) -> RsResult<usize> {
 pub(crate) fn unique_columns(columns: &[ColumnDef], named: &[IndexColumn]) -> RsResult<Vec<usize>> {
     let mut positions = Vec::with_capacity(named.len());
     for column in named {
-        if column.operator_class.is_some()
-            || column.column.options.asc.is_some()
-            || column.column.options.nulls_first.is_some()
-        {
+        // An ordering (ASC, NULLS FIRST) changes no uniqueness; an
+        // operator class would.
+        if column.operator_class.is_some() {
             return Err(RsError::new(
                 &codes::UNSUPPORTED_STATEMENT,
-                format!("UNIQUE key column {column}: orderings and operator classes are not supported; name the column alone"),
+                format!("UNIQUE key column {column}: operator classes are not supported; name the column alone"),
             ));
         }
         let position = key_column(columns, column)?;

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use rockstream_control::{CatalogEntry, UniqueConstraint};
 use rockstream_ops::keys::unique_entry_key;
 use rockstream_storage::SnapshotSet;
-use rockstream_types::{codes, Row, RsError, RsResult};
+use rockstream_types::{Row, RsError, RsResult};
 
 use crate::backend::Gateway;
 use crate::session::{GatewaySession, PendingTable, Savepoint};
@@ -160,22 +160,5 @@ pub(crate) fn violation(
         .iter()
         .map(|column| row[*column].to_string())
         .collect();
-    let key = format!("Key ({})=({})", names.join(", "), values.join(", "));
-    let (message, detail) = if adding {
-        (
-            format!("could not create unique index \"{}\"", constraint.name),
-            format!("{key} is duplicated."),
-        )
-    } else {
-        (
-            format!(
-                "duplicate key value violates unique constraint \"{}\"",
-                constraint.name
-            ),
-            format!("{key} already exists."),
-        )
-    };
-    RsError::new(&codes::UNIQUE_CONSTRAINT_VIOLATION, message)
-        .with_detail(detail)
-        .with_constraint(&entry.name, &constraint.name)
+    RsError::unique_violation(&entry.name, &constraint.name, &names, &values, adding)
 }

@@ -262,6 +262,33 @@ impl RsError {
         self
     }
 
+    /// PostgreSQL's error for a row whose `values` of UNIQUE constraint
+    /// `constraint` of `table` (on `columns`) another row holds; `adding`
+    /// the constraint, its error for building the index.
+    pub fn unique_violation(
+        table: &str,
+        constraint: &str,
+        columns: &[&str],
+        values: &[String],
+        adding: bool,
+    ) -> Self {
+        let key = format!("Key ({})=({})", columns.join(", "), values.join(", "));
+        let (message, detail) = if adding {
+            (
+                format!("could not create unique index \"{constraint}\""),
+                format!("{key} is duplicated."),
+            )
+        } else {
+            (
+                format!("duplicate key value violates unique constraint \"{constraint}\""),
+                format!("{key} already exists."),
+            )
+        };
+        RsError::new(&codes::UNIQUE_CONSTRAINT_VIOLATION, message)
+            .with_detail(detail)
+            .with_constraint(table, constraint)
+    }
+
     /// An internal error: something the code believed impossible happened.
     pub fn internal(message: impl Into<String>) -> Self {
         RsError::new(&codes::INTERNAL, message)

@@ -14,7 +14,7 @@ use rockstream_ops::keys::{self, UNIQUE_ENTRIES};
 use rockstream_ops::{StateRead, StateStore};
 use rockstream_storage::EpochStore;
 use rockstream_types::partition::BucketMap;
-use rockstream_types::{codes, Datum, RsError, RsResult};
+use rockstream_types::{Datum, RsError, RsResult};
 
 use crate::engine::{TableChange, UniqueIndex};
 
@@ -147,25 +147,12 @@ pub(crate) fn violation(table: &str, index: &UniqueIndex, row: &[Datum]) -> RsEr
         .iter()
         .map(|column| row[*column].to_string())
         .collect();
-    let key = format!(
-        "Key ({})=({})",
-        index.column_names.join(", "),
-        values.join(", ")
-    );
-    let (message, detail) = match index.old_columns {
-        Some(_) => (
-            format!(
-                "duplicate key value violates unique constraint \"{}\"",
-                index.name
-            ),
-            format!("{key} already exists."),
-        ),
-        None => (
-            format!("could not create unique index \"{}\"", index.name),
-            format!("{key} is duplicated."),
-        ),
-    };
-    RsError::new(&codes::UNIQUE_CONSTRAINT_VIOLATION, message)
-        .with_detail(detail)
-        .with_constraint(table, &index.name)
+    let columns: Vec<&str> = index.column_names.iter().map(String::as_str).collect();
+    RsError::unique_violation(
+        table,
+        &index.name,
+        &columns,
+        &values,
+        index.old_columns.is_none(),
+    )
 }
