@@ -301,6 +301,17 @@ fn bind_parameters(
                 let index = name.trim_start_matches('$').parse::<usize>().unwrap_or(0);
                 match params.get(index.wrapping_sub(1)) {
                     Some(param) => {
+                        // The common case, a value of a scalar type: its
+                        // cast built from the type's parsed template.
+                        if let (Some(text), Some(data_type)) = (param, types.get(index - 1)) {
+                            if !matches!(data_type, DataType::List(_)) {
+                                match typed_literal(text, data_type) {
+                                    Ok(typed) => *expr = typed,
+                                    Err(error) => failure = Some(error),
+                                }
+                                return std::ops::ControlFlow::Continue(());
+                            }
+                        }
                         let literal = match param {
                             None => "NULL".to_string(),
                             Some(text) => format!("'{}'", text.replace('\'', "''")),
@@ -346,6 +357,41 @@ fn bind_parameters(
         std::ops::ControlFlow::<()>::Continue(())
     });
     failure.map_or(Ok(()), Err)
+}
+
+/// `CAST('text' AS type)` for a parameter of `data_type`, exactly as the
+/// parser reads it: each type's cast is parsed once, and a copy of it takes
+/// the value, so binding costs no parse.
+fn typed_literal(text: &str, data_type: &DataType) -> RsResult<SqlExpr> {
+    static TEMPLATES: std::sync::LazyLock<std::sync::Mutex<HashMap<String, SqlExpr>>> =
+        std::sync::LazyLock::new(Default::default);
+    let type_name = sql_type_name(data_type);
+    let cached = TEMPLATES
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .get(&type_name)
+        .cloned();
+    let mut cast = match cached {
+        Some(template) => template,
+        None => {
+            let template = Parser::new(&PostgreSqlDialect {})
+                .try_with_sql(&format!("CAST('' AS {type_name})"))
+                .and_then(|mut parser| parser.parse_expr())
+                .map_err(|error| RsError::new(&codes::SYNTAX_ERROR, error.to_string()))?;
+            TEMPLATES
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .insert(type_name, template.clone());
+            template
+        }
+    };
+    let SqlExpr::Cast { expr, .. } = &mut cast else {
+        return Err(RsError::internal(
+            "a parameter's cast did not parse as a cast",
+        ));
+    };
+    **expr = SqlExpr::Value(Value::SingleQuotedString(text.to_string()).into());
+    Ok(cast)
 }
 
 /// `statement` as DataFusion plans it for its parameter types: a write
