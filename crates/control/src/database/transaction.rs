@@ -204,11 +204,32 @@ impl Database {
         pending: &PendingCatalog,
         changes: &mut [TableChange],
     ) {
-        let catalog = pending.overlay(namespace, self.entries(namespace));
+        // Looked up by id under the catalog's lock, not copied whole: this
+        // runs for every commit.
+        let catalog = self
+            .catalog
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let watermark = self.engine.published().ddl_transaction;
         for change in changes {
-            let Some(entry) = catalog.iter().find(|entry| entry.id == change.table_id) else {
+            let own = pending
+                .created
+                .iter()
+                .chain(pending.altered.iter().map(|table| &table.after))
+                .find(|entry| entry.id == change.table_id);
+            let committed = || {
+                catalog
+                    .iter()
+                    .filter(|entry| entry.id == change.table_id && entry.namespace == namespace)
+                    .find_map(|entry| super::version_at(entry, watermark))
+            };
+            let Some(entry) = own.or_else(committed) else {
                 continue;
             };
+            if entry.unique.is_empty() {
+                change.unique.clear();
+                continue;
+            }
             let before = pending
                 .altered
                 .iter()
