@@ -20,9 +20,13 @@ use crate::harness::server::{Storage, TestServer};
 use crate::harness::sqlstate;
 
 /// The tmpfs's size: room for the server's empty storage and some rows.
-const FILESYSTEM_BYTES: usize = 48 << 20;
-/// Held back at the start, freed to bring space back.
-const BALLAST_BYTES: usize = 8 << 20;
+const FILESYSTEM_BYTES: usize = 64 << 20;
+/// Held back at the start, freed to bring space back. More than the rows
+/// can take: once there is room, SlateDB's compactor may rewrite a shard's
+/// tables before the engine's next write, and the tables it replaces stay
+/// on disk until garbage collection (minutes later), so the freed space
+/// must hold another copy of the data and still leave room for writes.
+const BALLAST_BYTES: usize = 36 << 20;
 const PAD_BYTES: usize = 64 << 10;
 /// Longest a write may take to fail: it must not hang.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -88,6 +92,56 @@ fn assert_disk_full(error: &tokio_postgres::Error, what: &str) {
     let message = error.as_db_error().unwrap().message();
     assert!(message.starts_with("RS-5005"), "{what}: {message}");
     assert!(message.contains("the disk is full"), "{what}: {message}");
+}
+
+/// Bytes under each directory two levels below `root` (`shards/0/wal`,
+/// `control/compacted`, …) and the file system's free bytes: what filled
+/// the disk, for failure messages.
+fn usage(root: &Path) -> String {
+    fn bytes(path: &Path) -> u64 {
+        match std::fs::symlink_metadata(path) {
+            Ok(meta) if meta.is_dir() => std::fs::read_dir(path)
+                .map(|entries| entries.flatten().map(|entry| bytes(&entry.path())).sum())
+                .unwrap_or(0),
+            Ok(meta) => meta.len(),
+            Err(_) => 0,
+        }
+    }
+    fn walk(path: &Path, depth: usize, lines: &mut Vec<String>, root: &Path) {
+        let Ok(entries) = std::fs::read_dir(path) else {
+            return;
+        };
+        let mut entries: Vec<PathBuf> = entries.flatten().map(|entry| entry.path()).collect();
+        entries.sort();
+        for entry in entries {
+            let name = entry
+                .strip_prefix(root)
+                .unwrap_or(&entry)
+                .display()
+                .to_string();
+            if depth > 0 && entry.is_dir() {
+                walk(&entry, depth - 1, lines, root);
+            } else {
+                lines.push(format!("{:>10} {name}", bytes(&entry)));
+            }
+        }
+    }
+    let mut lines = Vec::new();
+    walk(root, 2, &mut lines, root);
+    let free = Command::new("df")
+        .args(["--output=avail", "-B1"])
+        .arg(root)
+        .output()
+        .map(|output| String::from_utf8_lossy(&output.stdout).replace('\n', " "))
+        .unwrap_or_default();
+    format!("{}\n free: {}", lines.join("\n"), free.trim())
+}
+
+/// The server's message of a failed statement, else the client's error.
+fn message(error: &tokio_postgres::Error) -> String {
+    error
+        .as_db_error()
+        .map_or_else(|| error.to_string(), |db| db.message().to_string())
 }
 
 /// Every acknowledged row is there, and the view says what its query says.
@@ -206,6 +260,7 @@ async fn a_full_disk_fails_writes_and_they_succeed_once_space_is_back() {
         std::fs::remove_file(filler.with_extension(number.to_string())).unwrap();
     }
     std::fs::remove_file(&ballast).unwrap();
+    let freed = usage(&storage.storage_path());
     let started = Instant::now();
     loop {
         match insert(&client, next).await {
@@ -214,7 +269,10 @@ async fn a_full_disk_fails_writes_and_they_succeed_once_space_is_back() {
                 assert_disk_full(&error, "an INSERT while storage reopens");
                 assert!(
                     started.elapsed() < Duration::from_secs(20),
-                    "writes still fail after space came back: {error}"
+                    "writes still fail after space came back: {}\n\
+                     storage when space came back:\n{freed}\nstorage now:\n{}",
+                    message(&error),
+                    usage(&storage.storage_path())
                 );
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
