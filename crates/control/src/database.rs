@@ -657,9 +657,21 @@ impl Database {
             .await
         {
             // Compensate: the statement failed, so it must change nothing.
-            self.durable_delete(&entry.key()).await?;
+            // The entry goes first: a crash meanwhile must not bring the
+            // view back. Storage may have failed the statement, and fail
+            // this too: then the next DDL statement finishes it, as a DROP's.
+            let key = entry.key();
             let entries = vec![entry];
-            let _ = self.follow(CatalogChange::Dropped { entries }).await;
+            let undone = match self.durable_delete(&key).await {
+                Ok(()) => self.finish_drop(entries.clone()).await,
+                Err(cause) => Err(cause),
+            };
+            if let Err(cause) = undone {
+                tracing::warn!(%cause, "a failed CREATE is undone later: storage failed");
+                if let Ok(mut unfinished) = self.unfinished_drops.lock() {
+                    unfinished.extend(entries);
+                }
+            }
             return Err(error);
         }
         // Other sessions see the object once it is complete (a view only

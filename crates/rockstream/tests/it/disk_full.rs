@@ -4,7 +4,9 @@
 //! Method: the server's storage is a small tmpfs the test mounts (skipped, saying why, where it
 //! cannot mount one: it needs root); the test fills it with INSERTs of 64 KiB rows until one
 //! fails, then fills what is left with a file of its own, checks DML and DDL fail with 53100,
-//! frees the space and checks everything acknowledged is there.
+//! frees the space and checks everything acknowledged is there. A second test fills the disk
+//! with a view's build: its CREATE fails with 53100 at once (not once space is back, holding
+//! every other DDL statement meanwhile), and the view does not exist, then or after a restart.
 #![allow(clippy::unwrap_used)] // Tests may unwrap: a panic is the failure report.
 #![allow(clippy::disallowed_methods)] // The test harness sleeps on tokio directly.
 
@@ -294,5 +296,89 @@ async fn a_full_disk_fails_writes_and_they_succeed_once_space_is_back() {
     check_contents(&client, &acknowledged).await;
     let rows = fetch_text_rows(&client, "SELECT a FROM u").await.unwrap();
     assert_eq!(rows.len(), 1);
+    server.stop();
+}
+
+/// The view whose CREATE failed does not exist.
+async fn assert_no_copies(client: &Client) {
+    let error = client
+        .batch_execute("SELECT * FROM copies")
+        .await
+        .expect_err("the failed CREATE left its view");
+    assert_eq!(sqlstate(&error), "42P01", "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_view_build_that_fills_the_disk_fails_its_create_and_leaves_nothing() {
+    let storage = Storage::new();
+    let _tmpfs = match Tmpfs::mount(&storage.storage_path(), FILESYSTEM_BYTES) {
+        Ok(tmpfs) => tmpfs,
+        Err(reason) => {
+            eprintln!("skipped: the test needs a tmpfs it can mount ({reason})");
+            return;
+        }
+    };
+    let ballast = storage.storage_path().join("ballast");
+    fill(&ballast, BALLAST_BYTES);
+    let mut server = TestServer::start_on(storage.clone()).await;
+    let client = server.client().await;
+    client
+        .batch_execute("CREATE TABLE t (id bigint PRIMARY KEY, pad text)")
+        .await
+        .unwrap();
+    // 6 MiB of rows: the view below keeps four copies of each, 24 MiB,
+    // more than the disk has left.
+    const ROWS: i64 = 96;
+    for id in 1..=ROWS {
+        insert(&client, id).await.unwrap();
+    }
+
+    let create = "CREATE MATERIALIZED VIEW copies AS SELECT id, repeat(pad, 4) AS pads FROM t";
+    let error = tokio::time::timeout(WRITE_TIMEOUT, client.batch_execute(create))
+        .await
+        .unwrap_or_else(|_| panic!("the CREATE neither finished nor failed in {WRITE_TIMEOUT:?}"))
+        .expect_err("a view four times the free space was built");
+    assert_disk_full(&error, "the CREATE whose build filled the disk");
+    assert_no_copies(&client).await;
+    let rows = fetch_text_rows(&client, "SELECT 1").await.unwrap();
+    assert_eq!(rows[0][0].as_deref(), Some("1"));
+
+    // Space comes back: DDL works again, and the failed view is not there.
+    std::fs::remove_file(&ballast).unwrap();
+    let started = Instant::now();
+    loop {
+        let created = client
+            .batch_execute("CREATE MATERIALIZED VIEW n AS SELECT count(*) AS n FROM t")
+            .await;
+        match created {
+            Ok(()) => break,
+            Err(error) => {
+                assert_disk_full(&error, "a CREATE while storage reopens");
+                assert!(
+                    started.elapsed() < Duration::from_secs(20),
+                    "DDL still fails after space came back: {}\nstorage now:\n{}",
+                    message(&error),
+                    usage(&storage.storage_path())
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+    assert_no_copies(&client).await;
+    let rows = fetch_text_rows(&client, "SELECT n FROM n").await.unwrap();
+    assert_eq!(rows[0][0].as_deref(), Some(ROWS.to_string().as_str()));
+
+    server.restart().await;
+    let client = server.client().await;
+    assert_no_copies(&client).await;
+    let rows = fetch_text_rows(&client, "SELECT n FROM n").await.unwrap();
+    assert_eq!(rows[0][0].as_deref(), Some(ROWS.to_string().as_str()));
+    let rows = fetch_text_rows(
+        &client,
+        "SELECT count(*) FROM pg_class WHERE relname = 'copies'",
+    )
+    .await
+    .unwrap();
+    assert_eq!(rows[0][0].as_deref(), Some("0"));
     server.stop();
 }

@@ -43,6 +43,15 @@ impl EpochLoop {
             return;
         }
         tracing::error!(%error, "storage failed; writes are refused until its shards reopen");
+        // A CREATE waiting for its view's build fails now, with the cause,
+        // rather than once storage reopens (it holds the DDL lock, so every
+        // other DDL statement would wait too). The build starts over when
+        // storage reopens, until the CREATE's compensation drops the view.
+        for installed in &mut self.views {
+            if let Some(built) = installed.built.take() {
+                let _ = built.send(Err(error.clone()));
+            }
+        }
         self.failure = Some(Failure {
             error,
             tried_at: self.runtime.now_micros(),
