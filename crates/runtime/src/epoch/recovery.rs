@@ -7,7 +7,8 @@
 //! but another shard missed ([`repair`]), publishes that state and takes
 //! its views and reclaims on again from storage (a view being built starts
 //! its build over). What the failed epoch wrote was never acknowledged;
-//! its writers were told it failed.
+//! its writers were told it failed. A view whose build the failure ended
+//! is dropped instead: the statement creating it was told it failed.
 //!
 //! Until the shards reopen, every command is refused with the reason (a
 //! full disk gives 53100); reopening is tried at most once per
@@ -16,7 +17,7 @@
 
 use std::time::Duration;
 
-use rockstream_types::{Epoch, RsError, RsResult};
+use rockstream_types::{Epoch, ObjectId, RsError, RsResult};
 use tokio::sync::oneshot;
 
 use super::{repair, EpochLoop};
@@ -32,6 +33,9 @@ pub(super) struct Failure {
     /// When reopening was last tried (µs).
     tried_at: i64,
     attempts: u64,
+    /// Views whose build the failure ended (their CREATE was told it
+    /// failed): dropped once storage reopens.
+    abandoned: Vec<ObjectId>,
 }
 
 impl EpochLoop {
@@ -45,17 +49,23 @@ impl EpochLoop {
         tracing::error!(%error, "storage failed; writes are refused until its shards reopen");
         // A CREATE waiting for its view's build fails now, with the cause,
         // rather than once storage reopens (it holds the DDL lock, so every
-        // other DDL statement would wait too). The build starts over when
-        // storage reopens, until the CREATE's compensation drops the view.
-        for installed in &mut self.views {
-            if let Some(built) = installed.built.take() {
-                let _ = built.send(Err(error.clone()));
-            }
-        }
+        // other DDL statement would wait too). Its view is not built again:
+        // the reopened storage drops it.
+        let mut abandoned = Vec::new();
+        self.views
+            .retain_mut(|installed| match installed.built.take() {
+                Some(built) => {
+                    let _ = built.send(Err(error.clone()));
+                    abandoned.push(installed.view.view_id);
+                    false
+                }
+                None => true,
+            });
         self.failure = Some(Failure {
             error,
             tried_at: self.runtime.now_micros(),
             attempts: 0,
+            abandoned,
         });
     }
 
@@ -151,6 +161,14 @@ impl EpochLoop {
                 .take()
                 .unwrap_or_else(|| oneshot::channel().0);
             self.install(view, built).await?;
+        }
+        let abandoned = self
+            .failure
+            .as_ref()
+            .map(|failure| failure.abandoned.clone())
+            .unwrap_or_default();
+        if !abandoned.is_empty() {
+            self.drop_objects(&abandoned).await?;
         }
         Ok(epoch)
     }
