@@ -8,12 +8,12 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use datafusion::arrow::array::StringArray;
+use datafusion::arrow::array::{ArrayRef, StringArray};
 use datafusion::arrow::compute::{cast_with_options, CastOptions};
 use datafusion::arrow::datatypes::{
     DataType, Field, IntervalUnit, Schema as ArrowSchema, SchemaRef,
 };
-use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::catalog::TableProvider;
 use datafusion::common::tree_node::TreeNode;
 use datafusion::common::ScalarValue;
@@ -1090,9 +1090,8 @@ pub(crate) fn rename_columns(
     let renamed = renamed_schema(schema.clone(), Some(names));
     let batches = batches
         .iter()
-        .map(|batch| RecordBatch::try_new(renamed.clone(), batch.columns().to_vec()))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(rockstream_ops::arrow_rows::arrow_error)?;
+        .map(|batch| rebatch(&renamed, batch.columns().to_vec(), batch.num_rows()))
+        .collect::<RsResult<Vec<_>>>()?;
     Ok(StatementResult::Query {
         schema: renamed,
         batches,
@@ -1180,14 +1179,21 @@ pub(crate) fn as_pg_result(
                     .map_err(rockstream_ops::arrow_rows::arrow_error),
                 })
                 .collect::<RsResult<Vec<_>>>()?;
-            RecordBatch::try_new(converted.clone(), columns)
-                .map_err(rockstream_ops::arrow_rows::arrow_error)
+            rebatch(&converted, columns, batch.num_rows())
         })
         .collect::<RsResult<Vec<_>>>()?;
     Ok(StatementResult::Query {
         schema: converted,
         batches,
     })
+}
+
+/// `columns` of `rows` rows as a batch of `schema`, also without any column
+/// (`SELECT FROM t` answers rows of no columns, as PostgreSQL does).
+fn rebatch(schema: &SchemaRef, columns: Vec<ArrayRef>, rows: usize) -> RsResult<RecordBatch> {
+    let options = RecordBatchOptions::new().with_row_count(Some(rows));
+    RecordBatch::try_new_with_options(schema.clone(), columns, &options)
+        .map_err(rockstream_ops::arrow_rows::arrow_error)
 }
 
 pub(crate) fn renamed_schema(schema: SchemaRef, names: Option<Vec<String>>) -> SchemaRef {

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use datafusion::arrow::array::{ArrayRef, BinaryBuilder};
 use datafusion::arrow::datatypes::{DataType, Field, Schema as ArrowSchema, SchemaRef};
-use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::datasource::TableType;
 use datafusion::datasource::ViewTable;
@@ -382,8 +382,11 @@ impl SnapshotTable {
                 }
                 columns.push(Arc::new(keys.finish()));
             }
+            // A view may have no columns (`SELECT FROM t`): its rows are
+            // counted all the same.
+            let options = RecordBatchOptions::new().with_row_count(Some(chunk.len()));
             batches.push(
-                RecordBatch::try_new(self.schema.clone(), columns)
+                RecordBatch::try_new_with_options(self.schema.clone(), columns, &options)
                     .map_err(rockstream_ops::arrow_rows::arrow_error)?,
             );
         }
