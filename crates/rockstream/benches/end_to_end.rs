@@ -14,7 +14,8 @@
 //! PostgreSQL comparison), `ROCKSTREAM_BENCH_SECTIONS` (default
 //! `latency,ingest`; `backfill` measures the backfill alone, `roundtrip`
 //! one client's round trips, `drop` a DROP under a concurrent writer),
-//! `ROCKSTREAM_BENCH_SHARDS` (default 1).
+//! `ROCKSTREAM_BENCH_SHARDS` (default 1), `ROCKSTREAM_BENCH_SERVER_LOG` (a file
+//! the servers' logs are appended to).
 // A client of the server, not engine code: it may use tokio's clock and tasks.
 #![allow(clippy::disallowed_methods)]
 
@@ -69,6 +70,19 @@ fn bench_shards() -> u16 {
         .unwrap_or(1)
 }
 
+/// Where the server's log goes: appended to `ROCKSTREAM_BENCH_SERVER_LOG`
+/// if set (to explain a figure), else nowhere.
+fn server_log() -> Stdio {
+    let Some(path) = std::env::var_os("ROCKSTREAM_BENCH_SERVER_LOG") else {
+        return Stdio::null();
+    };
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_or_else(|_| Stdio::null(), Stdio::from)
+}
+
 impl Server {
     fn start() -> Server {
         let storage = tempfile::tempdir().expect("temporary storage");
@@ -83,7 +97,7 @@ impl Server {
             .args(["--listen", &format!("127.0.0.1:{port}")])
             .args(["--shards", &bench_shards().to_string()])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(server_log())
             .spawn()
             .expect("rockstream starts");
         Server {
@@ -494,6 +508,7 @@ struct BackfillFigures {
 /// until the returned flag is set; the task returns each commit's latency.
 fn ping(
     writer: Client,
+    first_id: u64,
 ) -> (
     std::sync::Arc<std::sync::atomic::AtomicBool>,
     tokio::task::JoinHandle<Vec<Duration>>,
@@ -502,7 +517,7 @@ fn ping(
     let writer_done = std::sync::Arc::clone(&done);
     let pinger = tokio::spawn(async move {
         let mut latencies = Vec::new();
-        let mut id = 0u64;
+        let mut id = first_id;
         while !writer_done.load(std::sync::atomic::Ordering::Relaxed) {
             id += 1;
             let started = Instant::now();
@@ -542,7 +557,7 @@ async fn backfill_under_load(rows: u64) -> BackfillFigures {
         loaded = end;
     }
     server.settle().await;
-    let (done, pinger) = ping(server.client().await);
+    let (done, pinger) = ping(server.client().await, 0);
     let started = Instant::now();
     client
         .batch_execute(
@@ -573,6 +588,9 @@ async fn backfill_under_load(rows: u64) -> BackfillFigures {
 /// and the single-row commits another session makes into another table
 /// from just before the DROP until the dropped state is reclaimed.
 struct DropFigures {
+    /// The writer's commits over [`BASELINE`] before the DROP.
+    baseline_p99: Duration,
+    baseline_max: Duration,
     drop: Duration,
     /// From the DROP until its state is deleted.
     reclaimed: Duration,
@@ -580,6 +598,9 @@ struct DropFigures {
     commit_p99: Duration,
     commit_max: Duration,
 }
+
+/// How long the writer of [`drop_under_load`] commits before the DROP.
+const BASELINE: Duration = Duration::from_secs(10);
 
 async fn drop_under_load(orders: u64) -> DropFigures {
     let server = Server::start();
@@ -590,7 +611,12 @@ async fn drop_under_load(orders: u64) -> DropFigures {
         .await
         .expect("schema");
     server.settle().await;
-    let (done, pinger) = ping(server.client().await);
+    // The same writer first without a DROP, for the machine's own figures.
+    let (done, pinger) = ping(server.client().await, 0);
+    tokio::time::sleep(BASELINE).await;
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut baseline = pinger.await.expect("writer");
+    let (done, pinger) = ping(server.client().await, 1 << 40);
     tokio::time::sleep(Duration::from_millis(500)).await;
     let started = Instant::now();
     client
@@ -618,6 +644,8 @@ async fn drop_under_load(orders: u64) -> DropFigures {
     done.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut latencies = pinger.await.expect("writer");
     DropFigures {
+        baseline_p99: percentile(&mut baseline, 0.99),
+        baseline_max: percentile(&mut baseline, 1.0),
         drop,
         reclaimed,
         commits: latencies.len(),
@@ -743,6 +771,12 @@ async fn main() {
             dropped.commits,
             milliseconds(dropped.commit_p99),
             milliseconds(dropped.commit_max)
+        );
+        println!(
+            "| the same INSERTs over {} s before the DROP: p99, slowest | {:.1} ms, {:.1} ms | |",
+            BASELINE.as_secs(),
+            milliseconds(dropped.baseline_p99),
+            milliseconds(dropped.baseline_max)
         );
     }
     if sections.contains("backfill") {
