@@ -61,6 +61,12 @@ pub struct Database {
     /// but whose removal from the engine failed with storage: retried
     /// before the next DDL statement, else finished on the next start.
     unfinished_drops: std::sync::Mutex<Vec<CatalogEntry>>,
+    /// Objects of failed CREATEs whose catalog entries are written but not
+    /// yet marked as dropping (storage failed that write too): marked, then
+    /// dropped, before the next DDL statement runs, which fails until that
+    /// is possible. A restart before that brings them back, as it does an
+    /// object whose CREATE a crash interrupted.
+    unfinished_creates: std::sync::Mutex<Vec<CatalogEntry>>,
     /// A catalog transaction whose commit storage failed to finish: ended
     /// before the next DDL statement runs (RFC 0002).
     unfinished_transaction: std::sync::Mutex<Option<transaction::Unfinished>>,
@@ -116,6 +122,7 @@ impl Database {
             follower,
             ddl: Mutex::new(()),
             unfinished_drops: std::sync::Mutex::new(Vec::new()),
+            unfinished_creates: std::sync::Mutex::new(Vec::new()),
             unfinished_transaction: std::sync::Mutex::new(None),
             ids: Mutex::new(()),
             layouts: RwLock::new(()),
@@ -640,6 +647,9 @@ impl Database {
     /// What every DDL statement does first, under the DDL lock: finish what
     /// storage failures left undone (drops, a catalog transaction).
     async fn before_ddl(&self) -> RsResult<()> {
+        // A failed CREATE's object must not come back: no DDL runs until
+        // its undoing is durable.
+        self.retry_unfinished_creates().await?;
         self.retry_unfinished_drops().await;
         self.resolve_unfinished_transaction().await
     }
@@ -657,27 +667,49 @@ impl Database {
             .await
         {
             // Compensate: the statement failed, so it must change nothing.
-            // The entry goes first: a crash meanwhile must not bring the
-            // view back. Storage may have failed the statement, and fail
-            // this too: then the next DDL statement finishes it, as a DROP's.
-            let key = entry.key();
-            let entries = vec![entry];
-            let undone = match self.durable_delete(&key).await {
-                Ok(()) => self.finish_drop(entries.clone()).await,
-                Err(cause) => Err(cause),
-            };
-            if let Err(cause) = undone {
-                tracing::warn!(%cause, "a failed CREATE is undone later: storage failed");
-                if let Ok(mut unfinished) = self.unfinished_drops.lock() {
-                    unfinished.extend(entries);
-                }
-            }
+            let _ = self.undo_created(vec![entry]).await;
             return Err(error);
         }
         // Other sessions see the object once it is complete (a view only
         // after its backfill), as they would see a committed CREATE.
         self.catalog_mut().push(entry);
         Ok(())
+    }
+
+    /// Undoes CREATEs that failed after their catalog entries were written.
+    /// The entries are durably marked as dropping first, so a restart
+    /// finishes the drop rather than bring the object back, and the engine
+    /// never drops an object whose entry a restart would bring back; then
+    /// the drop proceeds as a DROP's. `Err`: storage did not let the marks
+    /// be written; the next DDL statement tries again
+    /// ([`Database::unfinished_creates`]).
+    async fn undo_created(&self, entries: Vec<CatalogEntry>) -> RsResult<()> {
+        let marked = match dropping_marks(&entries) {
+            Ok(marks) => self.control.write(marks).await,
+            Err(error) => Err(error),
+        };
+        if let Err(cause) = marked {
+            tracing::warn!(%cause, "a failed CREATE is undone later: storage failed");
+            if let Ok(mut unfinished) = self.unfinished_creates.lock() {
+                unfinished.extend(entries);
+            }
+            return Err(cause);
+        }
+        self.drop_in_background(entries).await;
+        Ok(())
+    }
+
+    /// Undoes the failed CREATEs storage did not let be undone
+    /// ([`Database::unfinished_creates`]).
+    async fn retry_unfinished_creates(&self) -> RsResult<()> {
+        let entries = match self.unfinished_creates.lock() {
+            Ok(mut unfinished) => std::mem::take(&mut *unfinished),
+            Err(_) => return Ok(()),
+        };
+        if entries.is_empty() {
+            return Ok(());
+        }
+        self.undo_created(entries).await
     }
 
     /// Finishes the drops storage failed to finish ([`Database::unfinished_drops`]);
@@ -756,10 +788,6 @@ impl Database {
 
     async fn durable_put(&self, key: &[u8], value: &[u8]) -> RsResult<()> {
         self.control.put(key, value).await
-    }
-
-    async fn durable_delete(&self, key: &[u8]) -> RsResult<()> {
-        self.control.delete(key).await
     }
 
     pub async fn close(&self) {

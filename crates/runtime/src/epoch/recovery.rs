@@ -50,17 +50,24 @@ impl EpochLoop {
         // A CREATE waiting for its view's build fails now, with the cause,
         // rather than once storage reopens (it holds the DDL lock, so every
         // other DDL statement would wait too). Its view is not built again:
-        // the reopened storage drops it.
+        // the reopened storage drops it, and the CREATE's compensation its
+        // catalog entry. A build nobody waits for (a view a restart or an
+        // earlier reopening builds again) has a catalog entry that stays:
+        // it starts over once storage reopens.
         let mut abandoned = Vec::new();
-        self.views
-            .retain_mut(|installed| match installed.built.take() {
-                Some(built) => {
+        self.views.retain_mut(|installed| {
+            let waited = installed
+                .built
+                .as_ref()
+                .is_some_and(|built| !built.is_closed());
+            if waited {
+                if let Some(built) = installed.built.take() {
                     let _ = built.send(Err(error.clone()));
-                    abandoned.push(installed.view.view_id);
-                    false
                 }
-                None => true,
-            });
+                abandoned.push(installed.view.view_id);
+            }
+            !waited
+        });
         self.failure = Some(Failure {
             error,
             tried_at: self.runtime.now_micros(),
