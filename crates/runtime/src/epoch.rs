@@ -193,9 +193,15 @@ impl EpochLoop {
                     Err(mpsc::error::TryRecvError::Empty) => None,
                     Err(mpsc::error::TryRecvError::Disconnected) => break,
                 },
-                None => match receiver.recv().await {
-                    Some(command) => Some(command),
-                    None => break,
+                None => tokio::select! {
+                    command = receiver.recv() => match command {
+                        Some(command) => Some(command),
+                        None => break,
+                    },
+                    () = self.runtime.sleep(SHARD_CHECK_INTERVAL) => {
+                        self.check_shards().await;
+                        None
+                    }
                 },
             };
             if command.is_some() {
@@ -219,6 +225,22 @@ impl EpochLoop {
             }
         }
         self.close().await;
+    }
+
+    /// Takes a shard SlateDB closed by itself as a storage failure: reads
+    /// of it fail (a statement reading before it writes gets the error and
+    /// never reaches the engine), so nothing else would make the engine
+    /// reopen it ([`recovery`]).
+    async fn check_shards(&mut self) {
+        if self.failure.is_some() {
+            return;
+        }
+        for shard in &self.shards {
+            if let Some(error) = shard.failure().await {
+                self.storage_failed(error);
+                return;
+            }
+        }
     }
 
     async fn close(&self) {
@@ -330,7 +352,8 @@ impl EpochLoop {
         let mut ddl_transaction = None;
         let mut deltas: Deltas = vec![HashMap::new(); self.shard_count()];
         let mut build_inputs = BuildInputs::new();
-        for (request, reply) in commits {
+        let mut commits = commits.into_iter();
+        while let Some((request, reply)) = commits.next() {
             // Checked on the whole change (a row and its entries may live
             // on different shards); its outcome counts only for rows that
             // are as the transaction read them.
@@ -345,6 +368,17 @@ impl EpochLoop {
             }
             let entry_writes = match valid.and(entry_writes) {
                 Ok(writes) => writes,
+                Err(error) if error.is_storage_failure() => {
+                    // The storage under the reads failed (SlateDB closes a
+                    // shard whose background flush failed, and its reads
+                    // fail from then on): no commit of this epoch can go
+                    // on, and the engine reopens its storage.
+                    let remaining = commits.map(|(_, reply)| reply);
+                    for reply in accepted.into_iter().chain([reply]).chain(remaining) {
+                        let _ = reply.send(Err(error.clone()));
+                    }
+                    return Err(error);
+                }
                 Err(error) => {
                     let _ = reply.send(Err(error));
                     continue;
@@ -836,6 +870,10 @@ impl EpochLoop {
         Ok(deletion)
     }
 }
+
+/// How often the engine, while it waits for commands, checks that SlateDB
+/// has not closed a shard by itself ([`EpochLoop::check_shards`]).
+const SHARD_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Keys the first deletion turn removes on each shard; later turns remove
 /// as many as take about [`DELETE_TURN_MICROS`]: a commit arriving during a

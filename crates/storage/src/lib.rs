@@ -309,6 +309,22 @@ impl ShardDb {
         self.cache.clone()
     }
 
+    /// Why SlateDB closed this shard by itself, if it did: a background
+    /// write it could not make (an L0 flush on a full disk, say) closes it
+    /// for good, and every read and write fails from then on, until the
+    /// shard is reopened.
+    pub async fn failure(&self) -> Option<RsError> {
+        self.db.status().close_reason?;
+        // A closed database answers every call with why it closed.
+        Some(match self.committed_epoch().await {
+            Err(error) => error,
+            Ok(_) => RsError::new(
+                &codes::STORAGE_IO,
+                format!("storage '{}' was closed", self.name),
+            ),
+        })
+    }
+
     /// The last committed epoch (0 for a new shard).
     pub async fn committed_epoch(&self) -> RsResult<Epoch> {
         let bytes = self

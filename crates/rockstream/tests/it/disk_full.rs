@@ -13,6 +13,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio_postgres::Client;
@@ -23,11 +24,12 @@ use crate::harness::sqlstate;
 
 /// The tmpfs's size: room for the server's empty storage and some rows.
 const FILESYSTEM_BYTES: usize = 64 << 20;
-/// Held back at the start, freed to bring space back. More than the rows
-/// can take: once there is room, SlateDB's compactor may rewrite a shard's
-/// tables before the engine's next write, and the tables it replaces stay
-/// on disk until garbage collection (minutes later), so the freed space
-/// must hold another copy of the data and still leave room for writes.
+/// Held back at the start, freed to bring space back: more than the rows
+/// take, so freeing it leaves room even if SlateDB's compactor writes
+/// another copy of the data first (the tables it replaces stay until
+/// garbage collection, minutes later). Depending on timing the disk fills
+/// under a commit's WAL write or under SlateDB's own background flush (which
+/// closes the shard without any commit failing); runs see both.
 const BALLAST_BYTES: usize = 36 << 20;
 const PAD_BYTES: usize = 64 << 10;
 /// Longest a write may take to fail: it must not hang.
@@ -62,6 +64,23 @@ impl Drop for Tmpfs {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg("-l").arg(&self.path).status();
     }
+}
+
+/// A storage on a tmpfs of [`FILESYSTEM_BYTES`] holding a ballast file of
+/// [`BALLAST_BYTES`] (its path returned, to free space by removing it);
+/// `None`, saying why, where no tmpfs can be mounted.
+fn small_storage() -> Option<(Arc<Storage>, Tmpfs, PathBuf)> {
+    let storage = Storage::new();
+    let tmpfs = match Tmpfs::mount(&storage.storage_path(), FILESYSTEM_BYTES) {
+        Ok(tmpfs) => tmpfs,
+        Err(reason) => {
+            eprintln!("skipped: the test needs a tmpfs it can mount ({reason})");
+            return None;
+        }
+    };
+    let ballast = storage.storage_path().join("ballast");
+    fill(&ballast, BALLAST_BYTES);
+    Some((storage, tmpfs, ballast))
 }
 
 /// Writes `path` until the file system is full (or `bytes` are written).
@@ -173,16 +192,9 @@ async fn check_contents(client: &Client, acknowledged: &[i64]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_fails_writes_and_they_succeed_once_space_is_back() {
-    let storage = Storage::new();
-    let _tmpfs = match Tmpfs::mount(&storage.storage_path(), FILESYSTEM_BYTES) {
-        Ok(tmpfs) => tmpfs,
-        Err(reason) => {
-            eprintln!("skipped: the test needs a tmpfs it can mount ({reason})");
-            return;
-        }
+    let Some((storage, _tmpfs, ballast)) = small_storage() else {
+        return;
     };
-    let ballast = storage.storage_path().join("ballast");
-    fill(&ballast, BALLAST_BYTES);
     let mut server = TestServer::start_on(storage.clone()).await;
     let client = server.client().await;
     client
@@ -310,16 +322,9 @@ async fn assert_no_copies(client: &Client) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_view_build_that_fills_the_disk_fails_its_create_and_leaves_nothing() {
-    let storage = Storage::new();
-    let _tmpfs = match Tmpfs::mount(&storage.storage_path(), FILESYSTEM_BYTES) {
-        Ok(tmpfs) => tmpfs,
-        Err(reason) => {
-            eprintln!("skipped: the test needs a tmpfs it can mount ({reason})");
-            return;
-        }
+    let Some((storage, _tmpfs, ballast)) = small_storage() else {
+        return;
     };
-    let ballast = storage.storage_path().join("ballast");
-    fill(&ballast, BALLAST_BYTES);
     let mut server = TestServer::start_on(storage.clone()).await;
     let client = server.client().await;
     client
