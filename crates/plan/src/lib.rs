@@ -17,8 +17,9 @@ pub mod partition;
 
 use std::fmt::Write;
 
+use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::DFSchemaRef;
-use datafusion::logical_expr::Expr;
+use datafusion::logical_expr::{BinaryExpr, Expr, Operator};
 use rockstream_types::{ObjectId, SqlType};
 
 /// One output column.
@@ -349,7 +350,7 @@ impl PlanNode {
                     types(right)
                 );
                 if let Some(residual) = residual {
-                    let _ = write!(out, " on {residual}");
+                    let _ = write!(out, " on {}", layout_text(residual));
                 }
                 out.push_str("; ");
             }
@@ -410,12 +411,12 @@ impl PlanNode {
             PlanNode::Map { exprs, .. } => {
                 out.push_str("map");
                 for expr in exprs {
-                    let _ = write!(out, " {expr},");
+                    let _ = write!(out, " {},", layout_text(expr));
                 }
                 let _ = write!(out, " [{}]; ", types(node));
             }
             PlanNode::Filter { predicate, .. } => {
-                let _ = write!(out, "filter {predicate}; ");
+                let _ = write!(out, "filter {}; ", layout_text(predicate));
             }
             PlanNode::UnionAll { inputs, .. } => {
                 let _ = write!(out, "union {}; ", inputs.len());
@@ -540,4 +541,129 @@ fn passed_column(expr: &Expr, input_schema: &DFSchemaRef) -> Option<usize> {
 pub fn op_id(view_id: ObjectId, n: u32) -> ObjectId {
     debug_assert!(view_id >> 64 == 0, "catalog ids are 64-bit");
     (view_id << 32) | n as ObjectId
+}
+
+/// `expr` as a state layout shows it: float `+`, `-` and `*`, which the
+/// planner computes with functions checking their range (`pg_float_add`,
+/// …), shown as the operators that views created before those functions
+/// computed, with the same results in range: their stored state is kept
+/// the same way. The planner keeps an output column's name by aliasing the
+/// function call to the operator's text; that alias, which the operator
+/// never needed, is not shown either.
+fn layout_text(expr: &Expr) -> String {
+    let shown = match expr {
+        Expr::Alias(alias) if alias.relation.is_none() => {
+            operators_shown(&alias.expr).map(|inner| {
+                if inner.transformed && inner.data.schema_name().to_string() == alias.name {
+                    inner.data
+                } else {
+                    Expr::Alias(datafusion::logical_expr::expr::Alias {
+                        expr: Box::new(inner.data),
+                        ..alias.clone()
+                    })
+                }
+            })
+        }
+        other => operators_shown(other).map(|shown| shown.data),
+    };
+    match shown {
+        Ok(shown) => shown.to_string(),
+        Err(_) => expr.to_string(),
+    }
+}
+
+/// `expr` with each range-checked float function call as its operator.
+fn operators_shown(expr: &Expr) -> datafusion::common::Result<Transformed<Expr>> {
+    expr.clone().transform_up(|expr| {
+        let Expr::ScalarFunction(call) = &expr else {
+            return Ok(Transformed::no(expr));
+        };
+        let op = match call.name() {
+            "pg_float_add" => Operator::Plus,
+            "pg_float_sub" => Operator::Minus,
+            "pg_float_mul" => Operator::Multiply,
+            _ => return Ok(Transformed::no(expr)),
+        };
+        let [left, right] = call.args.as_slice() else {
+            return Ok(Transformed::no(expr));
+        };
+        Ok(Transformed::yes(Expr::BinaryExpr(BinaryExpr::new(
+            Box::new(left.clone()),
+            op,
+            Box::new(right.clone()),
+        ))))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    //! Goal: a view planned with the range-checked float operators keeps
+    //! the state layout it had when they were plain operators. Method:
+    //! layouts of expressions calling functions of those names.
+    use super::*;
+    use datafusion::arrow::datatypes::DataType;
+    use datafusion::logical_expr::{
+        col, lit, ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
+        Volatility,
+    };
+
+    #[derive(Debug, PartialEq, Eq, Hash)]
+    struct Named {
+        name: &'static str,
+        signature: Signature,
+    }
+
+    impl ScalarUDFImpl for Named {
+        fn name(&self) -> &str {
+            self.name
+        }
+
+        fn signature(&self) -> &Signature {
+            &self.signature
+        }
+
+        fn return_type(&self, _: &[DataType]) -> datafusion::common::Result<DataType> {
+            Ok(DataType::Float64)
+        }
+
+        fn invoke_with_args(
+            &self,
+            _: ScalarFunctionArgs,
+        ) -> datafusion::common::Result<ColumnarValue> {
+            datafusion::common::not_impl_err!("only planned in this test")
+        }
+    }
+
+    fn call(name: &'static str, args: Vec<Expr>) -> Expr {
+        ScalarUDF::from(Named {
+            name,
+            signature: Signature::any(2, Volatility::Immutable),
+        })
+        .call(args)
+    }
+
+    #[test]
+    fn range_checked_float_operators_show_as_operators_in_state_layouts() {
+        let product = call("pg_float_mul", vec![col("a"), lit(2.0)]);
+        assert_eq!(layout_text(&product), (col("a") * lit(2.0)).to_string());
+        let sum = call("pg_float_add", vec![product, col("b")]);
+        assert_eq!(
+            layout_text(&sum),
+            (col("a") * lit(2.0) + col("b")).to_string()
+        );
+        let difference = call("pg_float_sub", vec![col("b"), sum]);
+        assert_eq!(
+            layout_text(&difference),
+            (col("b") - (col("a") * lit(2.0) + col("b"))).to_string()
+        );
+        // The alias keeping a projected column's name is not shown; one
+        // the query wrote is.
+        let kept = call("pg_float_mul", vec![col("a"), col("b")]).alias("a * b");
+        assert_eq!(layout_text(&kept), "a * b");
+        let written = call("pg_float_mul", vec![col("a"), col("b")]).alias("area");
+        assert_eq!(layout_text(&written), (col("a") * col("b")).alias("area").to_string());
+        // Division was a function before: views keep showing it as one.
+        let quotient = call("pg_float_div", vec![col("a"), col("b")]);
+        assert_eq!(layout_text(&quotient), quotient.to_string());
+    }
 }

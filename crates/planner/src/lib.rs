@@ -19,7 +19,7 @@ mod pg_casts;
 mod pg_clock;
 mod pg_compat;
 mod pg_datetime_literals;
-mod pg_float_division;
+mod pg_float_arithmetic;
 mod pg_functions;
 mod pg_integer_arithmetic;
 mod pg_integer_literals;

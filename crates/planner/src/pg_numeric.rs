@@ -46,15 +46,15 @@ static DIVISION: LazyLock<Arc<ScalarUDF>> = LazyLock::new(|| {
     }))
 });
 
-/// Plans `numeric / numeric` as [`NumericDivision`], and float division as
-/// [`crate::pg_float_division`]'s. Runs after type coercion, which has given
-/// both operands one type.
+/// Plans `numeric / numeric` as [`NumericDivision`], and float `+`, `-`,
+/// `*` and `/` as [`crate::pg_float_arithmetic`]'s functions. Runs after
+/// type coercion, which has given both operands one type.
 #[derive(Debug, Default)]
-pub struct PostgresDivision;
+pub struct PostgresArithmetic;
 
-impl AnalyzerRule for PostgresDivision {
+impl AnalyzerRule for PostgresArithmetic {
     fn name(&self) -> &str {
-        "postgres_division"
+        "postgres_arithmetic"
     }
 
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
@@ -63,23 +63,21 @@ impl AnalyzerRule for PostgresDivision {
 }
 
 fn rewrite(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
-    let Expr::BinaryExpr(BinaryExpr {
-        left,
-        op: Operator::Divide,
-        right,
-    }) = &expr
-    else {
+    let Expr::BinaryExpr(BinaryExpr { left, op, right }) = &expr else {
         return Ok(Transformed::no(expr));
     };
-    let division = match (left.get_type(schema), right.get_type(schema)) {
-        (Ok(DataType::Decimal128(..)), Ok(DataType::Decimal128(..))) => &DIVISION,
-        (Ok(left @ (DataType::Float32 | DataType::Float64)), Ok(right)) if left == right => {
-            &crate::pg_float_division::DIVISION
+    let function = match (op, left.get_type(schema), right.get_type(schema)) {
+        (Operator::Divide, Ok(DataType::Decimal128(..)), Ok(DataType::Decimal128(..))) => &DIVISION,
+        (op, Ok(left @ (DataType::Float32 | DataType::Float64)), Ok(right)) if left == right => {
+            match crate::pg_float_arithmetic::function_of(*op) {
+                Some(function) => function,
+                None => return Ok(Transformed::no(expr)),
+            }
         }
         _ => return Ok(Transformed::no(expr)),
     };
     Ok(Transformed::yes(
-        division.call(vec![left.as_ref().clone(), right.as_ref().clone()]),
+        function.call(vec![left.as_ref().clone(), right.as_ref().clone()]),
     ))
 }
 

@@ -93,7 +93,7 @@ pub fn new_context_in(
     context.add_analyzer_rule(Arc::new(
         crate::pg_integer_arithmetic::PostgresIntegerArithmetic,
     ));
-    context.add_analyzer_rule(Arc::new(crate::pg_numeric::PostgresDivision));
+    context.add_analyzer_rule(Arc::new(crate::pg_numeric::PostgresArithmetic));
     context.add_analyzer_rule(Arc::new(crate::pg_text_casts::PostgresTextCasts));
     context.add_analyzer_rule(Arc::new(crate::pg_similar_to::PostgresSimilarTo));
     context.add_analyzer_rule(Arc::new(crate::pg_to_char::PostgresToChar));
