@@ -661,7 +661,10 @@ mod tests {
         let kept = call("pg_float_mul", vec![col("a"), col("b")]).alias("a * b");
         assert_eq!(layout_text(&kept), "a * b");
         let written = call("pg_float_mul", vec![col("a"), col("b")]).alias("area");
-        assert_eq!(layout_text(&written), (col("a") * col("b")).alias("area").to_string());
+        assert_eq!(
+            layout_text(&written),
+            (col("a") * col("b")).alias("area").to_string()
+        );
         // Division was a function before: views keep showing it as one.
         let quotient = call("pg_float_div", vec![col("a"), col("b")]);
         assert_eq!(layout_text(&quotient), quotient.to_string());

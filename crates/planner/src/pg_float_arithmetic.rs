@@ -232,10 +232,8 @@ mod tests {
         async fn table(
             &self,
             name: &str,
-        ) -> std::result::Result<
-            Option<Arc<dyn datafusion::catalog::TableProvider>>,
-            RsError,
-        > {
+        ) -> std::result::Result<Option<Arc<dyn datafusion::catalog::TableProvider>>, RsError>
+        {
             use datafusion::arrow::datatypes::{Field, Schema};
             let schema = Schema::new(vec![
                 Field::new("id", DataType::Int64, false),
