@@ -193,6 +193,9 @@ pub struct GatewaySession {
     pub statement_deadline: Option<i64>,
     /// What `currval` and `lastval` read.
     pub sequence_values: Arc<std::sync::Mutex<SessionSequences>>,
+    /// While a `COPY ... FROM STDIN` loads its parts: the transaction as
+    /// it was before the COPY, restored if it fails.
+    pub copy_savepoint: Option<Savepoint>,
 }
 
 /// What a failed statement restores: the transaction's tables before it.
@@ -280,6 +283,7 @@ impl GatewaySession {
     /// `savepoint` is `None` for statements that never write, whose failure
     /// leaves the buffered changes as they were.
     pub fn statement_failed(&mut self, savepoint: Option<Savepoint>) {
+        let savepoint = savepoint.or(self.copy_savepoint.take());
         match self.transaction.as_mut() {
             Some(transaction) if transaction.explicit => {
                 if let Some(savepoint) = savepoint {

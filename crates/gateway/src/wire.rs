@@ -21,8 +21,8 @@ use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer};
 use rockstream_control::ObjectKind;
 use rockstream_ops::arrow_rows::arrow_type;
 use rockstream_pgwire::{
-    Backend, CopyTarget, Described, IdleLimit, Interrupt, PreparedStatements, StatementResult,
-    TransactionState,
+    Backend, CopyPart, CopyTarget, Described, IdleLimit, Interrupt, PreparedStatements,
+    StatementResult, TransactionState,
 };
 use rockstream_planner::{
     alias_select_items, normalize_interval_literals, normalize_number_literals,
@@ -647,6 +647,7 @@ impl Backend for Gateway {
             parameters: Default::default(),
             statement_deadline: None,
             sequence_values: Default::default(),
+            copy_savepoint: None,
         })
     }
 
@@ -752,24 +753,36 @@ impl Backend for Gateway {
         session: &mut GatewaySession,
         target: &CopyTarget,
         rows: Vec<Vec<Option<String>>>,
+        part: CopyPart,
     ) -> Result<u64, RsError> {
-        let entry = self.entry(session, &target.table, Some(ObjectKind::Table))?;
+        if part.first {
+            session.copy_savepoint = Some(session.savepoint());
+        }
         let in_explicit = session.in_explicit_transaction();
-        let savepoint = Some(session.savepoint());
+        let before = if part.last {
+            session.copy_savepoint.take()
+        } else {
+            None
+        };
         let result = async {
+            let entry = self.entry(session, &target.table, Some(ObjectKind::Table))?;
             let mut typed = dml::copy_rows(&entry, &target.columns, rows)?;
             let supplied = dml::copy_column_positions(&entry, &target.columns)?;
             defaults::fill_defaults(self, session, &entry, &supplied, &mut typed).await?;
             let count = dml::insert_rows(self, session, &entry, typed, false).await?;
-            if let (true, Some(before)) = (in_explicit, &savepoint) {
-                crate::unique::check_statement(self, session, before).await?;
+            if part.last {
+                if let (true, Some(before)) = (in_explicit, &before) {
+                    crate::unique::check_statement(self, session, before).await?;
+                }
+                self.autocommit(session, in_explicit).await?;
             }
-            self.autocommit(session, in_explicit).await?;
             Ok(count)
         }
         .await;
         if result.is_err() {
-            session.statement_failed(savepoint);
+            // Restores the transaction as the COPY found it (the savepoint
+            // its first part took, or its last part holds).
+            session.statement_failed(before);
         }
         result
     }

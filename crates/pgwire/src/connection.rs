@@ -31,7 +31,7 @@ use pgwire::messages::copy::CopyData;
 use rockstream_types::{codes, RsError};
 use tokio::sync::Mutex;
 
-use crate::copy::{parse_copy_data, COPY_BUFFER_BYTES_MAX};
+use crate::copy::{CopyParser, COPY_BUFFER_BYTES_MAX, COPY_PART_BYTES};
 use crate::copy_out::copy_out_lines;
 use crate::encode::encode_batches;
 use crate::params::decode_parameters;
@@ -39,7 +39,7 @@ use crate::ready_status::SessionStatus;
 use crate::types::{field_infos, pg_type};
 use crate::wire_error::error_info;
 use crate::{
-    Backend, CopyFormat, CopyTarget, Described, IdleLimit, Interrupt, PreparedStatements,
+    Backend, CopyFormat, CopyPart, CopyTarget, Described, IdleLimit, Interrupt, PreparedStatements,
     StatementResult,
 };
 
@@ -50,10 +50,19 @@ pub(crate) struct PreparedStatement {
     pub(crate) described: Described,
 }
 
-/// COPY data received so far.
+/// A `COPY ... FROM STDIN` in progress: its data not yet parsed (at most a
+/// part and an incomplete row), the parser, and what was loaded.
 struct PendingCopy {
     target: CopyTarget,
+    parser: CopyParser,
     data: Vec<u8>,
+    /// Parse again once this much data is held: a part, or twice what the
+    /// last try left (a row longer than a part is not re-read per message).
+    parse_at: usize,
+    /// Rows the backend loaded so far.
+    loaded: u64,
+    /// A part has been handed to the backend.
+    started: bool,
 }
 
 impl PendingCopy {
@@ -63,7 +72,8 @@ impl PendingCopy {
             return Err(RsError::new(
                 &codes::WRITE_BUFFER_FULL,
                 format!(
-                    "COPY data exceeds the {limit_bytes}-byte limit; split it into several COPY commands"
+                    "COPY {}: a row of the data exceeds the {limit_bytes}-byte limit",
+                    self.target.table
                 ),
             ));
         }
@@ -85,22 +95,28 @@ impl<S> ConnectionState<S> {
     }
 
     /// Enters copy-in mode and returns the CopyInResponse to send.
-    fn start_copy(&mut self, target: CopyTarget) -> Response {
+    /// An error (impossible options) instead when the COPY cannot begin.
+    fn start_copy(&mut self, target: CopyTarget) -> Result<Response, RsError> {
         // The client writes binary tuples only when told the format is
         // binary (psycopg 3 picks its writer by it).
         let (format, columns) = match target.format {
             CopyFormat::Binary => (1, target.column_types.len()),
             _ => (0, target.columns.len()),
         };
+        let parser = CopyParser::new(&target)?;
         self.copy = Some(PendingCopy {
             target,
+            parser,
             data: Vec::new(),
+            parse_at: COPY_PART_BYTES,
+            loaded: 0,
+            started: false,
         });
-        Response::CopyIn(CopyResponse::new(
+        Ok(Response::CopyIn(CopyResponse::new(
             format,
             columns,
             stream::empty::<PgWireResult<CopyData>>(),
-        ))
+        )))
     }
 }
 
@@ -209,16 +225,22 @@ impl<B: Backend> ConnectionCore<B> {
         let mut responses = Vec::with_capacity(total);
         for result in results {
             let (response, is_last) = match result {
-                Ok(StatementResult::CopyIn(target)) => (Ok(state.start_copy(target)), true),
                 Ok(result) => {
-                    let response = statement_response(result, &Format::UnifiedText);
+                    // A COPY takes the client's next messages: it ends the
+                    // string's statements.
+                    let copy = matches!(result, StatementResult::CopyIn(_));
+                    let response = match result {
+                        StatementResult::CopyIn(target) => state.start_copy(target),
+                        result => statement_response(result, &Format::UnifiedText),
+                    };
                     if response.is_err() {
-                        // Its rows could not be sent: the statement failed.
+                        // Its rows could not be sent (or its COPY could not
+                        // begin): the statement failed.
                         if let Ok(session) = state.session_mut() {
                             self.backend.statement_failed(session).await;
                         }
                     }
-                    (response, false)
+                    (response, copy)
                 }
                 Err(error) => (Err(error), true),
             };
@@ -282,9 +304,11 @@ impl<B: Backend> ConnectionCore<B> {
             Err(panic) => Err(self.panicked(session, panic).await),
         };
         let response = match result {
-            Ok(StatementResult::CopyIn(target)) => Ok(state.start_copy(target)),
             Ok(result) => {
-                let response = statement_response(result, &portal.result_column_format);
+                let response = match result {
+                    StatementResult::CopyIn(target) => state.start_copy(target),
+                    result => statement_response(result, &portal.result_column_format),
+                };
                 if response.is_err() {
                     // Its rows could not be sent: the statement failed.
                     if let Ok(session) = state.session_mut() {
@@ -299,38 +323,88 @@ impl<B: Backend> ConnectionCore<B> {
         response
     }
 
-    /// Buffers one CopyData message.
+    /// Takes one CopyData message: buffers it, and once a part's worth is
+    /// held, hands the complete rows to the backend. Any error ends the
+    /// COPY (the caller fails the statement).
     pub(crate) async fn append_copy_data(&self, chunk: &[u8]) -> Result<(), RsError> {
         let mut state = self.state.lock().await;
-        let copy = state
-            .copy
-            .as_mut()
-            .ok_or_else(|| RsError::internal("CopyData outside COPY FROM STDIN"))?;
-        let appended = copy.append(chunk, COPY_BUFFER_BYTES_MAX);
+        let appended = self.take_copy_data(&mut state, chunk).await;
         if appended.is_err() {
             state.copy = None;
         }
         appended
     }
 
-    /// CopyDone: parses the buffered data and loads it; returns rows loaded.
+    async fn take_copy_data(
+        &self,
+        state: &mut ConnectionState<B::Session>,
+        chunk: &[u8],
+    ) -> Result<(), RsError> {
+        let copy = state
+            .copy
+            .as_mut()
+            .ok_or_else(|| RsError::internal("CopyData outside COPY FROM STDIN"))?;
+        copy.append(chunk, COPY_BUFFER_BYTES_MAX)?;
+        if copy.data.len() < copy.parse_at {
+            return Ok(());
+        }
+        let (rows, taken) = copy.parser.parse(&copy.data, false)?;
+        copy.data.drain(..taken);
+        copy.parse_at = COPY_PART_BYTES.max(copy.data.len().saturating_mul(2));
+        if rows.is_empty() {
+            return Ok(());
+        }
+        self.load_copy_part(state, rows, false).await.map(|_| ())
+    }
+
+    /// CopyDone: loads the rest of the data (the backend commits the COPY
+    /// outside a transaction block); returns rows loaded.
     pub(crate) async fn finish_copy(&self) -> Result<u64, RsError> {
         let mut state = self.state.lock().await;
-        let PendingCopy { target, data } = state
+        let copy = state
             .copy
-            .take()
+            .as_mut()
             .ok_or_else(|| RsError::internal("CopyDone outside COPY FROM STDIN"))?;
-        let rows = parse_copy_data(&data, &target)?;
-        drop(data);
-        let session = state.session_mut()?;
+        let parsed = copy.parser.parse(&copy.data, true);
+        copy.data = Vec::new();
+        let loaded = match parsed {
+            Ok((rows, _)) => self.load_copy_part(&mut state, rows, true).await,
+            Err(error) => Err(error),
+        };
+        state.copy = None;
+        loaded
+    }
+
+    /// Hands a part's rows to the backend; returns the rows loaded so far.
+    async fn load_copy_part(
+        &self,
+        state: &mut ConnectionState<B::Session>,
+        rows: Vec<Vec<Option<String>>>,
+        last: bool,
+    ) -> Result<u64, RsError> {
+        let ConnectionState { session, copy } = state;
+        let copy = copy
+            .as_mut()
+            .ok_or_else(|| RsError::internal("a COPY part outside COPY FROM STDIN"))?;
+        let session = session
+            .as_mut()
+            .ok_or_else(|| RsError::internal("no backend session: startup has not completed"))?;
+        let part = CopyPart {
+            first: !copy.started,
+            last,
+        };
+        copy.started = true;
         let _running = self.interrupt.begin();
-        let call = self.backend.copy_in(session, &target, rows);
+        let call = self.backend.copy_in(session, &copy.target, rows, part);
         let loaded = match AssertUnwindSafe(call).catch_unwind().await {
             Ok(loaded) => loaded,
             Err(panic) => Err(self.panicked(session, panic).await),
         };
-        self.report_state(&state);
-        loaded
+        if last {
+            self.status.set(self.backend.transaction_state(session));
+        }
+        copy.loaded += loaded?;
+        Ok(copy.loaded)
     }
 
     /// Notes the session's transaction state for the ReadyForQuery that
@@ -518,14 +592,19 @@ mod tests {
 
     #[test]
     fn copy_buffer_refuses_to_grow_past_its_limit() {
+        let target = CopyTarget::text("t", vec![]);
         let mut copy = PendingCopy {
-            target: CopyTarget::text("t", vec![]),
+            parser: CopyParser::new(&target).unwrap(),
+            target,
             data: Vec::new(),
+            parse_at: COPY_PART_BYTES,
+            loaded: 0,
+            started: false,
         };
         copy.append(b"12345", 8).unwrap();
         let error = copy.append(b"6789", 8).unwrap_err();
         assert_eq!(error.code.sqlstate, "54000");
-        assert!(error.message.contains("8-byte limit"));
+        assert!(error.message.contains("8-byte limit"), "{}", error.message);
         assert_eq!(copy.data, b"12345");
         copy.append(b"678", 8).unwrap();
     }

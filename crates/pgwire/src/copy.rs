@@ -31,9 +31,14 @@ use crate::params::{binary_text, BinaryProblem};
 use crate::types::pg_type;
 use crate::{CopyFormat, CopyTarget};
 
-/// The most COPY data buffered for one `COPY ... FROM STDIN` (1 GiB, like
-/// PostgreSQL's `MaxAllocSize` for a single value).
+/// The most COPY data held unparsed for one `COPY ... FROM STDIN`: the
+/// longest row (1 GiB, like PostgreSQL's `MaxAllocSize` for a single
+/// value). Complete rows leave the buffer as they arrive.
 pub const COPY_BUFFER_BYTES_MAX: usize = 1 << 30;
+
+/// COPY data is parsed and handed to the backend in parts of about this
+/// many bytes, so a stream is never held whole.
+pub const COPY_PART_BYTES: usize = 4 << 20;
 
 /// One parsed row before UTF-8 validation.
 struct Record {
@@ -46,16 +51,268 @@ pub fn parse_copy_data(
     data: &[u8],
     target: &CopyTarget,
 ) -> Result<Vec<Vec<Option<String>>>, RsError> {
-    validate_options(target)?;
-    let records = match target.format {
-        CopyFormat::Text => text_records(data, target)?,
-        CopyFormat::Csv => csv_records(data, target)?,
-        CopyFormat::Binary => return binary_rows(data, target),
-    };
-    records
-        .into_iter()
-        .map(|record| finish_record(record, target))
-        .collect()
+    let (rows, _) = CopyParser::new(target)?.parse(data, true)?;
+    Ok(rows)
+}
+
+/// Reads a COPY stream part by part as it arrives: each call takes the
+/// complete rows at the front of the data not yet taken and says how many
+/// bytes they were; the caller keeps the rest and calls again with more.
+/// The same rows come out whatever the parts (`copy_tests` checks every
+/// split).
+pub struct CopyParser {
+    target: CopyTarget,
+    /// Rows (lines) read so far, header included: errors name the line.
+    line: usize,
+    /// The binary header has been read.
+    header_read: bool,
+    /// The end marker (`\.`) or the binary trailer has been read.
+    ended: bool,
+}
+
+impl CopyParser {
+    /// A parser for `target`'s stream; an error for impossible options.
+    pub fn new(target: &CopyTarget) -> Result<CopyParser, RsError> {
+        validate_options(target)?;
+        Ok(CopyParser {
+            target: target.clone(),
+            line: 0,
+            header_read: false,
+            ended: false,
+        })
+    }
+
+    /// The complete rows at the front of `data` and the bytes they took.
+    /// `last`: nothing follows `data` (a row may end without its newline,
+    /// and an incomplete one is an error rather than a wait for more).
+    pub fn parse(
+        &mut self,
+        data: &[u8],
+        last: bool,
+    ) -> Result<(Vec<Vec<Option<String>>>, usize), RsError> {
+        if self.ended {
+            return self.after_end(data);
+        }
+        let (records, taken) = match self.target.format {
+            CopyFormat::Text => self.text_records(data, last)?,
+            CopyFormat::Csv => self.csv_records(data, last)?,
+            CopyFormat::Binary => return self.binary_rows(data, last),
+        };
+        let rows = records
+            .into_iter()
+            .map(|record| finish_record(record, &self.target))
+            .collect::<Result<_, _>>()?;
+        Ok((rows, taken))
+    }
+
+    /// Data after the end: ignored after a text or CSV end marker (as
+    /// before it was split into parts), an error after the binary trailer.
+    fn after_end(&self, data: &[u8]) -> Result<(Vec<Vec<Option<String>>>, usize), RsError> {
+        if self.target.format == CopyFormat::Binary && !data.is_empty() {
+            return Err(malformed(
+                &self.target,
+                self.line + 1,
+                "extra data after the COPY trailer",
+            ));
+        }
+        Ok((Vec::new(), data.len()))
+    }
+
+    fn text_records(&mut self, data: &[u8], last: bool) -> Result<(Vec<Record>, usize), RsError> {
+        let mut records = Vec::new();
+        let mut position = 0;
+        while position < data.len() {
+            let (raw_fields, next, terminated) =
+                split_text_line(data, position, self.target.delimiter);
+            if !last && !complete_line(data, next, terminated) {
+                break;
+            }
+            self.line += 1;
+            if is_end_marker(data, position) {
+                self.ended = true;
+                return Ok((records, data.len()));
+            }
+            let start = position;
+            position = next;
+            if self.line == 1 && self.target.header {
+                continue;
+            }
+            let fields = raw_fields
+                .into_iter()
+                .map(|raw| text_field(raw, &self.target, self.line))
+                .collect::<Result<_, _>>()?;
+            debug_assert!(position > start);
+            records.push(Record {
+                line: self.line,
+                fields,
+            });
+        }
+        Ok((records, position))
+    }
+
+    fn csv_records(&mut self, data: &[u8], last: bool) -> Result<(Vec<Record>, usize), RsError> {
+        let mut records = Vec::new();
+        let mut position = 0;
+        while position < data.len() {
+            let mut reader = CsvRecordReader::new(&self.target);
+            let read = reader.read(data, position);
+            let complete = read
+                .is_some_and(|(next, terminated)| last || complete_line(data, next, terminated));
+            if !complete && !last {
+                break;
+            }
+            self.line += 1;
+            if is_end_marker(data, position) {
+                self.ended = true;
+                return Ok((records, data.len()));
+            }
+            let (next, _) = read.ok_or_else(|| {
+                malformed(&self.target, self.line, "unterminated CSV quoted field")
+            })?;
+            position = next;
+            if self.line == 1 && self.target.header {
+                continue;
+            }
+            records.push(Record {
+                line: self.line,
+                fields: reader.fields,
+            });
+        }
+        Ok((records, position))
+    }
+
+    /// Rows of PostgreSQL's binary COPY format: the signature, flags and a
+    /// header extension (skipped), then per row a field count and each
+    /// field's length (-1: NULL) and bytes, up to the trailer (a count of
+    /// -1). Each field is read as its column's type and becomes its text
+    /// form.
+    fn binary_rows(
+        &mut self,
+        data: &[u8],
+        last: bool,
+    ) -> Result<(Vec<Vec<Option<String>>>, usize), RsError> {
+        let mut reader = BinaryReader { data, position: 0 };
+        let eof = |parser: &CopyParser| {
+            malformed(
+                &parser.target,
+                parser.line + 1,
+                "unexpected EOF in COPY data",
+            )
+        };
+        if !self.header_read {
+            match self.binary_header(&mut reader) {
+                Ok(()) => self.header_read = true,
+                Err(None) if !last => return Ok((Vec::new(), 0)),
+                Err(None) => {
+                    return Err(malformed(
+                        &self.target,
+                        1,
+                        "COPY file signature not recognized",
+                    ))
+                }
+                Err(Some(error)) => return Err(error),
+            }
+        }
+        let types: Vec<Type> = self.target.column_types.iter().map(pg_type).collect();
+        let mut rows = Vec::new();
+        loop {
+            let start = reader.position;
+            // The data may end where a row would start, without the
+            // trailer (PostgreSQL accepts that too).
+            if start == data.len() {
+                return Ok((rows, start));
+            }
+            match self.binary_row(&mut reader, &types) {
+                Ok(Some(row)) => {
+                    self.line += 1;
+                    rows.push(row);
+                }
+                Ok(None) => {
+                    self.ended = true;
+                    self.after_end(&data[reader.position..])?;
+                    return Ok((rows, data.len()));
+                }
+                Err(None) if !last => return Ok((rows, start)),
+                Err(None) => return Err(eof(self)),
+                Err(Some(error)) => return Err(error),
+            }
+        }
+    }
+
+    /// Reads the binary header; `Err(None)` when the data ends inside it.
+    fn binary_header(&self, reader: &mut BinaryReader<'_>) -> Result<(), Option<RsError>> {
+        let fail = |problem: &str| Some(malformed(&self.target, 1, problem));
+        let signature = reader.take(BINARY_SIGNATURE.len()).ok_or(None)?;
+        if signature != &BINARY_SIGNATURE[..] {
+            return Err(fail("COPY file signature not recognized"));
+        }
+        let flags = reader.u32().ok_or(None)?;
+        if flags & BINARY_HAS_OIDS != 0 || flags & BINARY_CRITICAL_FLAGS != 0 {
+            return Err(fail("unrecognized critical flags in COPY file header"));
+        }
+        // The header extension: nothing in it is meant for this reader.
+        let length = reader.u32().ok_or(None)?;
+        reader.take(length as usize).ok_or(None)?;
+        Ok(())
+    }
+
+    /// Reads one binary row: `Ok(None)` at the trailer, `Err(None)` when
+    /// the data ends inside the row.
+    fn binary_row(
+        &self,
+        reader: &mut BinaryReader<'_>,
+        types: &[Type],
+    ) -> Result<Option<Vec<Option<String>>>, Option<RsError>> {
+        let row = self.line + 1;
+        let fail = |problem: String| Some(malformed(&self.target, row, problem));
+        let count = reader.u16().ok_or(None)? as i16;
+        if count == -1 {
+            return Ok(None);
+        }
+        if usize::try_from(count).ok() != Some(types.len()) {
+            return Err(fail(format!(
+                "row field count is {count}, expected {}",
+                types.len()
+            )));
+        }
+        let mut fields = Vec::with_capacity(types.len());
+        for (column, pg_type) in types.iter().enumerate() {
+            let length = reader.u32().ok_or(None)? as i32;
+            if length == -1 {
+                fields.push(None);
+                continue;
+            }
+            let length = usize::try_from(length)
+                .map_err(|_| fail(format!("invalid field length {length}")))?;
+            let bytes = reader.take(length).ok_or(None)?;
+            let name = self.target.columns.get(column).map_or("?", String::as_str);
+            let text = binary_text(bytes, pg_type).map_err(|problem| {
+                fail(match problem {
+                    BinaryProblem::Unsupported => format!(
+                        "column \"{name}\": binary format of type {} is not supported",
+                        pg_type.name()
+                    ),
+                    BinaryProblem::NotUtf8 => {
+                        format!("column \"{name}\": invalid byte sequence for encoding \"UTF8\"")
+                    }
+                    BinaryProblem::Malformed => {
+                        format!("column \"{name}\": incorrect binary data format")
+                    }
+                })
+            })?;
+            fields.push(Some(text));
+        }
+        Ok(Some(fields))
+    }
+}
+
+/// Whether a line or record read up to `next` is certainly whole when more
+/// data may follow: it ended with its terminator, and that terminator is
+/// not a `\r` at the very end (the `\r` of a `\r\n` whose `\n` is yet to
+/// come). Any byte a line's reading looked ahead at lies before its
+/// terminator, so a whole line reads the same whatever follows it.
+fn complete_line(data: &[u8], next: usize, terminated: bool) -> bool {
+    terminated && !(next == data.len() && data[next - 1] == b'\r')
 }
 
 fn malformed(target: &CopyTarget, line: usize, problem: impl std::fmt::Display) -> RsError {
@@ -128,95 +385,6 @@ const BINARY_HAS_OIDS: u32 = 1 << 16;
 /// Flags bits a reader must understand (16 to 31).
 const BINARY_CRITICAL_FLAGS: u32 = 0xffff_0000;
 
-/// Rows of PostgreSQL's binary COPY format: the signature, flags and a
-/// header extension (skipped), then per row a field count and each field's
-/// length (-1: NULL) and bytes, up to the trailer (a count of -1). Each
-/// field is read as its column's type and becomes its text form.
-fn binary_rows(data: &[u8], target: &CopyTarget) -> Result<Vec<Vec<Option<String>>>, RsError> {
-    let mut reader = BinaryReader { data, position: 0 };
-    let fail = |row: usize, problem: String| malformed(target, row, problem);
-    if reader.take(BINARY_SIGNATURE.len()) != Some(&BINARY_SIGNATURE[..]) {
-        return Err(fail(1, "COPY file signature not recognized".into()));
-    }
-    let flags = reader
-        .u32()
-        .ok_or_else(|| fail(1, "invalid COPY file header (missing flags)".into()))?;
-    if flags & BINARY_HAS_OIDS != 0 || flags & BINARY_CRITICAL_FLAGS != 0 {
-        return Err(fail(
-            1,
-            "unrecognized critical flags in COPY file header".into(),
-        ));
-    }
-    // The header extension: nothing in it is meant for this reader.
-    reader
-        .u32()
-        .and_then(|length| reader.take(length as usize))
-        .ok_or_else(|| fail(1, "invalid COPY file header (missing length)".into()))?;
-    let types: Vec<Type> = target.column_types.iter().map(pg_type).collect();
-    let mut rows = Vec::new();
-    loop {
-        let row = rows.len() + 1;
-        // The data may end where a row would start, without the trailer
-        // (PostgreSQL accepts that too).
-        if reader.position == data.len() {
-            return Ok(rows);
-        }
-        let count = reader
-            .u16()
-            .ok_or_else(|| fail(row, "unexpected EOF in COPY data".into()))?
-            as i16;
-        if count == -1 {
-            break;
-        }
-        if usize::try_from(count).ok() != Some(types.len()) {
-            return Err(fail(
-                row,
-                format!("row field count is {count}, expected {}", types.len()),
-            ));
-        }
-        let mut fields = Vec::with_capacity(types.len());
-        for (column, pg_type) in types.iter().enumerate() {
-            let length = reader
-                .u32()
-                .ok_or_else(|| fail(row, "unexpected EOF in COPY data".into()))?
-                as i32;
-            if length == -1 {
-                fields.push(None);
-                continue;
-            }
-            let bytes = usize::try_from(length)
-                .ok()
-                .and_then(|length| reader.take(length))
-                .ok_or_else(|| fail(row, "unexpected EOF in COPY data".into()))?;
-            let name = target.columns.get(column).map_or("?", String::as_str);
-            let text = binary_text(bytes, pg_type).map_err(|problem| {
-                let problem = match problem {
-                    BinaryProblem::Unsupported => format!(
-                        "column \"{name}\": binary format of type {} is not supported",
-                        pg_type.name()
-                    ),
-                    BinaryProblem::NotUtf8 => {
-                        format!("column \"{name}\": invalid byte sequence for encoding \"UTF8\"")
-                    }
-                    BinaryProblem::Malformed => {
-                        format!("column \"{name}\": incorrect binary data format")
-                    }
-                };
-                fail(row, problem)
-            })?;
-            fields.push(Some(text));
-        }
-        rows.push(fields);
-    }
-    if reader.position != data.len() {
-        return Err(fail(
-            rows.len() + 1,
-            "extra data after the COPY trailer".into(),
-        ));
-    }
-    Ok(rows)
-}
-
 /// Reads binary COPY data front to back.
 struct BinaryReader<'a> {
     data: &'a [u8],
@@ -255,32 +423,10 @@ fn is_end_marker(data: &[u8], position: usize) -> bool {
         && (position + 2 == data.len() || newline_length(data, position + 2) > 0)
 }
 
-fn text_records(data: &[u8], target: &CopyTarget) -> Result<Vec<Record>, RsError> {
-    let mut records = Vec::new();
-    let mut position = 0;
-    let mut line = 0;
-    while position < data.len() {
-        line += 1;
-        if is_end_marker(data, position) {
-            break;
-        }
-        let (raw_fields, next) = split_text_line(data, position, target.delimiter);
-        position = next;
-        if line == 1 && target.header {
-            continue;
-        }
-        let fields = raw_fields
-            .into_iter()
-            .map(|raw| text_field(raw, target, line))
-            .collect::<Result<_, _>>()?;
-        records.push(Record { line, fields });
-    }
-    Ok(records)
-}
-
-/// Splits the line at `start` into raw fields (escapes kept); returns them and
-/// the position after the line terminator.
-fn split_text_line(data: &[u8], start: usize, delimiter: u8) -> (Vec<&[u8]>, usize) {
+/// Splits the line at `start` into raw fields (escapes kept); returns them,
+/// the position after the line terminator and whether there was one (the
+/// data may end first).
+fn split_text_line(data: &[u8], start: usize, delimiter: u8) -> (Vec<&[u8]>, usize, bool) {
     let mut fields = Vec::new();
     let mut field_start = start;
     let mut position = start;
@@ -293,7 +439,7 @@ fn split_text_line(data: &[u8], start: usize, delimiter: u8) -> (Vec<&[u8]>, usi
         let newline = newline_length(data, position);
         if newline > 0 {
             fields.push(&data[field_start..position]);
-            return (fields, position + newline);
+            return (fields, position + newline, true);
         }
         if byte == delimiter {
             fields.push(&data[field_start..position]);
@@ -302,7 +448,7 @@ fn split_text_line(data: &[u8], start: usize, delimiter: u8) -> (Vec<&[u8]>, usi
         position += 1;
     }
     fields.push(&data[field_start..]);
-    (fields, data.len())
+    (fields, data.len(), false)
 }
 
 fn text_field(raw: &[u8], target: &CopyTarget, line: usize) -> Result<Option<Vec<u8>>, RsError> {
@@ -364,30 +510,6 @@ fn radix_escape(raw: &[u8], position: &mut usize, first: u8, radix: u32, more: u
     (value & 0xff) as u8
 }
 
-fn csv_records(data: &[u8], target: &CopyTarget) -> Result<Vec<Record>, RsError> {
-    let mut records = Vec::new();
-    let mut position = 0;
-    let mut line = 0;
-    while position < data.len() {
-        line += 1;
-        if is_end_marker(data, position) {
-            break;
-        }
-        let mut reader = CsvRecordReader::new(target);
-        position = reader
-            .read(data, position)
-            .ok_or_else(|| malformed(target, line, "unterminated CSV quoted field"))?;
-        if line == 1 && target.header {
-            continue;
-        }
-        records.push(Record {
-            line,
-            fields: reader.fields,
-        });
-    }
-    Ok(records)
-}
-
 /// Reads one CSV record, field by field.
 struct CsvRecordReader<'a> {
     target: &'a CopyTarget,
@@ -406,16 +528,17 @@ impl<'a> CsvRecordReader<'a> {
         }
     }
 
-    /// Reads the record at `start`; returns the position after it, or `None`
-    /// when the data ends inside quotes.
-    fn read(&mut self, data: &[u8], start: usize) -> Option<usize> {
+    /// Reads the record at `start`; returns the position after it and
+    /// whether it ended with a line terminator (rather than with the data),
+    /// or `None` when the data ends inside quotes.
+    fn read(&mut self, data: &[u8], start: usize) -> Option<(usize, bool)> {
         let mut position = start;
         while position < data.len() {
             let byte = data[position];
             let newline = newline_length(data, position);
             if newline > 0 {
                 self.end_field();
-                return Some(position + newline);
+                return Some((position + newline, true));
             }
             if byte == self.target.delimiter {
                 self.end_field();
@@ -429,7 +552,7 @@ impl<'a> CsvRecordReader<'a> {
             position += 1;
         }
         self.end_field();
-        Some(data.len())
+        Some((data.len(), false))
     }
 
     /// Reads quoted content starting after the opening quote; returns the

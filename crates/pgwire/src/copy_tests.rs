@@ -24,11 +24,66 @@ fn row(fields: &[Option<&str>]) -> Vec<Option<String>> {
 }
 
 fn parse(data: &str, target: &CopyTarget) -> Vec<Vec<Option<String>>> {
-    parse_copy_data(data.as_bytes(), target).unwrap()
+    let whole = parse_copy_data(data.as_bytes(), target).unwrap();
+    for (parts, rows) in split_parses(data.as_bytes(), target) {
+        assert_eq!(rows.unwrap(), whole, "{data:?} in parts {parts:?}");
+    }
+    whole
 }
 
 fn parse_error(data: &[u8], target: &CopyTarget) -> RsError {
-    parse_copy_data(data, target).unwrap_err()
+    let whole = parse_copy_data(data, target).unwrap_err();
+    for (parts, rows) in split_parses(data, target) {
+        let error = rows.unwrap_err();
+        assert_eq!(
+            error.code.sqlstate, whole.code.sqlstate,
+            "in parts {parts:?}"
+        );
+        assert_eq!(error.message, whole.message, "in parts {parts:?}");
+    }
+    whole
+}
+
+/// `data` parsed as it would arrive in parts: split once at every byte,
+/// and one byte at a time; each with the parts it was cut into.
+fn split_parses(
+    data: &[u8],
+    target: &CopyTarget,
+) -> Vec<(Vec<usize>, Result<Vec<Vec<Option<String>>>, RsError>)> {
+    let mut splits: Vec<Vec<usize>> = (0..=data.len()).map(|at| vec![at]).collect();
+    splits.push((0..=data.len()).collect());
+    splits
+        .into_iter()
+        .map(|cuts| {
+            let rows = parse_in_parts(data, target, &cuts);
+            (cuts, rows)
+        })
+        .collect()
+}
+
+/// Feeds `data` to a parser as the parts ending at `cuts` (then the rest,
+/// last), keeping what each call leaves, as the connection does.
+fn parse_in_parts(
+    data: &[u8],
+    target: &CopyTarget,
+    cuts: &[usize],
+) -> Result<Vec<Vec<Option<String>>>, RsError> {
+    let mut parser = CopyParser::new(target)?;
+    let mut pending = Vec::new();
+    let mut rows = Vec::new();
+    let mut from = 0;
+    for &cut in cuts {
+        pending.extend_from_slice(&data[from..cut]);
+        from = cut;
+        let (more, taken) = parser.parse(&pending, false)?;
+        rows.extend(more);
+        pending.drain(..taken);
+    }
+    pending.extend_from_slice(&data[from..]);
+    let (more, taken) = parser.parse(&pending, true)?;
+    assert_eq!(taken, pending.len(), "the last part is taken whole");
+    rows.extend(more);
+    Ok(rows)
 }
 
 #[test]
@@ -275,6 +330,9 @@ fn binary_copy_reads_each_field_by_its_columns_type() {
         vec![None, None],
     ];
     let parsed = parse_copy_data(&binary_data(&rows), &target).unwrap();
+    for (parts, split) in split_parses(&binary_data(&rows), &target) {
+        assert_eq!(split.unwrap(), parsed, "in parts {parts:?}");
+    }
     assert_eq!(
         parsed,
         vec![
@@ -294,8 +352,14 @@ fn binary_copy_reads_each_field_by_its_columns_type() {
     let short_int = binary_data(&[vec![Some(vec![0, 0, 7]), None]]);
     let mut signature = binary_data(&rows);
     signature[0] = b'X';
-    for data in [wrong_width, cut, short_int, signature] {
+    let mut after_trailer = binary_data(&rows);
+    after_trailer.push(0);
+    for data in [wrong_width, cut, short_int, signature, after_trailer] {
         let error = parse_copy_data(&data, &target).unwrap_err();
         assert_eq!(error.code.sqlstate, "22P04", "{}", error.message);
+        for (parts, split) in split_parses(&data, &target) {
+            let split = split.unwrap_err();
+            assert_eq!(split.message, error.message, "in parts {parts:?}");
+        }
     }
 }

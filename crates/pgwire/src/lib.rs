@@ -62,7 +62,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use rockstream_types::RsError;
 
 pub use auth::{is_scram_verifier, scram_verifier, tls_acceptor, Passwords, Security};
-pub use copy::{parse_copy_data, COPY_BUFFER_BYTES_MAX};
+pub use copy::{parse_copy_data, CopyParser, COPY_BUFFER_BYTES_MAX, COPY_PART_BYTES};
 pub use interrupt::Interrupt;
 pub use server::serve;
 pub use types::{pg_type, FIELD_COLUMN_NUMBER, FIELD_TABLE_OID, FIELD_VARCHAR_LENGTH};
@@ -130,6 +130,14 @@ pub enum CopyFormat {
     /// read by the types of [`CopyTarget::column_types`]. `COPY ... FROM`
     /// only.
     Binary,
+}
+
+/// Which part of a COPY's rows a [`Backend::copy_in`] call hands over (one
+/// part may be both the first and the last).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CopyPart {
+    pub first: bool,
+    pub last: bool,
 }
 
 /// Where and how COPY data is loaded.
@@ -239,13 +247,19 @@ pub trait Backend: Send + Sync + 'static {
         prepared: &dyn PreparedStatements,
     ) -> Result<StatementResult, RsError>;
 
-    /// Rows parsed from COPY data, each field None (NULL) or its text.
-    /// Returns rows loaded. All-or-nothing.
+    /// Rows of `COPY ... FROM STDIN` data, each field None (NULL) or its
+    /// text, handed over in parts as the data arrives (`part` says which);
+    /// returns the part's rows loaded. The COPY is all-or-nothing: the last
+    /// part ends it (committing it outside a transaction block), an error
+    /// in any part fails it, and a COPY abandoned between parts (CopyFail,
+    /// a malformed message, a lost client) is failed with
+    /// [`Backend::statement_failed`].
     async fn copy_in(
         &self,
         session: &mut Self::Session,
         target: &CopyTarget,
         rows: Vec<Vec<Option<String>>>,
+        part: CopyPart,
     ) -> Result<u64, RsError>;
 
     /// An error the front end raised itself (a malformed message, an

@@ -92,6 +92,127 @@ async fn copy_refuses_repeated_keys_and_changes_nothing() {
     assert_eq!(count(&client).await, five, "failed loads change nothing");
 }
 
+/// Rows `from..to` of a load of about 100 bytes a row.
+fn wide_lines(from: i64, to: i64) -> String {
+    (from..to).map(|id| format!("{id}\t{id:0>96}\n")).collect()
+}
+
+async fn view_totals(client: &tokio_postgres::Client) -> String {
+    let rows = fetch_text_rows(client, "SELECT n, total FROM item_totals")
+        .await
+        .expect("view");
+    format!("{rows:?}")
+}
+
+/// Goal: a COPY larger than one part (the server parses and loads COPY data
+/// in parts of about 4 MiB as it arrives, never holding the whole stream)
+/// is still one statement: all of it lands, or — whether a later part
+/// holds a malformed value, a repeated key, or the client abandons the
+/// COPY between parts — none of it, views included; inside BEGIN a failed
+/// one aborts the transaction. Method: 12 MB loads (three parts) into a
+/// keyed table with a view over it, checked after each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_of_many_parts_lands_whole_or_not_at_all() {
+    use futures::SinkExt;
+    let server = TestServer::start().await;
+    let client = server.client().await;
+    client
+        .batch_execute(
+            "CREATE TABLE items (id BIGINT PRIMARY KEY, label TEXT);
+             CREATE MATERIALIZED VIEW item_totals AS
+               SELECT count(*) AS n, sum(id) AS total FROM items",
+        )
+        .await
+        .expect("setup");
+    const ROWS: i64 = 120_000;
+
+    let loaded = copy_in(&client, "COPY items FROM STDIN", wide_lines(0, ROWS))
+        .await
+        .expect("a clean COPY of three parts");
+    assert_eq!(loaded, ROWS as u64);
+    let expected = format!(
+        "{:?}",
+        vec![vec![
+            Some(ROWS.to_string()),
+            Some((ROWS * (ROWS - 1) / 2).to_string())
+        ]]
+    );
+    assert_eq!(view_totals(&client).await, expected);
+
+    // A bad value in the last part: the parts before it are undone.
+    let bad_value = format!("{}oops\tlast\n", wide_lines(ROWS, 2 * ROWS));
+    let error = copy_in(&client, "COPY items FROM STDIN", bad_value)
+        .await
+        .expect_err("a malformed value in the last part");
+    assert_eq!(crate::harness::sqlstate(&error), "22P02", "{error:?}");
+    // A key of the first part repeated in the last.
+    let repeated = format!(
+        "{}{}",
+        wide_lines(ROWS, 2 * ROWS),
+        wide_lines(ROWS, ROWS + 1)
+    );
+    let error = copy_in(&client, "COPY items FROM STDIN", repeated)
+        .await
+        .expect_err("a repeated key across parts");
+    assert_eq!(crate::harness::sqlstate(&error), "23505", "{error:?}");
+    // A key already stored, in the last part.
+    let stored = format!("{}{}", wide_lines(ROWS, 2 * ROWS), wide_lines(7, 8));
+    let error = copy_in(&client, "COPY items FROM STDIN", stored)
+        .await
+        .expect_err("a stored key in the last part");
+    assert_eq!(crate::harness::sqlstate(&error), "23505", "{error:?}");
+    // Abandoned after two parts' worth: the client's CopyFail.
+    {
+        let sink = client.copy_in("COPY items FROM STDIN").await.expect("copy");
+        futures::pin_mut!(sink);
+        sink.send(bytes::Bytes::from(wide_lines(ROWS, ROWS + 90_000)))
+            .await
+            .expect("send");
+        // Dropped unfinished: tokio-postgres sends CopyFail.
+    }
+    assert_eq!(
+        count(&client).await,
+        format!("{:?}", vec![vec![Some(ROWS.to_string())]])
+    );
+    assert_eq!(
+        view_totals(&client).await,
+        expected,
+        "failed COPYs leave the view"
+    );
+
+    // Inside BEGIN: a failing COPY aborts the transaction, the rows before
+    // it included; a clean one is read back before COMMIT.
+    client.batch_execute("BEGIN").await.expect("begin");
+    client
+        .batch_execute("INSERT INTO items VALUES (-1, 'before')")
+        .await
+        .expect("insert");
+    let bad_value = format!("{}oops\tlast\n", wide_lines(ROWS, 2 * ROWS));
+    copy_in(&client, "COPY items FROM STDIN", bad_value)
+        .await
+        .expect_err("a malformed value in the last part");
+    let aborted = client.batch_execute("SELECT 1").await.expect_err("aborted");
+    assert_eq!(crate::harness::sqlstate(&aborted), "25P02");
+    client.batch_execute("ROLLBACK").await.expect("rollback");
+    client.batch_execute("BEGIN").await.expect("begin");
+    copy_in(&client, "COPY items FROM STDIN", wide_lines(ROWS, 2 * ROWS))
+        .await
+        .expect("a clean COPY in a transaction");
+    assert_eq!(
+        count(&client).await,
+        format!("{:?}", vec![vec![Some((2 * ROWS).to_string())]])
+    );
+    client.batch_execute("COMMIT").await.expect("commit");
+    let expected = format!(
+        "{:?}",
+        vec![vec![
+            Some((2 * ROWS).to_string()),
+            Some((2 * ROWS * (2 * ROWS - 1) / 2).to_string())
+        ]]
+    );
+    assert_eq!(view_totals(&client).await, expected);
+}
+
 /// Everything `COPY ... TO STDOUT` writes for `statement`.
 async fn copy_out(client: &tokio_postgres::Client, statement: &str) -> Result<String, String> {
     use futures::TryStreamExt;

@@ -13,8 +13,8 @@ use datafusion::arrow::array::{
 use datafusion::arrow::datatypes::{DataType, Field, IntervalMonthDayNano, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use rockstream_pgwire::{
-    Backend, CopyTarget, Described, IdleLimit, Interrupt, PreparedStatements, StatementResult,
-    TransactionState,
+    Backend, CopyPart, CopyTarget, Described, IdleLimit, Interrupt, PreparedStatements,
+    StatementResult, TransactionState,
 };
 use rockstream_types::{codes, RsError};
 use tokio_postgres::types::{FromSql, IsNull, ToSql, Type};
@@ -31,7 +31,9 @@ pub struct FakeBackend {
 }
 
 /// A session: the interrupt the wire gave it at connect.
-pub struct FakeSession(Interrupt, TransactionState);
+/// A session: its interrupt, transaction state, and the rows of a COPY
+/// in progress (the table gets them when the COPY ends).
+pub struct FakeSession(Interrupt, TransactionState, Vec<Vec<Option<String>>>);
 
 impl FakeSession {
     /// Follows BEGIN/COMMIT and errors, as a backend's transaction state.
@@ -204,7 +206,7 @@ impl Backend for FakeBackend {
         interrupt: Interrupt,
     ) -> Result<FakeSession, RsError> {
         if database == "default" {
-            Ok(FakeSession(interrupt, TransactionState::Idle))
+            Ok(FakeSession(interrupt, TransactionState::Idle, Vec::new()))
         } else {
             Err(RsError::new(
                 &codes::UNKNOWN_DATABASE,
@@ -287,17 +289,23 @@ impl Backend for FakeBackend {
 
     async fn copy_in(
         &self,
-        _session: &mut FakeSession,
+        session: &mut FakeSession,
         target: &CopyTarget,
         rows: Vec<Vec<Option<String>>>,
+        part: CopyPart,
     ) -> Result<u64, RsError> {
         assert_eq!(target.table, "t");
         let count = rows.len() as u64;
-        self.table.lock().unwrap().extend(rows);
+        session.2.extend(rows);
+        if part.last {
+            self.table.lock().unwrap().append(&mut session.2);
+        }
         Ok(count)
     }
 
-    async fn statement_failed(&self, _session: &mut FakeSession) {}
+    async fn statement_failed(&self, session: &mut FakeSession) {
+        session.2.clear();
+    }
 
     fn idle_limit(&self, _session: &FakeSession) -> Option<IdleLimit> {
         None
