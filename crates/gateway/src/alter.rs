@@ -20,8 +20,9 @@ use crate::ddl::{
 };
 use crate::defaults;
 use crate::dml::{
-    batch_rows, check_row_bound, conform_row, length_limits, pending_table, query_batches,
+    batch_rows, conform_row, length_limits, pending_table, query_batches, reserve_changes,
 };
+use crate::memory::change_bytes;
 use crate::session::GatewaySession;
 use crate::writes::selection_query;
 
@@ -289,11 +290,18 @@ async fn rewrite_rows(
         .transaction
         .as_ref()
         .and_then(|transaction| transaction.tables.get(&before.id));
-    let more = keys
+    let (more, bytes) = keys
         .iter()
-        .filter(|key| buffered.is_none_or(|table| !table.rows.contains_key(*key)))
-        .count();
-    check_row_bound(session, before, more)?;
+        .zip(&old_rows)
+        .filter(|(key, _)| buffered.is_none_or(|table| !table.rows.contains_key(*key)))
+        .fold((0, 0), |(more, bytes), (key, old)| {
+            // The rewritten row takes about what the old one does.
+            (
+                more + 1,
+                bytes + change_bytes(key.len(), Some(old), Some(old)),
+            )
+        });
+    reserve_changes(gateway, session, before, more, bytes)?;
     let mut new_rows: Vec<Row> = old_rows
         .iter()
         .map(|old| {

@@ -773,8 +773,9 @@ impl Gateway {
         let memory = || {
             let limits = self.memory.limits();
             format!(
-                "statement={} total={} in_use_bytes={}",
+                "statement={} transaction={} total={} in_use_bytes={}",
                 size_text(limits.statement_bytes),
+                size_text(limits.transaction_bytes),
                 size_text(limits.total_bytes),
                 self.memory.reserved()
             )

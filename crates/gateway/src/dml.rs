@@ -30,12 +30,17 @@ use rockstream_types::{codes, Datum, Row, RsError, RsResult, SqlType};
 use crate::backend::{repeats_a_name, Gateway};
 use crate::defaults;
 use crate::fast_path;
+use crate::memory::change_bytes;
 use crate::providers::SnapshotResolver;
 use crate::session::{GatewaySession, PendingTable};
 use crate::upsert;
 
 /// Bound on rows one transaction may change.
 pub const TRANSACTION_ROWS_MAX: usize = 5_000_000;
+
+/// What a row key takes, for counting an insert's memory before its key
+/// is made (a key is its columns' encoding, a few bytes each).
+const ROW_KEY_BYTES: usize = 32;
 
 /// Runs a query (SQL text) over the session's view of the data.
 pub async fn query_batches(
@@ -500,17 +505,23 @@ fn as_stored(entry: &CatalogEntry, rows: &[Row]) -> Vec<Row> {
         .collect()
 }
 
-/// 54000 when `more` changes to `entry` would take the transaction past
-/// [`TRANSACTION_ROWS_MAX`] changed rows of it.
-pub(crate) fn check_row_bound(
-    session: &GatewaySession,
+/// Counts `more` changed rows of `entry`, taking `bytes` of memory until
+/// the transaction ends ([`change_bytes`]), against the transaction's
+/// bounds: 54000 past [`TRANSACTION_ROWS_MAX`] changed rows of the table
+/// or past the transaction's memory limit; 53200 when the server's total
+/// for statements and transactions is taken. (Rows a later failure of the
+/// statement discards stay counted until the transaction ends.)
+pub(crate) fn reserve_changes(
+    gateway: &Gateway,
+    session: &mut GatewaySession,
     entry: &CatalogEntry,
     more: usize,
+    bytes: usize,
 ) -> RsResult<()> {
-    let buffered = session
-        .transaction
-        .as_ref()
-        .and_then(|transaction| transaction.tables.get(&entry.id))
+    let transaction = session.transaction.get_or_insert_with(Default::default);
+    let buffered = transaction
+        .tables
+        .get(&entry.id)
         .map_or(0, |table| table.rows.len());
     if buffered + more > TRANSACTION_ROWS_MAX {
         return Err(RsError::new(
@@ -518,7 +529,33 @@ pub(crate) fn check_row_bound(
             format!("a transaction may change at most {TRANSACTION_ROWS_MAX} rows"),
         ));
     }
-    Ok(())
+    let memory = gateway.memory();
+    let reservation = transaction
+        .memory
+        .get_or_insert_with(|| memory.transaction_reservation());
+    let Err(error) = reservation.try_grow(bytes) else {
+        return Ok(());
+    };
+    let held = reservation.size();
+    let limit = memory.limits().transaction_bytes;
+    let reason = match error.find_root() {
+        datafusion::error::DataFusionError::ResourcesExhausted(message) => message.clone(),
+        other => other.to_string(),
+    };
+    let code = if held.saturating_add(bytes) > limit {
+        &codes::WRITE_BUFFER_FULL
+    } else {
+        &codes::OUT_OF_MEMORY
+    };
+    Err(RsError::new(
+        code,
+        format!(
+            "{reason}: {} MB held for its changes, and {more} more rows of \"{}\" take about {} MB; load large data in several transactions",
+            held >> 20,
+            entry.name,
+            bytes.div_ceil(1 << 20)
+        ),
+    ))
 }
 
 /// The transaction's pending changes to `entry` (opening the implicit
@@ -554,7 +591,11 @@ pub async fn insert_rows(
 ) -> RsResult<u64> {
     let snapshot = gateway.database().engine().published().snapshot;
     let count = rows.len() as u64;
-    check_row_bound(session, entry, rows.len())?;
+    let bytes = rows
+        .iter()
+        .map(|row| change_bytes(ROW_KEY_BYTES, None, Some(row)))
+        .sum();
+    reserve_changes(gateway, session, entry, rows.len(), bytes)?;
     let table = pending_table(session, entry)?;
     let limits = length_limits(entry);
     let mut keyed: Vec<(Vec<u8>, Row)> = Vec::with_capacity(rows.len());
@@ -685,7 +726,11 @@ pub async fn modify(
             changes.push((keys.value(index).to_vec(), old, new));
         }
     }
-    check_row_bound(session, entry, changes.len())?;
+    let bytes = changes
+        .iter()
+        .map(|(key, old, new)| change_bytes(key.len(), Some(old), new.as_ref()))
+        .sum();
+    reserve_changes(gateway, session, entry, changes.len(), bytes)?;
     let count = changes.len() as u64;
     let kept: Returned = if returning {
         changes

@@ -37,5 +37,8 @@ mod wire;
 mod writes;
 
 pub use backend::Gateway;
-pub use memory::{MemoryLimits, STATEMENT_MEMORY_DEFAULT, TOTAL_STATEMENT_MEMORY_DEFAULT};
+pub use memory::{
+    MemoryLimits, STATEMENT_MEMORY_DEFAULT, TOTAL_STATEMENT_MEMORY_DEFAULT,
+    TRANSACTION_MEMORY_DEFAULT,
+};
 pub use roles::CatalogPasswords;

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::execution::memory_pool::MemoryReservation;
 use rockstream_control::{
     Attachment, CatalogEntry, ObjectKind, PendingCatalog, REWRITTEN_BY_PENDING,
 };
@@ -98,6 +99,9 @@ pub struct Transaction {
     /// value it hands out next in this transaction; they go on from there
     /// once it commits.
     pub restarted: RestartedSequences,
+    /// The memory its changes hold, counted as they are made and freed
+    /// when it ends ([`crate::dml::reserve_changes`]).
+    pub memory: Option<MemoryReservation>,
 }
 
 /// A transaction's restarted sequences (shared with the sequence functions

@@ -38,9 +38,10 @@ use crate::backend::{Gateway, OneTable};
 use crate::ddl::ident_name;
 use crate::defaults;
 use crate::dml::{
-    assigned_column, check_row_bound, conform_row, duplicate_key, length_limits, pending_table,
-    query_error, strict_cast, Returned,
+    assigned_column, conform_row, duplicate_key, length_limits, pending_table, query_error,
+    reserve_changes, strict_cast, Returned,
 };
+use crate::memory::change_bytes;
 use crate::providers::decode_table_row;
 use crate::session::{GatewaySession, PendingTable};
 
@@ -183,6 +184,22 @@ enum Outcome {
     Skipped,
 }
 
+impl Outcome {
+    /// The memory the change it makes takes until the transaction ends.
+    fn bytes(&self) -> usize {
+        match self {
+            Outcome::Inserted(key, row) => change_bytes(key.len(), None, Some(row)),
+            Outcome::Conflicts {
+                key,
+                existing,
+                proposed,
+                ..
+            } => change_bytes(key.len(), Some(existing), Some(proposed)),
+            Outcome::Skipped => 0,
+        }
+    }
+}
+
 /// Stores `rows` under `conflict`, decided by `arbiter`. Returns the rows
 /// inserted or updated and, with `returning`, each of them as stored, in
 /// input order.
@@ -300,7 +317,8 @@ pub(crate) async fn insert_on_conflict(
         }
         None => Vec::new(),
     };
-    check_row_bound(session, entry, outcomes.len())?;
+    let bytes = outcomes.iter().map(Outcome::bytes).sum();
+    reserve_changes(gateway, session, entry, outcomes.len(), bytes)?;
     let table = pending_table(session, entry)?;
     let mut kept = Vec::new();
     let mut count = 0u64;

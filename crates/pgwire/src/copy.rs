@@ -38,7 +38,13 @@ pub const COPY_BUFFER_BYTES_MAX: usize = 1 << 30;
 
 /// COPY data is parsed and handed to the backend in parts of about this
 /// many bytes, so a stream is never held whole.
-pub const COPY_PART_BYTES: usize = 4 << 20;
+pub const COPY_PART_BYTES: usize = 256 << 10;
+
+/// One row of COPY data: each field NULL or its text.
+pub type CopyRow = Vec<Option<String>>;
+
+/// The rows a [`CopyParser::parse`] call took, and the bytes they were.
+pub type ParsedPart = (Vec<CopyRow>, usize);
 
 /// One parsed row before UTF-8 validation.
 struct Record {
@@ -85,13 +91,9 @@ impl CopyParser {
     /// The complete rows at the front of `data` and the bytes they took.
     /// `last`: nothing follows `data` (a row may end without its newline,
     /// and an incomplete one is an error rather than a wait for more).
-    pub fn parse(
-        &mut self,
-        data: &[u8],
-        last: bool,
-    ) -> Result<(Vec<Vec<Option<String>>>, usize), RsError> {
+    pub fn parse(&mut self, data: &[u8], last: bool) -> Result<ParsedPart, RsError> {
         if self.ended {
-            return self.after_end(data);
+            return Ok((Vec::new(), self.after_end(data)?));
         }
         let (records, taken) = match self.target.format {
             CopyFormat::Text => self.text_records(data, last)?,
@@ -107,7 +109,7 @@ impl CopyParser {
 
     /// Data after the end: ignored after a text or CSV end marker (as
     /// before it was split into parts), an error after the binary trailer.
-    fn after_end(&self, data: &[u8]) -> Result<(Vec<Vec<Option<String>>>, usize), RsError> {
+    fn after_end(&self, data: &[u8]) -> Result<usize, RsError> {
         if self.target.format == CopyFormat::Binary && !data.is_empty() {
             return Err(malformed(
                 &self.target,
@@ -115,7 +117,7 @@ impl CopyParser {
                 "extra data after the COPY trailer",
             ));
         }
-        Ok((Vec::new(), data.len()))
+        Ok(data.len())
     }
 
     fn text_records(&mut self, data: &[u8], last: bool) -> Result<(Vec<Record>, usize), RsError> {
@@ -186,11 +188,7 @@ impl CopyParser {
     /// field's length (-1: NULL) and bytes, up to the trailer (a count of
     /// -1). Each field is read as its column's type and becomes its text
     /// form.
-    fn binary_rows(
-        &mut self,
-        data: &[u8],
-        last: bool,
-    ) -> Result<(Vec<Vec<Option<String>>>, usize), RsError> {
+    fn binary_rows(&mut self, data: &[u8], last: bool) -> Result<ParsedPart, RsError> {
         let mut reader = BinaryReader { data, position: 0 };
         let eof = |parser: &CopyParser| {
             malformed(

@@ -44,12 +44,12 @@ fn parse_error(data: &[u8], target: &CopyTarget) -> RsError {
     whole
 }
 
+/// The parts a stream was cut at, and what parsing it in them gave.
+type SplitParse = (Vec<usize>, Result<Vec<CopyRow>, RsError>);
+
 /// `data` parsed as it would arrive in parts: split once at every byte,
 /// and one byte at a time; each with the parts it was cut into.
-fn split_parses(
-    data: &[u8],
-    target: &CopyTarget,
-) -> Vec<(Vec<usize>, Result<Vec<Vec<Option<String>>>, RsError>)> {
+fn split_parses(data: &[u8], target: &CopyTarget) -> Vec<SplitParse> {
     let mut splits: Vec<Vec<usize>> = (0..=data.len()).map(|at| vec![at]).collect();
     splits.push((0..=data.len()).collect());
     splits
@@ -67,7 +67,7 @@ fn parse_in_parts(
     data: &[u8],
     target: &CopyTarget,
     cuts: &[usize],
-) -> Result<Vec<Vec<Option<String>>>, RsError> {
+) -> Result<Vec<CopyRow>, RsError> {
     let mut parser = CopyParser::new(target)?;
     let mut pending = Vec::new();
     let mut rows = Vec::new();

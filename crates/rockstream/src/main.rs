@@ -87,7 +87,15 @@ enum Command {
         /// spills to temporary files; anything else fails with 53200.
         #[arg(long, default_value = STATEMENT_MEMORY_DEFAULT, value_parser = parse_size)]
         statement_memory: usize,
-        /// Working memory of all running statements together.
+        /// Memory for one transaction's changes, from the statements that
+        /// make them until their commit is durable (counted at about three
+        /// times the rows' size in memory). A transaction beyond it fails
+        /// with 54000: load more rows than that in several transactions.
+        #[arg(long, default_value = TRANSACTION_MEMORY_DEFAULT, value_parser = parse_size)]
+        transaction_memory: usize,
+        /// Memory of all running statements and open transactions' changes
+        /// together; beyond it, the statement that asks for more fails with
+        /// 53200.
         #[arg(long, default_value = TOTAL_STATEMENT_MEMORY_DEFAULT, value_parser = parse_size)]
         total_statement_memory: usize,
         /// Who may connect: `password` (SCRAM-SHA-256, for roles made with
@@ -133,10 +141,12 @@ const WORKER_STACK_BYTES: usize = 64 << 20;
 
 /// Default of `--arrangement-cache`, per shard.
 const ARRANGEMENT_CACHE_DEFAULT: &str = "64MB";
-/// Defaults of `--statement-memory` and `--total-statement-memory`
-/// (`rockstream_gateway::STATEMENT_MEMORY_DEFAULT` and
-/// `TOTAL_STATEMENT_MEMORY_DEFAULT`; a test checks they agree).
+/// Defaults of `--statement-memory`, `--transaction-memory` and
+/// `--total-statement-memory` (`rockstream_gateway::STATEMENT_MEMORY_DEFAULT`,
+/// `TRANSACTION_MEMORY_DEFAULT` and `TOTAL_STATEMENT_MEMORY_DEFAULT`; a test
+/// checks they agree).
 const STATEMENT_MEMORY_DEFAULT: &str = "1GB";
+const TRANSACTION_MEMORY_DEFAULT: &str = "2GB";
 const TOTAL_STATEMENT_MEMORY_DEFAULT: &str = "4GB";
 
 /// A memory size as PostgreSQL writes one (`512kB`, `64MB`, `1GB`; also
@@ -184,6 +194,7 @@ fn main() -> anyhow::Result<()> {
             shards,
             arrangement_cache,
             statement_memory,
+            transaction_memory,
             total_statement_memory,
             auth,
             tls_cert,
@@ -199,6 +210,7 @@ fn main() -> anyhow::Result<()> {
             };
             let memory = MemoryLimits {
                 statement_bytes: statement_memory.min(total_statement_memory),
+                transaction_bytes: transaction_memory.min(total_statement_memory),
                 total_bytes: total_statement_memory,
             };
             runtime.block_on(start(storage, listen, options, memory, admission))
@@ -379,6 +391,10 @@ mod size_tests {
         assert_eq!(
             parse_size(super::STATEMENT_MEMORY_DEFAULT),
             Ok(rockstream_gateway::STATEMENT_MEMORY_DEFAULT)
+        );
+        assert_eq!(
+            parse_size(super::TRANSACTION_MEMORY_DEFAULT),
+            Ok(rockstream_gateway::TRANSACTION_MEMORY_DEFAULT)
         );
         assert_eq!(
             parse_size(super::TOTAL_STATEMENT_MEMORY_DEFAULT),

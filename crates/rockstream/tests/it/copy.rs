@@ -105,11 +105,11 @@ async fn view_totals(client: &tokio_postgres::Client) -> String {
 }
 
 /// Goal: a COPY larger than one part (the server parses and loads COPY data
-/// in parts of about 4 MiB as it arrives, never holding the whole stream)
+/// in parts of about 256 KiB as it arrives, never holding the whole stream)
 /// is still one statement: all of it lands, or — whether a later part
 /// holds a malformed value, a repeated key, or the client abandons the
 /// COPY between parts — none of it, views included; inside BEGIN a failed
-/// one aborts the transaction. Method: 12 MB loads (three parts) into a
+/// one aborts the transaction. Method: 12 MB loads (about fifty parts) into a
 /// keyed table with a view over it, checked after each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_of_many_parts_lands_whole_or_not_at_all() {

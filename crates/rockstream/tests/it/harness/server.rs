@@ -163,6 +163,19 @@ impl TestServer {
         Some(Duration::from_millis(ticks * 10))
     }
 
+    /// The server process's resident memory now and at its peak, in bytes
+    /// (Linux `/proc`: `VmRSS`, `VmHWM`; `None` elsewhere).
+    pub fn resident_memory(&self) -> Option<(u64, u64)> {
+        let pid = self.child.as_ref()?.id();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let field = |name: &str| -> Option<u64> {
+            let line = status.lines().find(|line| line.starts_with(name))?;
+            let kilobytes: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kilobytes * 1024)
+        };
+        Some((field("VmRSS:")?, field("VmHWM:")?))
+    }
+
     /// Sets (or, with `None`, removes) an environment variable of the servers started from now
     /// on (by [`TestServer::restart`]).
     pub fn set_env(&mut self, name: &str, value: Option<String>) {
