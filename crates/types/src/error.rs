@@ -168,7 +168,7 @@ pub mod codes {
         NUMERIC_OUT_OF_RANGE = (2204, "write.numeric_out_of_range", "22003",
             "Use a wider column type or a smaller value.");
         WRITE_BUFFER_FULL = (2205, "write.transaction_too_large", "54000",
-            "Split the transaction into smaller ones.");
+            "Split the transaction into smaller ones (a large load into several COPY commands), or start the server with a larger --transaction-memory.");
         STRING_TOO_LONG = (2206, "write.string_data_right_truncation", "22001",
             "Shorten the value to the column's declared length, or declare the column with a larger length (or as text).");
         SEQUENCE_LIMIT = (2207, "write.sequence_generator_limit_exceeded", "2200H",
