@@ -20,9 +20,9 @@ use crate::ddl::{
 };
 use crate::defaults;
 use crate::dml::{
-    batch_rows, conform_row, length_limits, pending_table, query_batches, reserve_changes,
+    batch_rows, conform_row, length_limits, new_changes, pending_table, query_batches,
+    reserve_changes,
 };
-use crate::memory::change_bytes;
 use crate::session::GatewaySession;
 use crate::writes::selection_query;
 
@@ -285,22 +285,15 @@ async fn rewrite_rows(
         keys.extend((0..key_column.len()).map(|index| key_column.value(index).to_vec()));
         old_rows.extend(batch_rows(batch, &types, 1)?);
     }
-    // Rows the transaction changed already count once.
-    let buffered = session
-        .transaction
-        .as_ref()
-        .and_then(|transaction| transaction.tables.get(&before.id));
-    let (more, bytes) = keys
-        .iter()
-        .zip(&old_rows)
-        .filter(|(key, _)| buffered.is_none_or(|table| !table.rows.contains_key(*key)))
-        .fold((0, 0), |(more, bytes), (key, old)| {
-            // The rewritten row takes about what the old one does.
-            (
-                more + 1,
-                bytes + change_bytes(key.len(), Some(old), Some(old)),
-            )
-        });
+    // Rows the transaction changed already count once; a rewritten row
+    // takes about what the old one does.
+    let (more, bytes) = new_changes(
+        session,
+        before,
+        keys.iter()
+            .zip(&old_rows)
+            .map(|(key, old)| (key.as_slice(), Some(old), Some(old))),
+    );
     reserve_changes(gateway, session, before, more, bytes)?;
     let mut new_rows: Vec<Row> = old_rows
         .iter()

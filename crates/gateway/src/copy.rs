@@ -60,7 +60,18 @@ impl Gateway {
             &object_name(&table_name.to_string()),
             Some(ObjectKind::Table),
         )?;
-        let columns: Vec<String> = columns.iter().map(ident_name).collect();
+        // No list means every column, named: the wire's parser then checks
+        // each row's width as it reads it (errors name the stream's line),
+        // and the CopyInResponse gives the count.
+        let columns: Vec<String> = if columns.is_empty() {
+            entry
+                .columns
+                .iter()
+                .map(|column| column.name.clone())
+                .collect()
+        } else {
+            columns.iter().map(ident_name).collect()
+        };
         let mut copy =
             copy_options::copy_target(entry.name.clone(), columns, options, legacy_options)?;
         if copy.format == CopyFormat::Binary {

@@ -505,6 +505,27 @@ fn as_stored(entry: &CatalogEntry, rows: &[Row]) -> Vec<Row> {
         .collect()
 }
 
+/// The rows among `changes` (key, row before, row after) that the
+/// transaction has not changed yet, and the memory they take
+/// ([`change_bytes`]): what [`reserve_changes`] counts (a row changed again
+/// is counted once).
+pub(crate) fn new_changes<'a>(
+    session: &GatewaySession,
+    entry: &CatalogEntry,
+    changes: impl IntoIterator<Item = (&'a [u8], Option<&'a Row>, Option<&'a Row>)>,
+) -> (usize, usize) {
+    let buffered = session
+        .transaction
+        .as_ref()
+        .and_then(|transaction| transaction.tables.get(&entry.id));
+    changes
+        .into_iter()
+        .filter(|(key, _, _)| buffered.is_none_or(|table| !table.rows.contains_key(*key)))
+        .fold((0, 0), |(rows, bytes), (key, old, new)| {
+            (rows + 1, bytes + change_bytes(key.len(), old, new))
+        })
+}
+
 /// Counts `more` changed rows of `entry`, taking `bytes` of memory until
 /// the transaction ends ([`change_bytes`]), against the transaction's
 /// bounds: 54000 past [`TRANSACTION_ROWS_MAX`] changed rows of the table
@@ -726,11 +747,14 @@ pub async fn modify(
             changes.push((keys.value(index).to_vec(), old, new));
         }
     }
-    let bytes = changes
-        .iter()
-        .map(|(key, old, new)| change_bytes(key.len(), Some(old), new.as_ref()))
-        .sum();
-    reserve_changes(gateway, session, entry, changes.len(), bytes)?;
+    let (more, bytes) = new_changes(
+        session,
+        entry,
+        changes
+            .iter()
+            .map(|(key, old, new)| (key.as_slice(), Some(old), new.as_ref())),
+    );
+    reserve_changes(gateway, session, entry, more, bytes)?;
     let count = changes.len() as u64;
     let kept: Returned = if returning {
         changes

@@ -130,6 +130,9 @@ pub struct NamedSavepoint {
     /// Cursors declared from here on have higher serials: `ROLLBACK TO`
     /// closes them.
     cursor_serial: u64,
+    /// The memory the transaction's changes held: `ROLLBACK TO` gives back
+    /// what it reserved since.
+    memory_bytes: usize,
 }
 
 /// The parameters a session keeps.
@@ -197,9 +200,16 @@ pub struct GatewaySession {
     pub statement_deadline: Option<i64>,
     /// What `currval` and `lastval` read.
     pub sequence_values: Arc<std::sync::Mutex<SessionSequences>>,
-    /// While a `COPY ... FROM STDIN` loads its parts: the transaction as
-    /// it was before the COPY, restored if it fails.
-    pub copy_savepoint: Option<Savepoint>,
+    /// While a `COPY ... FROM STDIN` loads its parts.
+    pub copy: Option<CopyInProgress>,
+}
+
+/// A `COPY ... FROM STDIN` between its parts.
+pub struct CopyInProgress {
+    /// The transaction as it was before the COPY, restored if it fails.
+    pub savepoint: Savepoint,
+    /// The table its first part loaded: every part loads the same one.
+    pub table_id: ObjectId,
 }
 
 /// What a failed statement restores: the transaction's tables before it.
@@ -287,7 +297,7 @@ impl GatewaySession {
     /// `savepoint` is `None` for statements that never write, whose failure
     /// leaves the buffered changes as they were.
     pub fn statement_failed(&mut self, savepoint: Option<Savepoint>) {
-        let savepoint = savepoint.or(self.copy_savepoint.take());
+        let savepoint = savepoint.or(self.copy.take().map(|copy| copy.savepoint));
         match self.transaction.as_mut() {
             Some(transaction) if transaction.explicit => {
                 if let Some(savepoint) = savepoint {
@@ -353,6 +363,10 @@ impl GatewaySession {
                 parameters,
                 before_set_local: transaction.before_set_local.clone(),
                 cursor_serial,
+                memory_bytes: transaction
+                    .memory
+                    .as_ref()
+                    .map_or(0, MemoryReservation::size),
             });
             return Ok(());
         }
@@ -380,6 +394,9 @@ impl GatewaySession {
         restarted_map(&transaction.restarted).retain(|id, _| savepoint.restarted.contains_key(id));
         transaction.before_set_local = savepoint.before_set_local.clone();
         transaction.aborted = false;
+        if let Some(memory) = &transaction.memory {
+            memory.shrink(memory.size().saturating_sub(savepoint.memory_bytes));
+        }
         self.parameters = savepoint.parameters.clone();
         let cursor_serial = savepoint.cursor_serial;
         self.cursors

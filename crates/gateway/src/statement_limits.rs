@@ -74,9 +74,21 @@ impl Stop {
         }
     }
 
+    /// The error to report if the statement must stop now: a statement
+    /// that runs in steps (a COPY's parts) asks between them.
+    pub(crate) fn check(&self) -> RsResult<()> {
+        if self.interrupt.is_requested() {
+            return Err(canceled());
+        }
+        match self.deadline_micros {
+            Some(deadline) if self.runtime.now_micros() >= deadline => Err(timed_out()),
+            _ => Ok(()),
+        }
+    }
+
     /// Resolves, with the error to report, when the statement must stop.
     async fn reached(&self) -> RsError {
-        let timed_out = async {
+        let deadline = async {
             match self.deadline_micros {
                 Some(deadline) => {
                     let left = deadline.saturating_sub(self.runtime.now_micros()).max(0);
@@ -88,16 +100,24 @@ impl Stop {
             }
         };
         tokio::select! {
-            () = self.interrupt.requested() => RsError::new(
-                &codes::QUERY_CANCELED,
-                "canceling statement due to user request",
-            ),
-            () = timed_out => RsError::new(
-                &codes::STATEMENT_TIMEOUT,
-                "canceling statement due to statement timeout",
-            ),
+            () = self.interrupt.requested() => canceled(),
+            () = deadline => timed_out(),
         }
     }
+}
+
+fn canceled() -> RsError {
+    RsError::new(
+        &codes::QUERY_CANCELED,
+        "canceling statement due to user request",
+    )
+}
+
+fn timed_out() -> RsError {
+    RsError::new(
+        &codes::STATEMENT_TIMEOUT,
+        "canceling statement due to statement timeout",
+    )
 }
 
 /// Runs `frame` to its batches, reserving their memory in the statement's

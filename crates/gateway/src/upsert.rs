@@ -38,10 +38,9 @@ use crate::backend::{Gateway, OneTable};
 use crate::ddl::ident_name;
 use crate::defaults;
 use crate::dml::{
-    assigned_column, conform_row, duplicate_key, length_limits, pending_table, query_error,
-    reserve_changes, strict_cast, Returned,
+    assigned_column, conform_row, duplicate_key, length_limits, new_changes, pending_table,
+    query_error, reserve_changes, strict_cast, Returned,
 };
-use crate::memory::change_bytes;
 use crate::providers::decode_table_row;
 use crate::session::{GatewaySession, PendingTable};
 
@@ -185,17 +184,17 @@ enum Outcome {
 }
 
 impl Outcome {
-    /// The memory the change it makes takes until the transaction ends.
-    fn bytes(&self) -> usize {
+    /// The change it may make: its key, the row before and after.
+    fn change(&self) -> Option<(&[u8], Option<&Row>, Option<&Row>)> {
         match self {
-            Outcome::Inserted(key, row) => change_bytes(key.len(), None, Some(row)),
+            Outcome::Inserted(key, row) => Some((key, None, Some(row))),
             Outcome::Conflicts {
                 key,
                 existing,
                 proposed,
                 ..
-            } => change_bytes(key.len(), Some(existing), Some(proposed)),
-            Outcome::Skipped => 0,
+            } => Some((key, Some(existing), Some(proposed))),
+            Outcome::Skipped => None,
         }
     }
 }
@@ -317,8 +316,8 @@ pub(crate) async fn insert_on_conflict(
         }
         None => Vec::new(),
     };
-    let bytes = outcomes.iter().map(Outcome::bytes).sum();
-    reserve_changes(gateway, session, entry, outcomes.len(), bytes)?;
+    let (more, bytes) = new_changes(session, entry, outcomes.iter().filter_map(Outcome::change));
+    reserve_changes(gateway, session, entry, more, bytes)?;
     let table = pending_table(session, entry)?;
     let mut kept = Vec::new();
     let mut count = 0u64;

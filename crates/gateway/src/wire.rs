@@ -39,7 +39,7 @@ use crate::defaults;
 use crate::dml::{self, query_error};
 use crate::fast_path;
 use crate::providers::SnapshotResolver;
-use crate::session::GatewaySession;
+use crate::session::{CopyInProgress, GatewaySession};
 
 /// A prepared statement's parsed form, kept by the wire layer
 /// ([`Described::parsed`]) and copied for each Execute.
@@ -647,7 +647,7 @@ impl Backend for Gateway {
             parameters: Default::default(),
             statement_deadline: None,
             sequence_values: Default::default(),
-            copy_savepoint: None,
+            copy: None,
         })
     }
 
@@ -755,24 +755,41 @@ impl Backend for Gateway {
         rows: Vec<Vec<Option<String>>>,
         part: CopyPart,
     ) -> Result<u64, RsError> {
-        if part.first {
-            session.copy_savepoint = Some(session.savepoint());
-        }
         let in_explicit = session.in_explicit_transaction();
-        let before = if part.last {
-            session.copy_savepoint.take()
-        } else {
-            None
-        };
         let result = async {
             let entry = self.entry(session, &target.table, Some(ObjectKind::Table))?;
+            if part.first {
+                session.copy = Some(CopyInProgress {
+                    savepoint: session.savepoint(),
+                    table_id: entry.id,
+                });
+            }
+            // Each part is a point where the COPY may be canceled or time out.
+            self.stop(session).check()?;
+            if session.copy.as_ref().map(|copy| copy.table_id) != Some(entry.id) {
+                return Err(RsError::new(
+                    &codes::OPTIMISTIC_CONFLICT,
+                    format!(
+                        "table \"{}\" was dropped or replaced while COPY loaded it",
+                        target.table
+                    ),
+                ));
+            }
             let mut typed = dml::copy_rows(&entry, &target.columns, rows)?;
             let supplied = dml::copy_column_positions(&entry, &target.columns)?;
             defaults::fill_defaults(self, session, &entry, &supplied, &mut typed).await?;
             let count = dml::insert_rows(self, session, &entry, typed, false).await?;
             if part.last {
-                if let (true, Some(before)) = (in_explicit, &before) {
-                    crate::unique::check_statement(self, session, before).await?;
+                // The COPY ends here, whatever follows: a failure below
+                // restores the savepoint it took.
+                let copy = session.copy.take();
+                if let (true, Some(taken)) = (in_explicit, &copy) {
+                    let checked =
+                        crate::unique::check_statement(self, session, &taken.savepoint).await;
+                    if checked.is_err() {
+                        session.copy = copy;
+                    }
+                    checked?;
                 }
                 self.autocommit(session, in_explicit).await?;
             }
@@ -781,8 +798,8 @@ impl Backend for Gateway {
         .await;
         if result.is_err() {
             // Restores the transaction as the COPY found it (the savepoint
-            // its first part took, or its last part holds).
-            session.statement_failed(before);
+            // its first part took).
+            session.statement_failed(None);
         }
         result
     }

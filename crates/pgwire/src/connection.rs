@@ -34,6 +34,7 @@ use tokio::sync::Mutex;
 use crate::copy::{CopyParser, COPY_BUFFER_BYTES_MAX, COPY_PART_BYTES};
 use crate::copy_out::copy_out_lines;
 use crate::encode::encode_batches;
+use crate::interrupt::Running;
 use crate::params::decode_parameters;
 use crate::ready_status::SessionStatus;
 use crate::types::{field_infos, pg_type};
@@ -63,6 +64,9 @@ struct PendingCopy {
     loaded: u64,
     /// A part has been handed to the backend.
     started: bool,
+    /// The COPY runs (a cancel request stops it) from its first data to
+    /// its end, parts and the waits between them alike.
+    running: Option<Running>,
 }
 
 impl PendingCopy {
@@ -111,6 +115,7 @@ impl<S> ConnectionState<S> {
             parse_at: COPY_PART_BYTES,
             loaded: 0,
             started: false,
+            running: None,
         });
         Ok(Response::CopyIn(CopyResponse::new(
             format,
@@ -344,17 +349,42 @@ impl<B: Backend> ConnectionCore<B> {
             .copy
             .as_mut()
             .ok_or_else(|| RsError::internal("CopyData outside COPY FROM STDIN"))?;
-        copy.append(chunk, COPY_BUFFER_BYTES_MAX)?;
-        if copy.data.len() < copy.parse_at {
+        if copy.running.is_none() {
+            copy.running = Some(self.interrupt.begin());
+        }
+        // Complete rows leave before the limit is judged: it bounds one row.
+        let full = copy.data.len().saturating_add(chunk.len()) > COPY_BUFFER_BYTES_MAX;
+        if copy.data.len() + chunk.len() < copy.parse_at && !full {
+            copy.data.extend_from_slice(chunk);
             return Ok(());
         }
-        let (rows, taken) = copy.parser.parse(&copy.data, false)?;
-        copy.data.drain(..taken);
-        copy.parse_at = COPY_PART_BYTES.max(copy.data.len().saturating_mul(2));
+        let mut rows = Vec::new();
+        if full {
+            rows = self.parse_copy_part(copy)?;
+        }
+        copy.append(chunk, COPY_BUFFER_BYTES_MAX)?;
+        if copy.data.len() >= copy.parse_at {
+            rows.extend(self.parse_copy_part(copy)?);
+        }
         if rows.is_empty() {
             return Ok(());
         }
         self.load_copy_part(state, rows, false).await.map(|_| ())
+    }
+
+    /// Takes the complete rows of the data held; parses again once twice
+    /// what is left is held (a row longer than a part is not re-read per
+    /// message), or at the limit.
+    fn parse_copy_part(
+        &self,
+        copy: &mut PendingCopy,
+    ) -> Result<Vec<crate::copy::CopyRow>, RsError> {
+        let (rows, taken) = copy.parser.parse(&copy.data, false)?;
+        copy.data.drain(..taken);
+        copy.parse_at = COPY_PART_BYTES
+            .max(copy.data.len().saturating_mul(2))
+            .min(COPY_BUFFER_BYTES_MAX);
+        Ok(rows)
     }
 
     /// CopyDone: loads the rest of the data (the backend commits the COPY
@@ -394,7 +424,9 @@ impl<B: Backend> ConnectionCore<B> {
             last,
         };
         copy.started = true;
-        let _running = self.interrupt.begin();
+        if copy.running.is_none() {
+            copy.running = Some(self.interrupt.begin());
+        }
         let call = self.backend.copy_in(session, &copy.target, rows, part);
         let loaded = match AssertUnwindSafe(call).catch_unwind().await {
             Ok(loaded) => loaded,
@@ -435,6 +467,8 @@ impl<B: Backend> ConnectionCore<B> {
     /// [`Backend::statement_failed`]).
     pub(crate) async fn statement_failed(&self) {
         let mut state = self.state.lock().await;
+        // A COPY the front end failed ends, its data with it.
+        state.copy = None;
         if let Some(session) = state.session.as_mut() {
             self.backend.statement_failed(session).await;
         }
@@ -600,6 +634,7 @@ mod tests {
             parse_at: COPY_PART_BYTES,
             loaded: 0,
             started: false,
+            running: None,
         };
         copy.append(b"12345", 8).unwrap();
         let error = copy.append(b"6789", 8).unwrap_err();

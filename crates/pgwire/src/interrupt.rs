@@ -64,11 +64,11 @@ impl Interrupt {
 
     /// A statement starts: requests from before it are forgotten. The
     /// statement runs until the returned guard drops.
-    pub(crate) fn begin(&self) -> Running<'_> {
+    pub(crate) fn begin(&self) -> Running {
         let mut flags = self.flags();
         flags.running = true;
         flags.requested = false;
-        Running(self)
+        Running(self.clone())
     }
 
     /// The client left: the running statement and any later one stop.
@@ -110,9 +110,9 @@ impl Interrupt {
 }
 
 /// A statement in progress; its end drops pending requests.
-pub(crate) struct Running<'a>(&'a Interrupt);
+pub(crate) struct Running(Interrupt);
 
-impl Drop for Running<'_> {
+impl Drop for Running {
     fn drop(&mut self) {
         let mut flags = self.0.flags();
         flags.running = false;

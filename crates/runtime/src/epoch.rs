@@ -339,6 +339,7 @@ impl EpochLoop {
     }
 
     async fn run_commits(&mut self, commits: Vec<(CommitRequest, Reply)>) -> RsResult<()> {
+        let began = self.runtime.now_micros();
         let mut stores = match self.new_stores() {
             Ok(stores) => stores,
             Err(error) => {
@@ -414,6 +415,7 @@ impl EpochLoop {
                     .collect()
             })
             .collect();
+        let validated = self.runtime.now_micros();
         let stores = match self.propagate(stores, deltas, build_inputs).await {
             Ok(stores) => stores,
             Err(error) => {
@@ -424,7 +426,20 @@ impl EpochLoop {
             }
         };
         self.ddl_transaction_pending = ddl_transaction;
-        match self.commit_epoch(stores).await {
+        let propagated = self.runtime.now_micros();
+        let committed = self.commit_epoch(stores).await;
+        let ended = self.runtime.now_micros();
+        if ended - began > SLOW_EPOCH_MICROS {
+            // Where a slow commit's time went (RUST_LOG=rockstream_runtime=debug).
+            tracing::debug!(
+                commits = accepted.len(),
+                validate_ms = (validated - began) / 1000,
+                propagate_ms = (propagated - validated) / 1000,
+                durable_ms = (ended - propagated) / 1000,
+                "slow epoch"
+            );
+        }
+        match committed {
             Ok(epoch) => {
                 for reply in accepted {
                     let _ = reply.send(Ok(epoch));
@@ -860,8 +875,17 @@ impl EpochLoop {
             }
         }
         if deleted {
+            let scanned = self.runtime.now_micros();
             self.commit_epoch(stores).await?;
             let took = self.runtime.now_micros() - started;
+            if took > SLOW_EPOCH_MICROS {
+                tracing::debug!(
+                    keys = self.delete_chunk_keys,
+                    scan_ms = (scanned - started) / 1000,
+                    durable_ms = (started + took - scanned) / 1000,
+                    "slow deletion turn"
+                );
+            }
             self.delete_chunk_keys = next_delete_chunk(self.delete_chunk_keys, took);
         } else {
             deletion.prefixes.remove(0);
@@ -886,6 +910,9 @@ const DELETE_CHUNK_KEYS_MIN: usize = 128;
 const DELETE_CHUNK_KEYS_MAX: usize = 8192;
 /// The length a deletion turn aims for (its scan, write and WAL sync).
 const DELETE_TURN_MICROS: i64 = 6_000;
+
+/// An epoch slower than this logs where its time went (at debug level).
+const SLOW_EPOCH_MICROS: i64 = 50_000;
 
 /// The next deletion turn's chunk after a turn of `chunk` keys took `took`
 /// µs: halved when it was too long, doubled when it was under half the

@@ -7,6 +7,7 @@
 use crate::harness::compare::fetch_text_rows;
 use crate::harness::copy_in;
 use crate::harness::server::TestServer;
+use crate::wire::raw_client::RawClient;
 
 fn lines(ids: &[i64]) -> String {
     ids.iter().map(|id| format!("{id}\tv{id}\n")).collect()
@@ -128,7 +129,7 @@ async fn a_copy_of_many_parts_lands_whole_or_not_at_all() {
 
     let loaded = copy_in(&client, "COPY items FROM STDIN", wide_lines(0, ROWS))
         .await
-        .expect("a clean COPY of three parts");
+        .expect("a clean COPY of many parts");
     assert_eq!(loaded, ROWS as u64);
     let expected = format!(
         "{:?}",
@@ -139,6 +140,17 @@ async fn a_copy_of_many_parts_lands_whole_or_not_at_all() {
     );
     assert_eq!(view_totals(&client).await, expected);
 
+    // A row of the wrong width in an early part, while the client goes on
+    // sending: the error names the row's line in the whole stream.
+    let mut narrow = wide_lines(ROWS, 2 * ROWS);
+    let at = narrow.match_indices('\n').nth(4_998).unwrap().0 + 1;
+    narrow.insert_str(at, "1\t2\t3\n");
+    let error = copy_in(&client, "COPY items FROM STDIN", narrow)
+        .await
+        .expect_err("a row of three fields");
+    assert_eq!(crate::harness::sqlstate(&error), "22P04", "{error:?}");
+    let message = error.as_db_error().unwrap().message().to_string();
+    assert!(message.contains("line 5000"), "{message}");
     // A bad value in the last part: the parts before it are undone.
     let bad_value = format!("{}oops\tlast\n", wide_lines(ROWS, 2 * ROWS));
     let error = copy_in(&client, "COPY items FROM STDIN", bad_value)
@@ -170,6 +182,26 @@ async fn a_copy_of_many_parts_lands_whole_or_not_at_all() {
             .expect("send");
         // Dropped unfinished: tokio-postgres sends CopyFail.
     }
+    // The simple protocol (psql's \copy): a bad value in an early part is
+    // answered at once, the rest of the data and CopyDone are ignored, and
+    // the session goes on.
+    let mut raw = RawClient::connect(server.config().get_ports()[0]).await;
+    raw.send(b'Q', b"COPY items FROM STDIN\0").await;
+    assert_eq!(raw.read().await.0, b'G', "CopyInResponse");
+    let early_error = || {
+        let mut data = wide_lines(ROWS, ROWS + 3_000);
+        data.push_str("oops\tearly\n");
+        data.push_str(&wide_lines(ROWS + 3_000, 2 * ROWS));
+        data
+    };
+    for chunk in early_error().as_bytes().chunks(64 << 10) {
+        raw.send(b'd', chunk).await;
+    }
+    raw.send(b'c', b"").await;
+    assert_eq!(raw.read_error().await.1, "22P02");
+    assert_eq!(raw.read_until_ready().await, Vec::<String>::new());
+    raw.send(b'Q', b"SELECT 1\0").await;
+    assert_eq!(raw.read_until_ready().await, ["T", "D", "SELECT 1"]);
     assert_eq!(
         count(&client).await,
         format!("{:?}", vec![vec![Some(ROWS.to_string())]])
@@ -179,6 +211,24 @@ async fn a_copy_of_many_parts_lands_whole_or_not_at_all() {
         expected,
         "failed COPYs leave the view"
     );
+    // Rolled back to a savepoint before it, a failed COPY leaves the
+    // transaction as it was there.
+    client
+        .batch_execute("BEGIN; INSERT INTO items VALUES (-2, 'kept'); SAVEPOINT s")
+        .await
+        .expect("savepoint");
+    copy_in(&client, "COPY items FROM STDIN", early_error())
+        .await
+        .expect_err("a malformed value in an early part");
+    client
+        .batch_execute("ROLLBACK TO SAVEPOINT s; COMMIT")
+        .await
+        .expect("rollback to the savepoint, commit");
+    let deleted = client
+        .execute("DELETE FROM items WHERE id = -2", &[])
+        .await
+        .expect("delete");
+    assert_eq!(deleted, 1, "the row from before the savepoint committed");
 
     // Inside BEGIN: a failing COPY aborts the transaction, the rows before
     // it included; a clean one is read back before COMMIT.
@@ -272,4 +322,42 @@ async fn oracle_copy_to_stdout_writes_what_postgresql_writes() {
         };
         assert_eq!(sorted(actual), sorted(expected), "{statement}");
     }
+}
+
+/// Goal: a cancel request stops a COPY between its parts, as PostgreSQL's
+/// Ctrl-C in psql does: the COPY fails with 57014 and loads nothing.
+/// Method: send part of a large COPY, cancel, send the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::disallowed_methods)] // The test sleeps on tokio directly.
+async fn a_cancel_stops_a_copy_between_its_parts() {
+    use futures::SinkExt;
+    let server = TestServer::start().await;
+    let client = server.client().await;
+    client
+        .batch_execute("CREATE TABLE items (id BIGINT PRIMARY KEY, label TEXT)")
+        .await
+        .expect("table");
+    let sink = client.copy_in("COPY items FROM STDIN").await.expect("copy");
+    futures::pin_mut!(sink);
+    sink.send(bytes::Bytes::from(wide_lines(0, 10_000)))
+        .await
+        .expect("send");
+    sink.flush().await.expect("flush");
+    // The server has the first data (the COPY runs) before the cancel.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    client
+        .cancel_token()
+        .cancel_query(tokio_postgres::NoTls)
+        .await
+        .expect("cancel");
+    let sent = sink
+        .send(bytes::Bytes::from(wide_lines(10_000, 30_000)))
+        .await;
+    let finished = match sent {
+        Ok(()) => sink.finish().await,
+        Err(error) => Err(error),
+    };
+    let error = finished.expect_err("canceled");
+    assert_eq!(crate::harness::sqlstate(&error), "57014", "{error:?}");
+    assert_eq!(count(&client).await, r#"[[Some("0")]]"#);
 }
