@@ -143,13 +143,17 @@ async fn a_copy_of_many_parts_lands_whole_or_not_at_all() {
     // A row of the wrong width in an early part, while the client goes on
     // sending: the error names the row's line in the whole stream.
     let mut narrow = wide_lines(ROWS, 2 * ROWS);
-    let at = narrow.match_indices('\n').nth(4_998).unwrap().0 + 1;
+    let at = narrow.match_indices('\n').nth(4_998).expect("line 4999").0 + 1;
     narrow.insert_str(at, "1\t2\t3\n");
     let error = copy_in(&client, "COPY items FROM STDIN", narrow)
         .await
         .expect_err("a row of three fields");
     assert_eq!(crate::harness::sqlstate(&error), "22P04", "{error:?}");
-    let message = error.as_db_error().unwrap().message().to_string();
+    let message = error
+        .as_db_error()
+        .expect("a server error")
+        .message()
+        .to_string();
     assert!(message.contains("line 5000"), "{message}");
     // A bad value in the last part: the parts before it are undone.
     let bad_value = format!("{}oops\tlast\n", wide_lines(ROWS, 2 * ROWS));
