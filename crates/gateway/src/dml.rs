@@ -7,6 +7,7 @@
 //! row is still current, so concurrent transactions never lose updates.
 
 use std::borrow::Cow;
+use std::collections::btree_map::Entry;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, BinaryArray, StringArray};
@@ -654,20 +655,26 @@ pub async fn insert_rows(
             return Ok(count);
         }
     }
+    // One search of the buffer per row (a COPY's later parts come here).
     for (key, row) in keyed {
-        match table.rows.get_mut(&key) {
-            Some((_, current)) if current.is_some() => return Err(duplicate(&row)),
-            Some((_, current)) => *current = Some(row),
-            None => {
+        match table.rows.entry(key) {
+            Entry::Occupied(mut held) => {
+                let (_, current) = held.get_mut();
+                if current.is_some() {
+                    return Err(duplicate(&row));
+                }
+                *current = Some(row);
+            }
+            Entry::Vacant(vacant) => {
                 let stored = if check_storage {
-                    snapshot.table_row(entry.id, &key).await?
+                    snapshot.table_row(entry.id, vacant.key()).await?
                 } else {
                     None
                 };
                 if stored.is_some() && !entry.primary_key.is_empty() {
                     return Err(duplicate(&row));
                 }
-                table.rows.insert(key, (None, Some(row)));
+                vacant.insert((None, Some(row)));
             }
         }
     }
