@@ -27,14 +27,20 @@ fn sqlstate(error: &tokio_postgres::Error) -> String {
         .unwrap_or_else(|| error.to_string())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn copy_refuses_repeated_keys_and_changes_nothing() {
+/// A server with an empty keyed table `items (id, label)`, and a client.
+async fn with_items() -> (TestServer, tokio_postgres::Client) {
     let server = TestServer::start().await;
     let client = server.client().await;
     client
         .batch_execute("CREATE TABLE items (id BIGINT PRIMARY KEY, label TEXT)")
         .await
         .expect("table");
+    (server, client)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_refuses_repeated_keys_and_changes_nothing() {
+    let (_server, client) = with_items().await;
 
     let loaded = copy_in(&client, "COPY items FROM STDIN", lines(&[5, 3, 9, 1, 7]))
         .await
@@ -335,12 +341,7 @@ async fn oracle_copy_to_stdout_writes_what_postgresql_writes() {
 #[allow(clippy::disallowed_methods)] // The test sleeps on tokio directly.
 async fn a_cancel_stops_a_copy_between_its_parts() {
     use futures::SinkExt;
-    let server = TestServer::start().await;
-    let client = server.client().await;
-    client
-        .batch_execute("CREATE TABLE items (id BIGINT PRIMARY KEY, label TEXT)")
-        .await
-        .expect("table");
+    let (_server, client) = with_items().await;
     let sink = client.copy_in("COPY items FROM STDIN").await.expect("copy");
     futures::pin_mut!(sink);
     sink.send(bytes::Bytes::from(wide_lines(0, 10_000)))

@@ -174,20 +174,14 @@ async fn fifty_concurrent_copies_stay_within_the_memory_bound() {
         "peak memory grew by {grew_mb} MB, over {bound_mb} MB"
     );
     // What landed is whole, the view agrees, and nothing stays reserved.
-    let rows = fetch_text_rows(&client, "SELECT count(*) FROM orders")
-        .await
-        .unwrap();
-    assert_eq!(
-        rows[0][0].as_deref(),
-        Some((landed * ROWS).to_string().as_str())
-    );
-    let rows = fetch_text_rows(&client, "SELECT sum(n) FROM by_region")
-        .await
-        .unwrap();
-    assert_eq!(
-        rows[0][0].as_deref(),
-        Some((landed * ROWS).to_string().as_str())
-    );
+    for total in [
+        "SELECT count(*) FROM orders",
+        "SELECT sum(n) FROM by_region",
+    ] {
+        let rows = fetch_text_rows(&client, total).await.unwrap();
+        let expected = (landed * ROWS).to_string();
+        assert_eq!(rows[0][0].as_deref(), Some(expected.as_str()), "{total}");
+    }
     let rows = fetch_text_rows(&client, "SHOW rockstream.statement_memory")
         .await
         .unwrap();
