@@ -507,9 +507,10 @@ fn as_stored(entry: &CatalogEntry, rows: &[Row]) -> Vec<Row> {
 }
 
 /// The rows among `changes` (key, row before, row after) that the
-/// transaction has not changed yet, and the memory they take
-/// ([`change_bytes`]): what [`reserve_changes`] counts (a row changed again
-/// is counted once).
+/// transaction has not changed yet, and the memory `changes` add
+/// ([`change_bytes`]): what [`reserve_changes`] counts. A row changed again
+/// counts once, and adds only what its new contents take beyond the ones
+/// the transaction holds.
 pub(crate) fn new_changes<'a>(
     session: &GatewaySession,
     entry: &CatalogEntry,
@@ -521,9 +522,15 @@ pub(crate) fn new_changes<'a>(
         .and_then(|transaction| transaction.tables.get(&entry.id));
     changes
         .into_iter()
-        .filter(|(key, _, _)| buffered.is_none_or(|table| !table.rows.contains_key(*key)))
         .fold((0, 0), |(rows, bytes), (key, old, new)| {
-            (rows + 1, bytes + change_bytes(key.len(), old, new))
+            match buffered.and_then(|table| table.rows.get(key)) {
+                Some((read, held)) => {
+                    let grown = change_bytes(key.len(), read.as_ref(), new)
+                        .saturating_sub(change_bytes(key.len(), read.as_ref(), held.as_ref()));
+                    (rows, bytes + grown)
+                }
+                None => (rows + 1, bytes + change_bytes(key.len(), old, new)),
+            }
         })
 }
 

@@ -192,3 +192,30 @@ async fn fifty_concurrent_copies_stay_within_the_memory_bound() {
         .unwrap_or_else(|| panic!("{shown}"));
     assert!(in_use < 4096, "{shown}");
 }
+
+/// Goal: a transaction that keeps growing rows it already changed is
+/// bounded like one that adds rows: its changes count what they grow by.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_growing_its_own_rows_is_bounded() {
+    let server = TestServer::start_with(Storage::new(), &["--transaction-memory", "16MB"]).await;
+    let client = server.client().await;
+    client
+        .batch_execute("CREATE TABLE t (id int PRIMARY KEY, pad text)")
+        .await
+        .unwrap();
+    client
+        .batch_execute("BEGIN; INSERT INTO t VALUES (1, repeat('x', 1000000))")
+        .await
+        .unwrap();
+    // 2, 4, 8 MB: the third passes the bound (counted three times over).
+    let mut refused = None;
+    for _ in 0..6 {
+        if let Err(error) = client.batch_execute("UPDATE t SET pad = pad || pad").await {
+            refused = Some(error);
+            break;
+        }
+    }
+    let error = refused.expect("refused past --transaction-memory");
+    assert_eq!(sqlstate(&error), "54000", "{error}");
+    client.batch_execute("ROLLBACK").await.unwrap();
+}
