@@ -31,7 +31,7 @@ use rockstream_types::{codes, Datum, Row, RsError, RsResult, SqlType};
 use crate::backend::{repeats_a_name, Gateway};
 use crate::defaults;
 use crate::fast_path;
-use crate::memory::change_bytes;
+use crate::memory::{change_bytes, exhausted};
 use crate::providers::SnapshotResolver;
 use crate::session::{GatewaySession, PendingTable};
 use crate::upsert;
@@ -567,10 +567,7 @@ pub(crate) fn reserve_changes(
     };
     let held = reservation.size();
     let limit = memory.limits().transaction_bytes;
-    let reason = match error.find_root() {
-        datafusion::error::DataFusionError::ResourcesExhausted(message) => message.clone(),
-        other => other.to_string(),
-    };
+    let reason = exhausted(&error).map_or_else(|| error.to_string(), str::to_owned);
     let code = if held.saturating_add(bytes) > limit {
         &codes::WRITE_BUFFER_FULL
     } else {

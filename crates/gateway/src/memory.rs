@@ -362,11 +362,15 @@ pub(crate) fn size_text(bytes: usize) -> String {
 /// A statement that ran out of memory, as a coded error; `None` for any
 /// other error.
 pub(crate) fn out_of_memory(error: &DataFusionError) -> Option<RsError> {
+    exhausted(error)
+        .map(|message| RsError::new(&codes::OUT_OF_MEMORY, format!("out of memory: {message}")))
+}
+
+/// What a pool said when a reservation did not fit; `None` for any other
+/// error.
+pub(crate) fn exhausted(error: &DataFusionError) -> Option<&str> {
     match error.find_root() {
-        DataFusionError::ResourcesExhausted(message) => Some(RsError::new(
-            &codes::OUT_OF_MEMORY,
-            format!("out of memory: {message}"),
-        )),
+        DataFusionError::ResourcesExhausted(message) => Some(message),
         _ => None,
     }
 }
