@@ -160,6 +160,9 @@ impl Database {
                 })
                 .await?;
         }
+        // Every view is installed: a large transaction whose commit a
+        // crash cut short is completed before anyone reads (RFC 0007).
+        database.engine.finish_staged().await?;
         Ok(database)
     }
 

@@ -934,6 +934,9 @@ impl Gateway {
         // Values its rows hold are never handed out again, even if the
         // server stops right after the commit.
         self.database.persist_sequences().await?;
+        if transaction.staged.is_some() {
+            return crate::staging::commit(self, namespace, transaction).await;
+        }
         let restarted: Vec<(rockstream_types::ObjectId, i128)> =
             restarted_map(&transaction.restarted)
                 .iter()

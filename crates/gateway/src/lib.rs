@@ -29,6 +29,7 @@ mod sequences;
 mod session;
 mod session_commands;
 mod settings;
+mod staging;
 mod statement_limits;
 mod transactions;
 mod unique;

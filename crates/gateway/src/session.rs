@@ -102,6 +102,8 @@ pub struct Transaction {
     /// The memory its changes hold, counted as they are made and freed
     /// when it ends ([`crate::dml::reserve_changes`]).
     pub memory: Option<MemoryReservation>,
+    /// The rows a large `COPY` handed to the engine ([`crate::staging`]).
+    pub staged: Option<crate::staging::Staged>,
 }
 
 /// A transaction's restarted sequences (shared with the sequence functions

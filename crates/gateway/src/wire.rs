@@ -779,6 +779,9 @@ impl Backend for Gateway {
             let supplied = dml::copy_column_positions(&entry, &target.columns)?;
             defaults::fill_defaults(self, session, &entry, &supplied, &mut typed).await?;
             let count = dml::insert_rows(self, session, &entry, typed, false).await?;
+            if !in_explicit {
+                crate::staging::stage_if_large(self, session, &entry).await?;
+            }
             if part.last {
                 // The COPY ends here, whatever follows: a failure below
                 // restores the savepoint it took.

@@ -14,15 +14,17 @@
 //! 0x07 table_id(16) row_key                   -> row         table rows
 //! 0x08 view_id(16) key                        -> row         view output (keyed)
 //! 0x09 table_id(16) constraint(2) values      -> row_key     UNIQUE constraint entries
+//! 0x0B transaction(8) segment(4) row_key       -> change      a large transaction's staged rows
 //! 0x06 'F' 'V'                                -> version     storage format version
 //! 0x06 'E' 'P'                                -> epoch       last committed epoch
 //! 0x06 'P' 'D' view_id(16) row                -> weight      input pending while a view is failed
 //! 0x06 'L' 'G' epoch(8) shard(2) part(4)      -> writes      coordinator's log record (shard 0)
+//! 0x06 'S' 'C' transaction(8)                 -> progress    a staged commit under way (shard 0)
 //! ```
 //! Every shard holds its own `0x01` operator state and `0x06` metadata;
 //! table rows, view output and UNIQUE entries (RFC 0006) live on the
-//! shard of their partition key ([`partition_key`]); installed and reclaim markers and log records only
-//! on the coordinator, shard 0.
+//! shard of their partition key ([`partition_key`]); installed and reclaim markers, log records,
+//! staged rows and staged-commit markers (RFC 0007) only on the coordinator, shard 0.
 //! A view whose rows have a unique key (`PlanNode::unique_key`, recorded
 //! in its catalog entry) stores each row under that key, so a changed row
 //! overwrites its predecessor; other views count each distinct row.
@@ -45,6 +47,7 @@ pub const SHARD_META: u8 = 0x06;
 pub const TABLE_ROWS: u8 = 0x07;
 pub const KEYED_OUTPUT: u8 = 0x08;
 pub const UNIQUE_ENTRIES: u8 = 0x09;
+pub const STAGED_ROWS: u8 = 0x0B;
 
 pub const JOIN_LEFT: [u8; 2] = *b"JL";
 pub const JOIN_RIGHT: [u8; 2] = *b"JR";
@@ -279,6 +282,33 @@ pub fn pending_prefix(view_id: ObjectId) -> Vec<u8> {
     let mut key = vec![SHARD_META, b'P', b'D'];
     key.extend_from_slice(&view_id.to_be_bytes());
     key
+}
+
+/// `0x0B transaction`: every row a large transaction staged (RFC 0007).
+pub fn staged_prefix(transaction: u64) -> Vec<u8> {
+    let mut key = vec![STAGED_ROWS];
+    key.extend_from_slice(&transaction.to_be_bytes());
+    key
+}
+
+/// `0x0B transaction segment`: the rows of one of a transaction's staged
+/// segments, by row key.
+pub fn staged_segment_prefix(transaction: u64, segment: u32) -> Vec<u8> {
+    let mut key = staged_prefix(transaction);
+    key.extend_from_slice(&segment.to_be_bytes());
+    key
+}
+
+/// `0x06 'S' 'C' transaction`: a staged commit under way.
+pub fn staged_commit_marker(transaction: u64) -> Vec<u8> {
+    let mut key = staged_commit_marker_prefix();
+    key.extend_from_slice(&transaction.to_be_bytes());
+    key
+}
+
+/// The prefix of every staged-commit marker.
+pub fn staged_commit_marker_prefix() -> Vec<u8> {
+    vec![SHARD_META, b'S', b'C']
 }
 
 pub fn encode_weight(weight: i64) -> Vec<u8> {

@@ -358,32 +358,56 @@ impl<B: Backend> ConnectionCore<B> {
             copy.data.extend_from_slice(chunk);
             return Ok(());
         }
-        let mut rows = Vec::new();
         if full {
-            rows = self.parse_copy_part(copy)?;
+            self.load_copy_parts(state, true).await?;
         }
+        let copy = state
+            .copy
+            .as_mut()
+            .ok_or_else(|| RsError::internal("CopyData outside COPY FROM STDIN"))?;
         copy.append(chunk, COPY_BUFFER_BYTES_MAX)?;
-        if copy.data.len() >= copy.parse_at {
-            rows.extend(self.parse_copy_part(copy)?);
-        }
-        if rows.is_empty() {
-            return Ok(());
-        }
-        self.load_copy_part(state, rows, false).await.map(|_| ())
+        self.load_copy_parts(state, false).await
     }
 
-    /// Takes the complete rows of the data held; parses again once twice
-    /// what is left is held (a row longer than a part is not re-read per
-    /// message), or at the limit.
-    fn parse_copy_part(
+    /// Hands the backend the complete rows held, a part (about
+    /// [`COPY_PART_BYTES`] of data) at a time, however large the message
+    /// that brought them: the backend bounds what it holds per part.
+    /// `now`: parse what is held even if less than a part is (the buffer
+    /// is full).
+    async fn load_copy_parts(
         &self,
-        copy: &mut PendingCopy,
-    ) -> Result<Vec<crate::copy::CopyRow>, RsError> {
-        let (rows, taken) = copy.parser.parse(&copy.data, false)?;
+        state: &mut ConnectionState<B::Session>,
+        mut now: bool,
+    ) -> Result<(), RsError> {
+        loop {
+            let copy = state
+                .copy
+                .as_mut()
+                .ok_or_else(|| RsError::internal("CopyData outside COPY FROM STDIN"))?;
+            if copy.data.len() < copy.parse_at && !std::mem::take(&mut now) {
+                return Ok(());
+            }
+            let rows = Self::parse_copy_part(copy)?;
+            if rows.is_empty() {
+                return Ok(());
+            }
+            self.load_copy_part(state, rows, false).await?;
+        }
+    }
+
+    /// Takes the complete rows of the first part of the data held. A row
+    /// longer than a part is waited for: it is parsed again once twice
+    /// the data held is there (not once per message), or at the limit.
+    fn parse_copy_part(copy: &mut PendingCopy) -> Result<Vec<crate::copy::CopyRow>, RsError> {
+        let window = copy.data.len().min(copy.parse_at.max(COPY_PART_BYTES));
+        let (rows, taken) = copy.parser.parse(&copy.data[..window], false)?;
         copy.data.drain(..taken);
-        copy.parse_at = COPY_PART_BYTES
-            .max(copy.data.len().saturating_mul(2))
-            .min(COPY_BUFFER_BYTES_MAX);
+        copy.parse_at = if taken > 0 {
+            COPY_PART_BYTES
+        } else {
+            window.saturating_mul(2)
+        }
+        .min(COPY_BUFFER_BYTES_MAX);
         Ok(rows)
     }
 

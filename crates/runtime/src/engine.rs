@@ -6,7 +6,7 @@ use std::sync::{Arc, RwLock};
 
 use rockstream_common::Runtime;
 use rockstream_ops::keys::{self, RowStorage};
-use rockstream_ops::Dataflow;
+use rockstream_ops::{Dataflow, Write};
 use rockstream_storage::{CacheStats, ShardDb, SnapshotSet, StateCache};
 use rockstream_types::partition::BucketMap;
 use rockstream_types::{codes, Epoch, ObjectId, Row, RsError, RsResult};
@@ -133,6 +133,9 @@ pub(crate) async fn read_ddl_transaction(coordinator: &ShardDb) -> RsResult<u64>
 /// What one commit asks of an epoch.
 pub(crate) struct CommitRequest {
     pub changes: Vec<TableChange>,
+    /// Writes to the coordinator's own keys in the same epoch (a staged
+    /// commit's progress marker, RFC 0007).
+    pub coordinator_writes: Vec<(Vec<u8>, Write)>,
     /// A transaction that also changed the catalog: its id is recorded on
     /// the coordinator in the same epoch ([`keys::ddl_transaction_key`]),
     /// which makes the epoch its commit point (RFC 0002).
@@ -156,6 +159,39 @@ pub(crate) enum Command {
         object_ids: Vec<ObjectId>,
         reply: oneshot::Sender<RsResult<()>>,
     },
+    /// Stages one segment of a large transaction's rows (RFC 0007).
+    Stage {
+        transaction: u64,
+        segment: u32,
+        rows: Vec<(Vec<u8>, Row)>,
+        reply: oneshot::Sender<RsResult<()>>,
+    },
+    /// Commits a transaction's staged rows in steps, published together.
+    CommitStaged {
+        transaction: u64,
+        table: StagedTable,
+        reply: oneshot::Sender<RsResult<Epoch>>,
+    },
+    /// Forgets a transaction's staged rows (it ended without committing).
+    DiscardStaged { transaction: u64 },
+    /// Completes the staged commits a crash interrupted, once every view
+    /// is installed.
+    FinishStaged {
+        reply: oneshot::Sender<RsResult<()>>,
+    },
+}
+
+/// The table a staged transaction inserts into and how many segments of
+/// rows it staged: its rows are in the staging keys, not here.
+#[derive(Debug, Clone)]
+pub struct StagedTable {
+    /// The table's change, with no rows: its id, name and UNIQUE
+    /// constraints.
+    pub change: TableChange,
+    pub segments: u32,
+    /// Rows per step of its commit: as many as its largest segment held
+    /// (what the session was allowed to hold), within the engine's bounds.
+    pub step_rows: u32,
 }
 
 /// The state readers see: every shard at the last durable epoch.
@@ -268,6 +304,7 @@ impl Engine {
     pub async fn commit(&self, changes: Vec<TableChange>) -> RsResult<Epoch> {
         self.request_commit(CommitRequest {
             changes,
+            coordinator_writes: Vec::new(),
             ddl_transaction: None,
         })
         .await
@@ -283,6 +320,7 @@ impl Engine {
     ) -> RsResult<Epoch> {
         self.request_commit(CommitRequest {
             changes,
+            coordinator_writes: Vec::new(),
             ddl_transaction: Some(transaction),
         })
         .await
@@ -322,6 +360,69 @@ impl Engine {
         receiver.await.map_err(|_| stopped())?
     }
 
+    /// Stages `rows` (sorted by key, no key repeated), inserts of
+    /// transaction `transaction` into one table, as its segment `segment`
+    /// (numbered from 0): durable when this returns, read back by
+    /// [`Engine::commit_staged`] (RFC 0007).
+    pub async fn stage(
+        &self,
+        transaction: u64,
+        segment: u32,
+        rows: Vec<(Vec<u8>, Row)>,
+    ) -> RsResult<()> {
+        let (reply, receiver) = oneshot::channel();
+        self.send(Command::Stage {
+            transaction,
+            segment,
+            rows,
+            reply,
+        })
+        .await?;
+        receiver.await.map_err(|_| stopped())?
+    }
+
+    /// Commits transaction `transaction`'s staged rows into `table`: in
+    /// steps of bounded size, each an epoch, published together after the
+    /// last; a step that fails (a key repeated across segments, or one
+    /// already stored: 23505) undoes the steps before it. Other commits
+    /// wait meanwhile. A crash part way through is completed when the
+    /// storage is opened again ([`Engine::finish_staged`]).
+    pub async fn commit_staged(&self, transaction: u64, table: StagedTable) -> RsResult<Epoch> {
+        let (reply, receiver) = oneshot::channel();
+        self.send(Command::CommitStaged {
+            transaction,
+            table,
+            reply,
+        })
+        .await?;
+        receiver.await.map_err(|_| stopped())?
+    }
+
+    /// Deletes transaction `transaction`'s staged rows in the background:
+    /// it ended without committing them. Never waits: if the engine's
+    /// queue is full, they are deleted at the next start instead.
+    pub fn discard_staged(&self, transaction: u64) {
+        if self
+            .commands
+            .try_send(Command::DiscardStaged { transaction })
+            .is_err()
+        {
+            tracing::warn!(
+                transaction,
+                "staged rows are deleted at the next start (the engine is busy or stopped)"
+            );
+        }
+    }
+
+    /// Completes the staged commits a crash interrupted (RFC 0007). Called
+    /// once every view stored in the catalog is installed, before anyone
+    /// reads: until then, readers could see part of such a transaction.
+    pub async fn finish_staged(&self) -> RsResult<()> {
+        let (reply, receiver) = oneshot::channel();
+        self.send(Command::FinishStaged { reply }).await?;
+        receiver.await.map_err(|_| stopped())?
+    }
+
     /// Records that a view stored in the catalog cannot be maintained any
     /// more (its definition no longer plans): it stays uninstalled, and
     /// reads of it report `error` until it is dropped.
@@ -331,7 +432,8 @@ impl Engine {
         }
     }
 
-    /// Dropped objects whose stored keys are not all deleted yet.
+    /// Dropped objects, and transactions' staged rows, whose stored keys
+    /// are not all deleted yet.
     pub fn reclaims_pending(&self) -> usize {
         self.reclaiming.load(Ordering::Relaxed)
     }

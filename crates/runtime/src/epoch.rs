@@ -11,7 +11,7 @@
 //! snapshot per shard, all at the new epoch. At one shard this is a single
 //! SlateDB batch per epoch, as before shards.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, RwLock};
@@ -39,6 +39,7 @@ mod backfill;
 mod log;
 mod reclaim;
 mod recovery;
+mod staged;
 mod unique;
 
 pub use backfill::installed_marker;
@@ -104,6 +105,12 @@ pub(crate) struct EpochLoop {
     /// The catalog transaction the epoch being committed records, adopted
     /// once the coordinator's commit succeeds.
     ddl_transaction_pending: Option<u64>,
+    /// Set while a staged commit runs its steps: epochs are committed but
+    /// not published until its last ([`staged`]).
+    hold_publish: bool,
+    /// Transactions whose rows are staged and not yet committed or
+    /// discarded ([`staged`]).
+    staging: HashSet<u64>,
 }
 
 /// What an engine starts from.
@@ -142,6 +149,8 @@ impl EpochLoop {
             failure: None,
             ddl_transaction: start.ddl_transaction,
             ddl_transaction_pending: None,
+            hold_publish: false,
+            staging: HashSet::new(),
         }
     }
 
@@ -177,8 +186,14 @@ impl EpochLoop {
                     },
                 };
                 if let Err(error) = self.recover().await {
-                    if let Some(command) = command {
-                        refuse(command, error);
+                    match command {
+                        // Only memory changes: the rows are found and
+                        // deleted once storage reopens.
+                        Some(Command::DiscardStaged { transaction }) => {
+                            self.discard_staged(transaction);
+                        }
+                        Some(command) => refuse(command, error),
+                        None => {}
                     }
                     continue;
                 }
@@ -298,6 +313,32 @@ impl EpochLoop {
                 let _ = reply.send(result);
                 failed.map_or(Ok(()), Err)
             }
+            Command::Stage {
+                transaction,
+                segment,
+                rows,
+                reply,
+            } => {
+                let result = self.stage(transaction, segment, rows).await;
+                let failed = result.as_ref().err().cloned();
+                let _ = reply.send(result);
+                failed.map_or(Ok(()), Err)
+            }
+            Command::CommitStaged {
+                transaction,
+                table,
+                reply,
+            } => self.commit_staged(transaction, table, reply).await,
+            Command::DiscardStaged { transaction } => {
+                self.discard_staged(transaction);
+                Ok(())
+            }
+            Command::FinishStaged { reply } => {
+                let result = self.finish_staged().await;
+                let failed = result.as_ref().err().cloned();
+                let _ = reply.send(result);
+                failed.map_or(Ok(()), Err)
+            }
         }
     }
 
@@ -386,6 +427,13 @@ impl EpochLoop {
                 }
             };
             unique::apply(&mut stores, entry_writes);
+            for (key, write) in request.coordinator_writes {
+                match write {
+                    Write::Put(value) => stores[0].put(key, value),
+                    Write::Delete => stores[0].delete(key),
+                    Write::AddCount(change) => stores[0].add_count(key, change),
+                }
+            }
             for (shard, ((store, (changes, keys)), shard_deltas)) in
                 stores.iter_mut().zip(parts).zip(&mut deltas).enumerate()
             {
@@ -514,7 +562,9 @@ impl EpochLoop {
             }
         }
         self.epoch = epoch;
-        self.publish()?;
+        if !self.hold_publish {
+            self.publish()?;
+        }
         Ok(epoch)
     }
 
@@ -955,27 +1005,50 @@ impl Deletion {
     }
 }
 
-/// Environment variable of a crash test's failpoint: the process aborts
-/// right after the coordinator's commit of the n-th epoch (counting from 1)
-/// that also writes on another shard, before any other shard commits it.
-const FAILPOINT_BETWEEN_SHARD_COMMITS: &str = "ROCKSTREAM_FAILPOINT_BETWEEN_SHARD_COMMITS";
+/// A crash test's failpoint: the process aborts the n-th time (counting
+/// from 1) it is passed, n read from the environment variable `variable`.
+struct Failpoint {
+    variable: &'static str,
+    what: &'static str,
+    at: std::sync::OnceLock<Option<u64>>,
+    passed: std::sync::atomic::AtomicU64,
+}
 
-fn failpoint_between_shard_commits() {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    use std::sync::OnceLock;
-    static AT: OnceLock<Option<u64>> = OnceLock::new();
-    static PASSED: AtomicU64 = AtomicU64::new(0);
-    let at = AT.get_or_init(|| {
-        std::env::var(FAILPOINT_BETWEEN_SHARD_COMMITS)
-            .ok()
-            .and_then(|n| n.parse().ok())
-    });
-    if let Some(at) = at {
-        if PASSED.fetch_add(1, Ordering::Relaxed) + 1 == *at {
-            tracing::error!("failpoint: aborting between the coordinator's commit and the others'");
-            std::process::abort();
+impl Failpoint {
+    const fn new(variable: &'static str, what: &'static str) -> Failpoint {
+        Failpoint {
+            variable,
+            what,
+            at: std::sync::OnceLock::new(),
+            passed: std::sync::atomic::AtomicU64::new(0),
         }
     }
+
+    fn pass(&self) {
+        use std::sync::atomic::Ordering;
+        let at = self.at.get_or_init(|| {
+            std::env::var(self.variable)
+                .ok()
+                .and_then(|n| n.parse().ok())
+        });
+        if let Some(at) = at {
+            if self.passed.fetch_add(1, Ordering::Relaxed) + 1 == *at {
+                tracing::error!("failpoint: aborting {}", self.what);
+                std::process::abort();
+            }
+        }
+    }
+}
+
+/// Aborts right after the coordinator's commit of the n-th epoch that also
+/// writes on another shard, before any other shard commits it.
+static BETWEEN_SHARD_COMMITS: Failpoint = Failpoint::new(
+    "ROCKSTREAM_FAILPOINT_BETWEEN_SHARD_COMMITS",
+    "between the coordinator's commit and the others'",
+);
+
+fn failpoint_between_shard_commits() {
+    BETWEEN_SHARD_COMMITS.pass();
 }
 
 /// Whether `error` leaves the engine unable to go on without reopening its
@@ -1073,14 +1146,7 @@ async fn validate_table_changes<S: StateStore>(
                 continue;
             }
             return Err(if row.old.is_none() {
-                RsError::new(
-                    &codes::UNIQUE_VIOLATION,
-                    format!(
-                        "duplicate key value violates the primary key of table \"{}\"",
-                        change.table_name
-                    ),
-                )
-                .with_constraint(&change.table_name, format!("{}_pkey", change.table_name))
+                staged::duplicate_key(&change.table_name)
             } else {
                 RsError::new(
                     &codes::OPTIMISTIC_CONFLICT,

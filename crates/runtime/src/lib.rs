@@ -27,6 +27,7 @@ mod engine;
 mod epoch;
 
 pub use engine::{
-    Engine, InstallView, Published, RowChange, TableChange, UniqueIndex, ViewBuild, ViewStatus,
+    Engine, InstallView, Published, RowChange, StagedTable, TableChange, UniqueIndex, ViewBuild,
+    ViewStatus,
 };
 pub use epoch::installed_marker;

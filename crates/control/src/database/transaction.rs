@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use rockstream_ops::keys::table_prefix;
-use rockstream_runtime::{TableChange, UniqueIndex};
+use rockstream_runtime::{StagedTable, TableChange, UniqueIndex};
 use rockstream_types::{codes, ObjectId, RsError, RsResult};
 use slatedb::WriteBatch;
 
@@ -198,6 +198,43 @@ impl Database {
     /// transaction commits (RFC 0006): the committed catalog's, or the
     /// transaction's own version of a table it created or altered. Called
     /// under the layouts lock, which adding a constraint takes alone.
+    /// Commits the rows a transaction staged in the engine ([`TableChange`]s
+    /// too large for memory, RFC 0007): inserts into one table (its id,
+    /// name and the layout its rows are in), in `segments` segments of at
+    /// most `segment_rows` rows, checked as any commit is (the table's
+    /// layout and UNIQUE constraints as they are now).
+    pub async fn commit_staged(
+        &self,
+        namespace: &str,
+        transaction: u64,
+        (table_id, table_name, layout): (ObjectId, &str, u64),
+        segments: u32,
+        segment_rows: u32,
+    ) -> RsResult<()> {
+        let pending = PendingCatalog::default();
+        let mut change = TableChange {
+            table_id,
+            table_name: table_name.to_owned(),
+            rows: Vec::new(),
+            unique: Vec::new(),
+        };
+        let layouts: TableLayouts = [(table_id, layout)].into();
+        let _layouts_stand = self.layouts.read().await;
+        self.check_layouts(namespace, &pending, std::slice::from_ref(&change), &layouts)?;
+        self.attach_unique(namespace, &pending, std::slice::from_mut(&mut change));
+        self.engine
+            .commit_staged(
+                transaction,
+                StagedTable {
+                    change,
+                    segments,
+                    step_rows: segment_rows,
+                },
+            )
+            .await?;
+        Ok(())
+    }
+
     fn attach_unique(
         &self,
         namespace: &str,

@@ -126,7 +126,9 @@ async fn fifty_concurrent_copies_stay_within_the_memory_bound() {
         )
         .await
         .unwrap();
-    // One transaction beyond its own bound: 54000, and nothing stays held.
+    // Inside a transaction block, a COPY beyond the transaction's bound: 54000, and nothing
+    // stays held. (Alone, it would be staged: `large_copy`.)
+    client.batch_execute("BEGIN").await.unwrap();
     let error =
         crate::harness::copy_in(&client, "COPY orders FROM STDIN", order_lines(0, 4 * ROWS))
             .await
@@ -134,6 +136,7 @@ async fn fifty_concurrent_copies_stay_within_the_memory_bound() {
     assert_eq!(sqlstate(&error), "54000", "{error}");
     let message = error.as_db_error().unwrap().message().to_string();
     assert!(message.contains("--transaction-memory"), "{message}");
+    client.batch_execute("ROLLBACK").await.unwrap();
 
     let (before, _) = server.resident_memory().expect("/proc");
     let mut loads = Vec::new();

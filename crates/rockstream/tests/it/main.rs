@@ -24,6 +24,7 @@ mod fast_path;
 mod fuzz_sql;
 mod interrupts;
 mod isolation;
+mod large_copy;
 mod limits;
 mod protocol;
 mod psql;

@@ -16,11 +16,33 @@ use rockstream_types::{ObjectId, RsError, RsResult};
 
 use super::{view_prefixes, Deletion, EpochLoop};
 
-/// A dropped object whose keys are still being deleted.
+/// Keys still being deleted: a dropped object's, or a large
+/// transaction's staged rows ([`super::staged`]).
 pub(super) struct Reclaim {
-    object_id: ObjectId,
-    /// Its keys' prefixes, being deleted.
+    what: Reclaimed,
+    /// Their prefixes, being deleted.
     keys: Deletion,
+}
+
+/// Whose keys a [`Reclaim`] deletes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Reclaimed {
+    /// A dropped table's or view's, resumed after a restart from its
+    /// durable marker.
+    Object(ObjectId),
+    /// A transaction's staged rows: after a restart, rows without a
+    /// staged-commit marker are found and deleted again, so they need no
+    /// marker of their own.
+    Staging(u64),
+}
+
+impl Reclaimed {
+    fn prefixes(self) -> Vec<Vec<u8>> {
+        match self {
+            Reclaimed::Object(object_id) => object_prefixes(object_id),
+            Reclaimed::Staging(transaction) => vec![keys::staged_prefix(transaction)],
+        }
+    }
 }
 
 /// The markers' common prefix: `0x06 'R' 'C'`.
@@ -57,7 +79,7 @@ impl EpochLoop {
             let id: [u8; 16] = key[prefix.len()..]
                 .try_into()
                 .map_err(|_| RsError::internal("corrupt reclaim marker"))?;
-            self.enqueue_reclaim(ObjectId::from_be_bytes(id));
+            self.enqueue_reclaim(Reclaimed::Object(ObjectId::from_be_bytes(id)));
         }
         if !self.reclaims.is_empty() {
             tracing::info!(
@@ -84,24 +106,27 @@ impl EpochLoop {
         }
         self.commit_epoch(stores).await?;
         for &object_id in object_ids {
-            self.enqueue_reclaim(object_id);
+            self.enqueue_reclaim(Reclaimed::Object(object_id));
         }
         Ok(())
     }
 
-    fn enqueue_reclaim(&mut self, object_id: ObjectId) {
-        if self
-            .reclaims
-            .iter()
-            .any(|reclaim| reclaim.object_id == object_id)
-        {
+    pub(super) fn enqueue_reclaim(&mut self, what: Reclaimed) {
+        if self.reclaims.iter().any(|reclaim| reclaim.what == what) {
             return;
         }
         self.reclaims.push(Reclaim {
-            object_id,
-            keys: Deletion::new(object_prefixes(object_id)),
+            what,
+            keys: Deletion::new(what.prefixes()),
         });
         self.publish_reclaims();
+    }
+
+    /// Whether `object_id` was dropped and its keys are being deleted.
+    pub(super) fn is_reclaiming(&self, object_id: ObjectId) -> bool {
+        self.reclaims
+            .iter()
+            .any(|reclaim| reclaim.what == Reclaimed::Object(object_id))
     }
 
     /// One bounded step of the oldest reclaim: a chunk of its keys, or,
@@ -117,10 +142,11 @@ impl EpochLoop {
             self.reclaims[0].keys = self.delete_step(keys).await?;
             return Ok(());
         }
-        let object_id = reclaim.object_id;
-        let mut stores = self.new_stores()?;
-        stores[0].delete(reclaim_marker(object_id));
-        self.commit_epoch(stores).await?;
+        if let Reclaimed::Object(object_id) = reclaim.what {
+            let mut stores = self.new_stores()?;
+            stores[0].delete(reclaim_marker(object_id));
+            self.commit_epoch(stores).await?;
+        }
         self.reclaims.remove(0);
         self.publish_reclaims();
         Ok(())

@@ -152,7 +152,12 @@ impl EpochLoop {
         self.epoch = epoch;
         self.ddl_transaction = crate::engine::read_ddl_transaction(&self.shards[0]).await?;
         self.flushed_at = (epoch, self.runtime.now_micros());
-        self.publish()?;
+        // Part of a large transaction's commit is not shown: it is
+        // completed first, below.
+        let staged_commit = self.staged_commit_pending().await?;
+        if !staged_commit {
+            self.publish()?;
+        }
         self.reclaims.clear();
         self.publish_reclaims();
         self.resume_reclaims().await?;
@@ -177,7 +182,8 @@ impl EpochLoop {
         if !abandoned.is_empty() {
             self.drop_objects(&abandoned).await?;
         }
-        Ok(epoch)
+        self.finish_staged().await?;
+        Ok(self.epoch)
     }
 }
 
@@ -191,6 +197,17 @@ pub(super) fn refuse(command: Command, error: RsError) {
             let _ = registered.send(Err(error));
         }
         Command::Drop { reply, .. } => {
+            let _ = reply.send(Err(error));
+        }
+        Command::Stage { reply, .. } => {
+            let _ = reply.send(Err(error));
+        }
+        Command::CommitStaged { reply, .. } => {
+            let _ = reply.send(Err(error));
+        }
+        // Served even while storage is unusable ([`EpochLoop::run`]).
+        Command::DiscardStaged { .. } => {}
+        Command::FinishStaged { reply } => {
             let _ = reply.send(Err(error));
         }
     }

@@ -269,6 +269,11 @@ impl TestServer {
         let _ = child.wait();
     }
 
+    /// The current server's whole log.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.storage.log_path(self.generation)).unwrap_or_default()
+    }
+
     /// The last lines of the current server's log, for failure messages.
     pub fn log_tail(&self) -> String {
         log_tail(&self.storage.log_path(self.generation))

@@ -1,0 +1,759 @@
+//! Transactions larger than memory: staged rows, committed in steps
+//! (RFC 0007).
+//!
+//! A session whose `COPY` outgrows its memory hands its rows to the engine
+//! a *segment* at a time (sorted by key, each key once): the engine writes
+//! them under `0x0B transaction segment row_key` on the coordinator, in an
+//! epoch of their own that changes nothing readers see. At `COMMIT` the
+//! engine merges the segments in key order and applies them in steps of
+//! bounded size, each an ordinary epoch (validation, UNIQUE checks, view
+//! maintenance, one batch per shard) that it does not publish; the last
+//! step publishes them all. Other commits wait meanwhile; readers go on at
+//! the last published state.
+//!
+//! Each step's coordinator batch records how far the commit got in a
+//! marker (`0x06 'S' 'C' transaction`), with everything needed to go on
+//! (the table, its UNIQUE constraints, the segments), so that:
+//!
+//! - a step that fails (a key stored already, or repeated across
+//!   segments: 23505) is undone by applying the inverse of the steps
+//!   before it — exact for tables and views alike, view maintenance being
+//!   linear in the change — and the commit fails;
+//! - a crash leaves a marker, and the next start completes the commit
+//!   (rolls it forward; or, if it was being undone, finishes undoing it)
+//!   once every view is installed, before anyone reads
+//!   ([`crate::Engine::finish_staged`]).
+//!
+//! Staged rows are deleted in the background once their transaction
+//! commits or ends without committing; rows whose transaction is not
+//! running and has no marker are deleted at start.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+use rockstream_ops::keys;
+use rockstream_ops::{ScanOrder, StateStore, Write};
+use rockstream_storage::ShardDb;
+use rockstream_types::encoding::{decode_row, encode_row_into};
+use rockstream_types::{codes, Epoch, ObjectId, Row, RsError, RsResult};
+use tokio::sync::oneshot;
+
+use super::{EpochLoop, Failpoint};
+use crate::engine::{CommitRequest, RowChange, StagedTable, TableChange, UniqueIndex};
+
+/// A step's rows: at most this many (and at most the transaction's
+/// [`StagedTable::step_rows`])…
+const STEP_ROWS_MAX: usize = 32_768;
+/// …and about this many bytes of encoded rows.
+const STEP_BYTES_MAX: usize = 16 << 20;
+/// Rows read from all segments together per scan round: each segment's
+/// read-ahead is this divided by their number (at least
+/// [`SEGMENT_READ_MIN`]), so the merge holds a bounded number of rows
+/// however many segments there are.
+const MERGE_READ_ROWS: usize = 65_536;
+const SEGMENT_READ_MIN: usize = 64;
+
+/// Aborts after the n-th durable step of a staged commit (forward or back).
+static AFTER_STAGED_STEP: Failpoint = Failpoint::new(
+    "ROCKSTREAM_FAILPOINT_AFTER_STAGED_STEP",
+    "after a step of a staged commit",
+);
+
+/// A staged row's value: what the change is, then the row.
+const STAGED_INSERT: u8 = 1;
+
+/// The value a staged insert of `row` is stored as.
+pub(crate) fn encode_staged_insert(row: &Row) -> Vec<u8> {
+    let mut value = vec![STAGED_INSERT];
+    encode_row_into(row, &mut value);
+    value
+}
+
+fn decode_staged_insert(value: &[u8]) -> RsResult<Row> {
+    match value.split_first() {
+        Some((&STAGED_INSERT, row)) => decode_row(row),
+        _ => Err(RsError::internal("corrupt staged row")),
+    }
+}
+
+/// Which way a staged commit is going.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    /// Applying its rows, in key order.
+    Forward,
+    /// Undoing the rows it applied, in key order, after a step failed.
+    Back,
+}
+
+/// A staged commit under way, as its marker records it.
+#[derive(Debug, Clone)]
+struct Progress {
+    transaction: u64,
+    table: StagedTable,
+    direction: Direction,
+    /// The last row key of the last durable forward step.
+    applied: Option<Vec<u8>>,
+    /// Going back: the last row key whose step is undone.
+    undone: Option<Vec<u8>>,
+    /// Steps run by this process (not recorded), for the log.
+    steps_run: u32,
+}
+
+impl Progress {
+    fn encode(&self) -> Vec<u8> {
+        let mut out = Encoder::default();
+        out.u8(1); // the marker's format
+        out.u8(match self.direction {
+            Direction::Forward => 0,
+            Direction::Back => 1,
+        });
+        out.optional_bytes(self.applied.as_deref());
+        out.optional_bytes(self.undone.as_deref());
+        out.u32(self.table.segments);
+        out.u32(self.table.step_rows);
+        let change = &self.table.change;
+        out.bytes(&change.table_id.to_be_bytes());
+        out.bytes(change.table_name.as_bytes());
+        out.u32(change.unique.len() as u32);
+        for index in &change.unique {
+            out.u32(u32::from(index.id));
+            out.bytes(index.name.as_bytes());
+            out.positions(&index.columns);
+            match &index.old_columns {
+                Some(columns) => {
+                    out.u8(1);
+                    out.positions(columns);
+                }
+                None => out.u8(0),
+            }
+            out.u32(index.column_names.len() as u32);
+            for name in &index.column_names {
+                out.bytes(name.as_bytes());
+            }
+        }
+        out.0
+    }
+
+    fn decode(transaction: u64, bytes: &[u8]) -> RsResult<Progress> {
+        let mut input = Decoder(bytes);
+        if input.u8()? != 1 {
+            return Err(corrupt_marker());
+        }
+        let direction = match input.u8()? {
+            0 => Direction::Forward,
+            1 => Direction::Back,
+            _ => return Err(corrupt_marker()),
+        };
+        let applied = input.optional_bytes()?;
+        let undone = input.optional_bytes()?;
+        let segments = input.u32()?;
+        let step_rows = input.u32()?;
+        let table_id: [u8; 16] = input
+            .bytes()?
+            .as_slice()
+            .try_into()
+            .map_err(|_| corrupt_marker())?;
+        let table_name = input.string()?;
+        let mut unique = Vec::new();
+        for _ in 0..input.u32()? {
+            let id = u16::try_from(input.u32()?).map_err(|_| corrupt_marker())?;
+            let name = input.string()?;
+            let columns = input.positions()?;
+            let old_columns = match input.u8()? {
+                0 => None,
+                _ => Some(input.positions()?),
+            };
+            let mut column_names = Vec::new();
+            for _ in 0..input.u32()? {
+                column_names.push(input.string()?);
+            }
+            unique.push(UniqueIndex {
+                id,
+                name,
+                columns,
+                old_columns,
+                column_names,
+            });
+        }
+        Ok(Progress {
+            transaction,
+            table: StagedTable {
+                change: TableChange {
+                    table_id: ObjectId::from_be_bytes(table_id),
+                    table_name,
+                    rows: Vec::new(),
+                    unique,
+                },
+                segments,
+                step_rows,
+            },
+            direction,
+            applied,
+            undone,
+            steps_run: 0,
+        })
+    }
+}
+
+fn corrupt_marker() -> RsError {
+    RsError::internal("corrupt staged-commit marker")
+}
+
+/// Length-prefixed fields of a marker.
+#[derive(Default)]
+struct Encoder(Vec<u8>);
+
+impl Encoder {
+    fn u8(&mut self, value: u8) {
+        self.0.push(value);
+    }
+
+    fn u32(&mut self, value: u32) {
+        self.0.extend_from_slice(&value.to_be_bytes());
+    }
+
+    fn bytes(&mut self, bytes: &[u8]) {
+        self.u32(bytes.len() as u32);
+        self.0.extend_from_slice(bytes);
+    }
+
+    fn optional_bytes(&mut self, bytes: Option<&[u8]>) {
+        match bytes {
+            Some(bytes) => {
+                self.u8(1);
+                self.bytes(bytes);
+            }
+            None => self.u8(0),
+        }
+    }
+
+    fn positions(&mut self, positions: &[usize]) {
+        self.u32(positions.len() as u32);
+        for &position in positions {
+            self.u32(position as u32);
+        }
+    }
+}
+
+struct Decoder<'a>(&'a [u8]);
+
+impl Decoder<'_> {
+    fn take(&mut self, n: usize) -> RsResult<&[u8]> {
+        if self.0.len() < n {
+            return Err(corrupt_marker());
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Ok(head)
+    }
+
+    fn u8(&mut self) -> RsResult<u8> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn u32(&mut self) -> RsResult<u32> {
+        let bytes: [u8; 4] = self.take(4)?.try_into().map_err(|_| corrupt_marker())?;
+        Ok(u32::from_be_bytes(bytes))
+    }
+
+    fn bytes(&mut self) -> RsResult<Vec<u8>> {
+        let n = self.u32()? as usize;
+        Ok(self.take(n)?.to_vec())
+    }
+
+    fn string(&mut self) -> RsResult<String> {
+        String::from_utf8(self.bytes()?).map_err(|_| corrupt_marker())
+    }
+
+    fn optional_bytes(&mut self) -> RsResult<Option<Vec<u8>>> {
+        match self.u8()? {
+            0 => Ok(None),
+            _ => self.bytes().map(Some),
+        }
+    }
+
+    fn positions(&mut self) -> RsResult<Vec<usize>> {
+        let n = self.u32()?;
+        (0..n).map(|_| Ok(self.u32()? as usize)).collect()
+    }
+}
+
+/// The error for a row whose key another row of the table has (the
+/// engine's, as for a key already stored).
+pub(super) fn duplicate_key(table_name: &str) -> RsError {
+    RsError::new(
+        &codes::UNIQUE_VIOLATION,
+        format!("duplicate key value violates the primary key of table \"{table_name}\""),
+    )
+    .with_constraint(table_name, format!("{table_name}_pkey"))
+}
+
+/// One segment's rows after a key, read ahead a chunk at a time.
+struct SegmentCursor {
+    prefix: Vec<u8>,
+    /// The last key read (a full storage key), where the next read starts.
+    after: Option<Vec<u8>>,
+    ahead: VecDeque<(Vec<u8>, Vec<u8>)>,
+    done: bool,
+}
+
+/// A transaction's segments merged in row-key order (read from the
+/// coordinator each call is given).
+struct StagedRows {
+    table_name: String,
+    segments: Vec<SegmentCursor>,
+    /// Each segment's next row key, smallest first (with the segment).
+    heads: BinaryHeap<Reverse<(Vec<u8>, usize)>>,
+    read_rows: usize,
+    step_rows: usize,
+    /// The last row key returned (a repeat is a duplicate key).
+    last: Option<Vec<u8>>,
+}
+
+impl StagedRows {
+    /// The rows of `transaction`'s `segments` with keys after `after`.
+    async fn open(
+        coordinator: &ShardDb,
+        transaction: u64,
+        table: &StagedTable,
+        after: Option<&[u8]>,
+    ) -> RsResult<StagedRows> {
+        let count = table.segments as usize;
+        let mut rows = StagedRows {
+            table_name: table.change.table_name.clone(),
+            segments: (0..table.segments)
+                .map(|segment| {
+                    let prefix = keys::staged_segment_prefix(transaction, segment);
+                    let after = after.map(|key| [prefix.as_slice(), key].concat());
+                    SegmentCursor {
+                        prefix,
+                        after,
+                        ahead: VecDeque::new(),
+                        done: false,
+                    }
+                })
+                .collect(),
+            heads: BinaryHeap::new(),
+            read_rows: (MERGE_READ_ROWS / count.max(1)).max(SEGMENT_READ_MIN),
+            step_rows: (table.step_rows as usize).clamp(1, STEP_ROWS_MAX),
+            last: after.map(<[u8]>::to_vec),
+        };
+        for segment in 0..count {
+            rows.push_head(coordinator, segment).await?;
+        }
+        Ok(rows)
+    }
+
+    /// Puts `segment`'s next row key among the heads, reading ahead if
+    /// needed.
+    async fn push_head(&mut self, coordinator: &ShardDb, segment: usize) -> RsResult<()> {
+        let cursor = &mut self.segments[segment];
+        if cursor.ahead.is_empty() && !cursor.done {
+            let chunk = coordinator
+                .snapshot()?
+                .scan_chunk_of(&cursor.prefix, cursor.after.as_deref(), self.read_rows)
+                .await?;
+            cursor.done = chunk.len() < self.read_rows;
+            if let Some((last, _)) = chunk.last() {
+                cursor.after = Some(last.clone());
+            }
+            cursor.ahead.extend(chunk);
+        }
+        if let Some((key, _)) = cursor.ahead.front() {
+            let row_key = key[cursor.prefix.len()..].to_vec();
+            self.heads.push(Reverse((row_key, segment)));
+        }
+        Ok(())
+    }
+
+    /// The next row, in key order, with the size of its stored value;
+    /// 23505 for a key staged twice.
+    async fn next(&mut self, coordinator: &ShardDb) -> RsResult<Option<(Vec<u8>, Row, usize)>> {
+        let Some(Reverse((row_key, segment))) = self.heads.pop() else {
+            return Ok(None);
+        };
+        let (_, value) = self.segments[segment]
+            .ahead
+            .pop_front()
+            .ok_or_else(|| RsError::internal("a staged segment lost its read-ahead"))?;
+        self.push_head(coordinator, segment).await?;
+        if self.last.as_ref() == Some(&row_key) {
+            return Err(duplicate_key(&self.table_name));
+        }
+        self.last = Some(row_key.clone());
+        let row = decode_staged_insert(&value)?;
+        Ok(Some((row_key, row, value.len())))
+    }
+
+    /// The rows of the next step: at most `step_rows` and about
+    /// [`STEP_BYTES_MAX`], none past `until` (a row key, inclusive).
+    async fn next_step(
+        &mut self,
+        coordinator: &ShardDb,
+        until: Option<&[u8]>,
+    ) -> RsResult<Vec<(Vec<u8>, Row)>> {
+        let mut rows = Vec::new();
+        let mut bytes = 0;
+        while rows.len() < self.step_rows && bytes < STEP_BYTES_MAX {
+            if let (Some(until), Some(Reverse((next, _)))) = (until, self.heads.peek()) {
+                if next.as_slice() > until {
+                    break;
+                }
+            }
+            let Some((key, row, size)) = self.next(coordinator).await? else {
+                break;
+            };
+            bytes += key.len() + size;
+            rows.push((key, row));
+        }
+        Ok(rows)
+    }
+}
+
+/// How a staged commit ended.
+enum Outcome {
+    /// Every row is applied and published.
+    Committed(Epoch),
+    /// A step failed for this reason and the steps before it are undone.
+    Refused(RsError),
+}
+
+impl EpochLoop {
+    /// Stages one segment of a transaction's rows, durably, in an epoch
+    /// that changes nothing readers see.
+    pub(super) async fn stage(
+        &mut self,
+        transaction: u64,
+        segment: u32,
+        rows: Vec<(Vec<u8>, Row)>,
+    ) -> RsResult<()> {
+        self.staging.insert(transaction);
+        let mut stores = self.new_stores()?;
+        let prefix = keys::staged_segment_prefix(transaction, segment);
+        for (row_key, row) in rows {
+            stores[0].put(
+                [prefix.as_slice(), &row_key].concat(),
+                encode_staged_insert(&row),
+            );
+        }
+        self.commit_epoch(stores).await.map(|_| ())
+    }
+
+    /// Commits a transaction's staged rows ([`crate::Engine::commit_staged`]).
+    /// `Err` from the outer result: storage failed (the engine reopens it,
+    /// and completes the commit if a step of it is durable).
+    pub(super) async fn commit_staged(
+        &mut self,
+        transaction: u64,
+        table: StagedTable,
+        reply: oneshot::Sender<RsResult<Epoch>>,
+    ) -> RsResult<()> {
+        if !self.staging.remove(&transaction) {
+            let _ = reply.send(Err(RsError::internal(format!(
+                "transaction {transaction} has no staged rows"
+            ))));
+            return Ok(());
+        }
+        let progress = Progress {
+            transaction,
+            table,
+            direction: Direction::Forward,
+            applied: None,
+            undone: None,
+            steps_run: 0,
+        };
+        match self.run_staged(progress).await {
+            Ok(Outcome::Committed(epoch)) => {
+                let _ = reply.send(Ok(epoch));
+                Ok(())
+            }
+            Ok(Outcome::Refused(error)) => {
+                let _ = reply.send(Err(error));
+                Ok(())
+            }
+            Err(failure) => {
+                let _ = reply.send(Err(RsError::new(
+                    &codes::COMMIT_OUTCOME_UNKNOWN,
+                    format!(
+                        "could not confirm whether a large transaction committed: {failure}; it is completed or undone once storage is reopened"
+                    ),
+                )));
+                Err(failure)
+            }
+        }
+    }
+
+    /// Forgets a transaction's staged rows and deletes them in the
+    /// background.
+    pub(super) fn discard_staged(&mut self, transaction: u64) {
+        if self.staging.remove(&transaction) {
+            self.reclaim_staging(transaction);
+        }
+    }
+
+    /// Completes every staged commit a crash or a storage failure cut short
+    /// (each marker's, forward or back); publishes once they are done.
+    /// Staged rows of transactions that are neither running nor committing
+    /// are deleted in the background.
+    pub(super) async fn finish_staged(&mut self) -> RsResult<()> {
+        let snapshot = self.shards[0].snapshot()?;
+        let prefix = keys::staged_commit_marker_prefix();
+        let markers = snapshot
+            .scan_prefix(&prefix, ScanOrder::Ascending, usize::MAX)
+            .await?;
+        let mut committing = Vec::new();
+        for (key, value) in markers {
+            let transaction = transaction_of(&key[prefix.len()..])?;
+            committing.push(transaction);
+            let progress = Progress::decode(transaction, &value)?;
+            tracing::info!(
+                transaction,
+                table = %progress.table.change.table_name,
+                direction = ?progress.direction,
+                "completing a large transaction's commit that was cut short"
+            );
+            if self.is_reclaiming(progress.table.change.table_id) {
+                // Its table was dropped: its rows go with it.
+                let mut stores = self.new_stores()?;
+                stores[0].delete(keys::staged_commit_marker(transaction));
+                self.commit_epoch(stores).await?;
+            } else {
+                // It logs how it ended.
+                self.run_staged(progress).await?;
+            }
+            self.reclaim_staging(transaction);
+        }
+        // Staged rows nobody will commit: a session that ended with the
+        // process, or whose discard could not be sent.
+        let mut after: Option<Vec<u8>> = None;
+        let mut orphans = 0;
+        let staged = vec![keys::STAGED_ROWS];
+        loop {
+            let chunk = snapshot.scan_chunk_of(&staged, after.as_deref(), 1).await?;
+            let Some((key, _)) = chunk.into_iter().next() else {
+                break;
+            };
+            let transaction = transaction_of(&key[1..])?;
+            if !self.staging.contains(&transaction) && !committing.contains(&transaction) {
+                self.reclaim_staging(transaction);
+                orphans += 1;
+            }
+            // On to the next transaction's rows (all longer than its prefix).
+            let Some(next) = transaction.checked_add(1) else {
+                break;
+            };
+            after = Some(keys::staged_prefix(next));
+        }
+        if orphans > 0 {
+            tracing::info!(
+                transactions = orphans,
+                "deleting the staged rows of transactions that did not commit"
+            );
+        }
+        self.publish()
+    }
+
+    /// Whether a staged commit's marker is stored: storage holds part of a
+    /// transaction nobody may see yet.
+    pub(super) async fn staged_commit_pending(&self) -> RsResult<bool> {
+        let markers = self.shards[0]
+            .snapshot()?
+            .scan_prefix(
+                &keys::staged_commit_marker_prefix(),
+                ScanOrder::Ascending,
+                1,
+            )
+            .await?;
+        Ok(!markers.is_empty())
+    }
+
+    /// Runs a staged commit from `progress` to its end: forward, or back
+    /// once a step fails. Publishes at the end, not before.
+    async fn run_staged(&mut self, mut progress: Progress) -> RsResult<Outcome> {
+        self.hold_publish = true;
+        let ran = self.run_staged_steps(&mut progress).await;
+        self.hold_publish = false;
+        let outcome = ran?;
+        self.publish()?;
+        self.reclaim_staging(progress.transaction);
+        match &outcome {
+            Outcome::Committed(epoch) => tracing::info!(
+                transaction = progress.transaction,
+                table = %progress.table.change.table_name,
+                steps = progress.steps_run,
+                epoch,
+                "large transaction committed"
+            ),
+            Outcome::Refused(error) => tracing::info!(
+                transaction = progress.transaction,
+                table = %progress.table.change.table_name,
+                steps = progress.steps_run,
+                %error,
+                "large transaction refused; the steps it applied are undone"
+            ),
+        }
+        Ok(outcome)
+    }
+
+    async fn run_staged_steps(&mut self, progress: &mut Progress) -> RsResult<Outcome> {
+        if progress.direction == Direction::Forward {
+            let mut rows = StagedRows::open(
+                &self.shards[0],
+                progress.transaction,
+                &progress.table,
+                progress.applied.as_deref(),
+            )
+            .await?;
+            let failure = loop {
+                let step = match rows.next_step(&self.shards[0], None).await {
+                    Ok(step) => step,
+                    Err(error) if error.is_storage_failure() => return Err(error),
+                    Err(error) => break error,
+                };
+                let Some(last) = step.last().map(|(key, _)| key.clone()) else {
+                    // Every row is applied: the last step removed the marker.
+                    return Ok(Outcome::Committed(self.epoch));
+                };
+                let last_step = rows.heads.is_empty();
+                let marker = if last_step {
+                    Write::Delete
+                } else {
+                    let mut next = progress.clone();
+                    next.applied = Some(last.clone());
+                    Write::Put(next.encode())
+                };
+                let change = inserts(&progress.table, step, false);
+                progress.steps_run += 1;
+                match self
+                    .staged_step(change, progress.transaction, marker)
+                    .await?
+                {
+                    Ok(epoch) if last_step => return Ok(Outcome::Committed(epoch)),
+                    Ok(_) => progress.applied = Some(last),
+                    Err(error) => break error,
+                }
+            };
+            if progress.applied.is_none() {
+                // Nothing is applied and no marker written.
+                return Ok(Outcome::Refused(failure));
+            }
+            progress.direction = Direction::Back;
+            self.undo_staged(progress).await?;
+            return Ok(Outcome::Refused(failure));
+        }
+        self.undo_staged(progress).await?;
+        Ok(Outcome::Refused(RsError::new(
+            &codes::UNIQUE_VIOLATION,
+            "a large transaction failed and was undone",
+        )))
+    }
+
+    /// Applies the inverse of every step a staged commit applied, in key
+    /// order from where `progress` says the undoing got, and removes its
+    /// marker with the last.
+    async fn undo_staged(&mut self, progress: &mut Progress) -> RsResult<()> {
+        let Some(applied) = progress.applied.clone() else {
+            return Ok(());
+        };
+        let mut rows = StagedRows::open(
+            &self.shards[0],
+            progress.transaction,
+            &progress.table,
+            progress.undone.as_deref(),
+        )
+        .await?;
+        loop {
+            let step = rows.next_step(&self.shards[0], Some(&applied)).await?;
+            let last = step.last().map(|(key, _)| key.clone());
+            let done = last
+                .as_deref()
+                .is_none_or(|last| last >= applied.as_slice());
+            let marker = if done {
+                Write::Delete
+            } else {
+                let mut next = progress.clone();
+                next.undone = last.clone();
+                Write::Put(next.encode())
+            };
+            let change = inserts(&progress.table, step, true);
+            progress.steps_run += 1;
+            if let Err(error) = self
+                .staged_step(change, progress.transaction, marker)
+                .await?
+            {
+                // The inverse of rows this commit wrote cannot conflict: a
+                // bug, or storage edited behind the engine's back.
+                return Err(RsError::internal(format!(
+                    "undoing a large transaction's step failed: {error}"
+                )));
+            }
+            progress.undone = last;
+            if done {
+                return Ok(());
+            }
+        }
+    }
+
+    /// One step of a staged commit: an ordinary epoch of `change` that
+    /// also writes the commit's marker, not published. The inner `Err`:
+    /// the step was refused (nothing of it written).
+    async fn staged_step(
+        &mut self,
+        change: TableChange,
+        transaction: u64,
+        marker: Write,
+    ) -> RsResult<Result<Epoch, RsError>> {
+        let (reply, receiver) = oneshot::channel();
+        let request = CommitRequest {
+            changes: if change.rows.is_empty() {
+                Vec::new()
+            } else {
+                vec![change]
+            },
+            coordinator_writes: vec![(keys::staged_commit_marker(transaction), marker)],
+            ddl_transaction: None,
+        };
+        self.run_commits(vec![(request, reply)]).await?;
+        let stepped = receiver
+            .await
+            .unwrap_or_else(|_| Err(RsError::internal("a staged step got no answer")));
+        if stepped.is_ok() {
+            AFTER_STAGED_STEP.pass();
+        }
+        self.maybe_flush_memtables().await;
+        Ok(stepped)
+    }
+
+    /// Deletes a transaction's staged rows in the background.
+    fn reclaim_staging(&mut self, transaction: u64) {
+        self.enqueue_reclaim(super::reclaim::Reclaimed::Staging(transaction));
+    }
+}
+
+/// `table`'s change inserting `rows` (or, `inverse`, deleting them).
+fn inserts(table: &StagedTable, rows: Vec<(Vec<u8>, Row)>, inverse: bool) -> TableChange {
+    TableChange {
+        table_id: table.change.table_id,
+        table_name: table.change.table_name.clone(),
+        unique: table.change.unique.clone(),
+        rows: rows
+            .into_iter()
+            .map(|(key, row)| {
+                let (old, new) = if inverse {
+                    (Some(row), None)
+                } else {
+                    (None, Some(row))
+                };
+                RowChange { key, old, new }
+            })
+            .collect(),
+    }
+}
+
+fn transaction_of(bytes: &[u8]) -> RsResult<u64> {
+    bytes
+        .get(..8)
+        .and_then(|bytes| <[u8; 8]>::try_from(bytes).ok())
+        .map(u64::from_be_bytes)
+        .ok_or_else(|| RsError::internal("corrupt staged key"))
+}
