@@ -51,6 +51,16 @@ pub(crate) struct PreparedStatement {
     pub(crate) described: Described,
 }
 
+/// What parsing the first part of a COPY's data held found.
+enum Part {
+    /// Complete rows (perhaps none: a header, an end marker).
+    Parsed,
+    /// No complete row, and more data held than the part read.
+    RowLonger,
+    /// No complete row in all the data held.
+    RowIncomplete,
+}
+
 /// A `COPY ... FROM STDIN` in progress: its data not yet parsed (at most a
 /// part and an incomplete row), the parser, and what was loaded.
 struct PendingCopy {
@@ -372,61 +382,83 @@ impl<B: Backend> ConnectionCore<B> {
     /// Hands the backend the complete rows held, a part (about
     /// [`COPY_PART_BYTES`] of data) at a time, however large the message
     /// that brought them: the backend bounds what it holds per part.
-    /// `now`: parse what is held even if less than a part is (the buffer
-    /// is full).
+    /// `all`: take every complete row held, even less than a part (the
+    /// buffer is full, or the data ended).
     async fn load_copy_parts(
         &self,
         state: &mut ConnectionState<B::Session>,
-        mut now: bool,
+        all: bool,
     ) -> Result<(), RsError> {
         loop {
             let copy = state
                 .copy
                 .as_mut()
                 .ok_or_else(|| RsError::internal("CopyData outside COPY FROM STDIN"))?;
-            if copy.data.len() < copy.parse_at && !std::mem::take(&mut now) {
+            if copy.data.is_empty() || (copy.data.len() < copy.parse_at && !all) {
                 return Ok(());
             }
-            let rows = Self::parse_copy_part(copy)?;
-            if rows.is_empty() {
-                return Ok(());
+            let (rows, part) = Self::parse_copy_part(copy)?;
+            match part {
+                Part::Parsed if rows.is_empty() => {}
+                Part::Parsed => {
+                    self.load_copy_part(state, rows, false).await?;
+                }
+                // A row longer than the part: read a larger one.
+                Part::RowLonger => {}
+                // A row longer than all that is held: wait for more.
+                Part::RowIncomplete => return Ok(()),
             }
-            self.load_copy_part(state, rows, false).await?;
         }
     }
 
     /// Takes the complete rows of the first part of the data held. A row
-    /// longer than a part is waited for: it is parsed again once twice
-    /// the data held is there (not once per message), or at the limit.
-    fn parse_copy_part(copy: &mut PendingCopy) -> Result<Vec<crate::copy::CopyRow>, RsError> {
+    /// longer than a part is read again once a part twice as large is
+    /// held (not once per message).
+    fn parse_copy_part(
+        copy: &mut PendingCopy,
+    ) -> Result<(Vec<crate::copy::CopyRow>, Part), RsError> {
         let window = copy.data.len().min(copy.parse_at.max(COPY_PART_BYTES));
         let (rows, taken) = copy.parser.parse(&copy.data[..window], false)?;
         copy.data.drain(..taken);
-        copy.parse_at = if taken > 0 {
-            COPY_PART_BYTES
+        let part = if taken > 0 {
+            copy.parse_at = COPY_PART_BYTES;
+            Part::Parsed
         } else {
-            window.saturating_mul(2)
-        }
-        .min(COPY_BUFFER_BYTES_MAX);
-        Ok(rows)
+            copy.parse_at = window.saturating_mul(2).min(COPY_BUFFER_BYTES_MAX);
+            if window < copy.data.len() {
+                Part::RowLonger
+            } else {
+                Part::RowIncomplete
+            }
+        };
+        Ok((rows, part))
     }
 
     /// CopyDone: loads the rest of the data (the backend commits the COPY
     /// outside a transaction block); returns rows loaded.
     pub(crate) async fn finish_copy(&self) -> Result<u64, RsError> {
         let mut state = self.state.lock().await;
-        let copy = state
-            .copy
-            .as_mut()
-            .ok_or_else(|| RsError::internal("CopyDone outside COPY FROM STDIN"))?;
-        let parsed = copy.parser.parse(&copy.data, true);
-        copy.data = Vec::new();
-        let loaded = match parsed {
-            Ok((rows, _)) => self.load_copy_part(&mut state, rows, true).await,
+        // Its complete rows a part at a time, then what remains (at most a
+        // part, or one long row) as the last.
+        let loaded = match self.load_copy_parts(&mut state, true).await {
+            Ok(()) => self.finish_copy_data(&mut state).await,
             Err(error) => Err(error),
         };
         state.copy = None;
         loaded
+    }
+
+    async fn finish_copy_data(
+        &self,
+        state: &mut ConnectionState<B::Session>,
+    ) -> Result<u64, RsError> {
+        let copy = state
+            .copy
+            .as_mut()
+            .ok_or_else(|| RsError::internal("CopyDone outside COPY FROM STDIN"))?;
+        let (rows, _) = copy.parser.parse(&copy.data, true)?;
+        copy.data = Vec::new();
+        self.load_copy_part(state, rows, true).await
     }
 
     /// Hands a part's rows to the backend; returns the rows loaded so far.

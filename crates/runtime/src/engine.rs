@@ -172,8 +172,6 @@ pub(crate) enum Command {
         table: StagedTable,
         reply: oneshot::Sender<RsResult<Epoch>>,
     },
-    /// Forgets a transaction's staged rows (it ended without committing).
-    DiscardStaged { transaction: u64 },
     /// Completes the staged commits a crash interrupted, once every view
     /// is installed.
     FinishStaged {
@@ -213,6 +211,9 @@ pub struct Engine {
     published: watch::Receiver<Published>,
     statuses: Arc<RwLock<HashMap<ObjectId, ViewStatus>>>,
     reclaiming: Arc<AtomicUsize>,
+    /// Transactions whose staged rows are to be deleted
+    /// ([`Engine::discard_staged`]).
+    discarded: Arc<std::sync::Mutex<Vec<u64>>>,
     /// Every shard's arrangement cache, for its counters.
     caches: Vec<Arc<StateCache>>,
 }
@@ -251,6 +252,7 @@ impl Engine {
         let (commands, receiver) = mpsc::channel(COMMAND_QUEUE_MAX);
         let statuses = Arc::new(RwLock::new(HashMap::new()));
         let reclaiming = Arc::new(AtomicUsize::new(0));
+        let discarded = Arc::new(std::sync::Mutex::new(Vec::new()));
         let epoch_loop = EpochLoop::new(
             runtime.clone(),
             Start {
@@ -259,6 +261,7 @@ impl Engine {
                 epoch,
                 logged,
                 ddl_transaction,
+                discarded: discarded.clone(),
             },
             published_sender,
             statuses.clone(),
@@ -271,6 +274,7 @@ impl Engine {
             published,
             statuses,
             reclaiming,
+            discarded,
             caches,
         })
     }
@@ -399,19 +403,13 @@ impl Engine {
     }
 
     /// Deletes transaction `transaction`'s staged rows in the background:
-    /// it ended without committing them. Never waits: if the engine's
-    /// queue is full, they are deleted at the next start instead.
+    /// it ended without committing them. Never waits: the engine takes
+    /// such transactions up between its commands (within a second).
     pub fn discard_staged(&self, transaction: u64) {
-        if self
-            .commands
-            .try_send(Command::DiscardStaged { transaction })
-            .is_err()
-        {
-            tracing::warn!(
-                transaction,
-                "staged rows are deleted at the next start (the engine is busy or stopped)"
-            );
-        }
+        self.discarded
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(transaction);
     }
 
     /// Completes the staged commits a crash interrupted (RFC 0007). Called

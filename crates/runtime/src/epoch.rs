@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::AtomicUsize;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
@@ -111,6 +111,9 @@ pub(crate) struct EpochLoop {
     /// Transactions whose rows are staged and not yet committed or
     /// discarded ([`staged`]).
     staging: HashSet<u64>,
+    /// Transactions that ended without committing their staged rows, told
+    /// by sessions without waiting ([`crate::Engine::discard_staged`]).
+    discarded: Arc<Mutex<Vec<u64>>>,
 }
 
 /// What an engine starts from.
@@ -122,6 +125,8 @@ pub(crate) struct Start {
     pub logged: Vec<Vec<u8>>,
     /// The last catalog transaction the coordinator records.
     pub ddl_transaction: u64,
+    /// Shared with the engine's handles ([`EpochLoop::discarded`]).
+    pub discarded: Arc<Mutex<Vec<u64>>>,
 }
 
 impl EpochLoop {
@@ -151,6 +156,7 @@ impl EpochLoop {
             ddl_transaction_pending: None,
             hold_publish: false,
             staging: HashSet::new(),
+            discarded: start.discarded,
         }
     }
 
@@ -165,6 +171,12 @@ impl EpochLoop {
     pub async fn run(mut self, mut receiver: mpsc::Receiver<Command>) {
         if let Err(error) = self.resume_reclaims().await {
             self.storage_failed(error);
+        }
+        // Part of a large transaction's commit a crash cut short is not
+        // shown until [`EpochLoop::finish_staged`] completes it.
+        match self.staged_commit_pending().await {
+            Ok(pending) => self.hold_publish = pending,
+            Err(error) => self.storage_failed(error),
         }
         let mut deferred: Option<Command> = None;
         // Set when background work is pending but none of it can move (a
@@ -186,20 +198,15 @@ impl EpochLoop {
                     },
                 };
                 if let Err(error) = self.recover().await {
-                    match command {
-                        // Only memory changes: the rows are found and
-                        // deleted once storage reopens.
-                        Some(Command::DiscardStaged { transaction }) => {
-                            self.discard_staged(transaction);
-                        }
-                        Some(command) => refuse(command, error),
-                        None => {}
+                    if let Some(command) = command {
+                        refuse(command, error);
                     }
                     continue;
                 }
                 deferred = command;
                 stalled = false;
             }
+            self.take_discarded();
             let building = self.has_background_work() && !stalled;
             let command = match deferred.take() {
                 Some(command) => Some(command),
@@ -329,10 +336,6 @@ impl EpochLoop {
                 table,
                 reply,
             } => self.commit_staged(transaction, table, reply).await,
-            Command::DiscardStaged { transaction } => {
-                self.discard_staged(transaction);
-                Ok(())
-            }
             Command::FinishStaged { reply } => {
                 let result = self.finish_staged().await;
                 let failed = result.as_ref().err().cloned();

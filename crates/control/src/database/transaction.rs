@@ -194,15 +194,12 @@ impl Database {
         }
     }
 
-    /// Gives each of `changes` the UNIQUE constraints its table has as the
-    /// transaction commits (RFC 0006): the committed catalog's, or the
-    /// transaction's own version of a table it created or altered. Called
-    /// under the layouts lock, which adding a constraint takes alone.
     /// Commits the rows a transaction staged in the engine ([`TableChange`]s
     /// too large for memory, RFC 0007): inserts into one table (its id,
     /// name and the layout its rows are in), in `segments` segments of at
     /// most `segment_rows` rows, checked as any commit is (the table's
-    /// layout and UNIQUE constraints as they are now).
+    /// layout and UNIQUE constraints as they are now). 40001 if the table
+    /// was dropped meanwhile.
     pub async fn commit_staged(
         &self,
         namespace: &str,
@@ -220,6 +217,13 @@ impl Database {
         };
         let layouts: TableLayouts = [(table_id, layout)].into();
         let _layouts_stand = self.layouts.read().await;
+        if !self.table_exists(namespace, table_id) {
+            // A DROP the engine has not seen yet waits behind the commit;
+            // one it has seen makes it refuse the commit the same way.
+            return Err(altered_concurrently(format!(
+                "table \"{table_name}\" was dropped while COPY loaded it"
+            )));
+        }
         self.check_layouts(namespace, &pending, std::slice::from_ref(&change), &layouts)?;
         self.attach_unique(namespace, &pending, std::slice::from_mut(&mut change));
         self.engine
@@ -235,6 +239,23 @@ impl Database {
         Ok(())
     }
 
+    /// Whether table `table_id` is in the committed catalog.
+    fn table_exists(&self, namespace: &str, table_id: ObjectId) -> bool {
+        let catalog = self
+            .catalog
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let watermark = self.engine.published().ddl_transaction;
+        catalog
+            .iter()
+            .filter(|entry| entry.id == table_id && entry.namespace == namespace)
+            .any(|entry| version_at(entry, watermark).is_some())
+    }
+
+    /// Gives each of `changes` the UNIQUE constraints its table has as the
+    /// transaction commits (RFC 0006): the committed catalog's, or the
+    /// transaction's own version of a table it created or altered. Called
+    /// under the layouts lock, which adding a constraint takes alone.
     fn attach_unique(
         &self,
         namespace: &str,

@@ -197,13 +197,18 @@ async fn a_copy_larger_than_memory_lands_whole_or_not_at_all() {
     assert_eq!(sqlstate(&error), "22P02", "{error}");
     check(&client, ROWS, "after a bad value").await;
 
-    // Every load's staged rows are deleted afterwards, and the next load lands.
+    // Every load's staged rows are deleted afterwards, and the next load lands, one of its rows
+    // longer than a COPY part (the whole load is one CopyData message).
     wait_for_reclaims(&client).await;
-    let loaded = copy_in(&client, "COPY orders FROM STDIN", lines(&shuffled(ROWS, 6)))
+    let mut data = lines(&shuffled(ROWS, 6));
+    let long_row = format!("{}\t1\tnorth\t1.50\t{}\n", 4 * ROWS, "x".repeat(300_000));
+    let middle = data[..data.len() / 2].rfind('\n').expect("a line") + 1;
+    data.insert_str(middle, &long_row);
+    let loaded = copy_in(&client, "COPY orders FROM STDIN", data)
         .await
         .expect("a second staged COPY");
-    assert_eq!(loaded, ROWS as u64);
-    check(&client, 2 * ROWS, "after a second load").await;
+    assert_eq!(loaded, ROWS as u64 + 1);
+    check(&client, 2 * ROWS + 1, "after a second load").await;
     wait_for_reclaims(&client).await;
 }
 

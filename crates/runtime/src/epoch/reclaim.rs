@@ -104,9 +104,15 @@ impl EpochLoop {
         for &object_id in object_ids {
             stores[0].put(reclaim_marker(object_id), Vec::new());
         }
+        let forgotten = self
+            .forget_staged_commits_into(object_ids, &mut stores)
+            .await?;
         self.commit_epoch(stores).await?;
         for &object_id in object_ids {
             self.enqueue_reclaim(Reclaimed::Object(object_id));
+        }
+        for transaction in forgotten {
+            self.reclaim_staging(transaction);
         }
         Ok(())
     }

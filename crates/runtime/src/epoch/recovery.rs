@@ -154,10 +154,8 @@ impl EpochLoop {
         self.flushed_at = (epoch, self.runtime.now_micros());
         // Part of a large transaction's commit is not shown: it is
         // completed first, below.
-        let staged_commit = self.staged_commit_pending().await?;
-        if !staged_commit {
-            self.publish()?;
-        }
+        self.hold_publish = self.staged_commit_pending().await?;
+        self.publish()?;
         self.reclaims.clear();
         self.publish_reclaims();
         self.resume_reclaims().await?;
@@ -205,8 +203,6 @@ pub(super) fn refuse(command: Command, error: RsError) {
         Command::CommitStaged { reply, .. } => {
             let _ = reply.send(Err(error));
         }
-        // Served even while storage is unusable ([`EpochLoop::run`]).
-        Command::DiscardStaged { .. } => {}
         Command::FinishStaged { reply } => {
             let _ = reply.send(Err(error));
         }

@@ -33,7 +33,7 @@ use std::collections::{BinaryHeap, VecDeque};
 
 use rockstream_ops::keys;
 use rockstream_ops::{ScanOrder, StateStore, Write};
-use rockstream_storage::ShardDb;
+use rockstream_storage::{EpochStore, ShardDb};
 use rockstream_types::encoding::{decode_row, encode_row_into};
 use rockstream_types::{codes, Epoch, ObjectId, Row, RsError, RsResult};
 use tokio::sync::oneshot;
@@ -47,9 +47,9 @@ const STEP_ROWS_MAX: usize = 32_768;
 /// …and about this many bytes of encoded rows.
 const STEP_BYTES_MAX: usize = 16 << 20;
 /// Rows read from all segments together per scan round: each segment's
-/// read-ahead is this divided by their number (at least
-/// [`SEGMENT_READ_MIN`]), so the merge holds a bounded number of rows
-/// however many segments there are.
+/// read-ahead is this divided by their number, but at least
+/// [`SEGMENT_READ_MIN`] (so past 1,024 segments, 64 rows per segment:
+/// segments hold up to hundreds of thousands of rows each).
 const MERGE_READ_ROWS: usize = 65_536;
 const SEGMENT_READ_MIN: usize = 64;
 
@@ -406,6 +406,13 @@ impl StagedRows {
             bytes += key.len() + size;
             rows.push((key, row));
         }
+        // A key repeated in another segment fails this step, never the
+        // next: a step resumed after this one's last key would skip it.
+        if let (Some(Reverse((next, _))), Some(last)) = (self.heads.peek(), &self.last) {
+            if next == last {
+                self.next(coordinator).await?;
+            }
+        }
         Ok(rows)
     }
 }
@@ -454,6 +461,17 @@ impl EpochLoop {
             ))));
             return Ok(());
         }
+        if self.is_reclaiming(table.change.table_id) {
+            self.reclaim_staging(transaction);
+            let _ = reply.send(Err(RsError::new(
+                &codes::OPTIMISTIC_CONFLICT,
+                format!(
+                    "table \"{}\" was dropped while COPY loaded it",
+                    table.change.table_name
+                ),
+            )));
+            return Ok(());
+        }
         let progress = Progress {
             transaction,
             table,
@@ -462,7 +480,18 @@ impl EpochLoop {
             undone: None,
             steps_run: 0,
         };
-        match self.run_staged(progress).await {
+        self.hold_publish = true;
+        let ran = self.run_staged(progress).await;
+        let ran = match ran {
+            Ok(outcome) => {
+                self.hold_publish = false;
+                self.publish().map(|()| outcome)
+            }
+            // Nothing is published until storage is reopened and the
+            // commit completed ([`super::recovery`]).
+            Err(failure) => Err(failure),
+        };
+        match ran {
             Ok(Outcome::Committed(epoch)) => {
                 let _ = reply.send(Ok(epoch));
                 Ok(())
@@ -483,19 +512,30 @@ impl EpochLoop {
         }
     }
 
-    /// Forgets a transaction's staged rows and deletes them in the
-    /// background.
-    pub(super) fn discard_staged(&mut self, transaction: u64) {
-        if self.staging.remove(&transaction) {
-            self.reclaim_staging(transaction);
+    /// Forgets the staged rows of transactions that ended without
+    /// committing them ([`crate::Engine::discard_staged`]) and deletes
+    /// them in the background.
+    pub(super) fn take_discarded(&mut self) {
+        let discarded = std::mem::take(
+            &mut *self
+                .discarded
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        );
+        for transaction in discarded {
+            if self.staging.remove(&transaction) {
+                self.reclaim_staging(transaction);
+            }
         }
     }
 
     /// Completes every staged commit a crash or a storage failure cut short
-    /// (each marker's, forward or back); publishes once they are done.
-    /// Staged rows of transactions that are neither running nor committing
-    /// are deleted in the background.
+    /// (each marker's, forward or back), publishing nothing until all are
+    /// done. Staged rows of transactions that are neither running nor
+    /// committing are deleted in the background.
     pub(super) async fn finish_staged(&mut self) -> RsResult<()> {
+        self.hold_publish = true;
+        self.take_discarded();
         let snapshot = self.shards[0].snapshot()?;
         let prefix = keys::staged_commit_marker_prefix();
         let markers = snapshot
@@ -512,16 +552,9 @@ impl EpochLoop {
                 direction = ?progress.direction,
                 "completing a large transaction's commit that was cut short"
             );
-            if self.is_reclaiming(progress.table.change.table_id) {
-                // Its table was dropped: its rows go with it.
-                let mut stores = self.new_stores()?;
-                stores[0].delete(keys::staged_commit_marker(transaction));
-                self.commit_epoch(stores).await?;
-            } else {
-                // It logs how it ended.
-                self.run_staged(progress).await?;
-            }
-            self.reclaim_staging(transaction);
+            // It logs how it ended. (Had its table been dropped, the
+            // DROP would have removed the marker: [`EpochLoop::drop_objects`].)
+            self.run_staged(progress).await?;
         }
         // Staged rows nobody will commit: a session that ended with the
         // process, or whose discard could not be sent.
@@ -550,7 +583,33 @@ impl EpochLoop {
                 "deleting the staged rows of transactions that did not commit"
             );
         }
+        self.hold_publish = false;
         self.publish()
+    }
+
+    /// The staged commits into `tables` (being dropped) stop: their markers
+    /// are deleted in `stores` (the DROP's epoch) and their staged rows
+    /// once it is durable; the rows they applied go with the tables.
+    pub(super) async fn forget_staged_commits_into(
+        &mut self,
+        tables: &[ObjectId],
+        stores: &mut [EpochStore],
+    ) -> RsResult<Vec<u64>> {
+        let prefix = keys::staged_commit_marker_prefix();
+        let markers = self.shards[0]
+            .snapshot()?
+            .scan_prefix(&prefix, ScanOrder::Ascending, usize::MAX)
+            .await?;
+        let mut forgotten = Vec::new();
+        for (key, value) in markers {
+            let transaction = transaction_of(&key[prefix.len()..])?;
+            let progress = Progress::decode(transaction, &value)?;
+            if tables.contains(&progress.table.change.table_id) {
+                stores[0].delete(key);
+                forgotten.push(transaction);
+            }
+        }
+        Ok(forgotten)
     }
 
     /// Whether a staged commit's marker is stored: storage holds part of a
@@ -568,13 +627,11 @@ impl EpochLoop {
     }
 
     /// Runs a staged commit from `progress` to its end: forward, or back
-    /// once a step fails. Publishes at the end, not before.
+    /// once a step fails. Publishes nothing: the caller does, with
+    /// [`EpochLoop::hold_publish`] set meanwhile.
     async fn run_staged(&mut self, mut progress: Progress) -> RsResult<Outcome> {
-        self.hold_publish = true;
-        let ran = self.run_staged_steps(&mut progress).await;
-        self.hold_publish = false;
-        let outcome = ran?;
-        self.publish()?;
+        debug_assert!(self.hold_publish, "a staged commit's steps are published");
+        let outcome = self.run_staged_steps(&mut progress).await?;
         self.reclaim_staging(progress.transaction);
         match &outcome {
             Outcome::Committed(epoch) => tracing::info!(
@@ -611,8 +668,22 @@ impl EpochLoop {
                     Err(error) => break error,
                 };
                 let Some(last) = step.last().map(|(key, _)| key.clone()) else {
-                    // Every row is applied: the last step removed the marker.
-                    return Ok(Outcome::Committed(self.epoch));
+                    if progress.applied.is_none() {
+                        // Nothing was staged: nothing to commit.
+                        return Ok(Outcome::Committed(self.epoch));
+                    }
+                    // Resumed after its last row: one more step removes
+                    // the marker.
+                    let change = inserts(&progress.table, Vec::new(), false);
+                    return match self
+                        .staged_step(change, progress.transaction, Write::Delete)
+                        .await?
+                    {
+                        Ok(epoch) => Ok(Outcome::Committed(epoch)),
+                        Err(error) => Err(RsError::internal(format!(
+                            "completing a large transaction failed: {error}"
+                        ))),
+                    };
                 };
                 let last_step = rows.heads.is_empty();
                 let marker = if last_step {
@@ -725,7 +796,7 @@ impl EpochLoop {
     }
 
     /// Deletes a transaction's staged rows in the background.
-    fn reclaim_staging(&mut self, transaction: u64) {
+    pub(super) fn reclaim_staging(&mut self, transaction: u64) {
         self.enqueue_reclaim(super::reclaim::Reclaimed::Staging(transaction));
     }
 }
@@ -756,4 +827,168 @@ fn transaction_of(bytes: &[u8]) -> RsResult<u64> {
         .and_then(|bytes| <[u8; 8]>::try_from(bytes).ok())
         .map(u64::from_be_bytes)
         .ok_or_else(|| RsError::internal("corrupt staged key"))
+}
+
+#[cfg(test)]
+mod tests {
+    //! Goal: the merge of staged segments returns every row once, in key
+    //! order, in steps of the size asked, from any point a commit resumes
+    //! at; a key staged in two segments fails the step that reaches it
+    //! first, even where a step would end between its two copies (a
+    //! resumed commit would skip the second). Method: segments written to
+    //! an in-memory shard, read back step by step.
+    use super::*;
+    use rockstream_common::object_store_for;
+    use rockstream_types::Datum;
+
+    const TRANSACTION: u64 = 7;
+
+    fn row_key(n: u32) -> Vec<u8> {
+        n.to_be_bytes().to_vec()
+    }
+
+    async fn staged(segments: &[Vec<u32>]) -> ShardDb {
+        let store = object_store_for("memory://").expect("memory store");
+        let shard = ShardDb::open(store, "shard").await.expect("opens");
+        let mut writes = Vec::new();
+        for (segment, keys) in segments.iter().enumerate() {
+            let prefix = keys::staged_segment_prefix(TRANSACTION, segment as u32);
+            for &n in keys {
+                let row = vec![Datum::Int64(i64::from(n))];
+                writes.push((
+                    [prefix.as_slice(), &row_key(n)].concat(),
+                    Write::Put(encode_staged_insert(&row)),
+                ));
+            }
+        }
+        shard.commit(1, writes).await.expect("commits");
+        shard
+    }
+
+    fn table(segments: usize, step_rows: u32) -> StagedTable {
+        StagedTable {
+            change: TableChange {
+                table_id: ObjectId::from_be_bytes([1; 16]),
+                table_name: "t".into(),
+                rows: Vec::new(),
+                unique: Vec::new(),
+            },
+            segments: segments as u32,
+            step_rows,
+        }
+    }
+
+    /// Every step from `after` on, each as its keys; the error that ends
+    /// them, if any.
+    async fn steps(
+        shard: &ShardDb,
+        table: &StagedTable,
+        after: Option<u32>,
+    ) -> (Vec<Vec<u32>>, Option<RsError>) {
+        let after = after.map(row_key);
+        let mut rows = StagedRows::open(shard, TRANSACTION, table, after.as_deref())
+            .await
+            .expect("opens");
+        let mut steps = Vec::new();
+        loop {
+            match rows.next_step(shard, None).await {
+                Ok(step) if step.is_empty() => return (steps, None),
+                Ok(step) => steps.push(
+                    step.iter()
+                        .map(|(key, row)| {
+                            assert_eq!(
+                                row[0],
+                                Datum::Int64(i64::from(u32::from_be_bytes(
+                                    key.as_slice().try_into().expect("4 bytes")
+                                )))
+                            );
+                            u32::from_be_bytes(key.as_slice().try_into().expect("4 bytes"))
+                        })
+                        .collect(),
+                ),
+                Err(error) => return (steps, Some(error)),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn segments_merge_in_key_order_in_steps_from_any_resume_point() {
+        let segments = vec![vec![1, 4, 7], vec![2, 5, 8], vec![3, 6, 9]];
+        let shard = staged(&segments).await;
+        let table = table(3, 2);
+        let (all, error) = steps(&shard, &table, None).await;
+        assert!(error.is_none());
+        assert_eq!(
+            all,
+            [vec![1, 2], vec![3, 4], vec![5, 6], vec![7, 8], vec![9]]
+        );
+        let (rest, _) = steps(&shard, &table, Some(4)).await;
+        assert_eq!(rest, [vec![5, 6], vec![7, 8], vec![9]]);
+        let (none, _) = steps(&shard, &table, Some(9)).await;
+        assert!(none.is_empty());
+    }
+
+    #[tokio::test]
+    async fn many_segments_merge_whole_at_every_step_size() {
+        // 2,000 keys dealt pseudo-randomly over 40 segments.
+        let mut segments = vec![Vec::new(); 40];
+        let mut state = 12345u64;
+        for n in 0..2_000u32 {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            segments[(state >> 33) as usize % 40].push(n * 3);
+        }
+        let shard = staged(&segments).await;
+        for step_rows in [1, 7, 64, 5_000] {
+            let (all, error) = steps(&shard, &table(40, step_rows), None).await;
+            assert!(error.is_none(), "{error:?}");
+            assert!(all.iter().all(|step| step.len() <= step_rows as usize));
+            let keys: Vec<u32> = all.into_iter().flatten().collect();
+            assert_eq!(keys, (0..2_000).map(|n| n * 3).collect::<Vec<_>>());
+        }
+    }
+
+    #[tokio::test]
+    async fn a_key_in_two_segments_fails_the_step_that_reaches_it() {
+        // Mid-step.
+        let shard = staged(&[vec![1, 5], vec![5, 9]]).await;
+        let (applied, error) = steps(&shard, &table(2, 10), None).await;
+        assert!(applied.is_empty());
+        assert_eq!(error.expect("duplicate").code, &codes::UNIQUE_VIOLATION);
+        // Where a step of three rows would end between the two copies of 3.
+        let shard = staged(&[vec![1, 2, 3], vec![3, 4]]).await;
+        let (applied, error) = steps(&shard, &table(2, 3), None).await;
+        assert!(applied.is_empty(), "{applied:?}");
+        assert_eq!(error.expect("duplicate").code, &codes::UNIQUE_VIOLATION);
+    }
+
+    #[test]
+    fn a_marker_reads_back_as_written() {
+        let mut table = table(12, 3_000);
+        table.change.unique.push(UniqueIndex {
+            id: 2,
+            name: "t_serial_key".into(),
+            columns: vec![1],
+            old_columns: Some(vec![1]),
+            column_names: vec!["serial".into()],
+        });
+        let progress = Progress {
+            transaction: 9,
+            table,
+            direction: Direction::Back,
+            applied: Some(vec![0, 1, 2]),
+            undone: None,
+            steps_run: 4,
+        };
+        let read = Progress::decode(9, &progress.encode()).expect("decodes");
+        assert_eq!(read.direction, Direction::Back);
+        assert_eq!(read.applied, progress.applied);
+        assert_eq!(read.undone, None);
+        assert_eq!(read.table.segments, 12);
+        assert_eq!(read.table.step_rows, 3_000);
+        assert_eq!(read.table.change.table_id, progress.table.change.table_id);
+        assert_eq!(read.table.change.unique, progress.table.change.unique);
+        assert!(Progress::decode(9, &progress.encode()[..10]).is_err());
+    }
 }
