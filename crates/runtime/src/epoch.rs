@@ -315,33 +315,20 @@ impl EpochLoop {
                 failed.map_or(Ok(()), Err)
             }
             Command::Drop { object_ids, reply } => {
-                let result = self.drop_objects(&object_ids).await;
-                let failed = result.as_ref().err().cloned();
-                let _ = reply.send(result);
-                failed.map_or(Ok(()), Err)
+                answer(reply, self.drop_objects(&object_ids).await)
             }
             Command::Stage {
                 transaction,
                 segment,
                 rows,
                 reply,
-            } => {
-                let result = self.stage(transaction, segment, rows).await;
-                let failed = result.as_ref().err().cloned();
-                let _ = reply.send(result);
-                failed.map_or(Ok(()), Err)
-            }
+            } => answer(reply, self.stage(transaction, segment, rows).await),
             Command::CommitStaged {
                 transaction,
                 table,
                 reply,
             } => self.commit_staged(transaction, table, reply).await,
-            Command::FinishStaged { reply } => {
-                let result = self.finish_staged().await;
-                let failed = result.as_ref().err().cloned();
-                let _ = reply.send(result);
-                failed.map_or(Ok(()), Err)
-            }
+            Command::FinishStaged { reply } => answer(reply, self.finish_staged().await),
         }
     }
 
@@ -1006,6 +993,14 @@ impl Deletion {
     pub(super) fn is_done(&self) -> bool {
         self.prefixes.is_empty()
     }
+}
+
+/// Tells a command's sender its result, and returns its error for the
+/// engine: these commands fail only when storage does.
+fn answer<T>(reply: Reply<T>, result: RsResult<T>) -> RsResult<()> {
+    let failed = result.as_ref().err().cloned();
+    let _ = reply.send(result);
+    failed.map_or(Ok(()), Err)
 }
 
 /// A crash test's failpoint: the process aborts the n-th time (counting
