@@ -114,6 +114,12 @@ pub(crate) struct EpochLoop {
     /// Transactions that ended without committing their staged rows, told
     /// by sessions without waiting ([`crate::Engine::discard_staged`]).
     discarded: Arc<Mutex<Vec<u64>>>,
+    /// Those told before their first segment was staged (the staging still
+    /// queued): their segments are refused when they come.
+    discarded_early: HashSet<u64>,
+    /// Tables dropped since the engine started: a staged commit into one
+    /// is refused, even once its keys are reclaimed.
+    dropped: HashSet<ObjectId>,
 }
 
 /// What an engine starts from.
@@ -157,6 +163,8 @@ impl EpochLoop {
             hold_publish: false,
             staging: HashSet::new(),
             discarded: start.discarded,
+            discarded_early: HashSet::new(),
+            dropped: HashSet::new(),
         }
     }
 
@@ -552,14 +560,17 @@ impl EpochLoop {
             }
         }
         self.epoch = epoch;
-        if !self.hold_publish {
-            self.publish()?;
-        }
+        self.publish()?;
         Ok(epoch)
     }
 
-    /// Gives readers every shard's newest snapshot, at [`EpochLoop::epoch`].
+    /// Gives readers every shard's newest snapshot, at [`EpochLoop::epoch`]
+    /// — unless a staged commit is under way, whose steps readers see
+    /// together once it is done ([`staged`]).
     fn publish(&self) -> RsResult<()> {
+        if self.hold_publish {
+            return Ok(());
+        }
         let snapshots = self
             .shards
             .iter()

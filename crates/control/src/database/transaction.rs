@@ -218,8 +218,8 @@ impl Database {
         let layouts: TableLayouts = [(table_id, layout)].into();
         let _layouts_stand = self.layouts.read().await;
         if !self.table_exists(namespace, table_id) {
-            // A DROP the engine has not seen yet waits behind the commit;
-            // one it has seen makes it refuse the commit the same way.
+            // (A DROP the engine serves before the commit makes it refuse
+            // the commit the same way.)
             return Err(altered_concurrently(format!(
                 "table \"{table_name}\" was dropped while COPY loaded it"
             )));

@@ -213,6 +213,35 @@ async fn copy(
     sink.as_mut().finish().await
 }
 
+/// Goal: the wire hands a COPY to the backend in parts of bounded size
+/// however the client sends it: one message of 6 MB with a row longer than a
+/// part in its middle arrives in parts of at most about twice that row, the
+/// rest after it included, with every row once and in order.
+#[tokio::test]
+async fn one_large_copy_message_arrives_in_bounded_parts() {
+    let (backend, port) = start().await;
+    let client = connect(port, "default").await.unwrap();
+    let short = |n: usize| format!("{n}\t{}\n", "n".repeat(50));
+    let mut data: String = (0..20_000).map(short).collect();
+    data.push_str(&format!("20000\t{}\n", "x".repeat(600 << 10)));
+    data.extend((20_001..100_000).map(short));
+    let loaded = copy(&client, "COPY t FROM STDIN", &data).await;
+    assert_eq!(loaded.unwrap(), 100_000);
+    let parts = backend.copy_parts.lock().unwrap().clone();
+    let largest = parts.iter().copied().max().unwrap_or(0);
+    assert!(
+        largest <= 2 * (600 << 10) + (256 << 10),
+        "a part of {largest} bytes ({} parts)",
+        parts.len()
+    );
+    let table = backend.table.lock().unwrap();
+    assert_eq!(table.len(), 100_000);
+    assert!(table
+        .iter()
+        .enumerate()
+        .all(|(n, row)| row[0].as_deref() == Some(n.to_string().as_str())));
+}
+
 #[tokio::test]
 async fn copy_from_stdin_loads_text_and_csv() {
     let (backend, port) = start().await;

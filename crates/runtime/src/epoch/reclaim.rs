@@ -110,6 +110,7 @@ impl EpochLoop {
         self.commit_epoch(stores).await?;
         for &object_id in object_ids {
             self.enqueue_reclaim(Reclaimed::Object(object_id));
+            self.dropped.insert(object_id);
         }
         for transaction in forgotten {
             self.reclaim_staging(transaction);
@@ -126,13 +127,6 @@ impl EpochLoop {
             keys: Deletion::new(what.prefixes()),
         });
         self.publish_reclaims();
-    }
-
-    /// Whether `object_id` was dropped and its keys are being deleted.
-    pub(super) fn is_reclaiming(&self, object_id: ObjectId) -> bool {
-        self.reclaims
-            .iter()
-            .any(|reclaim| reclaim.what == Reclaimed::Object(object_id))
     }
 
     /// One bounded step of the oldest reclaim: a chunk of its keys, or,

@@ -154,6 +154,8 @@ impl EpochLoop {
         self.flushed_at = (epoch, self.runtime.now_micros());
         // Part of a large transaction's commit is not shown: it is
         // completed first, below.
+        // Held while a staged commit's marker stands: it is completed
+        // below, once the views are installed again.
         self.hold_publish = self.staged_commit_pending().await?;
         self.publish()?;
         self.reclaims.clear();

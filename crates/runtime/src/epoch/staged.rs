@@ -434,6 +434,10 @@ impl EpochLoop {
         segment: u32,
         rows: Vec<(Vec<u8>, Row)>,
     ) -> RsResult<()> {
+        if self.discarded_early.remove(&transaction) {
+            // Its session is gone: nobody reads these rows.
+            return Ok(());
+        }
         self.staging.insert(transaction);
         let mut stores = self.new_stores()?;
         let prefix = keys::staged_segment_prefix(transaction, segment);
@@ -461,7 +465,7 @@ impl EpochLoop {
             ))));
             return Ok(());
         }
-        if self.is_reclaiming(table.change.table_id) {
+        if self.dropped.contains(&table.change.table_id) {
             self.reclaim_staging(transaction);
             let _ = reply.send(Err(RsError::new(
                 &codes::OPTIMISTIC_CONFLICT,
@@ -525,6 +529,11 @@ impl EpochLoop {
         for transaction in discarded {
             if self.staging.remove(&transaction) {
                 self.reclaim_staging(transaction);
+            } else {
+                // Its staging may still wait in the queue. (A transaction
+                // whose commit was refused lands here too, and stays: a
+                // number per refused large COPY.)
+                self.discarded_early.insert(transaction);
             }
         }
     }

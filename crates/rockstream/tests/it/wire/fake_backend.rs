@@ -28,6 +28,8 @@ pub struct FakeBackend {
     pub disconnects: AtomicUsize,
     /// Statements stopped while waiting for a cancel.
     pub interrupted: AtomicUsize,
+    /// The size of each COPY part the wire handed over (its fields' bytes).
+    pub copy_parts: Mutex<Vec<usize>>,
 }
 
 /// A session: the interrupt the wire gave it at connect.
@@ -295,6 +297,8 @@ impl Backend for FakeBackend {
         part: CopyPart,
     ) -> Result<u64, RsError> {
         assert_eq!(target.table, "t");
+        let bytes = rows.iter().flatten().flatten().map(String::len).sum();
+        self.copy_parts.lock().unwrap().push(bytes);
         let count = rows.len() as u64;
         session.2.extend(rows);
         if part.last {
