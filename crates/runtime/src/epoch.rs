@@ -915,7 +915,7 @@ impl EpochLoop {
         {
             let snapshot = shard.snapshot()?;
             let chunk = snapshot
-                .scan_chunk_of(&prefix, after.as_deref(), self.delete_chunk_keys)
+                .scan_chunk_caching(&prefix, after.as_deref(), self.delete_chunk_keys)
                 .await?;
             if let Some((last, _)) = chunk.last() {
                 *after = Some(last.clone());

@@ -692,10 +692,32 @@ impl Snapshot {
         // A scan for one leading value (a row by key, a view's rows for one
         // value) keeps its blocks cached; a scan of a whole table or view
         // streams past the cache instead of evicting the working set.
-        let options = scan_options(
-            ScanOrder::Ascending,
-            keys::leading_prefix_len(prefix).is_some(),
-        );
+        let cache_blocks = keys::leading_prefix_len(prefix).is_some();
+        self.scan_chunk_with(prefix, after, limit, cache_blocks)
+            .await
+    }
+
+    /// [`Snapshot::scan_chunk_of`] that keeps the blocks it reads cached:
+    /// for a scan that goes on in small chunks over the same blocks (a
+    /// dropped object's keys deleted a turn at a time), each of which
+    /// would otherwise read them again from storage.
+    pub async fn scan_chunk_caching(
+        &self,
+        prefix: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> RsResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.scan_chunk_with(prefix, after, limit, true).await
+    }
+
+    async fn scan_chunk_with(
+        &self,
+        prefix: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+        cache_blocks: bool,
+    ) -> RsResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        let options = scan_options(ScanOrder::Ascending, cache_blocks);
         let lower = match after {
             Some(after) => std::ops::Bound::Excluded(after[prefix.len()..].to_vec()),
             None => std::ops::Bound::Unbounded,
