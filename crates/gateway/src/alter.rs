@@ -330,15 +330,10 @@ async fn rewrite_rows(
     }
     let table = pending_table(session, before)?;
     for ((key, old), new) in keys.into_iter().zip(old_rows).zip(new_rows) {
-        match table.rows.get_mut(&key) {
-            Some((_, current)) => *current = Some(new),
-            None => {
-                table.rows.insert(key, (Some(old), Some(new)));
-            }
-        }
+        table.set(key, Some(new), || Some(old));
     }
     // Its rows, those it wrote before included, are in the new layout.
-    table.layout = after.rewritten;
+    table.set_layout(after.rewritten);
     Ok(())
 }
 

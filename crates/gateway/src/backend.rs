@@ -130,12 +130,12 @@ impl Gateway {
         if let Some(transaction) = &session.transaction {
             for (table_id, pending) in &transaction.tables {
                 let overlay = pending
-                    .rows
+                    .rows()
                     .iter()
                     .map(|(key, (_, current))| (key.clone(), current.clone()))
                     .collect();
                 overlays.insert(*table_id, overlay);
-                layouts.insert(*table_id, pending.layout);
+                layouts.insert(*table_id, pending.layout());
             }
         }
         // The catalog as of the snapshot's epoch: a catalog transaction's
@@ -360,6 +360,7 @@ impl Gateway {
         if result.is_err() && !(in_explicit && ends_transaction) {
             session.statement_failed(savepoint);
         }
+        session.statement_ended();
         result
     }
 
@@ -853,7 +854,7 @@ impl Gateway {
         let transaction = session.transaction.as_ref();
         let pending = transaction
             .and_then(|transaction| transaction.tables.get(&lookup.entry.id))
-            .and_then(|table| table.rows.get(&lookup.key));
+            .and_then(|table| table.get(&lookup.key));
         let row = match pending {
             Some((_, current)) => current.clone(),
             None => {
@@ -945,7 +946,7 @@ impl Gateway {
         let layouts: TableLayouts = transaction
             .tables
             .iter()
-            .map(|(table_id, pending)| (*table_id, pending.layout))
+            .map(|(table_id, pending)| (*table_id, pending.layout()))
             .collect();
         let catalog = &transaction.catalog;
         let changes: Vec<TableChange> = transaction
@@ -957,11 +958,11 @@ impl Gateway {
                 let rewritten = catalog.rewrites(table_id);
                 TableChange {
                     table_id,
-                    table_name: pending.name,
+                    table_name: pending.name.clone(),
                     // The catalog's, attached under its lock at commit.
                     unique: Vec::new(),
                     rows: pending
-                        .rows
+                        .into_rows()
                         .into_iter()
                         .filter(|(_, (old, new))| old != new || (rewritten && old.is_some()))
                         .map(|(key, (old, new))| RowChange { key, old, new })

@@ -77,6 +77,7 @@ impl Gateway {
         if copy.format == CopyFormat::Binary {
             copy.column_types = copy_column_types(&entry, &copy.columns)?;
         }
+        copy.table_id = Some(entry.id);
         Ok(StatementResult::CopyIn(copy))
     }
 

@@ -7,7 +7,6 @@
 //! row is still current, so concurrent transactions never lose updates.
 
 use std::borrow::Cow;
-use std::collections::btree_map::Entry;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, BinaryArray, StringArray};
@@ -523,7 +522,7 @@ pub(crate) fn new_changes<'a>(
     changes
         .into_iter()
         .fold((0, 0), |(rows, bytes), (key, old, new)| {
-            match buffered.and_then(|table| table.rows.get(key)) {
+            match buffered.and_then(|table| table.get(key)) {
                 Some((read, held)) => {
                     let grown = change_bytes(key.len(), read.as_ref(), new)
                         .saturating_sub(change_bytes(key.len(), read.as_ref(), held.as_ref()));
@@ -551,7 +550,7 @@ pub(crate) fn reserve_changes(
     let buffered = transaction
         .tables
         .get(&entry.id)
-        .map_or(0, |table| table.rows.len());
+        .map_or(0, |table| table.rows().len());
     if buffered + more > TRANSACTION_ROWS_MAX {
         return Err(RsError::new(
             &codes::WRITE_BUFFER_FULL,
@@ -597,11 +596,7 @@ pub(crate) fn pending_table<'a>(
     Ok(transaction
         .tables
         .entry(entry.id)
-        .or_insert_with(|| PendingTable {
-            name: entry.name.clone(),
-            layout: entry.rewritten,
-            rows: Default::default(),
-        }))
+        .or_insert_with(|| PendingTable::new(entry.name.clone(), entry.rewritten)))
 }
 
 /// Adds new rows to the transaction, refusing duplicate primary keys.
@@ -642,7 +637,7 @@ pub async fn insert_rows(
         keyed.push((key, row));
     }
     let duplicate = |row: &Row| duplicate_key(entry, row);
-    if failure.is_none() && table.rows.is_empty() && !check_storage {
+    if failure.is_none() && table.rows().is_empty() && !check_storage {
         // A bulk load into a table this transaction has not touched (a
         // COPY): sort once and build the buffer in one pass, rather than
         // searching it once per row. Input in key order sorts in linear
@@ -652,35 +647,28 @@ pub async fn insert_rows(
         sorted.sort_by(|a, b| a.0.cmp(&b.0));
         if sorted.windows(2).all(|pair| pair[0].0 != pair[1].0) {
             // Collecting a map sorts its input and builds the tree in bulk.
-            table.rows = keyed
-                .into_iter()
-                .map(|(key, row)| (key, (None, Some(row))))
-                .collect();
+            table.fill(keyed);
             return Ok(count);
         }
     }
     // One search of the buffer per row (a COPY's later parts come here).
     for (key, row) in keyed {
-        match table.rows.entry(key) {
-            Entry::Occupied(mut held) => {
-                let (_, current) = held.get_mut();
-                if current.is_some() {
-                    return Err(duplicate(&row));
-                }
-                *current = Some(row);
-            }
-            Entry::Vacant(vacant) => {
+        match table.get(&key) {
+            Some((_, Some(_))) => return Err(duplicate(&row)),
+            // Deleted by this transaction: inserted again.
+            Some((_, None)) => {}
+            None => {
                 let stored = if check_storage {
-                    snapshot.table_row(entry.id, vacant.key()).await?
+                    snapshot.table_row(entry.id, &key).await?
                 } else {
                     None
                 };
                 if stored.is_some() && !entry.primary_key.is_empty() {
                     return Err(duplicate(&row));
                 }
-                vacant.insert((None, Some(row)));
             }
         }
+        table.set(key, Some(row), || None);
     }
     match failure {
         Some(error) => Err(error),
@@ -782,28 +770,12 @@ pub async fn modify(
             .any(|index| entry.primary_key.contains(index));
     let mut inserted = Vec::new();
     for (key, old, new) in changes {
-        match table.rows.get_mut(&key) {
-            Some((_, current)) => {
-                *current = if primary_key_changes {
-                    None
-                } else {
-                    new.clone()
-                }
-            }
-            None => {
-                table.rows.insert(
-                    key,
-                    (
-                        Some(old),
-                        if primary_key_changes {
-                            None
-                        } else {
-                            new.clone()
-                        },
-                    ),
-                );
-            }
-        }
+        let current = if primary_key_changes {
+            None
+        } else {
+            new.clone()
+        };
+        table.set(key, current, || Some(old));
         if primary_key_changes {
             inserted.extend(new);
         }

@@ -142,7 +142,7 @@ impl Gateway {
                     )?;
                     // Its rows go with the table.
                     for id in dropped.unwrap_or_default() {
-                        transaction.tables.remove(&id);
+                        transaction.remove_table(id);
                     }
                 }
                 _ => {

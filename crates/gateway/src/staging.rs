@@ -75,7 +75,7 @@ pub(crate) async fn stage_if_large(
 /// engine as its next segment and frees what they held.
 async fn stage(engine: &Engine, transaction: &mut Transaction, table_id: ObjectId) -> RsResult<()> {
     let rows = match transaction.tables.get_mut(&table_id) {
-        Some(table) => std::mem::take(&mut table.rows),
+        Some(table) => table.take_rows(),
         None => return Ok(()),
     };
     if rows.is_empty() {
@@ -125,7 +125,7 @@ pub(crate) async fn commit(
     let engine = gateway.database().engine();
     stage(engine, &mut transaction, table_id).await?;
     let (name, layout) = match transaction.tables.get(&table_id) {
-        Some(table) => (table.name.clone(), table.layout),
+        Some(table) => (table.name.clone(), table.layout()),
         None => return Err(RsError::internal("a staged transaction lost its table")),
     };
     let Some(staged) = transaction.staged.as_mut() else {

@@ -21,11 +21,10 @@ pub(crate) fn begin(
 ) -> RsResult<StatementResult> {
     let isolation = requested_isolation(modes)?.unwrap_or(session.default_isolation);
     if !in_explicit {
-        session.transaction = Some(Transaction {
-            explicit: true,
-            isolation,
-            ..Default::default()
-        });
+        let mut transaction = Transaction::default();
+        transaction.explicit = true;
+        transaction.isolation = isolation;
+        session.transaction = Some(transaction);
     }
     Ok(StatementResult::command("BEGIN"))
 }

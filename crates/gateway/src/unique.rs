@@ -45,18 +45,8 @@ pub(crate) async fn check_statement(
         // and the constraint's positions do not fit them.
         session.check_layout(entry)?;
         let table = &transaction.tables[&entry.id];
-        let earlier = before.as_ref().and_then(|tables| tables.get(&entry.id));
-        let changed: Vec<(&[u8], &Row)> = table
-            .rows
-            .iter()
-            .filter_map(|(key, (_, current))| {
-                let current = current.as_ref()?;
-                let unchanged = earlier
-                    .and_then(|earlier| earlier.rows.get(key))
-                    .is_some_and(|(_, was)| was.as_ref() == Some(current));
-                (!unchanged).then_some((key.as_slice(), current))
-            })
-            .collect();
+        let mark = before.as_ref().and_then(|mark| mark.table(entry.id));
+        let changed: Vec<(&[u8], &Row)> = table.changed_since(mark);
         if changed.is_empty() {
             continue;
         }
@@ -87,7 +77,7 @@ async fn check_constraint(
         if owner.as_slice() == *key {
             continue;
         }
-        let still_holds = match table.rows.get(&owner) {
+        let still_holds = match table.get(&owner) {
             None => true,
             Some((_, current)) => current
                 .as_ref()
@@ -110,7 +100,7 @@ fn check_held(
     adding: bool,
 ) -> RsResult<()> {
     let mut held: HashMap<Vec<u8>, &[u8]> = HashMap::new();
-    for (key, (_, current)) in &table.rows {
+    for (key, (_, current)) in table.rows() {
         let Some(row) = current else {
             continue;
         };

@@ -326,24 +326,14 @@ pub(crate) async fn insert_on_conflict(
         let (key, stored) = match outcome {
             Outcome::Skipped => continue,
             Outcome::Inserted(key, row) => {
-                match table.rows.get_mut(&key) {
-                    Some((_, current)) => *current = Some(row.clone()),
-                    None => {
-                        table.rows.insert(key.clone(), (None, Some(row.clone())));
-                    }
-                }
+                table.set(key.clone(), Some(row.clone()), || None);
                 (key, row)
             }
             Outcome::Conflicts { key, read, .. } => {
                 let Some(new) = updates.next().flatten() else {
                     continue;
                 };
-                match table.rows.get_mut(&key) {
-                    Some((_, current)) => *current = Some(new.clone()),
-                    None => {
-                        table.rows.insert(key.clone(), (read, Some(new.clone())));
-                    }
-                }
+                table.set(key.clone(), Some(new.clone()), || read);
                 (key, new)
             }
         };
@@ -370,7 +360,7 @@ type Existing = (Vec<u8>, Row, Option<Row>);
 impl Holders {
     fn of(entry: &CatalogEntry, pending: Option<&PendingTable>) -> Holders {
         let mut rows = HashMap::new();
-        for (key, (_, current)) in pending.into_iter().flat_map(|table| &table.rows) {
+        for (key, (_, current)) in pending.into_iter().flat_map(PendingTable::rows) {
             let Some(row) = current else {
                 continue;
             };
@@ -395,7 +385,7 @@ impl Holders {
     ) -> RsResult<Option<Existing>> {
         let buffered = |key: &[u8]| {
             pending
-                .and_then(|table| table.rows.get(key))
+                .and_then(|table| table.get(key))
                 .map(|(_, current)| current.clone())
         };
         let key = match probe {

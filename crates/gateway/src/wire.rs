@@ -759,9 +759,11 @@ impl Backend for Gateway {
         let result = async {
             let entry = self.entry(session, &target.table, Some(ObjectKind::Table))?;
             if part.first {
+                // The table the statement found, which the first part
+                // checks too: its data may come long after the statement.
                 session.copy = Some(CopyInProgress {
                     savepoint: session.savepoint(),
-                    table_id: entry.id,
+                    table_id: target.table_id.unwrap_or(entry.id),
                 });
             }
             // Each part is a point where the COPY may be canceled or time out.
@@ -804,6 +806,7 @@ impl Backend for Gateway {
             // its first part took).
             session.statement_failed(None);
         }
+        session.statement_ended();
         result
     }
 

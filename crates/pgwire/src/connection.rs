@@ -74,9 +74,9 @@ struct PendingCopy {
     loaded: u64,
     /// A part has been handed to the backend.
     started: bool,
-    /// The COPY runs (a cancel request stops it) from its first data to
-    /// its end, parts and the waits between them alike.
-    running: Option<Running>,
+    /// The COPY runs (a cancel request stops it) from its statement to its
+    /// end, parts and the waits before and between them alike.
+    _running: Running,
 }
 
 impl PendingCopy {
@@ -110,7 +110,9 @@ impl<S> ConnectionState<S> {
 
     /// Enters copy-in mode and returns the CopyInResponse to send.
     /// An error (impossible options) instead when the COPY cannot begin.
-    fn start_copy(&mut self, target: CopyTarget) -> Result<Response, RsError> {
+    /// The COPY statement's `running` lasts until the COPY ends: a cancel
+    /// request while the client has yet to send data stops it too.
+    fn start_copy(&mut self, target: CopyTarget, running: Running) -> Result<Response, RsError> {
         // The client writes binary tuples only when told the format is
         // binary (psycopg 3 picks its writer by it).
         let (format, columns) = match target.format {
@@ -125,7 +127,7 @@ impl<S> ConnectionState<S> {
             parse_at: COPY_PART_BYTES,
             loaded: 0,
             started: false,
-            running: None,
+            _running: running,
         });
         Ok(Response::CopyIn(CopyResponse::new(
             format,
@@ -224,7 +226,7 @@ impl<B: Backend> ConnectionCore<B> {
         prepared: &dyn PreparedStatements,
     ) -> Vec<Response> {
         let mut state = self.state.lock().await;
-        let running = self.interrupt.begin();
+        let mut running = Some(self.interrupt.begin());
         let results = match state.session_mut() {
             Ok(session) => {
                 let call = self.backend.execute(session, query, prepared);
@@ -235,7 +237,6 @@ impl<B: Backend> ConnectionCore<B> {
             }
             Err(error) => vec![Err(error)],
         };
-        drop(running);
         let total = results.len();
         let mut responses = Vec::with_capacity(total);
         for result in results {
@@ -245,7 +246,10 @@ impl<B: Backend> ConnectionCore<B> {
                     // string's statements.
                     let copy = matches!(result, StatementResult::CopyIn(_));
                     let response = match result {
-                        StatementResult::CopyIn(target) => state.start_copy(target),
+                        StatementResult::CopyIn(target) => {
+                            let running = running.take().unwrap_or_else(|| self.interrupt.begin());
+                            state.start_copy(target, running)
+                        }
                         result => statement_response(result, &Format::UnifiedText),
                     };
                     if response.is_err() {
@@ -306,7 +310,7 @@ impl<B: Backend> ConnectionCore<B> {
         let parameters = decode_parameters(&portal.parameters, &portal.parameter_format, &types)?;
         let mut state = self.state.lock().await;
         let session = state.session_mut()?;
-        let _running = self.interrupt.begin();
+        let running = self.interrupt.begin();
         let call = self.backend.execute_with_params(
             session,
             &statement.statement.sql,
@@ -321,7 +325,7 @@ impl<B: Backend> ConnectionCore<B> {
         let response = match result {
             Ok(result) => {
                 let response = match result {
-                    StatementResult::CopyIn(target) => state.start_copy(target),
+                    StatementResult::CopyIn(target) => state.start_copy(target, running),
                     result => statement_response(result, &portal.result_column_format),
                 };
                 if response.is_err() {
@@ -359,9 +363,6 @@ impl<B: Backend> ConnectionCore<B> {
             .copy
             .as_mut()
             .ok_or_else(|| RsError::internal("CopyData outside COPY FROM STDIN"))?;
-        if copy.running.is_none() {
-            copy.running = Some(self.interrupt.begin());
-        }
         // Complete rows leave before the limit is judged: it bounds one row.
         let full = copy.data.len().saturating_add(chunk.len()) > COPY_BUFFER_BYTES_MAX;
         if copy.data.len() + chunk.len() < copy.parse_at && !full {
@@ -480,9 +481,6 @@ impl<B: Backend> ConnectionCore<B> {
             last,
         };
         copy.started = true;
-        if copy.running.is_none() {
-            copy.running = Some(self.interrupt.begin());
-        }
         let call = self.backend.copy_in(session, &copy.target, rows, part);
         let loaded = match AssertUnwindSafe(call).catch_unwind().await {
             Ok(loaded) => loaded,
@@ -690,7 +688,7 @@ mod tests {
             parse_at: COPY_PART_BYTES,
             loaded: 0,
             started: false,
-            running: None,
+            _running: Interrupt::default().begin(),
         };
         copy.append(b"12345", 8).unwrap();
         let error = copy.append(b"6789", 8).unwrap_err();

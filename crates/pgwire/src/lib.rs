@@ -159,6 +159,10 @@ pub struct CopyTarget {
     /// The types of the columns the data lists, in order: how binary
     /// fields are read (unused by the text formats).
     pub column_types: Vec<DataType>,
+    /// The backend's identity of the table as the statement found it,
+    /// which every part of the data checks: a table dropped and created
+    /// again under the same name while the data streams is not loaded.
+    pub table_id: Option<u128>,
 }
 
 impl CopyTarget {
@@ -174,6 +178,7 @@ impl CopyTarget {
             quote: b'"',
             escape: b'"',
             column_types: Vec::new(),
+            table_id: None,
         }
     }
 

@@ -10,11 +10,17 @@
 //! PostgreSQL's does (to float precision) and prints as a float. A literal
 //! written out in more than 76 digits is left for DataFusion to refuse, as
 //! a float would silently drop its digits.
+//!
+//! A literal whose exponent passes its fraction (`1e5`, `1.5e3`) is a
+//! whole number: DataFusion reads it as a decimal of negative scale, which
+//! Arrow casts to a float by dividing by a power of ten below one
+//! (`1e5::float8` gave 99999.99999999999). Such a literal is written out,
+//! `CAST('100000' AS DECIMAL(6, 0))`: the same numeric value, PostgreSQL's.
 
 use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{
-    CastKind, DataType, Expr, Value, ValueWithSpan, VisitMut, VisitorMut,
+    CastKind, DataType, ExactNumberInfo, Expr, Value, ValueWithSpan, VisitMut, VisitorMut,
 };
 
 /// The most digits a decimal literal may have (Arrow's `Decimal256`).
@@ -40,19 +46,57 @@ impl VisitorMut for NumberLiterals {
         }) = expr
         {
             // PostgreSQL's digit separators (`1_000e200`) mean nothing.
-            if has_exponent(text) && !fits_a_decimal(&text.replace('_', "")) {
-                let text = text.replace('_', "");
-                *expr = Expr::Cast {
-                    kind: CastKind::Cast,
-                    expr: Box::new(Expr::value(Value::SingleQuotedString(text))),
-                    data_type: DataType::DoublePrecision,
-                    array: false,
-                    format: None,
-                };
+            if !has_exponent(text) {
+                return ControlFlow::Continue(());
+            }
+            let text = text.replace('_', "");
+            if !fits_a_decimal(&text) {
+                *expr = cast(text, DataType::DoublePrecision);
+            } else if let Some(digits) = whole_number_digits(&text) {
+                let precision = digits.len() as u64;
+                *expr = cast(
+                    digits,
+                    DataType::Decimal(ExactNumberInfo::PrecisionAndScale(precision, 0)),
+                );
             }
         }
         ControlFlow::Continue(())
     }
+}
+
+fn cast(text: String, data_type: DataType) -> Expr {
+    Expr::Cast {
+        kind: CastKind::Cast,
+        expr: Box::new(Expr::value(Value::SingleQuotedString(text))),
+        data_type,
+        array: false,
+        format: None,
+    }
+}
+
+/// The digits of `text` (an unsigned number in exponent form that
+/// [`fits_a_decimal`]) written out, when its exponent passes its fraction
+/// so that it is a whole number a decimal of scale 0 holds; `None`
+/// otherwise (a scale of 0 or more reads as PostgreSQL's already).
+fn whole_number_digits(text: &str) -> Option<String> {
+    let (mantissa, exponent) = text.split_once(['e', 'E'])?;
+    let exponent = exponent.parse::<i64>().ok()?;
+    let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let zeros = exponent.checked_sub(i64::try_from(fraction.len()).ok()?)?;
+    if zeros <= 0 {
+        return None;
+    }
+    let significant = format!("{whole}{fraction}");
+    let significant = significant.trim_start_matches('0');
+    if significant.is_empty() {
+        return Some("0".to_string());
+    }
+    let zeros = usize::try_from(zeros).ok()?;
+    let digits = significant.len().checked_add(zeros)?;
+    if u64::try_from(digits).ok()? > DECIMAL_DIGITS_MAX {
+        return None;
+    }
+    Some(format!("{significant}{}", "0".repeat(zeros)))
 }
 
 fn has_exponent(text: &str) -> bool {
@@ -100,6 +144,24 @@ mod tests {
         }
         for text in ["1e308", "1e-308", "1e129", "1.5e-80"] {
             assert!(!fits_a_decimal(text), "{text}");
+        }
+    }
+
+    #[test]
+    fn whole_numbers_in_exponent_form_are_written_out() {
+        for (text, digits) in [
+            ("1e5", Some("100000")),
+            ("1.5e3", Some("1500")),
+            ("0012.50e4", Some("125000")),
+            ("0.0e3", Some("0")),
+            ("1.25e2", None),
+            ("1.5e1", None),
+            ("1e-5", None),
+            ("1e0", None),
+            ("1e75", Some(&*format!("1{}", "0".repeat(75)))),
+            ("1e76", None),
+        ] {
+            assert_eq!(whole_number_digits(text).as_deref(), digits, "{text}");
         }
     }
 }

@@ -345,14 +345,30 @@ impl ShardDb {
         writes: impl IntoIterator<Item = (Vec<u8>, Write)>,
     ) -> Result<(), CommitError> {
         self.cache.begin_commit();
-        let committed = self.write_epoch(epoch, writes).await;
+        let committed = self.write_epoch(Some(epoch), writes).await;
         self.cache.finish_commit(committed.is_ok());
         committed
     }
 
+    /// Writes `writes` durably outside any epoch: the shard's epoch number
+    /// stays, and no other shard's commit is tied to this one. Only for
+    /// writes no reader and no epoch depends on, which repeating after a
+    /// crash makes whole (deleting a dropped object's keys).
+    pub async fn write_outside_epochs(
+        &self,
+        writes: impl IntoIterator<Item = (Vec<u8>, Write)>,
+    ) -> RsResult<()> {
+        self.cache.begin_commit();
+        let written = self.write_epoch(None, writes).await;
+        self.cache.finish_commit(written.is_ok());
+        written.map_err(|error| error.cause)
+    }
+
+    /// Writes `writes` and, with `epoch`, the new epoch number as one
+    /// atomic batch, and waits until it is durable.
     async fn write_epoch(
         &self,
-        epoch: Epoch,
+        epoch: Option<Epoch>,
         writes: impl IntoIterator<Item = (Vec<u8>, Write)>,
     ) -> Result<(), CommitError> {
         let writes: Vec<(Vec<u8>, Write)> = writes.into_iter().collect();
@@ -375,7 +391,9 @@ impl ShardDb {
                 Write::AddCount(change) => batch.merge(&key, keys::encode_weight(change)),
             }
         }
-        batch.put(keys::epoch_key(), keys::encode_weight(epoch as i64));
+        if let Some(epoch) = epoch {
+            batch.put(keys::epoch_key(), keys::encode_weight(epoch as i64));
+        }
         let handle = self.db.write(batch).await.map_err(|error| CommitError {
             cause: storage_error(&self.name, error),
             maybe_applied: false,
@@ -1121,6 +1139,22 @@ mod tests {
             .chain([50_000, 39_999])
             .collect();
         check_against_point_lookups(&shard, &asked).await;
+    }
+
+    #[tokio::test]
+    async fn writes_outside_epochs_keep_the_epoch_number() {
+        // Goal: a deletion written outside epochs is read at once and
+        // leaves the shard's committed epoch as it was (the coordinator's
+        // repair compares epochs).
+        let shard = shard_with(0..10).await;
+        let deletes = (0..5).map(|n| (key(n), Write::Delete));
+        shard.write_outside_epochs(deletes).await.expect("writes");
+        assert_eq!(shard.committed_epoch().await.expect("epoch"), 1);
+        let snapshot = shard.snapshot().expect("snapshot");
+        for n in 0..10 {
+            let stored = snapshot.get(&key(n)).await.expect("get");
+            assert_eq!(stored.is_some(), n >= 5, "key {n}");
+        }
     }
 
     #[tokio::test]

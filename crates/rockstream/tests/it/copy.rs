@@ -366,3 +366,61 @@ async fn a_cancel_stops_a_copy_between_its_parts() {
     assert_eq!(crate::harness::sqlstate(&error), "57014", "{error:?}");
     assert_eq!(count(&client).await, r#"[[Some("0")]]"#);
 }
+
+/// Goal: a cancel request while the client has yet to send a COPY's first
+/// data stops the COPY too (the COPY runs from its statement, not from its
+/// first data).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::disallowed_methods)] // The test sleeps on tokio directly.
+async fn a_cancel_before_the_first_data_stops_the_copy() {
+    use futures::SinkExt;
+    let (_server, client) = with_items().await;
+    let sink = client.copy_in("COPY items FROM STDIN").await.expect("copy");
+    futures::pin_mut!(sink);
+    // The CopyInResponse has come back: the server waits for data.
+    client
+        .cancel_token()
+        .cancel_query(tokio_postgres::NoTls)
+        .await
+        .expect("cancel");
+    // The request is on its own connection: let the server take it first.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let sent = sink.send(bytes::Bytes::from(wide_lines(0, 1_000))).await;
+    let finished = match sent {
+        Ok(()) => sink.finish().await,
+        Err(error) => Err(error),
+    };
+    let error = finished.expect_err("canceled");
+    assert_eq!(crate::harness::sqlstate(&error), "57014", "{error:?}");
+    assert_eq!(count(&client).await, r#"[[Some("0")]]"#);
+    // The session goes on, and its next COPY is not canceled.
+    copy_in(&client, "COPY items FROM STDIN", lines(&[1, 2]))
+        .await
+        .expect("copy after the cancel");
+    assert_eq!(count(&client).await, r#"[[Some("2")]]"#);
+}
+
+/// Goal: a COPY loads the table its statement named: one dropped and
+/// created again under the same name before the first data arrives is not
+/// loaded (40001), as one replaced between parts is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_into_a_table_replaced_before_its_data_fails() {
+    use futures::SinkExt;
+    let (server, client) = with_items().await;
+    let sink = client.copy_in("COPY items FROM STDIN").await.expect("copy");
+    futures::pin_mut!(sink);
+    server
+        .client()
+        .await
+        .batch_execute("DROP TABLE items; CREATE TABLE items (id BIGINT PRIMARY KEY, label TEXT)")
+        .await
+        .expect("replace");
+    let sent = sink.send(bytes::Bytes::from(lines(&[1, 2, 3]))).await;
+    let finished = match sent {
+        Ok(()) => sink.finish().await,
+        Err(error) => Err(error),
+    };
+    let error = finished.expect_err("replaced");
+    assert_eq!(crate::harness::sqlstate(&error), "40001", "{error:?}");
+    assert_eq!(count(&client).await, r#"[[Some("0")]]"#);
+}

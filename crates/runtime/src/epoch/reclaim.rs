@@ -5,10 +5,13 @@
 //! wait for that: the engine commits a durable *reclaim marker* for the
 //! object (`0x06 'R' 'C' object_id`, on the coordinator) in one epoch and
 //! answers; the keys are then deleted on every shard, one bounded chunk per
-//! turn, taking turns with commits like
-//! a view's build, and the last turn deletes the marker. A restart resumes
-//! every marker it finds. Object ids are never reused, so nothing created
-//! later can live under a prefix being reclaimed.
+//! turn, taking turns with commits like a view's build, and the last turn
+//! deletes the marker. The chunks are written outside epochs, each shard
+//! on its own (nothing reads them, and a restart repeats what a crash
+//! lost), so a turn costs the shards' writes side by side rather than an
+//! epoch's commit point and log record. A restart resumes every marker it
+//! finds. Object ids are never reused, so nothing created later can live
+//! under a prefix being reclaimed.
 
 use rockstream_ops::keys;
 use rockstream_ops::{ScanOrder, StateStore};
