@@ -993,13 +993,15 @@ const SHARD_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs
 /// Keys the first deletion turn removes on each shard; later turns remove
 /// as many as take about [`DELETE_TURN_MICROS`]: a commit arriving during a
 /// turn waits for it, so the turn's length bounds that wait, whatever the
-/// keys' sizes, the shard count or the machine. Measured (bench `drop`, 1M
-/// rows, release): turns of 8,192 keys held commits up to 126 ms (p99 63
-/// ms), of 2,048 keys p99 38 ms against 10 ms without a DROP.
+/// keys' sizes, the shard count or the machine. At most 2,048: a turn's
+/// keys are read ahead, but a read that found its blocks cold took up to
+/// 54 ms at 8,192 keys, and the engine waits for a read not yet done.
+/// (Measured, bench `drop`, 1M rows, release, BENCHMARKS rounds 18–25.)
 const DELETE_CHUNK_KEYS: usize = 2048;
 const DELETE_CHUNK_KEYS_MIN: usize = 128;
 const DELETE_CHUNK_KEYS_MAX: usize = 2048;
-/// The length a deletion turn aims for (its scan, write and WAL sync).
+/// The length a deletion turn aims for: the wait for its read, if not yet
+/// done, and its writes.
 const DELETE_TURN_MICROS: i64 = 3_000;
 
 /// An epoch slower than this logs where its time went (at debug level).
@@ -1394,9 +1396,9 @@ mod tests {
 
     #[test]
     fn deletion_turns_shrink_when_long_and_grow_when_short_within_bounds() {
-        assert_eq!(next_delete_chunk(2048, DELETE_TURN_MICROS * 3), 1024);
-        assert_eq!(next_delete_chunk(2048, DELETE_TURN_MICROS / 4), 4096);
-        assert_eq!(next_delete_chunk(2048, DELETE_TURN_MICROS * 3 / 4), 2048);
+        assert_eq!(next_delete_chunk(1024, DELETE_TURN_MICROS * 3), 512);
+        assert_eq!(next_delete_chunk(1024, DELETE_TURN_MICROS / 4), 2048);
+        assert_eq!(next_delete_chunk(1024, DELETE_TURN_MICROS * 3 / 4), 1024);
         assert_eq!(
             next_delete_chunk(DELETE_CHUNK_KEYS_MIN, i64::MAX),
             DELETE_CHUNK_KEYS_MIN
