@@ -509,7 +509,8 @@ fn as_stored(entry: &CatalogEntry, rows: &[Row]) -> Vec<Row> {
 /// transaction has not changed yet, and the memory `changes` add
 /// ([`change_bytes`]): what [`reserve_changes`] counts. A row changed again
 /// counts once, and adds only what its new contents take beyond the ones
-/// the transaction holds.
+/// the transaction holds — and, while a savepoint is held, the contents it
+/// replaces, which the undo log keeps for `ROLLBACK TO`.
 pub(crate) fn new_changes<'a>(
     session: &GatewaySession,
     entry: &CatalogEntry,
@@ -519,6 +520,10 @@ pub(crate) fn new_changes<'a>(
         .transaction
         .as_ref()
         .and_then(|transaction| transaction.tables.get(&entry.id));
+    let savepoint_held = session
+        .transaction
+        .as_ref()
+        .is_some_and(|transaction| !transaction.savepoints.is_empty());
     changes
         .into_iter()
         .fold((0, 0), |(rows, bytes), (key, old, new)| {
@@ -526,7 +531,12 @@ pub(crate) fn new_changes<'a>(
                 Some((read, held)) => {
                     let grown = change_bytes(key.len(), read.as_ref(), new)
                         .saturating_sub(change_bytes(key.len(), read.as_ref(), held.as_ref()));
-                    (rows, bytes + grown)
+                    let kept = if savepoint_held {
+                        change_bytes(key.len(), None, held.as_ref())
+                    } else {
+                        0
+                    };
+                    (rows, bytes + grown + kept)
                 }
                 None => (rows + 1, bytes + change_bytes(key.len(), old, new)),
             }

@@ -50,7 +50,8 @@ pub type PendingRow = (Option<Row>, Option<Row>);
 /// statement copying the whole transaction beforehand (which made a
 /// transaction of n single-row INSERTs cost n² row copies). The log is
 /// emptied whenever no mark is held ([`Transaction::forget_undo`]), so it
-/// holds at most what was changed since the oldest savepoint.
+/// holds at most what was changed since the oldest savepoint (counted
+/// against the transaction's memory, [`crate::dml::new_changes`]).
 #[derive(Debug, Default)]
 pub struct PendingTable {
     pub name: String,
@@ -66,8 +67,9 @@ pub struct PendingTable {
 /// What one change to a [`PendingTable`] replaced.
 #[derive(Debug)]
 enum Undo {
-    /// The key's entry (`None`: it had none).
-    Row(Vec<u8>, Option<PendingRow>),
+    /// The key's row now (`None`: the key had no entry; an entry's
+    /// first-read row never changes once it is made).
+    Row(Vec<u8>, Option<Option<Row>>),
     /// The table held no entries (a bulk load filled it at once).
     Empty,
     /// The layout, before an `ALTER TABLE` rewrote the rows.
@@ -107,8 +109,7 @@ impl PendingTable {
         match self.rows.get_mut(&key) {
             Some(entry) => {
                 let previous = std::mem::replace(&mut entry.1, current);
-                self.undo
-                    .push(Undo::Row(key, Some((entry.0.clone(), previous))));
+                self.undo.push(Undo::Row(key, Some(previous)));
             }
             None => {
                 self.rows.insert(key.clone(), (first_read(), current));
@@ -166,7 +167,7 @@ impl PendingTable {
                 Undo::Row(key, previous) => {
                     at_mark
                         .entry(key.as_slice())
-                        .or_insert_with(|| previous.as_ref().and_then(|(_, now)| now.as_ref()));
+                        .or_insert_with(|| previous.as_ref().and_then(Option::as_ref));
                 }
                 Undo::Empty => return self.changed_since(None),
                 Undo::Layout(_) => {}
@@ -186,7 +187,10 @@ impl PendingTable {
         while self.undo.len() > mark {
             match self.undo.pop() {
                 Some(Undo::Row(key, Some(previous))) => {
-                    self.rows.insert(key, previous);
+                    // Made before this change, so not undone yet.
+                    if let Some(entry) = self.rows.get_mut(&key) {
+                        entry.1 = previous;
+                    }
                 }
                 Some(Undo::Row(key, None)) => {
                     self.rows.remove(&key);

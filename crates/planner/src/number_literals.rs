@@ -14,8 +14,13 @@
 //! A literal whose exponent passes its fraction (`1e5`, `1.5e3`) is a
 //! whole number: DataFusion reads it as a decimal of negative scale, which
 //! Arrow casts to a float by dividing by a power of ten below one
-//! (`1e5::float8` gave 99999.99999999999). Such a literal is written out,
-//! `CAST('100000' AS DECIMAL(6, 0))`: the same numeric value, PostgreSQL's.
+//! (`1e5::float8` gave 99999.99999999999, and `f = 1e5` missed 100000).
+//! Such a literal of at most [`WHOLE_DIGITS_MAX`] digits is written out,
+//! `CAST('100000' AS DECIMAL(6, 0))`: the same numeric value, PostgreSQL's,
+//! and a float exactly. Longer ones keep DataFusion's form: written out
+//! they would take precision a product of them overflows (Arrow wraps a
+//! decimal product past 38 digits; `1e20 * 1e20` held 1 × 10⁴⁰ exactly in
+//! negative scale), or need a 256-bit decimal.
 
 use std::ops::ControlFlow;
 
@@ -27,6 +32,10 @@ use datafusion::sql::sqlparser::ast::{
 const DECIMAL_DIGITS_MAX: u64 = 76;
 /// The lowest scale a decimal literal may have (Arrow's `i8` scale).
 const DECIMAL_SCALE_MIN: i64 = i8::MIN as i64;
+/// The most digits a whole number in exponent form is written out in: a
+/// float holds every such number exactly, and a product of two fits a
+/// 128-bit decimal.
+const WHOLE_DIGITS_MAX: usize = 15;
 
 /// Rewrites, in place, the exponent-form numeric literals no decimal holds
 /// into float casts (see the module documentation).
@@ -76,8 +85,8 @@ fn cast(text: String, data_type: DataType) -> Expr {
 
 /// The digits of `text` (an unsigned number in exponent form that
 /// [`fits_a_decimal`]) written out, when its exponent passes its fraction
-/// so that it is a whole number a decimal of scale 0 holds; `None`
-/// otherwise (a scale of 0 or more reads as PostgreSQL's already).
+/// so that it is a whole number of at most [`WHOLE_DIGITS_MAX`] digits;
+/// `None` otherwise (a scale of 0 or more reads as PostgreSQL's already).
 fn whole_number_digits(text: &str) -> Option<String> {
     let (mantissa, exponent) = text.split_once(['e', 'E'])?;
     let exponent = exponent.parse::<i64>().ok()?;
@@ -92,8 +101,7 @@ fn whole_number_digits(text: &str) -> Option<String> {
         return Some("0".to_string());
     }
     let zeros = usize::try_from(zeros).ok()?;
-    let digits = significant.len().checked_add(zeros)?;
-    if u64::try_from(digits).ok()? > DECIMAL_DIGITS_MAX {
+    if significant.len().checked_add(zeros)? > WHOLE_DIGITS_MAX {
         return None;
     }
     Some(format!("{significant}{}", "0".repeat(zeros)))
@@ -158,8 +166,10 @@ mod tests {
             ("1.5e1", None),
             ("1e-5", None),
             ("1e0", None),
-            ("1e75", Some(&*format!("1{}", "0".repeat(75)))),
-            ("1e76", None),
+            ("1e14", Some("100000000000000")),
+            ("9.99e14", Some("999000000000000")),
+            ("1e15", None),
+            ("1e75", None),
         ] {
             assert_eq!(whole_number_digits(text).as_deref(), digits, "{text}");
         }

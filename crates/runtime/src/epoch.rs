@@ -944,7 +944,11 @@ impl EpochLoop {
             .zip(deletes)
             .filter(|(_, shard_deletes)| !shard_deletes.is_empty())
             .map(|(shard, shard_deletes)| shard.write_outside_epochs(shard_deletes));
-        futures::future::try_join_all(writes).await?;
+        // Every write runs to its end (each shard's cache marks its write
+        // in flight until then), and the first error is the turn's.
+        for written in futures::future::join_all(writes).await {
+            written?;
+        }
         let took = self.runtime.now_micros() - started;
         if took > SLOW_EPOCH_MICROS {
             tracing::debug!(

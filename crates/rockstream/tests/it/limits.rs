@@ -221,4 +221,39 @@ async fn a_transaction_growing_its_own_rows_is_bounded() {
     let error = refused.expect("refused past --transaction-memory");
     assert_eq!(sqlstate(&error), "54000", "{error}");
     client.batch_execute("ROLLBACK").await.unwrap();
+    // Changing a row again without growing it holds nothing more, unless a
+    // savepoint is held: then what each change replaced is kept for
+    // ROLLBACK TO, and counted.
+    client
+        .batch_execute("BEGIN; INSERT INTO t VALUES (1, repeat('x', 1000000))")
+        .await
+        .unwrap();
+    for round in 0..40 {
+        client
+            .batch_execute(&format!(
+                "UPDATE t SET pad = repeat('{}', 1000000)",
+                round % 10
+            ))
+            .await
+            .unwrap();
+    }
+    client.batch_execute("SAVEPOINT s").await.unwrap();
+    let mut refused = None;
+    for round in 0..40 {
+        let update = format!("UPDATE t SET pad = repeat('{}', 1000000)", round % 10);
+        if let Err(error) = client.batch_execute(&update).await {
+            refused = Some((round, error));
+            break;
+        }
+    }
+    let (round, error) = refused.expect("refused past --transaction-memory under a savepoint");
+    assert_eq!(sqlstate(&error), "54000", "{error}");
+    assert!(round > 0, "the first change under the savepoint fits");
+    client.batch_execute("ROLLBACK TO s").await.unwrap();
+    let rows = client
+        .query("SELECT left(pad, 1), length(pad) FROM t", &[])
+        .await
+        .unwrap();
+    assert_eq!(rows[0].get::<_, String>(0), "9", "back to the savepoint");
+    client.batch_execute("ROLLBACK").await.unwrap();
 }
