@@ -355,16 +355,22 @@ async fn a_cancel_stops_a_copy_between_its_parts() {
         .cancel_query(tokio_postgres::NoTls)
         .await
         .expect("cancel");
-    let sent = sink
-        .send(bytes::Bytes::from(wide_lines(10_000, 30_000)))
-        .await;
-    let finished = match sent {
-        Ok(()) => sink.finish().await,
-        Err(error) => Err(error),
-    };
-    let error = finished.expect_err("canceled");
+    let error = finish_copy(sink, wide_lines(10_000, 30_000))
+        .await
+        .expect_err("canceled");
     assert_eq!(crate::harness::sqlstate(&error), "57014", "{error:?}");
     assert_eq!(count(&client).await, r#"[[Some("0")]]"#);
+}
+
+/// Sends the rest of a COPY's data on `sink` and ends it: the COPY's
+/// outcome.
+async fn finish_copy(
+    mut sink: std::pin::Pin<&mut tokio_postgres::CopyInSink<bytes::Bytes>>,
+    data: String,
+) -> Result<u64, tokio_postgres::Error> {
+    use futures::SinkExt;
+    sink.send(bytes::Bytes::from(data)).await?;
+    sink.finish().await
 }
 
 /// Goal: a cancel request while the client has yet to send a COPY's first
@@ -373,7 +379,6 @@ async fn a_cancel_stops_a_copy_between_its_parts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[allow(clippy::disallowed_methods)] // The test sleeps on tokio directly.
 async fn a_cancel_before_the_first_data_stops_the_copy() {
-    use futures::SinkExt;
     let (_server, client) = with_items().await;
     let sink = client.copy_in("COPY items FROM STDIN").await.expect("copy");
     futures::pin_mut!(sink);
@@ -385,12 +390,9 @@ async fn a_cancel_before_the_first_data_stops_the_copy() {
         .expect("cancel");
     // The request is on its own connection: let the server take it first.
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    let sent = sink.send(bytes::Bytes::from(wide_lines(0, 1_000))).await;
-    let finished = match sent {
-        Ok(()) => sink.finish().await,
-        Err(error) => Err(error),
-    };
-    let error = finished.expect_err("canceled");
+    let error = finish_copy(sink, wide_lines(0, 1_000))
+        .await
+        .expect_err("canceled");
     assert_eq!(crate::harness::sqlstate(&error), "57014", "{error:?}");
     assert_eq!(count(&client).await, r#"[[Some("0")]]"#);
     // The session goes on, and its next COPY is not canceled.
@@ -405,7 +407,6 @@ async fn a_cancel_before_the_first_data_stops_the_copy() {
 /// loaded (40001), as one replaced between parts is not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_into_a_table_replaced_before_its_data_fails() {
-    use futures::SinkExt;
     let (server, client) = with_items().await;
     let sink = client.copy_in("COPY items FROM STDIN").await.expect("copy");
     futures::pin_mut!(sink);
@@ -415,12 +416,34 @@ async fn a_copy_into_a_table_replaced_before_its_data_fails() {
         .batch_execute("DROP TABLE items; CREATE TABLE items (id BIGINT PRIMARY KEY, label TEXT)")
         .await
         .expect("replace");
-    let sent = sink.send(bytes::Bytes::from(lines(&[1, 2, 3]))).await;
-    let finished = match sent {
-        Ok(()) => sink.finish().await,
-        Err(error) => Err(error),
-    };
-    let error = finished.expect_err("replaced");
+    let error = finish_copy(sink, lines(&[1, 2, 3]))
+        .await
+        .expect_err("replaced");
     assert_eq!(crate::harness::sqlstate(&error), "40001", "{error:?}");
     assert_eq!(count(&client).await, r#"[[Some("0")]]"#);
+}
+
+/// Goal: statements after a `COPY … FROM STDIN` in one query string never
+/// run before the COPY's data arrives (the parser reads what follows the
+/// COPY as its inline data, as in a psql script, so they do not run at
+/// all; PostgreSQL runs them after the COPY).
+/// Method: the simple protocol by hand; the rows sent are all there after,
+/// and only they.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statements_after_a_copy_in_one_string_do_not_run_first() {
+    let (server, client) = with_items().await;
+    copy_in(&client, "COPY items FROM STDIN", lines(&[1, 2]))
+        .await
+        .expect("copy");
+    let mut raw = RawClient::connect(server.config().get_ports()[0]).await;
+    raw.send(
+        b'Q',
+        b"COPY items FROM STDIN; DELETE FROM items; INSERT INTO items VALUES (9, 'v9')\0",
+    )
+    .await;
+    assert_eq!(raw.read().await.0, b'G', "CopyInResponse");
+    raw.send(b'd', lines(&[3, 4]).as_bytes()).await;
+    raw.send(b'c', b"").await;
+    assert_eq!(raw.read_until_ready().await, ["COPY 2"]);
+    assert_eq!(count(&client).await, r#"[[Some("4")]]"#);
 }
