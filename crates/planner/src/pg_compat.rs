@@ -34,7 +34,10 @@
 //!   elements and their subscripts unnested in step, and `(value).field`
 //!   is `get_field(value, 'field')`;
 //! - `current_user`, `session_user`, `current_role` and `user` are calls of
-//!   the function that answers the session's role.
+//!   the function that answers the session's role;
+//! - `FROM generate_series(…) g` names the series' column `g`, as
+//!   PostgreSQL names a one-column function's output after its alias
+//!   (DataFusion names it `value`).
 //!
 //! Only queries are rewritten, never the definition of a materialized view.
 
@@ -45,8 +48,8 @@ use std::sync::LazyLock;
 use datafusion::sql::sqlparser::ast::{
     AccessExpr, BinaryOperator, DataType, Expr, Function, FunctionArg, FunctionArgExpr,
     FunctionArgumentList, FunctionArguments, GroupByExpr, Ident, JoinOperator, ObjectName, Query,
-    Select, SelectItem, SetExpr, SetOperator, Statement, TableFactor, TableWithJoins, Value,
-    VisitMut, VisitorMut,
+    Select, SelectItem, SetExpr, SetOperator, Statement, TableAliasColumnDef, TableFactor,
+    TableWithJoins, Value, VisitMut, VisitorMut,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
@@ -83,6 +86,11 @@ impl VisitorMut for Normalizer {
         }
         for_each_select_mut(&mut query.body, &mut drop_outer_has_default);
         self.scope.push(relation_names(&query.body));
+        ControlFlow::Continue(())
+    }
+
+    fn pre_visit_table_factor(&mut self, relation: &mut TableFactor) -> ControlFlow<()> {
+        name_series_column(relation);
         ControlFlow::Continue(())
     }
 
@@ -1067,6 +1075,27 @@ fn exists_as_counts(projection: &mut [SelectItem]) {
                 }
             }
         });
+    }
+}
+
+/// `generate_series(…) g` without column names: its one column is `g`.
+fn name_series_column(relation: &mut TableFactor) {
+    let TableFactor::Table {
+        name,
+        args: Some(_),
+        alias: Some(alias),
+        ..
+    } = relation
+    else {
+        return;
+    };
+    if alias.columns.is_empty()
+        && matches!(name_parts(name), Some((function, _)) if function == "generate_series")
+    {
+        alias.columns = vec![TableAliasColumnDef {
+            name: alias.name.clone(),
+            data_type: None,
+        }];
     }
 }
 
