@@ -1,6 +1,7 @@
 //! Per-connection state: namespace, the open transaction, and what stops
 //! a running statement (its interrupt and `statement_timeout`).
 
+use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -106,14 +107,15 @@ impl PendingTable {
         current: Option<Row>,
         first_read: impl FnOnce() -> Option<Row>,
     ) {
-        match self.rows.get_mut(&key) {
-            Some(entry) => {
-                let previous = std::mem::replace(&mut entry.1, current);
-                self.undo.push(Undo::Row(key, Some(previous)));
+        match self.rows.entry(key) {
+            Entry::Occupied(mut entry) => {
+                let previous = std::mem::replace(&mut entry.get_mut().1, current);
+                self.undo
+                    .push(Undo::Row(entry.key().clone(), Some(previous)));
             }
-            None => {
-                self.rows.insert(key.clone(), (first_read(), current));
-                self.undo.push(Undo::Row(key, None));
+            Entry::Vacant(entry) => {
+                self.undo.push(Undo::Row(entry.key().clone(), None));
+                entry.insert((first_read(), current));
             }
         }
     }

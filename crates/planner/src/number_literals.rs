@@ -88,9 +88,7 @@ fn cast(text: String, data_type: DataType) -> Expr {
 /// so that it is a whole number of at most [`WHOLE_DIGITS_MAX`] digits;
 /// `None` otherwise (a scale of 0 or more reads as PostgreSQL's already).
 fn whole_number_digits(text: &str) -> Option<String> {
-    let (mantissa, exponent) = text.split_once(['e', 'E'])?;
-    let exponent = exponent.parse::<i64>().ok()?;
-    let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let (whole, fraction, exponent) = number_parts(text)?;
     let zeros = exponent.checked_sub(i64::try_from(fraction.len()).ok()?)?;
     if zeros <= 0 {
         return None;
@@ -107,6 +105,17 @@ fn whole_number_digits(text: &str) -> Option<String> {
     Some(format!("{significant}{}", "0".repeat(zeros)))
 }
 
+/// An unsigned number's text as its whole digits, its fraction's digits
+/// and its exponent (0 without one); `None` for an unreadable exponent.
+fn number_parts(text: &str) -> Option<(&str, &str, i64)> {
+    let (mantissa, exponent) = match text.split_once(['e', 'E']) {
+        Some((mantissa, exponent)) => (mantissa, exponent.parse::<i64>().ok()?),
+        None => (text, 0),
+    };
+    let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    Some((whole, fraction, exponent))
+}
+
 fn has_exponent(text: &str) -> bool {
     text.contains(['e', 'E'])
 }
@@ -115,14 +124,9 @@ fn has_exponent(text: &str) -> bool {
 /// significant digits and scale (digits after the point less the exponent)
 /// within Arrow's bounds. Unreadable text is left for DataFusion to refuse.
 fn fits_a_decimal(text: &str) -> bool {
-    let (mantissa, exponent) = match text.split_once(['e', 'E']) {
-        Some((mantissa, exponent)) => match exponent.parse::<i64>() {
-            Ok(exponent) => (mantissa, exponent),
-            Err(_) => return true,
-        },
-        None => (text, 0),
+    let Some((whole, fraction, exponent)) = number_parts(text) else {
+        return true;
     };
-    let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
     let digits = whole.trim_start_matches('0').len() + fraction.len();
     let digits = if whole.trim_start_matches('0').is_empty() {
         fraction.trim_start_matches('0').len()
