@@ -7,7 +7,9 @@
 //! shard that owns their partition key ([`keys::partition_key`]); metadata
 //! from the coordinator, shard 0. A scan over many partition keys merges
 //! the shards' ascending streams, so rows come in key order at any shard
-//! count, holding at most one storage chunk per shard.
+//! count, holding at most one storage chunk per shard. A scan's chunks
+//! start small and double, so a reader that wants a few rows (`LIMIT 10`)
+//! reads and decodes a few, and a long scan soon reads whole chunks.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -17,6 +19,10 @@ use rockstream_types::partition::{BucketMap, ShardId};
 use rockstream_types::{ObjectId, RsError, RsResult};
 
 use crate::{Snapshot, SCAN_CHUNK_ROWS_MAX};
+
+/// Rows in a scan's first chunk; each next chunk doubles, up to
+/// [`SCAN_CHUNK_ROWS_MAX`].
+const FIRST_CHUNK_ROWS: usize = 64;
 
 /// One snapshot per shard, all at one epoch.
 #[derive(Clone)]
@@ -95,6 +101,7 @@ impl SnapshotSet {
         SetCursor {
             set: self.clone(),
             prefix,
+            chunk_rows: FIRST_CHUNK_ROWS,
             streams: shards
                 .into_iter()
                 .map(|shard| ShardStream {
@@ -140,6 +147,8 @@ struct ShardStream {
 pub struct SetCursor {
     set: SnapshotSet,
     prefix: Vec<u8>,
+    /// The size of the next chunk.
+    chunk_rows: usize,
     streams: Vec<ShardStream>,
 }
 
@@ -147,22 +156,24 @@ impl SetCursor {
     /// The next entries in key order, at most [`SCAN_CHUNK_ROWS_MAX`];
     /// empty at the end.
     pub async fn next_chunk(&mut self) -> RsResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        let rows = self.chunk_rows;
+        self.chunk_rows = (rows * 2).min(SCAN_CHUNK_ROWS_MAX);
         if let [stream] = self.streams.as_mut_slice() {
             // One shard: its chunks as they come.
             if !stream.buffered.is_empty() || stream.exhausted {
                 return Ok(stream.buffered.drain(..).collect());
             }
-            return fill(&self.set, &self.prefix, stream)
+            return fill(&self.set, &self.prefix, stream, rows)
                 .await
                 .map(|()| stream.buffered.drain(..).collect());
         }
         let mut out = Vec::new();
-        while out.len() < SCAN_CHUNK_ROWS_MAX {
+        while out.len() < rows {
             // Every stream must show its next key before the smallest is
             // known.
             for stream in &mut self.streams {
                 if stream.buffered.is_empty() && !stream.exhausted {
-                    fill(&self.set, &self.prefix, stream).await?;
+                    fill(&self.set, &self.prefix, stream, rows).await?;
                 }
             }
             let next = self
@@ -179,11 +190,17 @@ impl SetCursor {
     }
 }
 
-/// Reads `stream`'s next storage chunk into its buffer.
-async fn fill(set: &SnapshotSet, prefix: &[u8], stream: &mut ShardStream) -> RsResult<()> {
+/// Reads `stream`'s next storage chunk, of at most `rows` entries, into its
+/// buffer.
+async fn fill(
+    set: &SnapshotSet,
+    prefix: &[u8],
+    stream: &mut ShardStream,
+    rows: usize,
+) -> RsResult<()> {
     let chunk = set
         .shard(stream.shard)
-        .scan_chunk(prefix, stream.after.as_deref())
+        .scan_chunk_of(prefix, stream.after.as_deref(), rows)
         .await?;
     match chunk.last() {
         Some((last, _)) => stream.after = Some(last.clone()),
@@ -219,8 +236,9 @@ mod tests {
             .await
             .unwrap();
         let map = Arc::new(BucketMap::rendezvous(3).unwrap());
-        // More rows than one storage chunk, so the merge refills.
-        let rows: Vec<Vec<u8>> = (0..SCAN_CHUNK_ROWS_MAX as u32 + 500)
+        // More rows than the growing chunks before the first whole one,
+        // so the merge refills.
+        let rows: Vec<Vec<u8>> = (0..2 * SCAN_CHUNK_ROWS_MAX as u32 + 500)
             .map(|n| n.to_be_bytes().to_vec())
             .collect();
         let mut writes: Vec<Vec<(Vec<u8>, Write)>> = vec![Vec::new(); 3];
@@ -237,15 +255,21 @@ mod tests {
 
         let mut cursor = set.scan(keys::table_prefix(7), None);
         let mut scanned = Vec::new();
+        let mut sizes = Vec::new();
         loop {
             let chunk = cursor.next_chunk().await.unwrap();
             if chunk.is_empty() {
                 break;
             }
-            assert!(chunk.len() <= SCAN_CHUNK_ROWS_MAX);
+            sizes.push(chunk.len());
             scanned.extend(chunk.into_iter().map(|(_, value)| value));
         }
         assert_eq!(scanned, rows, "every row once, in key order");
+        // Small first, so that a LIMIT reads little; whole chunks soon.
+        assert_eq!(sizes[0], FIRST_CHUNK_ROWS);
+        assert!(sizes.iter().all(|&size| size <= SCAN_CHUNK_ROWS_MAX));
+        assert!(sizes.contains(&SCAN_CHUNK_ROWS_MAX));
+        assert!(sizes.len() < 12, "{sizes:?}");
 
         let row = &rows[4321];
         assert_eq!(set.get(&row_key(row)).await.unwrap(), Some(row.clone()));
