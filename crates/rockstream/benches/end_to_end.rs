@@ -12,10 +12,13 @@
 //! (default 5000000), `ROCKSTREAM_BENCH_READ_ROWS` (default 10000000),
 //! `ROCKSTREAM_BENCH_PG_URL` (a tokio-postgres connection string; enables the
 //! PostgreSQL comparison), `ROCKSTREAM_BENCH_SECTIONS` (default
-//! `latency,ingest`; `backfill` measures the backfill alone, `roundtrip`
-//! one client's round trips, `drop` a DROP under a concurrent writer),
+//! `latency,ingest`; `backfill` measures the backfill alone, `reads` the
+//! LIMIT and key lookups alone, `roundtrip` one client's round trips,
+//! `drop` a DROP under a concurrent writer),
 //! `ROCKSTREAM_BENCH_SHARDS` (default 1), `ROCKSTREAM_BENCH_SERVER_LOG` (a file
-//! the servers' logs are appended to).
+//! the servers' logs are appended to), `ROCKSTREAM_BENCH_DROP_BASELINE_SECS`
+//! (default 10: how long the `drop` section's writer commits before the
+//! DROP, for the machine's own figures over a comparable span).
 // A client of the server, not engine code: it may use tokio's clock and tasks.
 #![allow(clippy::disallowed_methods)]
 
@@ -588,19 +591,28 @@ async fn backfill_under_load(rows: u64) -> BackfillFigures {
 /// and the single-row commits another session makes into another table
 /// from just before the DROP until the dropped state is reclaimed.
 struct DropFigures {
-    /// The writer's commits over [`BASELINE`] before the DROP.
+    /// The writer's commits over the baseline span before the DROP.
+    baseline_seconds: u64,
+    baseline_commits: usize,
     baseline_p99: Duration,
     baseline_max: Duration,
+    baseline_over_50ms: usize,
     drop: Duration,
     /// From the DROP until its state is deleted.
     reclaimed: Duration,
     commits: usize,
     commit_p99: Duration,
     commit_max: Duration,
+    commits_over_50ms: usize,
 }
 
-/// How long the writer of [`drop_under_load`] commits before the DROP.
-const BASELINE: Duration = Duration::from_secs(10);
+/// Commits slower than the bound of the DROP figure.
+fn over_50ms(latencies: &[Duration]) -> usize {
+    latencies
+        .iter()
+        .filter(|latency| **latency > Duration::from_millis(50))
+        .count()
+}
 
 async fn drop_under_load(orders: u64) -> DropFigures {
     let server = Server::start();
@@ -612,8 +624,9 @@ async fn drop_under_load(orders: u64) -> DropFigures {
         .expect("schema");
     server.settle().await;
     // The same writer first without a DROP, for the machine's own figures.
+    let baseline_seconds = environment("ROCKSTREAM_BENCH_DROP_BASELINE_SECS", 10);
     let (done, pinger) = ping(server.client().await, 0);
-    tokio::time::sleep(BASELINE).await;
+    tokio::time::sleep(Duration::from_secs(baseline_seconds)).await;
     done.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut baseline = pinger.await.expect("writer");
     let (done, pinger) = ping(server.client().await, 1 << 40);
@@ -644,14 +657,31 @@ async fn drop_under_load(orders: u64) -> DropFigures {
     done.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut latencies = pinger.await.expect("writer");
     DropFigures {
+        baseline_seconds,
+        baseline_commits: baseline.len(),
+        baseline_over_50ms: over_50ms(&baseline),
         baseline_p99: percentile(&mut baseline, 0.99),
         baseline_max: percentile(&mut baseline, 1.0),
         drop,
         reclaimed,
         commits: latencies.len(),
+        commits_over_50ms: over_50ms(&latencies),
         commit_p99: percentile(&mut latencies, 0.99),
         commit_max: percentile(&mut latencies, 1.0),
     }
+}
+
+/// The rows of [`reads`]'s figures in the bench's table.
+fn print_reads(table_rows: u64, limit: Duration, lookup: Duration, growth: i64) {
+    println!(
+        "| SELECT * LIMIT 10 / primary-key lookup median, {table_rows} rows | {:.2} ms / {:.2} ms | < 10 ms |",
+        milliseconds(limit),
+        milliseconds(lookup)
+    );
+    println!(
+        "| server RSS growth over 100 such reads | {:.1} MiB | < 50 MiB |",
+        growth as f64 / 1048576.0
+    );
 }
 
 /// Resident set size of the server now, from /proc.
@@ -755,6 +785,14 @@ async fn main() {
     if sections.contains("roundtrip") {
         round_trip_figures().await;
     }
+    if sections.contains("reads") {
+        let rows = environment("ROCKSTREAM_BENCH_READ_ROWS", 10_000_000);
+        let (limit, lookup, growth) = reads(rows).await;
+        println!("\n## Reads, {} shard(s)\n", bench_shards());
+        println!("| figure | value | target |");
+        println!("|---|---|---|");
+        print_reads(rows, limit, lookup, growth);
+    }
     if sections.contains("drop") {
         let dropped = drop_under_load(large).await;
         println!(
@@ -766,15 +804,18 @@ async fn main() {
             milliseconds(dropped.drop)
         );
         println!(
-            "| single-row INSERTs into another table meanwhile, until reclaimed ({:.1} s): count, p99, slowest | {}, {:.1} ms, {:.1} ms | < 50 ms |",
+            "| single-row INSERTs into another table meanwhile, until reclaimed ({:.1} s): count, over 50 ms, p99, slowest | {}, {}, {:.1} ms, {:.1} ms | < 50 ms |",
             dropped.reclaimed.as_secs_f64(),
             dropped.commits,
+            dropped.commits_over_50ms,
             milliseconds(dropped.commit_p99),
             milliseconds(dropped.commit_max)
         );
         println!(
-            "| the same INSERTs over {} s before the DROP: p99, slowest | {:.1} ms, {:.1} ms | |",
-            BASELINE.as_secs(),
+            "| the same INSERTs over {} s before the DROP: count, over 50 ms, p99, slowest | {}, {}, {:.1} ms, {:.1} ms | |",
+            dropped.baseline_seconds,
+            dropped.baseline_commits,
+            dropped.baseline_over_50ms,
             milliseconds(dropped.baseline_p99),
             milliseconds(dropped.baseline_max)
         );
@@ -906,7 +947,6 @@ async fn latency_and_memory(large: u64) {
     let backfill = backfill_under_load(backfill_rows).await;
     let read_rows = environment("ROCKSTREAM_BENCH_READ_ROWS", 10_000_000);
     let (limit_median, lookup_median, read_growth) = reads(read_rows).await;
-
     let small_median = percentile(&mut small, 0.5);
     let large_median = percentile(&mut large_latencies, 0.5);
     let small_settled_median = percentile(&mut small_settled, 0.5);
@@ -969,15 +1009,7 @@ async fn latency_and_memory(large: u64) {
     );
 
     print_backfill(backfill_rows, &backfill);
-    println!(
-        "| SELECT * LIMIT 10 / primary-key lookup median, {read_rows} rows | {:.2} ms / {:.2} ms | < 10 ms |",
-        milliseconds(limit_median),
-        milliseconds(lookup_median)
-    );
-    println!(
-        "| server RSS growth over 100 such reads | {:.1} MiB | < 50 MiB |",
-        read_growth as f64 / 1048576.0
-    );
+    print_reads(read_rows, limit_median, lookup_median, read_growth);
 
     if let Ok(url) = std::env::var("ROCKSTREAM_BENCH_PG_URL") {
         println!("\n## PostgreSQL, UPDATE + REFRESH MATERIALIZED VIEW + read (median)\n");
