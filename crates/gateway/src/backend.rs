@@ -129,12 +129,7 @@ impl Gateway {
         let mut layouts = BTreeMap::new();
         if let Some(transaction) = &session.transaction {
             for (table_id, pending) in &transaction.tables {
-                let overlay = pending
-                    .rows()
-                    .iter()
-                    .map(|(key, (_, current))| (key.clone(), current.clone()))
-                    .collect();
-                overlays.insert(*table_id, overlay);
+                overlays.insert(*table_id, pending.shared_rows());
                 layouts.insert(*table_id, pending.layout());
             }
         }

@@ -38,7 +38,7 @@ use rockstream_storage::{RowCursor, SnapshotSet};
 use rockstream_types::encoding::decode_row;
 use rockstream_types::{Datum, ObjectId, Row, RsError, RsResult, SqlType};
 
-use crate::session::layout_conflict;
+use crate::session::{layout_conflict, PendingRow};
 use rockstream_pgwire::{FIELD_COLUMN_NUMBER, FIELD_TABLE_OID, FIELD_VARCHAR_LENGTH};
 use rockstream_planner::relation_oid;
 
@@ -47,8 +47,9 @@ pub const ROW_KEY_COLUMN: &str = "__rs_row_key";
 /// Rows per record batch handed to DataFusion.
 const BATCH_ROWS_MAX: usize = 8192;
 
-/// Uncommitted writes of a transaction to one table: key → current row.
-pub type TableOverlay = BTreeMap<Vec<u8>, Option<Row>>;
+/// Uncommitted writes of a transaction to one table: key → (the row as the
+/// transaction first read it, the row now), shared with the transaction.
+pub type TableOverlay = Arc<BTreeMap<Vec<u8>, PendingRow>>;
 
 #[derive(Clone)]
 pub struct ReadContext {
@@ -362,7 +363,7 @@ impl SnapshotTable {
         overlay
             .range(key_prefix.to_vec()..)
             .take_while(|(key, _)| key.starts_with(key_prefix))
-            .filter_map(|(key, row)| row.as_ref().map(|row| (key.clone(), row.clone())))
+            .filter_map(|(key, (_, row))| row.as_ref().map(|row| (key.clone(), row.clone())))
             .collect()
     }
 

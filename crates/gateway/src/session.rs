@@ -59,8 +59,10 @@ pub struct PendingTable {
     /// The table's layout ([`CatalogEntry::rewritten`]) its rows are in.
     layout: u64,
     /// key → its pending row. Entries are only ever added or changed;
-    /// only undoing removes them.
-    rows: BTreeMap<Vec<u8>, PendingRow>,
+    /// only undoing removes them. Shared with the reads of the statements
+    /// that see them ([`PendingTable::shared_rows`]): a change copies the
+    /// map only while such a read still holds it.
+    rows: Arc<BTreeMap<Vec<u8>, PendingRow>>,
     /// What each change since the oldest mark replaced, oldest first.
     undo: Vec<Undo>,
 }
@@ -82,7 +84,7 @@ impl PendingTable {
         PendingTable {
             name,
             layout,
-            rows: BTreeMap::new(),
+            rows: Arc::default(),
             undo: Vec::new(),
         }
     }
@@ -93,6 +95,12 @@ impl PendingTable {
 
     pub fn rows(&self) -> &BTreeMap<Vec<u8>, PendingRow> {
         &self.rows
+    }
+
+    /// The pending rows, for a read that sees them while the transaction
+    /// goes on: shared, not copied.
+    pub fn shared_rows(&self) -> Arc<BTreeMap<Vec<u8>, PendingRow>> {
+        Arc::clone(&self.rows)
     }
 
     pub fn get(&self, key: &[u8]) -> Option<&PendingRow> {
@@ -107,7 +115,7 @@ impl PendingTable {
         current: Option<Row>,
         first_read: impl FnOnce() -> Option<Row>,
     ) {
-        match self.rows.entry(key) {
+        match Arc::make_mut(&mut self.rows).entry(key) {
             Entry::Occupied(mut entry) => {
                 let previous = std::mem::replace(&mut entry.get_mut().1, current);
                 self.undo
@@ -124,10 +132,11 @@ impl PendingTable {
     /// in one pass.
     pub fn fill(&mut self, rows: impl IntoIterator<Item = (Vec<u8>, Row)>) {
         debug_assert!(self.rows.is_empty(), "filling a table with entries");
-        self.rows = rows
-            .into_iter()
-            .map(|(key, row)| (key, (None, Some(row))))
-            .collect();
+        self.rows = Arc::new(
+            rows.into_iter()
+                .map(|(key, row)| (key, (None, Some(row))))
+                .collect(),
+        );
         self.undo.push(Undo::Empty);
     }
 
@@ -141,11 +150,11 @@ impl PendingTable {
     /// block staging its rows), as it cannot be undone.
     pub fn take_rows(&mut self) -> BTreeMap<Vec<u8>, PendingRow> {
         self.undo.clear();
-        std::mem::take(&mut self.rows)
+        Arc::unwrap_or_clone(std::mem::take(&mut self.rows))
     }
 
     pub fn into_rows(self) -> BTreeMap<Vec<u8>, PendingRow> {
-        self.rows
+        Arc::unwrap_or_clone(self.rows)
     }
 
     /// The rows (key, row now) changed since the undo log was `mark` long
@@ -190,14 +199,14 @@ impl PendingTable {
             match self.undo.pop() {
                 Some(Undo::Row(key, Some(previous))) => {
                     // Made before this change, so not undone yet.
-                    if let Some(entry) = self.rows.get_mut(&key) {
+                    if let Some(entry) = Arc::make_mut(&mut self.rows).get_mut(&key) {
                         entry.1 = previous;
                     }
                 }
                 Some(Undo::Row(key, None)) => {
-                    self.rows.remove(&key);
+                    Arc::make_mut(&mut self.rows).remove(&key);
                 }
-                Some(Undo::Empty) => self.rows.clear(),
+                Some(Undo::Empty) => self.rows = Arc::default(),
                 Some(Undo::Layout(layout)) => self.layout = layout,
                 None => break,
             }
@@ -703,10 +712,13 @@ pub fn layout_conflict(
 mod tests {
     //! Goal: returning to a mark through the undo logs gives exactly the
     //! pending rows a full copy taken at the mark held, and the rows
-    //! changed since a mark are exactly those that differ from the copy.
-    //! Method: random changes, marks, rollbacks, drops and forgets, checked
-    //! against copies of the rows at every mark.
+    //! changed since a mark are exactly those that differ from the copy;
+    //! a read sharing the rows keeps seeing them as they were when it
+    //! began, whatever changes after.
+    //! Method: random changes, marks, rollbacks, drops, forgets and reads,
+    //! checked against copies of the rows at every mark and read.
     use super::*;
+    use crate::providers::TableOverlay;
     use rockstream_types::Datum;
 
     /// The rows of every table, as a full copy would hold them.
@@ -716,7 +728,7 @@ mod tests {
         transaction
             .tables
             .iter()
-            .map(|(id, table)| (*id, (table.layout, table.rows.clone())))
+            .map(|(id, table)| (*id, (table.layout, (*table.rows).clone())))
             .collect()
     }
 
@@ -740,8 +752,17 @@ mod tests {
             // Object ids are never reused: a dropped table is not written
             // again.
             let mut dropped = std::collections::HashSet::new();
+            // Reads under way: the rows they share, and a copy of them.
+            let mut reads: Vec<(TableOverlay, BTreeMap<Vec<u8>, PendingRow>)> = Vec::new();
             for _ in 0..60 {
                 let table_id = ObjectId::from(next(3));
+                match (next(4), transaction.tables.get(&table_id)) {
+                    (0, Some(table)) => reads.push((table.shared_rows(), (*table.rows).clone())),
+                    (1, _) if !reads.is_empty() => {
+                        reads.swap_remove(next(reads.len() as u64) as usize);
+                    }
+                    _ => {}
+                }
                 let operation = match next(10) {
                     0..=5 if dropped.contains(&table_id) => 9,
                     operation => operation,
@@ -805,6 +826,9 @@ mod tests {
                     }
                     _ if marks.is_empty() => transaction.forget_undo(),
                     _ => {}
+                }
+                for (shared, seen) in &reads {
+                    assert_eq!(**shared, *seen, "a read's rows changed under it");
                 }
             }
         }

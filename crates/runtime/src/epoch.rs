@@ -216,8 +216,18 @@ impl EpochLoop {
             }
             self.take_discarded();
             let building = self.has_background_work() && !stalled;
+            // A deletion's next chunk is still being read: rather than a
+            // turn waiting for it, commands go first until it is there.
+            let reading = building && self.deletion_reading();
             let command = match deferred.take() {
                 Some(command) => Some(command),
+                None if reading => tokio::select! {
+                    command = receiver.recv() => match command {
+                        Some(command) => Some(command),
+                        None => break,
+                    },
+                    () = self.collect_deletion_read() => None,
+                },
                 None if building => match receiver.try_recv() {
                     Ok(command) => Some(command),
                     Err(mpsc::error::TryRecvError::Empty) => None,
@@ -242,12 +252,16 @@ impl EpochLoop {
                 None => Ok(()),
             };
             let result = match result {
-                Ok(()) if building => self.background_turn().await.map(|worked| {
-                    if !worked && !stalled {
-                        tracing::error!("background work is pending but none of it can proceed");
-                    }
-                    stalled = !worked;
-                }),
+                Ok(()) if building && !self.deletion_reading() => {
+                    self.background_turn().await.map(|worked| {
+                        if !worked && !stalled {
+                            tracing::error!(
+                                "background work is pending but none of it can proceed"
+                            );
+                        }
+                        stalled = !worked;
+                    })
+                }
                 other => other,
             };
             if let Err(error) = result {
@@ -909,13 +923,16 @@ impl EpochLoop {
         }
         deletion.after.resize(self.shards.len(), None);
         let started = self.runtime.now_micros();
-        let ahead = match deletion.ahead.take() {
-            Some(ahead) => ahead,
-            None => self.read_ahead(&deletion)?,
+        let chunks = match deletion.read.take() {
+            Some(read) => read?,
+            None => {
+                let ahead = match deletion.ahead.take() {
+                    Some(ahead) => ahead,
+                    None => self.read_ahead(&deletion)?,
+                };
+                joined(ahead.await)?
+            }
         };
-        let chunks = ahead
-            .await
-            .map_err(|error| RsError::internal(format!("a deletion's read failed: {error}")))??;
         let scanned = self.runtime.now_micros();
         let mut deletes = Vec::with_capacity(chunks.len());
         for (chunk, after) in chunks.into_iter().zip(&mut deletion.after) {
@@ -930,7 +947,10 @@ impl EpochLoop {
         }
         if deletes.iter().all(Vec::is_empty) {
             deletion.prefixes.remove(0);
-            deletion.after.clear();
+            deletion.after = vec![None; self.shards.len()];
+            if !deletion.prefixes.is_empty() {
+                deletion.ahead = Some(self.read_ahead(&deletion)?);
+            }
             return Ok(deletion);
         }
         // No epoch: nothing reads these keys, and a deletion a crash
@@ -1041,11 +1061,21 @@ pub(super) struct Deletion {
     /// while the engine serves commands: a commit then waits for a turn's
     /// writes, not for its reads too.
     ahead: Option<DeletionRead>,
+    /// That chunk, once read and collected ([`Deletion::collect_read`]).
+    read: Option<RsResult<Vec<Chunk>>>,
+}
+
+/// One shard's keys (and values) of a deletion's turn.
+type Chunk = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// A deletion's read as its task ended.
+fn joined(ended: Result<RsResult<Vec<Chunk>>, tokio::task::JoinError>) -> RsResult<Vec<Chunk>> {
+    ended.map_err(|error| RsError::internal(format!("a deletion's read failed: {error}")))?
 }
 
 /// Each shard's next chunk of keys (and values) under a deletion's prefix,
 /// read on a task of its own.
-type DeletionRead = tokio::task::JoinHandle<RsResult<Vec<Vec<(Vec<u8>, Vec<u8>)>>>>;
+type DeletionRead = tokio::task::JoinHandle<RsResult<Vec<Chunk>>>;
 
 impl Drop for Deletion {
     fn drop(&mut self) {
@@ -1061,11 +1091,27 @@ impl Deletion {
             prefixes,
             after: Vec::new(),
             ahead: None,
+            read: None,
         }
     }
 
     pub(super) fn is_done(&self) -> bool {
         self.prefixes.is_empty()
+    }
+
+    /// Its next chunk is being read ahead and not yet collected.
+    pub(super) fn is_reading(&self) -> bool {
+        self.ahead.is_some()
+    }
+
+    /// Waits for the chunk being read ahead, and keeps it for the next
+    /// turn. Cancel-safe: dropped while waiting, the read goes on.
+    pub(super) async fn collect_read(&mut self) {
+        if let Some(ahead) = &mut self.ahead {
+            let read = joined(ahead.await);
+            self.ahead = None;
+            self.read = Some(read);
+        }
     }
 }
 

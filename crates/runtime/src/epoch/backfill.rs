@@ -39,6 +39,7 @@ use rockstream_storage::{EpochStore, ShardDb, Snapshot};
 use rockstream_types::encoding::{decode_row, encode_datum, encode_row_into};
 use rockstream_types::{codes, ObjectId, Row, RsError, RsResult, ZSet};
 
+use super::reclaim::Reclaim;
 use super::{apply_view_output, split_steps, Deletion, Deltas, EpochLoop, Stores};
 use crate::engine::{InstallView, TableChange, ViewStatus, BACKFILL_EPOCH_ROWS};
 
@@ -97,6 +98,31 @@ impl EpochLoop {
                     Phase::Preparing { .. } | Phase::Building(_)
                 )
             })
+    }
+
+    /// Whether a deletion's next chunk is still being read: its turn would
+    /// wait for the read, and commands may go first.
+    pub(super) fn deletion_reading(&self) -> bool {
+        self.reclaims.iter().any(Reclaim::is_reading)
+            || self.views.iter().any(|installed| {
+                matches!(&installed.phase, Phase::Preparing { stale } if stale.is_reading())
+            })
+    }
+
+    /// Waits for the first deletion whose next chunk is being read, and
+    /// keeps the chunk for its turn. Cancel-safe.
+    pub(super) async fn collect_deletion_read(&mut self) {
+        let reclaims = self.reclaims.iter_mut().map(Reclaim::keys_mut);
+        let stale = self
+            .views
+            .iter_mut()
+            .filter_map(|installed| match &mut installed.phase {
+                Phase::Preparing { stale } => Some(stale),
+                _ => None,
+            });
+        if let Some(deletion) = reclaims.chain(stale).find(|deletion| deletion.is_reading()) {
+            deletion.collect_read().await;
+        }
     }
 
     /// One bounded step of background work: of a view's build if one can

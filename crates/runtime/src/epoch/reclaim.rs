@@ -27,6 +27,17 @@ pub(super) struct Reclaim {
     keys: Deletion,
 }
 
+impl Reclaim {
+    /// Its next chunk of keys is being read and is not there yet.
+    pub(super) fn is_reading(&self) -> bool {
+        self.keys.is_reading()
+    }
+
+    pub(super) fn keys_mut(&mut self) -> &mut Deletion {
+        &mut self.keys
+    }
+}
+
 /// Whose keys a [`Reclaim`] deletes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Reclaimed {
