@@ -426,9 +426,13 @@ async fn update_latencies(
     latencies
 }
 
+/// The `fraction` percentile of `values`; zero for none.
 fn percentile(values: &mut [Duration], fraction: f64) -> Duration {
     values.sort();
-    values[((values.len() - 1) as f64 * fraction).round() as usize]
+    let Some(last) = values.len().checked_sub(1) else {
+        return Duration::ZERO;
+    };
+    values[(last as f64 * fraction).round() as usize]
 }
 
 fn milliseconds(duration: Duration) -> f64 {
@@ -591,7 +595,7 @@ async fn backfill_under_load(rows: u64) -> BackfillFigures {
 /// and the single-row commits another session makes into another table
 /// from just before the DROP until the dropped state is reclaimed.
 struct DropFigures {
-    /// The writer's commits over the baseline span before the DROP.
+    /// How long the writer commits before the DROP, and its commits then.
     baseline_seconds: u64,
     baseline_commits: usize,
     baseline_p99: Duration,
@@ -606,7 +610,7 @@ struct DropFigures {
     commits_over_50ms: usize,
 }
 
-/// Commits slower than the bound of the DROP figure.
+/// Commits slower than the bound the DROP figure is held to (50 ms).
 fn over_50ms(latencies: &[Duration]) -> usize {
     latencies
         .iter()

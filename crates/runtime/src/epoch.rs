@@ -175,7 +175,9 @@ impl EpochLoop {
     /// Serves commands until every handle is gone. While a view is being
     /// built or a dropped object's keys deleted, commands and bounded steps
     /// of that work take turns: a commit waits for at most one step, and a
-    /// busy commit stream cannot starve the background work.
+    /// busy commit stream cannot starve the background work. A deletion's
+    /// step waits for no read: its keys are read meanwhile, and commands
+    /// go on until they are there.
     pub async fn run(mut self, mut receiver: mpsc::Receiver<Command>) {
         if let Err(error) = self.resume_reclaims().await {
             self.storage_failed(error);
@@ -217,16 +219,21 @@ impl EpochLoop {
             self.take_discarded();
             let building = self.has_background_work() && !stalled;
             // A deletion's next chunk is still being read: rather than a
-            // turn waiting for it, commands go first until it is there.
+            // turn waiting for it, a queued command goes first, else the
+            // first of a command and the read.
             let reading = building && self.deletion_reading();
             let command = match deferred.take() {
                 Some(command) => Some(command),
-                None if reading => tokio::select! {
-                    command = receiver.recv() => match command {
-                        Some(command) => Some(command),
-                        None => break,
+                None if reading => match receiver.try_recv() {
+                    Ok(command) => Some(command),
+                    Err(mpsc::error::TryRecvError::Empty) => tokio::select! {
+                        command = receiver.recv() => match command {
+                            Some(command) => Some(command),
+                            None => break,
+                        },
+                        () = self.collect_deletion_read() => None,
                     },
-                    () = self.collect_deletion_read() => None,
+                    Err(mpsc::error::TryRecvError::Disconnected) => break,
                 },
                 None if building => match receiver.try_recv() {
                     Ok(command) => Some(command),
@@ -251,6 +258,11 @@ impl EpochLoop {
                 Some(command) => self.serve(command, &mut receiver, &mut deferred).await,
                 None => Ok(()),
             };
+            // A read done by now is collected: the turn goes before the next
+            // command.
+            if building {
+                self.collect_finished_reads().await;
+            }
             let result = match result {
                 Ok(()) if building && !self.deletion_reading() => {
                     self.background_turn().await.map(|worked| {
@@ -922,18 +934,19 @@ impl EpochLoop {
             return Ok(deletion);
         }
         deletion.after.resize(self.shards.len(), None);
-        let started = self.runtime.now_micros();
-        let chunks = match deletion.read.take() {
-            Some(read) => read?,
-            None => {
-                let ahead = match deletion.ahead.take() {
-                    Some(ahead) => ahead,
-                    None => self.read_ahead(&deletion)?,
-                };
-                joined(ahead.await)?
+        // Its chunk is read on a task of its own while the engine serves
+        // commands, which it collects before the next turn
+        // ([`EpochLoop::collect_deletion_read`]); this turn only starts
+        // the read if none is under way.
+        let chunks = match (deletion.read.take(), deletion.ahead.take()) {
+            (Some(read), _) => read?,
+            (None, Some(ahead)) => joined(ahead.await)?,
+            (None, None) => {
+                deletion.ahead = Some(self.read_ahead(&deletion)?);
+                return Ok(deletion);
             }
         };
-        let scanned = self.runtime.now_micros();
+        let started = self.runtime.now_micros();
         let mut deletes = Vec::with_capacity(chunks.len());
         for (chunk, after) in chunks.into_iter().zip(&mut deletion.after) {
             if let Some((last, _)) = chunk.last() {
@@ -947,10 +960,7 @@ impl EpochLoop {
         }
         if deletes.iter().all(Vec::is_empty) {
             deletion.prefixes.remove(0);
-            deletion.after = vec![None; self.shards.len()];
-            if !deletion.prefixes.is_empty() {
-                deletion.ahead = Some(self.read_ahead(&deletion)?);
-            }
+            deletion.after.clear();
             return Ok(deletion);
         }
         // No epoch: nothing reads these keys, and a deletion a crash
@@ -973,8 +983,7 @@ impl EpochLoop {
         if took > SLOW_EPOCH_MICROS {
             tracing::debug!(
                 keys = self.delete_chunk_keys,
-                read_wait_ms = (scanned - started) / 1000,
-                durable_ms = (started + took - scanned) / 1000,
+                durable_ms = took / 1000,
                 "slow deletion turn"
             );
         }
@@ -1015,17 +1024,17 @@ impl EpochLoop {
 const SHARD_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Keys the first deletion turn removes on each shard; later turns remove
-/// as many as take about [`DELETE_TURN_MICROS`]: a commit arriving during a
-/// turn waits for it, so the turn's length bounds that wait, whatever the
-/// keys' sizes, the shard count or the machine. At most 2,048: a turn's
-/// keys are read ahead, but a read that found its blocks cold took up to
-/// 54 ms at 8,192 keys, and the engine waits for a read not yet done.
-/// (Measured, bench `drop`, 1M rows, release, BENCHMARKS rounds 18–25.)
+/// as many as take about [`DELETE_TURN_MICROS`] to write: a commit arriving
+/// during a turn waits for it, so the turn's length bounds that wait,
+/// whatever the keys' sizes, the shard count or the machine. A turn's keys
+/// are read beforehand while commands are served; at most 2,048, so that
+/// a read of cold blocks stays short (54 ms at 8,192 keys) and what a turn
+/// holds small. (Measured, bench `drop`, 1M rows, release, BENCHMARKS
+/// rounds 18–26.)
 const DELETE_CHUNK_KEYS: usize = 2048;
 const DELETE_CHUNK_KEYS_MIN: usize = 128;
 const DELETE_CHUNK_KEYS_MAX: usize = 2048;
-/// The length a deletion turn aims for: the wait for its read, if not yet
-/// done, and its writes.
+/// The length a deletion turn aims for: its durable writes.
 const DELETE_TURN_MICROS: i64 = 3_000;
 
 /// An epoch slower than this logs where its time went (at debug level).
@@ -1102,6 +1111,11 @@ impl Deletion {
     /// Its next chunk is being read ahead and not yet collected.
     pub(super) fn is_reading(&self) -> bool {
         self.ahead.is_some()
+    }
+
+    /// Its read ahead has ended and is not yet collected.
+    pub(super) fn has_read(&self) -> bool {
+        self.ahead.as_ref().is_some_and(|ahead| ahead.is_finished())
     }
 
     /// Waits for the chunk being read ahead, and keeps it for the next

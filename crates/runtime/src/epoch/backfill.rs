@@ -100,19 +100,8 @@ impl EpochLoop {
             })
     }
 
-    /// Whether a deletion's next chunk is still being read: its turn would
-    /// wait for the read, and commands may go first.
-    pub(super) fn deletion_reading(&self) -> bool {
-        self.reclaims.iter().any(Reclaim::is_reading)
-            || self.views.iter().any(|installed| {
-                matches!(&installed.phase, Phase::Preparing { stale } if stale.is_reading())
-            })
-    }
-
-    /// Waits for the first deletion whose next chunk is being read, and
-    /// keeps the chunk for its turn. Cancel-safe.
-    pub(super) async fn collect_deletion_read(&mut self) {
-        let reclaims = self.reclaims.iter_mut().map(Reclaim::keys_mut);
+    /// Every deletion under way: reclaims' and views' stale state.
+    fn deletions(&mut self) -> impl Iterator<Item = &mut Deletion> {
         let stale = self
             .views
             .iter_mut()
@@ -120,8 +109,29 @@ impl EpochLoop {
                 Phase::Preparing { stale } => Some(stale),
                 _ => None,
             });
-        if let Some(deletion) = reclaims.chain(stale).find(|deletion| deletion.is_reading()) {
+        self.reclaims.iter_mut().map(Reclaim::keys_mut).chain(stale)
+    }
+
+    /// Whether a deletion's next chunk is still being read: a background
+    /// turn would wait for it, so commands go first.
+    pub(super) fn deletion_reading(&mut self) -> bool {
+        self.deletions().any(|deletion| deletion.is_reading())
+    }
+
+    /// Waits for the first deletion whose next chunk is being read, and
+    /// keeps the chunk for its turn. Cancel-safe.
+    pub(super) async fn collect_deletion_read(&mut self) {
+        if let Some(deletion) = self.deletions().find(|deletion| deletion.is_reading()) {
             deletion.collect_read().await;
+        }
+    }
+
+    /// Collects, without waiting, the deletions' reads that have ended.
+    pub(super) async fn collect_finished_reads(&mut self) {
+        for deletion in self.deletions() {
+            if deletion.has_read() {
+                deletion.collect_read().await;
+            }
         }
     }
 

@@ -28,11 +28,6 @@ pub(super) struct Reclaim {
 }
 
 impl Reclaim {
-    /// Its next chunk of keys is being read and is not there yet.
-    pub(super) fn is_reading(&self) -> bool {
-        self.keys.is_reading()
-    }
-
     pub(super) fn keys_mut(&mut self) -> &mut Deletion {
         &mut self.keys
     }
