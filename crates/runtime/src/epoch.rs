@@ -46,7 +46,7 @@ pub use backfill::installed_marker;
 pub(crate) use log::repair;
 
 use backfill::{BuildInputs, Phase};
-use reclaim::Reclaim;
+use reclaim::{Dropping, Reclaim};
 use recovery::{refuse, Failure};
 
 type Reply<T = Epoch> = oneshot::Sender<RsResult<T>>;
@@ -90,8 +90,10 @@ pub(crate) struct EpochLoop {
     /// requested, and those flushes while they run.
     flushed_at: (Epoch, i64),
     flushing: Vec<tokio::task::JoinHandle<RsResult<()>>>,
-    /// Dropped objects whose keys are still being deleted, oldest first.
+    /// Transactions' staged rows still being deleted, oldest first.
     reclaims: Vec<Reclaim>,
+    /// Dropped objects whose keys compaction is removing.
+    dropping: Dropping,
     /// Keys the next deletion turn removes per shard ([`next_delete_chunk`]).
     delete_chunk_keys: usize,
     /// How many, for [`crate::Engine::reclaims_pending`].
@@ -154,6 +156,7 @@ impl EpochLoop {
             flushed_at: (start.epoch, 0),
             flushing: Vec::new(),
             reclaims: Vec::new(),
+            dropping: Dropping::default(),
             delete_chunk_keys: DELETE_CHUNK_KEYS,
             reclaiming,
             logged: start.logged,
@@ -173,13 +176,13 @@ impl EpochLoop {
     }
 
     /// Serves commands until every handle is gone. While a view is being
-    /// built or a dropped object's keys deleted, commands and bounded steps
+    /// built or staged rows deleted, commands and bounded steps
     /// of that work take turns: a commit waits for at most one step, and a
     /// busy commit stream cannot starve the background work. A deletion's
     /// step waits for no read: its keys are read meanwhile, and commands
     /// go on until they are there.
     pub async fn run(mut self, mut receiver: mpsc::Receiver<Command>) {
-        if let Err(error) = self.resume_reclaims().await {
+        if let Err(error) = self.resume_drops().await {
             self.storage_failed(error);
         }
         // Part of a large transaction's commit a crash cut short is not
@@ -257,6 +260,10 @@ impl EpochLoop {
             let result = match command {
                 Some(command) => self.serve(command, &mut receiver, &mut deferred).await,
                 None => Ok(()),
+            };
+            let result = match result {
+                Ok(()) => self.tend_drops().await,
+                failed => failed,
             };
             // A read done by now is collected: the turn goes before the next
             // command.

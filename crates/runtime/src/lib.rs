@@ -20,7 +20,7 @@
 //! bounded chunk per turn in key order, taking turns with commits; a
 //! commit's change to a row the backfill has read goes through the view at
 //! once, one beyond it is read later (`epoch::backfill`).
-//! A dropped object's keys are deleted the same way, after a durable marker
+//! A dropped object's keys are left to compaction, after a durable marker
 //! lets `DROP` return at once (`epoch::reclaim`).
 
 mod engine;

@@ -11,13 +11,15 @@
 //! A count reached by additions may sum to zero. Reads here hide such
 //! entries ([`keys::holds_count`] says which keys hold counts), so every
 //! layer above sees a zero count as absent; compaction removes them with the
-//! `ZeroCounts` filter.
+//! shard's compaction filter ([`StateFilter`]), which also empties dropped
+//! objects' keys ([`ShardDb::compact_away`]).
 //!
 //! The storage format version is stored at `0x06 'F' 'V'` and checked on open
 //! (DESIGN §5.5): a shard written by an incompatible binary is refused with
 //! `RS-5001`.
 
 mod cache;
+mod dropped;
 mod epoch_store;
 mod set;
 
@@ -43,6 +45,7 @@ use rockstream_ops::{ScanOrder, Write};
 use rockstream_types::{codes, Epoch, RsError, RsResult};
 
 pub use cache::{CacheStats, Lookup, StateCache, ARRANGEMENT_CACHE_BYTES_DEFAULT};
+use dropped::{Dropped, Removable};
 pub use epoch_store::EpochStore;
 pub use rockstream_common::object_store_for;
 use rockstream_common::BackgroundRuntime;
@@ -116,6 +119,8 @@ struct Opened {
     /// id in it.
     block_cache: Arc<dyn DbCache>,
     cache_id: u64,
+    /// The prefixes its compactions empty, kept across a reopen.
+    dropped: Arc<Dropped>,
 }
 
 /// Where shard `shard` of a storage lives.
@@ -141,6 +146,7 @@ impl ShardDb {
             shards: 1,
             block_cache: block_and_meta_cache(),
             cache_id: 0,
+            dropped: Arc::default(),
         };
         let cache = Arc::new(StateCache::new(cache_bytes));
         ShardDb::open_with(path, opened, cache, compaction).await
@@ -166,6 +172,7 @@ impl ShardDb {
                 shards: count,
                 block_cache: cache.clone(),
                 cache_id: u64::from(shard),
+                dropped: Arc::default(),
             };
             let state_cache = Arc::new(StateCache::new(arrangement_cache_bytes));
             shards.push(ShardDb::open_with(&path, opened, state_cache, compaction.clone()).await?);
@@ -202,17 +209,18 @@ impl ShardDb {
             shards,
             block_cache,
             cache_id,
+            dropped,
         } = opened.clone();
         let mut settings = settings(path, shards)?;
         // The compactor runs in-process with SlateDB's default options, on
         // low-priority threads of its own, with the filter removing zero
-        // counts; the SSTs it writes carry the same bloom filters as flushed
-        // ones.
+        // counts and dropped objects' keys; the SSTs it writes carry the
+        // same bloom filters as flushed ones.
         let compactor = CompactorBuilder::new(path.to_string(), store.clone())
             .with_runtime(compaction.handle())
             .with_options(settings.compactor_options.take().unwrap_or_default())
             .with_filter_policies(filter_policies())
-            .with_compaction_filter_supplier(Arc::new(ZeroCounts));
+            .with_compaction_filter_supplier(Arc::new(StateFilter { dropped }));
         let db = Db::builder(path.to_string(), store)
             .with_settings(settings)
             // A block cache shared by several databases keeps each one's
@@ -431,6 +439,76 @@ impl ShardDb {
         }
     }
 
+    /// The sequence number of the last write: snapshots open now read at
+    /// most up to it.
+    pub fn last_seq(&self) -> RsResult<u64> {
+        let snapshot = self
+            .db
+            .snapshot()
+            .map_err(|error| storage_error(&self.name, error))?;
+        Ok(snapshot.seq())
+    }
+
+    /// Has compaction empty `prefixes`, a dropped object's keys: entries
+    /// under them that a compaction rewrites become tombstones (or go, in
+    /// the oldest run) once no snapshot reading at or before `readers_seq`
+    /// is open ([`dropped`]) — the [`ShardDb::last_seq`] before the write
+    /// that dropped the object, or 0 if no reader can know it. Nothing may
+    /// write under them any more. Registrations last until
+    /// [`ShardDb::stop_compacting_away`], across a [`ShardDb::reopen`].
+    pub fn compact_away(&self, prefixes: &[Vec<u8>], readers_seq: u64) {
+        self.opened.dropped.add(prefixes, readers_seq);
+    }
+
+    /// Stops emptying `prefixes`, once they read empty: nothing under them
+    /// can become visible again ([`dropped`]).
+    pub fn stop_compacting_away(&self, prefixes: &[Vec<u8>]) {
+        self.opened.dropped.remove(prefixes);
+    }
+
+    /// Asks the compactor to rewrite the sorted runs that hold keys under
+    /// prefixes given to [`ShardDb::compact_away`] whose readers are gone,
+    /// so that they go soon rather than whenever the size-tiered scheduler
+    /// next merges those runs. Returns whether it asked: the compactor may
+    /// still turn the request down (one of the runs being compacted
+    /// already, say), so the caller asks again until the prefixes read
+    /// empty.
+    ///
+    /// The returned future owns what it needs, so it can run on a task of
+    /// its own.
+    pub fn compact_dropped(&self) -> impl Future<Output = RsResult<bool>> + Send + 'static {
+        let name = self.name.clone();
+        let store = self.opened.store.clone();
+        let dropped = self.opened.dropped.clone();
+        async move {
+            let fail = |error| storage_error(&name, error);
+            let admin = slatedb::admin::Admin::builder(name.clone(), store).build();
+            let state = admin.read_compactor_state_view().await.map_err(fail)?;
+            // SlateDB 0.18 runs two submitted compactions with one
+            // destination side by side and panics: ask only while none is
+            // under way.
+            let busy = state.compactions().is_some_and(|compactions| {
+                compactions
+                    .recent_compactions()
+                    .any(slatedb::compactor::Compaction::active)
+            });
+            if busy {
+                return Ok(false);
+            }
+            let Some(spec) = dropped.compaction(state.manifest()) else {
+                return Ok(false);
+            };
+            tracing::debug!(shard = %name, ?spec, "compacting dropped objects' keys");
+            admin.submit_compaction(spec).await.map_err(fail)?;
+            Ok(true)
+        }
+    }
+
+    /// How many prefixes compaction is emptying.
+    pub fn prefixes_compacting_away(&self) -> usize {
+        self.opened.dropped.len()
+    }
+
     pub async fn close(&self) -> RsResult<()> {
         self.db
             .close()
@@ -591,6 +669,16 @@ impl Snapshot {
             cache.insert_complete(*generation, prefix, &entries);
         }
         Ok(entries)
+    }
+
+    /// Whether storage holds a key under `prefix`, asked of storage itself
+    /// (the arrangement cache may still hold a dropped object's keys that
+    /// compaction has removed).
+    pub async fn stores_any(&self, prefix: &[u8]) -> RsResult<bool> {
+        let found = self
+            .scan_prefix_stored(prefix, ScanOrder::Ascending, 1)
+            .await?;
+        Ok(!found.is_empty())
     }
 
     async fn scan_prefix_stored(
@@ -926,30 +1014,45 @@ fn is_zero_count(key: &[u8], value: &[u8]) -> bool {
     keys::holds_count(key) && keys::decode_weight(value) == 0
 }
 
-/// Compaction filter removing counts that sum to zero. A zero merge
-/// operand adds nothing and is dropped; a zero value becomes a tombstone,
-/// which still hides older versions of the key and which SlateDB drops
-/// once nothing older remains. Both changes read the same as before, so
-/// snapshots pinned by readers are unaffected.
-struct ZeroCounts;
-
-#[async_trait::async_trait]
-impl CompactionFilterSupplier for ZeroCounts {
-    async fn create_compaction_filter(
-        &self,
-        _context: &CompactionJobContext,
-    ) -> Result<Box<dyn CompactionFilter>, CompactionFilterError> {
-        Ok(Box::new(ZeroCounts))
-    }
+/// The shard's compaction filter: it removes counts that sum to zero and
+/// empties dropped objects' prefixes ([`dropped`]).
+///
+/// A zero merge operand adds nothing and is dropped; a zero value becomes
+/// a tombstone, which still hides older versions of the key and which
+/// SlateDB drops once nothing older remains. Both changes read the same as
+/// before, so snapshots pinned by readers are unaffected.
+struct StateFilter {
+    dropped: Arc<Dropped>,
 }
 
 #[async_trait::async_trait]
-impl CompactionFilter for ZeroCounts {
+impl CompactionFilterSupplier for StateFilter {
+    async fn create_compaction_filter(
+        &self,
+        context: &CompactionJobContext,
+    ) -> Result<Box<dyn CompactionFilter>, CompactionFilterError> {
+        Ok(Box::new(StateFilterJob {
+            removable: self.dropped.removable(context),
+        }))
+    }
+}
+
+/// [`StateFilter`] in one compaction: the dropped prefixes it may empty
+/// are fixed when it starts.
+struct StateFilterJob {
+    removable: Removable,
+}
+
+#[async_trait::async_trait]
+impl CompactionFilter for StateFilterJob {
     async fn filter(
         &mut self,
         entry: &RowEntry,
     ) -> Result<CompactionFilterDecision, CompactionFilterError> {
-        Ok(zero_count_decision(entry))
+        Ok(self
+            .removable
+            .decision(entry)
+            .unwrap_or_else(|| zero_count_decision(entry)))
     }
 
     async fn on_compaction_end(&mut self) -> Result<(), CompactionFilterError> {
@@ -1295,6 +1398,90 @@ mod tests {
         ] {
             assert_eq!(decide(key, value), CompactionFilterDecision::Keep);
         }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the test paces its writes on tokio"
+    )]
+    async fn compaction_empties_a_dropped_prefix_once_its_readers_are_gone() {
+        // Goal: keys under a prefix given to `compact_away` disappear by
+        // compaction alone, never while a snapshot from before is open, and
+        // nothing else goes with them.
+        // Method: real SlateDB compactions, provoked by commits and memtable
+        // flushes; the manifest says when L0 tables were compacted.
+        let shard = shard_with(std::iter::empty()).await;
+        let row = |table: u128, n: u32| {
+            let mut key = keys::table_prefix(table);
+            key.extend_from_slice(&n.to_be_bytes());
+            key
+        };
+        let (dropped, kept) = (keys::table_prefix(7), keys::table_prefix(8));
+        let writes = (0..500).flat_map(|n| {
+            [
+                (row(7, n), Write::Put(vec![1; 64])),
+                (row(8, n), Write::Put(vec![2; 64])),
+            ]
+        });
+        shard.commit(2, writes).await.expect("commits");
+        shard.flush_memtable().await.expect("flush");
+        let stored = |snapshot: Snapshot, prefix: Vec<u8>| async move {
+            snapshot
+                .scan_prefix(&prefix, ScanOrder::Ascending, usize::MAX)
+                .await
+                .expect("scan")
+                .len()
+        };
+        // A compaction of L0 tables leaves fewer of them.
+        let l0_tables = || shard.db.status().current_manifest.l0().len();
+        let mut epoch = 3;
+        let mut churn = || {
+            epoch += 1;
+            let shard = &shard;
+            async move {
+                let writes = [(row(9, epoch), Write::Put(vec![3; 64]))];
+                shard.commit(epoch.into(), writes).await.expect("commits");
+                shard.flush_memtable().await.expect("flush");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(90);
+
+        let before = shard.snapshot().expect("snapshot");
+        let readers_seq = shard.last_seq().expect("sequence number");
+        shard.compact_away(std::slice::from_ref(&dropped), readers_seq);
+        let mut compactions = 0;
+        while compactions < 2 {
+            let before = l0_tables();
+            churn().await;
+            if l0_tables() < before {
+                compactions += 1;
+            }
+            assert!(std::time::Instant::now() < deadline, "no compaction ran");
+        }
+        assert_eq!(stored(before.clone(), dropped.clone()).await, 500);
+        let now = shard.snapshot().expect("snapshot");
+        assert_eq!(stored(now, dropped.clone()).await, 500, "nothing went yet");
+
+        drop(before);
+        loop {
+            churn().await;
+            shard
+                .compact_dropped()
+                .await
+                .expect("asks for a compaction");
+            let now = shard.snapshot().expect("snapshot");
+            if stored(now, dropped.clone()).await == 0 {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "still stored");
+        }
+        let now = shard.snapshot().expect("snapshot");
+        assert_eq!(stored(now, kept).await, 500);
+        assert_eq!(shard.prefixes_compacting_away(), 1);
+        shard.stop_compacting_away(&[dropped]);
+        assert_eq!(shard.prefixes_compacting_away(), 0);
     }
 }
 

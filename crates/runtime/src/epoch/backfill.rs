@@ -88,8 +88,8 @@ enum Readiness {
 }
 
 impl EpochLoop {
-    /// True while some view is preparing or building, or a dropped
-    /// object's keys are being deleted.
+    /// True while some view is preparing or building, or a transaction's
+    /// staged rows are being deleted.
     pub(super) fn has_background_work(&self) -> bool {
         !self.reclaims.is_empty()
             || self.views.iter().any(|installed| {

@@ -1,29 +1,43 @@
-//! Reclaiming a dropped object's state in the background.
+//! Reclaiming storage nothing reads any more: dropped objects' keys, and
+//! large transactions' staged rows.
 //!
-//! SlateDB has no range delete, so a dropped table's rows or a dropped
-//! view's output and operator state are deleted key by key. `DROP` does not
-//! wait for that: the engine commits a durable *reclaim marker* for the
-//! object (`0x06 'R' 'C' object_id`, on the coordinator) in one epoch and
-//! answers; the keys are then deleted on every shard, one bounded chunk per
-//! turn, taking turns with commits like a view's build, and the last turn
-//! deletes the marker. The chunks are written outside epochs, each shard
-//! on its own (nothing reads them, and a restart repeats what a crash
-//! lost), so a turn costs the shards' writes side by side rather than an
-//! epoch's commit point and log record. A restart resumes every marker it
-//! finds. Object ids are never reused, so nothing created later can live
-//! under a prefix being reclaimed.
+//! A dropped object's keys are left to compaction (DESIGN §5.3). `DROP`
+//! commits a durable *drop marker* for the object (`0x06 'R' 'C'
+//! object_id`, on every shard, so that every shard's snapshots after the
+//! DROP are newer than those before it) in one epoch, registers the
+//! object's prefixes with every shard's compaction filter
+//! ([`ShardDb::compact_away`]) and answers: nothing is written per key, so
+//! other writers do not pay for the reclaim. Every
+//! [`DROPPED_CHECK_MICROS`] a task off the engine loop looks whether the
+//! prefixes still hold keys; while they do, it flushes each shard's
+//! memtable and asks it to compact the tables that hold them
+//! ([`ShardDb::compact_dropped`]), and once
+//! they read empty on every shard the engine deletes the marker and the
+//! shards forget the prefixes. A restart registers every marker it finds
+//! again. Object ids are never reused, so nothing created later can live
+//! under a dropped prefix.
+//!
+//! A transaction's staged rows ([`super::staged`]) are few prefixes read
+//! again at every start, so they are deleted key by key instead: one
+//! bounded chunk per turn, taking turns with commits like a view's build.
+//! The chunks are written outside epochs, each shard on its own (nothing
+//! reads them, and a restart repeats what a crash lost), so a turn costs
+//! the shards' writes side by side rather than an epoch's commit point and
+//! log record.
 
 use rockstream_ops::keys;
 use rockstream_ops::{ScanOrder, StateStore};
+use rockstream_storage::{ShardDb, Snapshot};
 use rockstream_types::{ObjectId, RsError, RsResult};
 
 use super::{view_prefixes, Deletion, EpochLoop};
 
-/// Keys still being deleted: a dropped object's, or a large
-/// transaction's staged rows ([`super::staged`]).
+/// Least time between two looks at dropped objects' keys.
+const DROPPED_CHECK_MICROS: i64 = 5_000_000;
+
+/// A transaction's staged rows, being deleted.
 pub(super) struct Reclaim {
-    what: Reclaimed,
-    /// Their prefixes, being deleted.
+    transaction: u64,
     keys: Deletion,
 }
 
@@ -33,23 +47,21 @@ impl Reclaim {
     }
 }
 
-/// Whose keys a [`Reclaim`] deletes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Reclaimed {
-    /// A dropped table's or view's, resumed after a restart from its
-    /// durable marker.
-    Object(ObjectId),
-    /// A transaction's staged rows: after a restart, rows without a
-    /// staged-commit marker are found and deleted again, so they need no
-    /// marker of their own.
-    Staging(u64),
+/// Dropped objects whose keys compaction is removing, and the look at
+/// them under way.
+#[derive(Default)]
+pub(super) struct Dropping {
+    objects: Vec<ObjectId>,
+    /// When the last look began (µs).
+    checked_at: i64,
+    /// The look under way: which objects' keys are gone on every shard.
+    check: Option<tokio::task::JoinHandle<RsResult<Vec<ObjectId>>>>,
 }
 
-impl Reclaimed {
-    fn prefixes(self) -> Vec<Vec<u8>> {
-        match self {
-            Reclaimed::Object(object_id) => object_prefixes(object_id),
-            Reclaimed::Staging(transaction) => vec![keys::staged_prefix(transaction)],
+impl Drop for Dropping {
+    fn drop(&mut self) {
+        if let Some(check) = &self.check {
+            check.abort();
         }
     }
 }
@@ -59,7 +71,7 @@ fn marker_prefix() -> Vec<u8> {
     vec![keys::SHARD_META, b'R', b'C']
 }
 
-fn reclaim_marker(object_id: ObjectId) -> Vec<u8> {
+fn drop_marker(object_id: ObjectId) -> Vec<u8> {
     let mut key = marker_prefix();
     key.extend_from_slice(&object_id.to_be_bytes());
     key
@@ -76,30 +88,34 @@ fn object_prefixes(object_id: ObjectId) -> Vec<Vec<u8>> {
 }
 
 impl EpochLoop {
-    /// Takes up the reclaims a previous run left unfinished.
-    pub(super) async fn resume_reclaims(&mut self) -> RsResult<()> {
+    /// Takes up the dropped objects whose keys a previous run left stored.
+    pub(super) async fn resume_drops(&mut self) -> RsResult<()> {
         // The markers are the coordinator's.
         let snapshot = self.shards[0].snapshot()?;
         let prefix = marker_prefix();
         let markers = snapshot
             .scan_prefix(&prefix, ScanOrder::Ascending, usize::MAX)
             .await?;
+        let mut object_ids = Vec::with_capacity(markers.len());
         for (key, _) in markers {
             let id: [u8; 16] = key[prefix.len()..]
                 .try_into()
-                .map_err(|_| RsError::internal("corrupt reclaim marker"))?;
-            self.enqueue_reclaim(Reclaimed::Object(ObjectId::from_be_bytes(id)));
+                .map_err(|_| RsError::internal("corrupt drop marker"))?;
+            object_ids.push(ObjectId::from_be_bytes(id));
         }
-        if !self.reclaims.is_empty() {
+        if !object_ids.is_empty() {
             tracing::info!(
-                objects = self.reclaims.len(),
-                "resuming the reclaim of dropped objects"
+                objects = object_ids.len(),
+                "compaction goes on removing dropped objects' keys"
             );
         }
+        // No snapshot from before the restart is open.
+        let readers: Vec<u64> = vec![0; self.shards.len()];
+        self.compact_away(&object_ids, &readers);
         Ok(())
     }
 
-    /// Forgets dropped objects and schedules their keys for deletion: the
+    /// Forgets dropped objects and leaves their keys to compaction: the
     /// markers, written in one epoch, are durable when this returns.
     pub(super) async fn drop_objects(&mut self, object_ids: &[ObjectId]) -> RsResult<()> {
         self.views
@@ -109,60 +125,190 @@ impl EpochLoop {
                 statuses.remove(object_id);
             }
         }
+        // Readers that began before the DROP read at most these.
+        let readers = self
+            .shards
+            .iter()
+            .map(ShardDb::last_seq)
+            .collect::<RsResult<Vec<_>>>()?;
         let mut stores = self.new_stores()?;
-        for &object_id in object_ids {
-            stores[0].put(reclaim_marker(object_id), Vec::new());
+        for store in &mut stores {
+            for &object_id in object_ids {
+                store.put(drop_marker(object_id), Vec::new());
+            }
         }
         let forgotten = self
             .forget_staged_commits_into(object_ids, &mut stores)
             .await?;
         self.commit_epoch(stores).await?;
-        for &object_id in object_ids {
-            self.enqueue_reclaim(Reclaimed::Object(object_id));
-            self.dropped.insert(object_id);
-        }
+        self.dropped.extend(object_ids);
+        self.compact_away(object_ids, &readers);
         for transaction in forgotten {
             self.reclaim_staging(transaction);
         }
         Ok(())
     }
 
-    pub(super) fn enqueue_reclaim(&mut self, what: Reclaimed) {
-        if self.reclaims.iter().any(|reclaim| reclaim.what == what) {
+    /// Registers the objects' prefixes with every shard's compaction
+    /// filter; snapshots reading at most `readers` (by shard) keep what
+    /// they read.
+    fn compact_away(&mut self, object_ids: &[ObjectId], readers: &[u64]) {
+        for &object_id in object_ids {
+            let prefixes = object_prefixes(object_id);
+            for (shard, &readers_seq) in self.shards.iter().zip(readers) {
+                shard.compact_away(&prefixes, readers_seq);
+            }
+            if !self.dropping.objects.contains(&object_id) {
+                self.dropping.objects.push(object_id);
+            }
+        }
+        self.publish_reclaims();
+    }
+
+    /// Forgets the dropped objects being compacted away, to take them up
+    /// again from their markers ([`super::recovery`]).
+    pub(super) fn forget_drops(&mut self) {
+        self.dropping = Dropping::default();
+        self.publish_reclaims();
+    }
+
+    /// Looks at the dropped objects' keys every [`DROPPED_CHECK_MICROS`],
+    /// off the engine loop, and deletes the markers of those whose keys
+    /// are gone. Cheap when there is nothing to do: called after every
+    /// command and idle tick.
+    pub(super) async fn tend_drops(&mut self) -> RsResult<()> {
+        // Not while storage is down, nor between a staged commit's steps.
+        if self.failure.is_some() || self.hold_publish {
+            return Ok(());
+        }
+        if let Some(check) = &self.dropping.check {
+            if !check.is_finished() {
+                return Ok(());
+            }
+        }
+        if let Some(check) = self.dropping.check.take() {
+            match check.await {
+                Ok(Ok(gone)) => self.forget_compacted(&gone).await?,
+                Ok(Err(error)) => {
+                    tracing::warn!(%error, "looking at dropped objects' keys failed");
+                }
+                Err(error) => tracing::warn!(%error, "looking at dropped objects' keys failed"),
+            }
+        }
+        let now = self.runtime.now_micros();
+        if self.dropping.objects.is_empty() || now < self.dropping.checked_at + DROPPED_CHECK_MICROS
+        {
+            return Ok(());
+        }
+        self.dropping.checked_at = now;
+        let snapshots = self
+            .shards
+            .iter()
+            .map(ShardDb::snapshot)
+            .collect::<RsResult<Vec<_>>>()?;
+        let shards: Vec<_> = self
+            .shards
+            .iter()
+            .map(|shard| (shard.flush_memtable(), shard.compact_dropped()))
+            .collect();
+        let objects = self.dropping.objects.clone();
+        self.dropping.check = Some(self.runtime.spawn(async move {
+            let gone = compacted_away(&snapshots, &objects).await?;
+            if gone.len() < objects.len() {
+                // Keys still in a memtable reach a compaction only once it
+                // is flushed: a quiet database would not flush it soon.
+                for (flush, compaction) in shards {
+                    flush.await?;
+                    compaction.await?;
+                }
+            }
+            Ok(gone)
+        }));
+        Ok(())
+    }
+
+    /// Deletes the markers of dropped objects whose keys are gone, and has
+    /// the shards forget their prefixes.
+    async fn forget_compacted(&mut self, gone: &[ObjectId]) -> RsResult<()> {
+        if gone.is_empty() {
+            return Ok(());
+        }
+        let mut stores = self.new_stores()?;
+        for store in &mut stores {
+            for &object_id in gone {
+                store.delete(drop_marker(object_id));
+            }
+        }
+        self.commit_epoch(stores).await?;
+        for &object_id in gone {
+            let prefixes = object_prefixes(object_id);
+            for shard in &self.shards {
+                shard.stop_compacting_away(&prefixes);
+            }
+        }
+        self.dropping
+            .objects
+            .retain(|object_id| !gone.contains(object_id));
+        tracing::debug!(objects = gone.len(), "dropped objects' keys are gone");
+        self.publish_reclaims();
+        Ok(())
+    }
+
+    pub(super) fn enqueue_reclaim(&mut self, transaction: u64) {
+        if self
+            .reclaims
+            .iter()
+            .any(|reclaim| reclaim.transaction == transaction)
+        {
             return;
         }
         self.reclaims.push(Reclaim {
-            what,
-            keys: Deletion::new(what.prefixes()),
+            transaction,
+            keys: Deletion::new(vec![keys::staged_prefix(transaction)]),
         });
         self.publish_reclaims();
     }
 
-    /// One bounded step of the oldest reclaim: a chunk of its keys, or,
-    /// once none is left, its marker.
+    /// One bounded step of the oldest reclaim: a chunk of its keys.
     pub(super) async fn reclaim_turn(&mut self) -> RsResult<()> {
         let Some(reclaim) = self.reclaims.first_mut() else {
             return Ok(());
         };
         if !reclaim.keys.is_done() {
-            // On a storage failure the engine takes its reclaims on again
-            // from their markers ([`super::recovery`]).
+            // On a storage failure the engine finds staged rows again
+            // ([`super::recovery`]).
             let keys = std::mem::take(&mut reclaim.keys);
             self.reclaims[0].keys = self.delete_step(keys).await?;
             return Ok(());
-        }
-        if let Reclaimed::Object(object_id) = reclaim.what {
-            let mut stores = self.new_stores()?;
-            stores[0].delete(reclaim_marker(object_id));
-            self.commit_epoch(stores).await?;
         }
         self.reclaims.remove(0);
         self.publish_reclaims();
         Ok(())
     }
 
+    /// How many reclaims are pending, for [`crate::Engine::reclaims_pending`].
     pub(super) fn publish_reclaims(&self) {
-        self.reclaiming
-            .store(self.reclaims.len(), std::sync::atomic::Ordering::Relaxed);
+        self.reclaiming.store(
+            self.reclaims.len() + self.dropping.objects.len(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
+}
+
+/// Which of `objects` hold no key under any of their prefixes on any
+/// shard. A key compaction has turned into a tombstone is not read, and
+/// cannot be read again ([`ShardDb::compact_away`]).
+async fn compacted_away(snapshots: &[Snapshot], objects: &[ObjectId]) -> RsResult<Vec<ObjectId>> {
+    let mut gone = Vec::new();
+    'objects: for &object_id in objects {
+        for prefix in object_prefixes(object_id) {
+            for snapshot in snapshots {
+                if snapshot.stores_any(&prefix).await? {
+                    continue 'objects;
+                }
+            }
+        }
+        gone.push(object_id);
+    }
+    Ok(gone)
 }

@@ -159,8 +159,8 @@ impl EpochLoop {
         self.hold_publish = self.staged_commit_pending().await?;
         self.publish()?;
         self.reclaims.clear();
-        self.publish_reclaims();
-        self.resume_reclaims().await?;
+        self.forget_drops();
+        self.resume_drops().await?;
         // Each view is installed again from what storage says of it, in
         // dependency order (each one moves to the end as it is installed).
         // If that fails part way, the rest keep their entries for the next

@@ -806,7 +806,7 @@ impl EpochLoop {
 
     /// Deletes a transaction's staged rows in the background.
     pub(super) fn reclaim_staging(&mut self, transaction: u64) {
-        self.enqueue_reclaim(super::reclaim::Reclaimed::Staging(transaction));
+        self.enqueue_reclaim(transaction);
     }
 }
 
