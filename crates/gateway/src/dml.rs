@@ -22,12 +22,11 @@ use rockstream_ops::keys::{keyless_row_key, table_row_key};
 use rockstream_plan::arrow_types::{cast_rounds, datafusion_error, round_to_whole};
 use rockstream_plan::datetime_text::{arrow_datetime_texts, DatetimeInput};
 use rockstream_planner::{
-    alias_select_items, normalize_interval_literals, normalize_type_spellings, rewrite_using_joins,
-    uses_using_joins,
+    alias_select_items, normalize_interval_literals, normalize_type_spellings,
 };
 use rockstream_types::{codes, Datum, Row, RsError, RsResult, SqlType};
 
-use crate::backend::{repeats_a_name, Gateway};
+use crate::backend::{as_postgres_reads_it, repeats_a_name, Gateway};
 use crate::defaults;
 use crate::fast_path;
 use crate::memory::{change_bytes, exhausted};
@@ -155,13 +154,6 @@ async fn inserted_rows(
         };
         insert = Cow::Owned(rewritten);
     }
-    if written.source.as_deref().is_some_and(uses_using_joins) {
-        if let Some(source) = insert.to_mut().source.as_deref_mut() {
-            rewrite_using_joins(&context, source)
-                .await
-                .map_err(query_error)?;
-        }
-    }
     let Some(source) = insert.source.as_deref() else {
         // `INSERT INTO t DEFAULT VALUES`: one row of defaults.
         let mut rows = vec![vec![Datum::Null; entry.columns.len()]];
@@ -224,22 +216,13 @@ async fn query_insert_rows(
     let Some(source) = insert.source.as_deref() else {
         return Err(RsError::internal("INSERT without a source"));
     };
+    // The query reads as it would on its own (`FROM generate_series(…) g`
+    // names its column `g`, USING joins, …).
+    let mut source = as_postgres_reads_it(context, source).await?;
     let plan = match plan(source.to_string()).await {
         // The names of an inserted query's columns do not matter.
-        Err(error)
-            if repeats_a_name(&error.to_string())
-                && insert
-                    .to_mut()
-                    .source
-                    .as_deref_mut()
-                    .is_some_and(alias_select_items) =>
-        {
-            let source = insert
-                .source
-                .as_deref()
-                .map(ToString::to_string)
-                .unwrap_or_default();
-            plan(source).await
+        Err(error) if repeats_a_name(&error.to_string()) && alias_select_items(&mut source) => {
+            plan(source.to_string()).await
         }
         planned => planned,
     }
