@@ -1368,8 +1368,25 @@ mod tests {
         assert!(database.lookup("default", "by_g").is_none());
         assert!(
             keys_under(&database, &keys::table_prefix(table.id)).await > 0,
-            "the rows are deleted after the DROP returns"
+            "the rows are still stored when the DROP returns"
         );
+        // A write planned before the DROP cannot put keys back under the
+        // prefixes compaction is emptying.
+        let late = database
+            .engine()
+            .commit(vec![TableChange {
+                table_id: table.id,
+                table_name: table.name.clone(),
+                unique: Vec::new(),
+                rows: vec![RowChange {
+                    key: rockstream_types::encoding::encode_row(&[Datum::Int64(50_000)]),
+                    old: None,
+                    new: Some(vec![Datum::Int64(50_000), Datum::Int64(0), Datum::Int64(0)]),
+                }],
+            }])
+            .await
+            .expect_err("a commit into a dropped table");
+        assert_eq!(late.code.sqlstate, "40001", "{late:?}");
         drop(database);
 
         let reopened = Database::open(&location, Runtime::system(), test_shards())

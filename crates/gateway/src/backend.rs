@@ -789,7 +789,8 @@ impl Gateway {
             "datestyle" => "ISO, MDY".to_string(),
             "rockstream.arrangement_cache" => cache(),
             "rockstream.statement_memory" => memory(),
-            // Dropped objects whose state is still being deleted.
+            // Dropped objects whose state is not yet compacted away, and
+            // staged rows still being deleted.
             "rockstream.reclaims_pending" => self.database.engine().reclaims_pending().to_string(),
             name if session.parameters.timeout(name).is_some() => {
                 show_timeout(session.parameters.timeout(name).flatten())

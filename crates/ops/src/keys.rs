@@ -20,11 +20,13 @@
 //! 0x06 'P' 'D' view_id(16) row                -> weight      input pending while a view is failed
 //! 0x06 'L' 'G' epoch(8) shard(2) part(4)      -> writes      coordinator's log record (shard 0)
 //! 0x06 'S' 'C' transaction(8)                 -> progress    a staged commit under way (shard 0)
+//! 0x06 'R' 'C' object_id(16)                  -> ()          a dropped object's keys not yet compacted away (RFC 0008)
 //! ```
 //! Every shard holds its own `0x01` operator state and `0x06` metadata;
 //! table rows, view output and UNIQUE entries (RFC 0006) live on the
-//! shard of their partition key ([`partition_key`]); installed and reclaim markers, log records,
-//! staged rows and staged-commit markers (RFC 0007) only on the coordinator, shard 0.
+//! shard of their partition key ([`partition_key`]); installed markers, log records,
+//! staged rows and staged-commit markers (RFC 0007) only on the coordinator, shard 0;
+//! drop markers on every shard.
 //! A view whose rows have a unique key (`PlanNode::unique_key`, recorded
 //! in its catalog entry) stores each row under that key, so a changed row
 //! overwrites its predecessor; other views count each distinct row.

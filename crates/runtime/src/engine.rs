@@ -356,8 +356,8 @@ impl Engine {
     }
 
     /// Removes tables and views' dataflows, in one epoch. Returns once that
-    /// is durable; their rows, output and state are deleted afterwards, in
-    /// the background (resumed after a restart).
+    /// is durable; their rows, output and state are removed afterwards by
+    /// compaction (resumed after a restart; RFC 0008).
     pub async fn drop_objects(&self, object_ids: Vec<ObjectId>) -> RsResult<()> {
         let (reply, receiver) = oneshot::channel();
         self.send(Command::Drop { object_ids, reply }).await?;
@@ -430,8 +430,8 @@ impl Engine {
         }
     }
 
-    /// Dropped objects, and transactions' staged rows, whose stored keys
-    /// are not all deleted yet.
+    /// Dropped objects whose stored keys compaction has not removed yet,
+    /// and transactions' staged rows not all deleted yet.
     pub fn reclaims_pending(&self) -> usize {
         self.reclaiming.load(Ordering::Relaxed)
     }

@@ -427,6 +427,16 @@ impl EpochLoop {
         let mut build_inputs = BuildInputs::new();
         let mut commits = commits.into_iter();
         while let Some((request, reply)) = commits.next() {
+            // A table dropped since the session planned its change: its
+            // keys are being compacted away.
+            if let Some(change) = request
+                .changes
+                .iter()
+                .find(|change| self.dropped.contains(&change.table_id))
+            {
+                let _ = reply.send(Err(dropped_meanwhile(&change.table_name)));
+                continue;
+            }
             // Checked on the whole change (a row and its entries may live
             // on different shards); its outcome counts only for rows that
             // are as the transaction read them.
@@ -885,6 +895,13 @@ impl EpochLoop {
     /// (retrying the input it held back, if any); any other is built in
     /// the background ([`backfill`]), and `built` is told when that ends.
     async fn install(&mut self, view: InstallView, built: Reply<()>) -> RsResult<()> {
+        if self.dropped.contains(&view.view_id) {
+            // Its keys are being compacted away.
+            return Err(RsError::internal(format!(
+                "view {} was dropped and cannot be installed again",
+                view.view_id
+            )));
+        }
         // The coordinator holds the marker: it commits every epoch first.
         let marker = backfill::installed_marker(view.view_id);
         let already_installed = self.shards[0].snapshot()?.get(&marker).await?.is_some();
@@ -971,9 +988,9 @@ impl EpochLoop {
             return Ok(deletion);
         }
         // No epoch: nothing reads these keys, and a deletion a crash
-        // loses in part is repeated (the reclaim's marker, or the view's
-        // missing installed marker, stays until every shard's deletes are
-        // durable). So each shard writes its own, side by side, without
+        // loses in part is repeated (staged rows without a commit marker
+        // are found again at start, and a view's missing installed marker
+        // stays until every shard's deletes are durable). So each shard writes its own, side by side, without
         // the coordinator's log record an epoch needs.
         let writes = self
             .shards
@@ -1066,7 +1083,8 @@ fn next_delete_chunk(chunk: usize, took: i64) -> usize {
 /// last key the previous one deleted, never over its own tombstones (which
 /// made every turn slower than the last: 4 s commit stalls while a
 /// 1M-row table was reclaimed). Keys written under a prefix behind the
-/// cursor are not seen (nothing writes under a dropped object's prefix).
+/// cursor are not seen (nothing writes under staged rows' prefixes or a
+/// view's stale state while they are deleted).
 #[derive(Default)]
 pub(super) struct Deletion {
     /// Prefixes still holding keys; the first is next.
@@ -1185,6 +1203,15 @@ static BETWEEN_SHARD_COMMITS: Failpoint = Failpoint::new(
     "ROCKSTREAM_FAILPOINT_BETWEEN_SHARD_COMMITS",
     "between the coordinator's commit and the others'",
 );
+
+/// A commit into a table dropped after the session planned it (40001, as
+/// any write that lost a race with another transaction).
+fn dropped_meanwhile(table_name: &str) -> RsError {
+    RsError::new(
+        &codes::OPTIMISTIC_CONFLICT,
+        format!("table \"{table_name}\" was dropped while the transaction wrote to it"),
+    )
+}
 
 fn failpoint_between_shard_commits() {
     BETWEEN_SHARD_COMMITS.pass();

@@ -24,9 +24,14 @@
 //! Nothing writes under a registered prefix: object ids are never reused.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
-use slatedb::compactor::{CompactionSpec, SourceId};
+use slatedb::compactor::{
+    Compaction, CompactionRequest, CompactionScheduler, CompactionSchedulerSupplier,
+    CompactionSpec, CompactorStateView, SizeTieredCompactionSchedulerSupplier, SourceId,
+};
+use slatedb::config::CompactorOptions;
 use slatedb::manifest::SsTableView;
 use slatedb::{
     CompactionFilterDecision, CompactionJobContext, RowEntry, ValueDeletable, VersionedManifest,
@@ -43,6 +48,8 @@ const REWRITE_PER_DROPPED_BYTE_MAX: u64 = 10;
 #[derive(Default)]
 pub(crate) struct Dropped {
     prefixes: RwLock<Arc<BTreeMap<Vec<u8>, u64>>>,
+    /// Set by [`Dropped::request`], taken by the scheduler.
+    requested: AtomicBool,
 }
 
 impl Dropped {
@@ -70,6 +77,12 @@ impl Dropped {
         self.current().len()
     }
 
+    /// Has the shard's scheduler propose [`Dropped::compaction`] at its
+    /// next idle tick ([`StateScheduler`]).
+    pub(crate) fn request(&self) {
+        self.requested.store(true, Ordering::Relaxed);
+    }
+
     /// What a compaction with `context` may empty: the prefixes registered
     /// now whose last readers are gone.
     pub(crate) fn removable(&self, context: &CompactionJobContext) -> Removable {
@@ -90,71 +103,95 @@ impl Dropped {
     }
 
     /// A compaction that rewrites every table holding keys under a prefix
-    /// whose readers are gone, as `manifest` describes the shard. SlateDB's
-    /// size-tiered scheduler takes consecutive sources in read order (L0
-    /// tables newest first, then sorted runs newest first) into the oldest
-    /// run among them, and L0 tables only with every older one: so the
-    /// sources run from the newest holding table to the oldest holding
-    /// run, or to the oldest L0 table if no run holds any. `None` when no
-    /// table holds any, or when the tables that may hold such keys are less
-    /// than 1/[`REWRITE_PER_DROPPED_BYTE_MAX`] of those the compaction would
-    /// rewrite (a small dropped object in a large run waits for the
-    /// scheduler rather than have the run rewritten for it). A dropped
-    /// object's keys in a large run would otherwise wait until the
-    /// scheduler merges that run again, which a run much larger than those
-    /// written after it may never be.
-    pub(crate) fn compaction(&self, manifest: &VersionedManifest) -> Option<CompactionSpec> {
+    /// whose readers are gone, as `manifest` describes the shard, beside
+    /// the compactions `taken` (running or just proposed). SlateDB takes
+    /// consecutive sources in read order (L0 tables newest first, then
+    /// sorted runs newest first) into the oldest run among them, and L0
+    /// tables only with every older one: so the sources run from the newest
+    /// holding table to the oldest holding run, or to the oldest L0 table
+    /// if no run holds any. When that would share a source or a destination
+    /// with a taken compaction, or any taken one compacts L0 tables, only
+    /// the runs are taken (the L0 tables' keys go with the L0 compactions,
+    /// which the filter sees too); if that still shares one, `None`.
+    ///
+    /// `None` as well when no table holds such keys, or when the tables
+    /// that may hold them are less than 1/[`REWRITE_PER_DROPPED_BYTE_MAX`]
+    /// of those the compaction would rewrite (a small dropped object in a
+    /// large run waits for the scheduler rather than have the run rewritten
+    /// for it). A dropped object's keys in a large run would otherwise wait
+    /// until the scheduler merges that run again, which a run much larger
+    /// than those written after it may never be.
+    pub(crate) fn compaction(
+        &self,
+        manifest: &VersionedManifest,
+        taken: &[&CompactionSpec],
+    ) -> Option<CompactionSpec> {
         let prefixes = self.unread(Some(manifest.recent_snapshot_min_seq()));
         // Per table: its size, and its size if it may hold a key under a
         // prefix (else 0).
         let sizes = |views: &[SsTableView]| {
             views.iter().fold((0, 0), |(size, holding), view| {
                 let info = &view.sst.info;
-                let holds = prefixes.iter().any(|prefix| {
-                    may_hold(
-                        info.first_entry.as_deref(),
-                        info.last_entry.as_deref(),
-                        prefix,
-                    )
-                });
+                let first = info.first_entry.as_deref();
+                let last = info.last_entry.as_deref();
+                let holds = prefixes.iter().any(|prefix| may_hold(first, last, prefix));
                 let bytes = view.estimate_size();
                 (size + bytes, holding + if holds { bytes } else { 0 })
             })
         };
         let l0 = manifest.l0();
         let runs = manifest.compacted();
-        let sources: Vec<(SourceId, (u64, u64))> = l0
+        let tables: Vec<Table> = l0
             .iter()
-            .map(|view| {
-                (
-                    SourceId::SstView(view.id),
-                    sizes(std::slice::from_ref(view)),
-                )
+            .map(|view| Table {
+                source: SourceId::SstView(view.id),
+                sizes: sizes(std::slice::from_ref(view)),
             })
-            .chain(
-                runs.iter()
-                    .map(|run| (SourceId::SortedRun(run.id), sizes(run.sst_views()))),
-            )
+            .chain(runs.iter().map(|run| Table {
+                source: SourceId::SortedRun(run.id),
+                sizes: sizes(run.sst_views()),
+            }))
             .collect();
-        let holds = |(_, (_, holding)): &(SourceId, (u64, u64))| *holding > 0;
-        let newest = sources.iter().position(holds)?;
-        let oldest = sources.iter().rposition(holds)?;
-        let oldest = oldest.max(if newest < l0.len() { l0.len() - 1 } else { 0 });
-        let sources = &sources[newest..=oldest];
-        let (size, holding) = sources
-            .iter()
-            .fold((0, 0), |(size, holding), (_, (bytes, held))| {
-                (size + bytes, holding + held)
-            });
+        let in_use = |source: &SourceId| {
+            taken
+                .iter()
+                .any(|spec| spec.sources().contains(source) || spec_destination_is(spec, source))
+        };
+        let l0_taken = taken.iter().any(|spec| spec.has_l0_sources());
+        let whole = holding_range(&tables, l0.len(), 0);
+        let chosen = match whole {
+            Some(range)
+                if !l0_taken && !tables[range.clone()].iter().any(|t| in_use(&t.source)) =>
+            {
+                range
+            }
+            _ => {
+                let runs_only = holding_range(&tables, l0.len(), l0.len())?;
+                if tables[runs_only.clone()].iter().any(|t| in_use(&t.source)) {
+                    return None;
+                }
+                runs_only
+            }
+        };
+        let chosen = &tables[chosen];
+        let (size, holding) = chosen.iter().fold((0, 0), |(size, holding), table| {
+            (size + table.sizes.0, holding + table.sizes.1)
+        });
         if holding.saturating_mul(REWRITE_PER_DROPPED_BYTE_MAX) < size {
             return None;
         }
-        let destination = match sources.last() {
-            Some((SourceId::SortedRun(id), _)) => *id,
+        let destination = match chosen.last().map(|table| table.source) {
+            Some(SourceId::SortedRun(id)) => id,
             // L0 tables alone become the newest run.
             _ => runs.iter().map(|run| run.id + 1).max().unwrap_or(0),
         };
-        let sources = sources.iter().map(|(source, _)| *source).collect();
+        if taken
+            .iter()
+            .any(|spec| spec.destination() == Some(destination))
+        {
+            return None;
+        }
+        let sources = chosen.iter().map(|table| table.source).collect();
         Some(CompactionSpec::new(sources, destination))
     }
 
@@ -175,6 +212,109 @@ impl Dropped {
         change(&mut map);
         *guard = Arc::new(map);
     }
+}
+
+/// The shard's compaction scheduler: SlateDB's size-tiered one, which also
+/// proposes the compaction of dropped objects' keys that
+/// [`Dropped::request`] asked for, beside its own and the running ones
+/// (sharing no table with them). Proposed here, the compaction cannot race
+/// the scheduler's own: SlateDB 0.18 checks a compaction
+/// submitted from outside against running ones by destination only when it
+/// is submitted (two with one destination then run side by side, and its
+/// executor panics), and not at all by source.
+pub(crate) struct StateSchedulerSupplier {
+    pub(crate) dropped: Arc<Dropped>,
+}
+
+impl CompactionSchedulerSupplier for StateSchedulerSupplier {
+    fn compaction_scheduler(
+        &self,
+        options: &CompactorOptions,
+    ) -> Box<dyn CompactionScheduler + Send + Sync> {
+        Box::new(StateScheduler {
+            size_tiered: SizeTieredCompactionSchedulerSupplier.compaction_scheduler(options),
+            dropped: self.dropped.clone(),
+        })
+    }
+}
+
+struct StateScheduler {
+    size_tiered: Box<dyn CompactionScheduler + Send + Sync>,
+    dropped: Arc<Dropped>,
+}
+
+impl CompactionScheduler for StateScheduler {
+    fn propose(&self, state: &CompactorStateView) -> Vec<CompactionSpec> {
+        let mut proposed = self.size_tiered.propose(state);
+        if !self.dropped.requested.swap(false, Ordering::Relaxed) {
+            return proposed;
+        }
+        let running: Vec<&CompactionSpec> = state
+            .compactions()
+            .map(|compactions| {
+                compactions
+                    .recent_compactions()
+                    .filter(|compaction| compaction.active())
+                    .map(Compaction::spec)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let taken: Vec<&CompactionSpec> = running.into_iter().chain(&proposed).collect();
+        if let Some(spec) = self.dropped.compaction(state.manifest(), &taken) {
+            tracing::debug!(?spec, "compacting dropped objects' keys");
+            // Last: it runs only if there is room beside the others.
+            proposed.push(spec);
+        }
+        proposed
+    }
+
+    fn validate(
+        &self,
+        state: &CompactorStateView,
+        spec: &CompactionSpec,
+    ) -> Result<(), slatedb::Error> {
+        self.size_tiered.validate(state, spec)
+    }
+
+    fn generate(
+        &self,
+        state: &CompactorStateView,
+        request: &CompactionRequest,
+    ) -> Result<Vec<CompactionSpec>, slatedb::Error> {
+        self.size_tiered.generate(state, request)
+    }
+}
+
+/// A table of a shard's LSM tree as [`Dropped::compaction`] weighs it: its
+/// size, and its size again if it may hold a dropped key (else 0).
+struct Table {
+    source: SourceId,
+    sizes: (u64, u64),
+}
+
+/// The positions in `tables` (read order, the first `l0` of them L0
+/// tables) a compaction of every table from `from` on that may hold a
+/// dropped key must take: from the newest such to the oldest, extended to
+/// the oldest L0 table if it starts among them.
+fn holding_range(
+    tables: &[Table],
+    l0: usize,
+    from: usize,
+) -> Option<std::ops::RangeInclusive<usize>> {
+    let holds = |table: &Table| table.sizes.1 > 0;
+    let newest = from + tables[from..].iter().position(holds)?;
+    let oldest = from + tables[from..].iter().rposition(holds)?;
+    let oldest = if newest < l0 {
+        oldest.max(l0 - 1)
+    } else {
+        oldest
+    };
+    Some(newest..=oldest)
+}
+
+/// Whether `spec` writes the sorted run `source`.
+fn spec_destination_is(spec: &CompactionSpec, source: &SourceId) -> bool {
+    matches!(source, SourceId::SortedRun(id) if spec.destination() == Some(*id))
 }
 
 /// Whether a table whose keys run from `first` to `last` (unbounded where

@@ -45,7 +45,7 @@ use rockstream_ops::{ScanOrder, Write};
 use rockstream_types::{codes, Epoch, RsError, RsResult};
 
 pub use cache::{CacheStats, Lookup, StateCache, ARRANGEMENT_CACHE_BYTES_DEFAULT};
-use dropped::{Dropped, Removable};
+use dropped::{Dropped, Removable, StateSchedulerSupplier};
 pub use epoch_store::EpochStore;
 pub use rockstream_common::object_store_for;
 use rockstream_common::BackgroundRuntime;
@@ -214,12 +214,16 @@ impl ShardDb {
         let mut settings = settings(path, shards)?;
         // The compactor runs in-process with SlateDB's default options, on
         // low-priority threads of its own, with the filter removing zero
-        // counts and dropped objects' keys; the SSTs it writes carry the
-        // same bloom filters as flushed ones.
+        // counts and dropped objects' keys and a scheduler that can be asked
+        // to compact the latter; the SSTs it writes carry the same bloom
+        // filters as flushed ones.
         let compactor = CompactorBuilder::new(path.to_string(), store.clone())
             .with_runtime(compaction.handle())
             .with_options(settings.compactor_options.take().unwrap_or_default())
             .with_filter_policies(filter_policies())
+            .with_scheduler_supplier(Arc::new(StateSchedulerSupplier {
+                dropped: dropped.clone(),
+            }))
             .with_compaction_filter_supplier(Arc::new(StateFilter { dropped }));
         let db = Db::builder(path.to_string(), store)
             .with_settings(settings)
@@ -466,42 +470,15 @@ impl ShardDb {
         self.opened.dropped.remove(prefixes);
     }
 
-    /// Asks the compactor to rewrite the sorted runs that hold keys under
-    /// prefixes given to [`ShardDb::compact_away`] whose readers are gone,
-    /// so that they go soon rather than whenever the size-tiered scheduler
-    /// next merges those runs. Returns whether it asked: the compactor may
-    /// still turn the request down (one of the runs being compacted
-    /// already, say), so the caller asks again until the prefixes read
-    /// empty.
-    ///
-    /// The returned future owns what it needs, so it can run on a task of
-    /// its own.
-    pub fn compact_dropped(&self) -> impl Future<Output = RsResult<bool>> + Send + 'static {
-        let name = self.name.clone();
-        let store = self.opened.store.clone();
-        let dropped = self.opened.dropped.clone();
-        async move {
-            let fail = |error| storage_error(&name, error);
-            let admin = slatedb::admin::Admin::builder(name.clone(), store).build();
-            let state = admin.read_compactor_state_view().await.map_err(fail)?;
-            // SlateDB 0.18 runs two submitted compactions with one
-            // destination side by side and panics: ask only while none is
-            // under way.
-            let busy = state.compactions().is_some_and(|compactions| {
-                compactions
-                    .recent_compactions()
-                    .any(slatedb::compactor::Compaction::active)
-            });
-            if busy {
-                return Ok(false);
-            }
-            let Some(spec) = dropped.compaction(state.manifest()) else {
-                return Ok(false);
-            };
-            tracing::debug!(shard = %name, ?spec, "compacting dropped objects' keys");
-            admin.submit_compaction(spec).await.map_err(fail)?;
-            Ok(true)
-        }
+    /// Asks the shard's compactor to rewrite the tables that hold keys
+    /// under prefixes given to [`ShardDb::compact_away`] whose readers are
+    /// gone, at its next tick with nothing else to do, so that they go soon
+    /// rather than whenever the size-tiered scheduler next merges them
+    /// ([`dropped::StateSchedulerSupplier`]). The compactor sees only
+    /// flushed tables, and only the readers open at the last flush: flush
+    /// first. Asked again until the prefixes read empty.
+    pub fn compact_dropped(&self) {
+        self.opened.dropped.request();
     }
 
     /// How many prefixes compaction is emptying.
@@ -804,8 +781,8 @@ impl Snapshot {
     }
 
     /// [`Snapshot::scan_chunk_of`] that keeps the blocks it reads cached:
-    /// for a scan that goes on in small chunks over the same blocks (a
-    /// dropped object's keys deleted a turn at a time), each of which
+    /// for a scan that goes on in small chunks over the same blocks (keys
+    /// deleted a turn at a time), each of which
     /// would otherwise read them again from storage.
     pub async fn scan_chunk_caching(
         &self,
@@ -1467,10 +1444,7 @@ mod tests {
         drop(before);
         loop {
             churn().await;
-            shard
-                .compact_dropped()
-                .await
-                .expect("asks for a compaction");
+            shard.compact_dropped();
             let now = shard.snapshot().expect("snapshot");
             if stored(now, dropped.clone()).await == 0 {
                 break;

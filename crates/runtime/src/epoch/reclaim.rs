@@ -9,13 +9,16 @@
 //! ([`ShardDb::compact_away`]) and answers: nothing is written per key, so
 //! other writers do not pay for the reclaim. Every
 //! [`DROPPED_CHECK_MICROS`] a task off the engine loop looks whether the
-//! prefixes still hold keys; while they do, it flushes each shard's
-//! memtable and asks it to compact the tables that hold them
-//! ([`ShardDb::compact_dropped`]), and once
-//! they read empty on every shard the engine deletes the marker and the
-//! shards forget the prefixes. A restart registers every marker it finds
-//! again. Object ids are never reused, so nothing created later can live
-//! under a dropped prefix.
+//! prefixes still hold keys. While they do, it flushes each shard's
+//! memtable (compactions see only flushed tables, and only the snapshots
+//! open at the last flush), then the engine asks each shard to compact the
+//! tables that hold them ([`ShardDb::compact_dropped`]) and writes the
+//! markers again, so that a quiet database still has something to flush
+//! next time and its snapshots move past the DROP. Once they read empty on
+//! every shard the engine deletes the markers and the shards forget the
+//! prefixes. A restart registers every marker it finds again. Object ids
+//! are never reused, and the engine refuses commits into and installs of
+//! dropped objects, so nothing lives under a dropped prefix.
 //!
 //! A transaction's staged rows ([`super::staged`]) are few prefixes read
 //! again at every start, so they are deleted key by key instead: one
@@ -111,6 +114,7 @@ impl EpochLoop {
         }
         // No snapshot from before the restart is open.
         let readers: Vec<u64> = vec![0; self.shards.len()];
+        self.dropped.extend(&object_ids);
         self.compact_away(&object_ids, &readers);
         Ok(())
     }
@@ -188,7 +192,7 @@ impl EpochLoop {
         }
         if let Some(check) = self.dropping.check.take() {
             match check.await {
-                Ok(Ok(gone)) => self.forget_compacted(&gone).await?,
+                Ok(Ok(gone)) => self.after_check(&gone).await?,
                 Ok(Err(error)) => {
                     tracing::warn!(%error, "looking at dropped objects' keys failed");
                 }
@@ -206,20 +210,17 @@ impl EpochLoop {
             .iter()
             .map(ShardDb::snapshot)
             .collect::<RsResult<Vec<_>>>()?;
-        let shards: Vec<_> = self
-            .shards
-            .iter()
-            .map(|shard| (shard.flush_memtable(), shard.compact_dropped()))
-            .collect();
+        let flushes: Vec<_> = self.shards.iter().map(ShardDb::flush_memtable).collect();
         let objects = self.dropping.objects.clone();
         self.dropping.check = Some(self.runtime.spawn(async move {
             let gone = compacted_away(&snapshots, &objects).await?;
             if gone.len() < objects.len() {
                 // Keys still in a memtable reach a compaction only once it
                 // is flushed: a quiet database would not flush it soon.
-                for (flush, compaction) in shards {
-                    flush.await?;
-                    compaction.await?;
+                for flush in flushes {
+                    if let Err(error) = flush.await {
+                        tracing::warn!(%error, "flushing dropped objects' keys failed");
+                    }
                 }
             }
             Ok(gone)
@@ -227,16 +228,28 @@ impl EpochLoop {
         Ok(())
     }
 
-    /// Deletes the markers of dropped objects whose keys are gone, and has
-    /// the shards forget their prefixes.
-    async fn forget_compacted(&mut self, gone: &[ObjectId]) -> RsResult<()> {
-        if gone.is_empty() {
+    /// After a look at the dropped objects' keys: deletes the markers of
+    /// those whose keys are `gone` and has the shards forget their
+    /// prefixes; for the others, asks for compactions and writes their
+    /// markers again (see the module documentation).
+    async fn after_check(&mut self, gone: &[ObjectId]) -> RsResult<()> {
+        let remaining: Vec<ObjectId> = self
+            .dropping
+            .objects
+            .iter()
+            .copied()
+            .filter(|object_id| !gone.contains(object_id))
+            .collect();
+        if gone.is_empty() && remaining.is_empty() {
             return Ok(());
         }
         let mut stores = self.new_stores()?;
         for store in &mut stores {
             for &object_id in gone {
                 store.delete(drop_marker(object_id));
+            }
+            for &object_id in &remaining {
+                store.put(drop_marker(object_id), Vec::new());
             }
         }
         self.commit_epoch(stores).await?;
@@ -246,10 +259,15 @@ impl EpochLoop {
                 shard.stop_compacting_away(&prefixes);
             }
         }
-        self.dropping
-            .objects
-            .retain(|object_id| !gone.contains(object_id));
-        tracing::debug!(objects = gone.len(), "dropped objects' keys are gone");
+        if !remaining.is_empty() {
+            for shard in &self.shards {
+                shard.compact_dropped();
+            }
+        }
+        self.dropping.objects = remaining;
+        if !gone.is_empty() {
+            tracing::debug!(objects = gone.len(), "dropped objects' keys are gone");
+        }
         self.publish_reclaims();
         Ok(())
     }
