@@ -109,7 +109,7 @@ async fn insert(client: &Client, id: i64) -> Result<(), tokio_postgres::Error> {
 }
 
 fn assert_disk_full(error: &tokio_postgres::Error, what: &str) {
-    assert_eq!(sqlstate(error), "53100", "{what}: {error}");
+    assert_eq!(sqlstate(error), "53100", "{what}: {}", message(error));
     let message = error.as_db_error().unwrap().message();
     assert!(message.starts_with("RS-5005"), "{what}: {message}");
     assert!(message.contains("the disk is full"), "{what}: {message}");
