@@ -1221,21 +1221,30 @@ mod tests {
                 .await
                 .unwrap()
                 .map(|bytes| rockstream_types::encoding::decode_row(&bytes).unwrap());
-            database
-                .engine()
-                .commit(vec![TableChange {
-                    table_id: table.id,
-                    table_name: table.name.clone(),
-                    unique: Vec::new(),
-                    rows: vec![RowChange {
-                        key,
-                        old,
-                        new: Some(vec![Datum::Int64(*k), Datum::Int64(*g), Datum::Int64(*v)]),
-                    }],
-                }])
-                .await
-                .unwrap();
+            let new = vec![Datum::Int64(*k), Datum::Int64(*g), Datum::Int64(*v)];
+            commit_row(database, &table, key, old, new).await.unwrap();
         }
+    }
+
+    /// Commits one row change to `table` straight to the engine.
+    async fn commit_row(
+        database: &Database,
+        table: &CatalogEntry,
+        key: Vec<u8>,
+        old: Option<rockstream_types::Row>,
+        new: rockstream_types::Row,
+    ) -> RsResult<()> {
+        let change = TableChange {
+            table_id: table.id,
+            table_name: table.name.clone(),
+            unique: Vec::new(),
+            rows: vec![RowChange {
+                key,
+                old,
+                new: Some(new),
+            }],
+        };
+        database.engine().commit(vec![change]).await.map(|_| ())
     }
 
     /// Inserts `(k, k % 10, v)` for each `(k, v)` into table `t` in one
@@ -1372,18 +1381,9 @@ mod tests {
         );
         // A write planned before the DROP cannot put keys back under the
         // prefixes compaction is emptying.
-        let late = database
-            .engine()
-            .commit(vec![TableChange {
-                table_id: table.id,
-                table_name: table.name.clone(),
-                unique: Vec::new(),
-                rows: vec![RowChange {
-                    key: rockstream_types::encoding::encode_row(&[Datum::Int64(50_000)]),
-                    old: None,
-                    new: Some(vec![Datum::Int64(50_000), Datum::Int64(0), Datum::Int64(0)]),
-                }],
-            }])
+        let key = rockstream_types::encoding::encode_row(&[Datum::Int64(50_000)]);
+        let row = vec![Datum::Int64(50_000), Datum::Int64(0), Datum::Int64(0)];
+        let late = commit_row(&database, &table, key, None, row)
             .await
             .expect_err("a commit into a dropped table");
         assert_eq!(late.code.sqlstate, "40001", "{late:?}");
