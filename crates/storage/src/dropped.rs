@@ -78,7 +78,7 @@ impl Dropped {
     }
 
     /// Has the shard's scheduler propose [`Dropped::compaction`] at its
-    /// next idle tick ([`StateScheduler`]).
+    /// next tick ([`StateScheduler`]).
     pub(crate) fn request(&self) {
         self.requested.store(true, Ordering::Relaxed);
     }
@@ -262,7 +262,8 @@ impl CompactionScheduler for StateScheduler {
         let taken: Vec<&CompactionSpec> = running.into_iter().chain(&proposed).collect();
         if let Some(spec) = self.dropped.compaction(state.manifest(), &taken) {
             tracing::debug!(?spec, "compacting dropped objects' keys");
-            // Last: it runs only if there is room beside the others.
+            // Last: it runs only if there is room beside the others (if
+            // not, the request is lost until the engine asks again).
             proposed.push(spec);
         }
         proposed

@@ -279,6 +279,17 @@ async fn a_full_disk_fails_writes_and_they_succeed_once_space_is_back() {
     loop {
         match insert(&client, next).await {
             Ok(()) => break,
+            // Known race (noted on #17): a statement that reads a shard
+            // in the tens of milliseconds while recovery swaps that shard's
+            // instance reads a closed database and fails with RS-5003.
+            Err(error) if sqlstate(&error) == "58030" && message(&error).contains("closed") => {
+                assert!(
+                    started.elapsed() < Duration::from_secs(20),
+                    "{}",
+                    message(&error)
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
             Err(error) => {
                 assert_disk_full(&error, "an INSERT while storage reopens");
                 assert!(

@@ -8,7 +8,11 @@
 //! object's prefixes with every shard's compaction filter
 //! ([`ShardDb::compact_away`]) and answers: nothing is written per key, so
 //! other writers do not pay for the reclaim. Every
-//! [`DROPPED_CHECK_MICROS`] a task off the engine loop looks whether the
+//! [`DROPPED_CHECK_MICROS`] (twice as long after each look that finds no
+//! object gone, up to [`DROPPED_CHECK_MAX_MICROS`]: a small object in a
+//! large run may wait long for its compaction, and a quiet database should
+//! not flush every few seconds meanwhile) a task off the engine loop looks
+//! whether the
 //! prefixes still hold keys. While they do, it flushes each shard's
 //! memtable (compactions see only flushed tables, and only the snapshots
 //! open at the last flush), then the engine asks each shard to compact the
@@ -37,6 +41,8 @@ use super::{view_prefixes, Deletion, EpochLoop};
 
 /// Least time between two looks at dropped objects' keys.
 const DROPPED_CHECK_MICROS: i64 = 5_000_000;
+/// Most time between two looks at dropped objects' keys.
+const DROPPED_CHECK_MAX_MICROS: i64 = 600_000_000;
 
 /// A transaction's staged rows, being deleted.
 pub(super) struct Reclaim {
@@ -52,13 +58,25 @@ impl Reclaim {
 
 /// Dropped objects whose keys compaction is removing, and the look at
 /// them under way.
-#[derive(Default)]
 pub(super) struct Dropping {
     objects: Vec<ObjectId>,
     /// When the last look began (µs).
     checked_at: i64,
+    /// Time from the last look to the next (µs).
+    interval: i64,
     /// The look under way: which objects' keys are gone on every shard.
     check: Option<tokio::task::JoinHandle<RsResult<Vec<ObjectId>>>>,
+}
+
+impl Default for Dropping {
+    fn default() -> Self {
+        Dropping {
+            objects: Vec::new(),
+            checked_at: 0,
+            interval: DROPPED_CHECK_MICROS,
+            check: None,
+        }
+    }
 }
 
 impl Drop for Dropping {
@@ -164,6 +182,7 @@ impl EpochLoop {
             }
             if !self.dropping.objects.contains(&object_id) {
                 self.dropping.objects.push(object_id);
+                self.dropping.interval = DROPPED_CHECK_MICROS;
             }
         }
         self.publish_reclaims();
@@ -200,7 +219,8 @@ impl EpochLoop {
             }
         }
         let now = self.runtime.now_micros();
-        if self.dropping.objects.is_empty() || now < self.dropping.checked_at + DROPPED_CHECK_MICROS
+        if self.dropping.objects.is_empty()
+            || now < self.dropping.checked_at + self.dropping.interval
         {
             return Ok(());
         }
@@ -265,7 +285,10 @@ impl EpochLoop {
             }
         }
         self.dropping.objects = remaining;
-        if !gone.is_empty() {
+        if gone.is_empty() {
+            self.dropping.interval = (self.dropping.interval * 2).min(DROPPED_CHECK_MAX_MICROS);
+        } else {
+            self.dropping.interval = DROPPED_CHECK_MICROS;
             tracing::debug!(objects = gone.len(), "dropped objects' keys are gone");
         }
         self.publish_reclaims();
