@@ -34,7 +34,7 @@
 
 use rockstream_ops::keys;
 use rockstream_ops::{ScanOrder, StateStore};
-use rockstream_storage::{ShardDb, Snapshot};
+use rockstream_storage::{EpochStore, ShardDb, Snapshot};
 use rockstream_types::{ObjectId, RsError, RsResult};
 
 use super::{view_prefixes, Deletion, EpochLoop};
@@ -98,6 +98,19 @@ fn drop_marker(object_id: ObjectId) -> Vec<u8> {
     key
 }
 
+/// Deletes the drop markers of `gone` and writes those of `dropped`, on
+/// every shard.
+fn mark_dropped(stores: &mut [EpochStore], gone: &[ObjectId], dropped: &[ObjectId]) {
+    for store in stores {
+        for &object_id in gone {
+            store.delete(drop_marker(object_id));
+        }
+        for &object_id in dropped {
+            store.put(drop_marker(object_id), Vec::new());
+        }
+    }
+}
+
 /// Every prefix any object's keys may live under: a table's rows and
 /// UNIQUE entries, or a view's output, operator state, held-back input and
 /// installed marker.
@@ -154,11 +167,7 @@ impl EpochLoop {
             .map(ShardDb::last_seq)
             .collect::<RsResult<Vec<_>>>()?;
         let mut stores = self.new_stores()?;
-        for store in &mut stores {
-            for &object_id in object_ids {
-                store.put(drop_marker(object_id), Vec::new());
-            }
-        }
+        mark_dropped(&mut stores, &[], object_ids);
         let forgotten = self
             .forget_staged_commits_into(object_ids, &mut stores)
             .await?;
@@ -210,11 +219,12 @@ impl EpochLoop {
             }
         }
         if let Some(check) = self.dropping.check.take() {
-            match check.await {
-                Ok(Ok(gone)) => self.after_check(&gone).await?,
-                Ok(Err(error)) => {
-                    tracing::warn!(%error, "looking at dropped objects' keys failed");
-                }
+            let looked = check
+                .await
+                .map_err(|error| RsError::internal(error.to_string()))
+                .and_then(|looked| looked);
+            match looked {
+                Ok(gone) => self.after_check(&gone).await?,
                 Err(error) => tracing::warn!(%error, "looking at dropped objects' keys failed"),
             }
         }
@@ -264,14 +274,7 @@ impl EpochLoop {
             return Ok(());
         }
         let mut stores = self.new_stores()?;
-        for store in &mut stores {
-            for &object_id in gone {
-                store.delete(drop_marker(object_id));
-            }
-            for &object_id in &remaining {
-                store.put(drop_marker(object_id), Vec::new());
-            }
-        }
+        mark_dropped(&mut stores, gone, &remaining);
         self.commit_epoch(stores).await?;
         for &object_id in gone {
             let prefixes = object_prefixes(object_id);
