@@ -321,6 +321,12 @@ impl ShardDb {
         self.cache.clone()
     }
 
+    /// Whether the shard's database is closed: by SlateDB after a write it
+    /// could not make, or by [`ShardDb::close`].
+    pub fn is_closed(&self) -> bool {
+        self.db.status().close_reason.is_some()
+    }
+
     /// Why SlateDB closed this shard by itself, if it did: a background
     /// write it could not make (an L0 flush on a full disk, say) closes it
     /// for good, and every read and write fails from then on, until the

@@ -4,15 +4,18 @@
 //! Method: the server's storage is a small tmpfs the test mounts (skipped, saying why, where it
 //! cannot mount one: it needs root); the test fills it with INSERTs of 64 KiB rows until one
 //! fails, then fills what is left with a file of its own, checks DML and DDL fail with 53100,
-//! frees the space and checks everything acknowledged is there. A second test fills the disk
-//! with a view's build: its CREATE fails with 53100 at once (not once space is back, holding
-//! every other DDL statement meanwhile), and the view does not exist, then or after a restart.
+//! frees the space and checks everything acknowledged is there; another session reads every
+//! shard while storage reopens, and sees rows or the disk-full error, never a closed shard. A
+//! second test fills the disk with a view's build: its CREATE fails with 53100 at once (not once
+//! space is back, holding every other DDL statement meanwhile), and the view does not exist,
+//! then or after a restart.
 #![allow(clippy::unwrap_used)] // Tests may unwrap: a panic is the failure report.
 #![allow(clippy::disallowed_methods)] // The test harness sleeps on tokio directly.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -269,7 +272,11 @@ async fn a_full_disk_fails_writes_and_they_succeed_once_space_is_back() {
         assert_eq!(rows[0][0].as_deref(), Some("1"));
     }
 
-    // Space comes back: writes succeed again, without a restart.
+    // Space comes back: writes succeed again, without a restart. Meanwhile
+    // another session reads every shard without pause: while storage
+    // reopens, a read succeeds or fails with the disk-full error, never
+    // with a closed shard's.
+    let reader = Reader::start(server.client().await, acknowledged.clone());
     for number in 0..=refill {
         std::fs::remove_file(filler.with_extension(number.to_string())).unwrap();
     }
@@ -279,17 +286,6 @@ async fn a_full_disk_fails_writes_and_they_succeed_once_space_is_back() {
     loop {
         match insert(&client, next).await {
             Ok(()) => break,
-            // Known race (noted on #17): a statement that reads a shard
-            // in the tens of milliseconds while recovery swaps that shard's
-            // instance reads a closed database and fails with RS-5003.
-            Err(error) if sqlstate(&error) == "58030" && message(&error).contains("closed") => {
-                assert!(
-                    started.elapsed() < Duration::from_secs(20),
-                    "{}",
-                    message(&error)
-                );
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
             Err(error) => {
                 assert_disk_full(&error, "an INSERT while storage reopens");
                 assert!(
@@ -304,6 +300,11 @@ async fn a_full_disk_fails_writes_and_they_succeed_once_space_is_back() {
         }
     }
     acknowledged.push(next);
+    let (reads, failures) = reader.stop().await;
+    assert!(reads > 0, "no read succeeded while storage reopened");
+    for error in &failures {
+        assert_disk_full(error, "a read while storage reopens");
+    }
     client
         .batch_execute("CREATE TABLE u (a int)")
         .await
@@ -320,6 +321,46 @@ async fn a_full_disk_fails_writes_and_they_succeed_once_space_is_back() {
     let rows = fetch_text_rows(&client, "SELECT a FROM u").await.unwrap();
     assert_eq!(rows.len(), 1);
     server.stop();
+}
+
+/// A session reading rows on every shard, and the view, one statement
+/// after another until stopped.
+struct Reader {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<(usize, Vec<tokio_postgres::Error>)>,
+}
+
+impl Reader {
+    fn start(client: Client, ids: Vec<i64>) -> Reader {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let task = tokio::spawn(async move {
+            let mut reads = 0;
+            let mut failures = Vec::new();
+            for id in ids.iter().cycle() {
+                if stopped.load(Ordering::Relaxed) {
+                    break;
+                }
+                for query in [
+                    format!("SELECT id FROM t WHERE id = {id}"),
+                    "SELECT n FROM totals".to_string(),
+                ] {
+                    match client.simple_query(&query).await {
+                        Ok(_) => reads += 1,
+                        Err(error) => failures.push(error),
+                    }
+                }
+            }
+            (reads, failures)
+        });
+        Reader { stop, task }
+    }
+
+    /// How many reads succeeded, and the errors of those that failed.
+    async fn stop(self) -> (usize, Vec<tokio_postgres::Error>) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.unwrap()
+    }
 }
 
 /// The view whose CREATE failed does not exist.

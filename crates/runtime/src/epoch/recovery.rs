@@ -2,13 +2,23 @@
 //!
 //! A shard whose write fails (a full disk, say) is closed by SlateDB for
 //! good: its WAL writer stops at the first error it cannot retry. The
-//! engine then *recovers in place*, as a restart would: it reopens every
-//! shard over what is durable, completes an epoch the coordinator logged
-//! but another shard missed ([`repair`]), publishes that state and takes
-//! its views and reclaims on again from storage (a view being built starts
-//! its build over). What the failed epoch wrote was never acknowledged;
-//! its writers were told it failed. A view whose build the failure ended
-//! is dropped instead: the statement creating it was told it failed.
+//! engine then *recovers in place*, as a restart would: it reopens the
+//! shards SlateDB closed over what is durable, completes an epoch the
+//! coordinator logged but another shard missed ([`repair`]), publishes
+//! that state and takes its views and reclaims on again from storage (a
+//! view being built starts its build over). What the failed epoch wrote
+//! was never acknowledged; its writers were told it failed. A view whose
+//! build the failure ended is dropped instead: the statement creating it
+//! was told it failed.
+//!
+//! The shards still open are kept as they are: the engine loop is their
+//! only writer and awaits every write it makes, so they hold exactly what
+//! is durable, and statements reading their published snapshots go on
+//! undisturbed (reopening closes an instance, and a read of a closed
+//! instance fails). A statement reading a failed shard gets the failure's
+//! error, as before its reopening; the reopened shard's snapshots are
+//! published with the state. Only if no shard is closed (the failure came
+//! from elsewhere) is every shard reopened.
 //!
 //! Until the shards reopen, every command is refused with the reason (a
 //! full disk gives 53100); reopening is tried at most once per
@@ -17,6 +27,7 @@
 
 use std::time::Duration;
 
+use rockstream_storage::ShardDb;
 use rockstream_types::{Epoch, ObjectId, RsError, RsResult};
 use tokio::sync::oneshot;
 
@@ -124,19 +135,29 @@ impl EpochLoop {
         for flush in std::mem::take(&mut self.flushing) {
             flush.abort();
         }
-        let mut shards = Vec::with_capacity(self.shards.len());
-        for shard in &self.shards {
+        let closed: Vec<bool> = self.shards.iter().map(ShardDb::is_closed).collect();
+        let reopen_all = !closed.contains(&true);
+        let mut reopened = Vec::new();
+        for (index, shard) in self.shards.iter().enumerate() {
+            if !(reopen_all || closed[index]) {
+                continue;
+            }
             match shard.reopen().await {
-                Ok(reopened) => shards.push(reopened),
+                Ok(shard) => reopened.push((index, shard)),
                 Err(error) => {
-                    for opened in &shards {
+                    // The instances this attempt closed are reopened by
+                    // the next one (they read as closed).
+                    for (_, opened) in &reopened {
                         let _ = opened.close().await;
                     }
                     return Err(error);
                 }
             }
         }
-        self.shards = shards;
+        for (index, shard) in reopened {
+            tracing::info!(shard = index, "reopened a shard storage had closed");
+            self.shards[index] = shard;
+        }
         self.logged = repair(&self.shards).await?;
         let epoch = self.shards[0].committed_epoch().await?;
         if epoch > self.epoch {
