@@ -40,7 +40,9 @@ use rockstream_types::encoding::{
 use rockstream_types::{codes, Datum, ObjectId, Row, RsError, RsResult, SqlType, ZSet};
 
 use crate::dataflow::aggregate_calls_valid;
-use crate::keys::{decode_weight, op_prefix, AGGREGATE, AGGREGATE_DISTINCT, MIN_MAX};
+use crate::keys::{
+    decode_weight, op_prefix, push_order_key, AGGREGATE, AGGREGATE_DISTINCT, MIN_MAX,
+};
 use crate::state::{add_to_count, ScanOrder, StateStore};
 
 #[derive(Debug)]
@@ -433,23 +435,7 @@ impl AggregateOperator {
     ) -> Vec<u8> {
         let mut entry = self.value_key(MIN_MAX, index, key);
         let start = entry.len();
-        for sort in &call.order_by {
-            let datum = &row[sort.column];
-            if datum.is_null() {
-                entry.push(if sort.nulls_first { 0x00 } else { 0x02 });
-                continue;
-            }
-            entry.push(0x01);
-            let at = entry.len();
-            encode_datum(datum, &mut entry);
-            if sort.descending {
-                // The encoding is prefix-free, so its complement sorts in
-                // the opposite order.
-                for byte in &mut entry[at..] {
-                    *byte = !*byte;
-                }
-            }
-        }
+        push_order_key(row, &call.order_by, &mut entry);
         let order_len = (entry.len() - start) as u32;
         let value = call
             .argument

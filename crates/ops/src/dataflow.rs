@@ -46,6 +46,7 @@ use crate::exchange::{Exchange, Unsharded};
 use crate::expr::CompiledExprs;
 use crate::join::JoinOperator;
 use crate::state::StateStore;
+use crate::top_k::TopKOperator;
 
 /// A view's plan, compiled for execution.
 #[derive(Debug)]
@@ -85,6 +86,7 @@ enum Operator {
     Distinct {
         op_id: ObjectId,
     },
+    TopK(Box<TopKOperator>),
     UnionAll,
     SetOperation {
         op_id: ObjectId,
@@ -255,6 +257,20 @@ impl Operator {
                 schema.types(),
             )?)),
             PlanNode::Distinct { op_id, .. } => Operator::Distinct { op_id: *op_id },
+            PlanNode::TopK {
+                op_id,
+                partition,
+                order_by,
+                offset,
+                limit,
+                ..
+            } => Operator::TopK(Box::new(TopKOperator::new(
+                *op_id,
+                partition.clone(),
+                order_by.clone(),
+                *offset,
+                *limit,
+            ))),
             PlanNode::UnionAll { .. } => Operator::UnionAll,
             PlanNode::SetOperation {
                 op_id,
@@ -312,6 +328,10 @@ impl Operator {
             Operator::Distinct { op_id } => {
                 let [input] = exactly(inputs)?;
                 distinct::distinct(store, *op_id, input).await
+            }
+            Operator::TopK(top_k) => {
+                let [input] = exactly(inputs)?;
+                top_k.step(store, input).await
             }
             Operator::UnionAll => {
                 let mut out = ZSet::new();

@@ -10,6 +10,8 @@
 //! 0x01 'A' 'D' op_id(16) agg(2) group value   -> count       DISTINCT-aggregate multiset
 //! 0x01 'D' 'S' op_id(16) row                  -> weight      DISTINCT
 //! 0x01 'S' 'O' op_id(16) row                  -> (l, r)      EXCEPT / INTERSECT counts
+//! 0x01 'T' 'K' op_id(16) partition order row len(row)
+//!                                              -> count       top-K multiset
 //! 0x03 view_id(16) row                        -> weight      view output (counted)
 //! 0x07 table_id(16) row_key                   -> row         table rows
 //! 0x08 view_id(16) key                        -> row         view output (keyed)
@@ -40,6 +42,7 @@
 //! `rockstream_types::encoding`, which is prefix-free for a fixed number of
 //! columns, so a prefix scan on a key never matches a longer key.
 
+use rockstream_plan::SortKey;
 use rockstream_types::encoding::{datum_len, encode_datum};
 use rockstream_types::{Datum, ObjectId};
 
@@ -58,6 +61,7 @@ pub const MIN_MAX: [u8; 2] = *b"MM";
 pub const AGGREGATE_DISTINCT: [u8; 2] = *b"AD";
 pub const DISTINCT: [u8; 2] = *b"DS";
 pub const SET_OPERATION: [u8; 2] = *b"SO";
+pub const TOP_K: [u8; 2] = *b"TK";
 
 /// `0x01 kind op_id`: the prefix of all of one operator's state of one kind.
 pub fn op_prefix(kind: [u8; 2], op_id: ObjectId) -> Vec<u8> {
@@ -202,13 +206,13 @@ fn object_prefix(space: u8, object_id: ObjectId) -> Vec<u8> {
 }
 
 /// True for keys whose count is maintained by blind additions (join
-/// arrangements, MIN/MAX multisets, view output): their stored value may
+/// arrangements, MIN/MAX and top-K multisets, view output): their stored value may
 /// sum to zero, which means absent.
 pub fn holds_count(key: &[u8]) -> bool {
     match key.first() {
         Some(&OUTPUT) => true,
         Some(&OP_STATE) => {
-            matches!(key.get(1..3), Some(kind) if kind == JOIN_LEFT || kind == JOIN_RIGHT || kind == MIN_MAX)
+            matches!(key.get(1..3), Some(kind) if kind == JOIN_LEFT || kind == JOIN_RIGHT || kind == MIN_MAX || kind == TOP_K)
         }
         _ => false,
     }
@@ -233,6 +237,7 @@ pub fn view_op_prefixes(view_id: ObjectId) -> Vec<Vec<u8>> {
         AGGREGATE_DISTINCT,
         DISTINCT,
         SET_OPERATION,
+        TOP_K,
     ]
     .into_iter()
     .map(|kind| {
@@ -242,6 +247,31 @@ pub fn view_op_prefixes(view_id: ObjectId) -> Vec<Vec<u8>> {
         prefix
     })
     .collect()
+}
+
+/// Appends the encoding of `row`'s `order_by` keys, under which entries
+/// sort as `ORDER BY` sorts their rows: per key a marker (`0x00` for a
+/// NULL sorting first, `0x02` for one sorting last, `0x01` before a value)
+/// and the value's encoding, complemented when descending. The encoding
+/// is prefix-free, so its complement sorts in the opposite order, and so
+/// is the whole: a key of entries that sort equally ends where a longer
+/// key would go on.
+pub fn push_order_key(row: &[Datum], order_by: &[SortKey], out: &mut Vec<u8>) {
+    for sort in order_by {
+        let datum = &row[sort.column];
+        if datum.is_null() {
+            out.push(if sort.nulls_first { 0x00 } else { 0x02 });
+            continue;
+        }
+        out.push(0x01);
+        let at = out.len();
+        encode_datum(datum, out);
+        if sort.descending {
+            for byte in &mut out[at..] {
+                *byte = !*byte;
+            }
+        }
+    }
 }
 
 /// Length of the key's *leading-column prefix*: its key space's fixed

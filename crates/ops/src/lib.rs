@@ -23,6 +23,7 @@ mod join;
 pub mod keys;
 pub mod layered;
 pub mod state;
+mod top_k;
 
 pub use dataflow::Dataflow;
 pub use exchange::{ChannelExchange, Exchange, Unsharded};

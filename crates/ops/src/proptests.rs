@@ -562,10 +562,103 @@ proptest! {
     }
 
     #[test]
+    fn top_k_matches_recomputation_and_sorting(
+        seed: u64,
+        history in history(),
+        partitioned: bool,
+        descending: bool,
+        nulls_first: bool,
+        offset in 0u64..3,
+        limit in 0u64..4,
+        folded: bool,
+    ) {
+        let input = if folded { folded_source(LEFT) } else { source(LEFT) };
+        let plan = top_k(input, partitioned, descending, nulls_first, offset, limit);
+        check(plan.clone(), history.clone(), seed)?;
+        if !folded {
+            let (_, recomputed) = run_on(&plan, &history, &BucketMap::rendezvous(1).expect("one shard"));
+            prop_assert_eq!(recomputed, sorted_window(&plan, &history));
+        }
+    }
+
+    #[test]
     fn set_operations_match_recomputation(seed: u64, history in history(), operator in prop_oneof![Just(SetOperator::Except), Just(SetOperator::Intersect)], all: bool) {
         let plan = PlanNode::SetOperation { op_id: 40, left: Box::new(source(LEFT)), right: Box::new(source(RIGHT)), operator, all };
         check(plan, history, seed)?;
     }
+}
+
+fn top_k(
+    input: PlanNode,
+    partitioned: bool,
+    descending: bool,
+    nulls_first: bool,
+    offset: u64,
+    limit: u64,
+) -> PlanNode {
+    PlanNode::TopK {
+        op_id: 60,
+        input: Box::new(input),
+        partition: if partitioned { vec![0] } else { Vec::new() },
+        order_by: vec![SortKey {
+            column: 1,
+            descending,
+            nulls_first,
+        }],
+        offset,
+        limit,
+    }
+}
+
+/// What a top-K over `LEFT` must hold after `history`: each partition of
+/// the final rows sorted (by the order key, then by the row), repeated
+/// rows as often as they occur, cut to the window.
+fn sorted_window(plan: &PlanNode, history: &[Vec<(ObjectId, Row, i64)>]) -> ZSet {
+    let PlanNode::TopK {
+        partition,
+        order_by,
+        offset,
+        limit,
+        ..
+    } = plan
+    else {
+        panic!("not a top-K");
+    };
+    let mut rows = ZSet::new();
+    for (source, row, weight) in history.iter().flatten() {
+        if *source == LEFT {
+            rows.push(row.clone(), *weight);
+        }
+    }
+    let mut partitions: std::collections::BTreeMap<Vec<u8>, Vec<(Vec<u8>, Row)>> =
+        std::collections::BTreeMap::new();
+    for (row, weight) in rows.consolidate().updates {
+        let values: Row = partition
+            .iter()
+            .map(|&column| row[column].clone())
+            .collect();
+        let mut order = Vec::new();
+        crate::keys::push_order_key(&row, order_by, &mut order);
+        order.extend(rockstream_types::encoding::encode_row(&row));
+        for _ in 0..weight {
+            partitions
+                .entry(rockstream_types::encoding::encode_row(&values))
+                .or_default()
+                .push((order.clone(), row.clone()));
+        }
+    }
+    let mut window = ZSet::new();
+    for mut rows in partitions.into_values() {
+        rows.sort_by(|a, b| a.0.cmp(&b.0));
+        for (_, row) in rows
+            .into_iter()
+            .skip(*offset as usize)
+            .take(*limit as usize)
+        {
+            window.push(row, 1);
+        }
+    }
+    window.consolidate()
 }
 
 #[test]

@@ -187,6 +187,19 @@ pub enum PlanNode {
         operator: SetOperator,
         all: bool,
     },
+    /// `ORDER BY … LIMIT limit OFFSET offset` within each partition (rows
+    /// agreeing on the `partition` columns; one partition when there are
+    /// none): the rows at positions `offset..offset + limit` of the
+    /// partition in `order_by` order, rows the keys do not order taken in
+    /// the order of their encoding. Its rows are its input's.
+    TopK {
+        op_id: ObjectId,
+        input: Box<PlanNode>,
+        partition: Vec<usize>,
+        order_by: Vec<SortKey>,
+        offset: u64,
+        limit: u64,
+    },
     /// Moves each row to the shard that owns the bucket of its `key`
     /// columns (all rows to one shard when `key` is empty); inserted by
     /// [`partition::place`]. Stateless: the rows pass on unchanged.
@@ -208,6 +221,7 @@ impl PlanNode {
             | PlanNode::UnionAll { schema, .. } => schema,
             PlanNode::Filter { input, .. }
             | PlanNode::Distinct { input, .. }
+            | PlanNode::TopK { input, .. }
             | PlanNode::Exchange { input, .. } => input.schema(),
             PlanNode::SetOperation { left, .. } => left.schema(),
         }
@@ -221,6 +235,7 @@ impl PlanNode {
             | PlanNode::Filter { input, .. }
             | PlanNode::Aggregate { input, .. }
             | PlanNode::Distinct { input, .. }
+            | PlanNode::TopK { input, .. }
             | PlanNode::Exchange { input, .. } => vec![input],
             PlanNode::Join { left, right, .. } | PlanNode::SetOperation { left, right, .. } => {
                 vec![left, right]
@@ -237,6 +252,7 @@ impl PlanNode {
             | PlanNode::Filter { input, .. }
             | PlanNode::Aggregate { input, .. }
             | PlanNode::Distinct { input, .. }
+            | PlanNode::TopK { input, .. }
             | PlanNode::Exchange { input, .. } => vec![input],
             PlanNode::Join { left, right, .. } | PlanNode::SetOperation { left, right, .. } => {
                 vec![left, right]
@@ -285,7 +301,9 @@ impl PlanNode {
                 (left.unique_key(), left_keys, *left_width),
                 (right.unique_key(), right_keys, *right_width),
             ),
-            PlanNode::Filter { input, .. } | PlanNode::Exchange { input, .. } => input.unique_key(),
+            PlanNode::Filter { input, .. }
+            | PlanNode::TopK { input, .. }
+            | PlanNode::Exchange { input, .. } => input.unique_key(),
             PlanNode::Map {
                 input,
                 exprs,
@@ -389,6 +407,21 @@ impl PlanNode {
             PlanNode::Distinct { op_id, input } => {
                 let _ = write!(out, "distinct {op_id} [{}]; ", types(input));
             }
+            PlanNode::TopK {
+                op_id,
+                input,
+                partition,
+                order_by,
+                offset,
+                limit,
+            } => {
+                let _ = write!(
+                    out,
+                    "topk {op_id} partition={partition:?} order={order_by:?} \
+                     offset={offset} limit={limit} [{}]; ",
+                    types(input)
+                );
+            }
             PlanNode::SetOperation {
                 op_id,
                 left,
@@ -477,6 +510,15 @@ impl PlanNode {
                     .join(", ")
             ),
             PlanNode::Distinct { .. } => "Distinct".to_string(),
+            PlanNode::TopK {
+                partition,
+                order_by,
+                offset,
+                limit,
+                ..
+            } => format!(
+                "TopK partition by {partition:?} order by {order_by:?} offset {offset} limit {limit}"
+            ),
             PlanNode::UnionAll { .. } => "UnionAll".to_string(),
             PlanNode::SetOperation { operator, all, .. } => {
                 format!("{operator:?}{}", if *all { " ALL" } else { "" })

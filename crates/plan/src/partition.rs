@@ -4,7 +4,8 @@
 //! Every stateful operator keeps the state of a key on the shard that owns
 //! the key's bucket, so each needs its input partitioned by that key: a
 //! join's sides by their join keys, an aggregate's input by its group key,
-//! DISTINCT and the set operations by the whole row. A view's output is
+//! DISTINCT and the set operations by the whole row, a top-K by its
+//! partition columns. A view's output is
 //! stored the same way, by its storage key. [`place`] derives how each
 //! node's output is partitioned, bottom up, and puts a
 //! [`PlanNode::Exchange`] wherever an operator needs its input partitioned
@@ -13,7 +14,7 @@
 //! every row is where it is needed and the plan is returned unchanged.
 //!
 //! An operator without a key to partition by (a global aggregate, a join
-//! without equality keys, `NOT IN`) gathers its inputs on one shard: the
+//! without equality keys, `NOT IN`, a top-K over all rows) gathers its inputs on one shard: the
 //! owner of the empty key's bucket, which is also where a `Constant` is
 //! emitted.
 
@@ -113,6 +114,7 @@ fn required(plan: &PlanNode) -> Vec<Option<Vec<usize>>> {
         }
         PlanNode::Aggregate { group_count, .. } => vec![Some((0..*group_count).collect())],
         PlanNode::Distinct { input, .. } => vec![whole_row(input)],
+        PlanNode::TopK { partition, .. } => vec![Some(partition.clone())],
         PlanNode::SetOperation { left, .. } => vec![whole_row(left), whole_row(left)],
         other => other.inputs().iter().map(|_| None).collect(),
     }
@@ -166,6 +168,7 @@ fn output(
         }
         // The group columns come first in the output.
         PlanNode::Aggregate { group_count, .. } => Partitioning::Hash((0..*group_count).collect()),
+        PlanNode::TopK { partition, .. } => Partitioning::Hash(partition.clone()),
         PlanNode::Distinct { .. } | PlanNode::SetOperation { .. } => {
             Partitioning::Hash((0..plan.schema().len()).collect())
         }

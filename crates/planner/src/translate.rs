@@ -13,7 +13,10 @@ use datafusion::common::{DFSchema, DFSchemaRef, JoinType, NullEquality};
 use datafusion::datasource::source_as_provider;
 use datafusion::execution::context::SessionContext;
 use datafusion::logical_expr::expr::AggregateFunction as DfAggregateFunction;
-use datafusion::logical_expr::{when, Distinct, Expr, ExprSchemable, LogicalPlan, Volatility};
+use datafusion::logical_expr::{
+    when, Distinct, Expr, ExprSchemable, FetchType, LogicalPlan, Projection, SkipType, SortExpr,
+    Volatility,
+};
 use datafusion::sql::sqlparser::ast::{SetExpr, Statement};
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
@@ -219,9 +222,30 @@ impl Translator {
             }),
             LogicalPlan::TableScan(scan) => self.table_scan(scan),
             LogicalPlan::SubqueryAlias(alias) => self.translate(&alias.input),
+            // A view's rows have no order: ORDER BY without LIMIT sorts
+            // nothing.
             LogicalPlan::Sort(sort) if sort.fetch.is_none() => self.translate(&sort.input),
-            LogicalPlan::Sort(_) | LogicalPlan::Limit(_) => {
-                Err(RsError::unsupported("ORDER BY ... LIMIT (top-N)"))
+            LogicalPlan::Sort(_) => self.window(plan, 0, u64::MAX),
+            LogicalPlan::Limit(limit) => {
+                let offset = match limit.get_skip_type().map_err(datafusion_error)? {
+                    SkipType::Literal(offset) => offset as u64,
+                    SkipType::UnsupportedExpr => {
+                        return Err(RsError::unsupported("an OFFSET that is not a constant"))
+                    }
+                };
+                let count = match limit.get_fetch_type().map_err(datafusion_error)? {
+                    FetchType::Literal(Some(count)) => count as u64,
+                    FetchType::Literal(None) => {
+                        return Err(RsError::unsupported(
+                            "OFFSET without LIMIT (every change before the offset would \
+                             shift the whole rest of the view)",
+                        ))
+                    }
+                    FetchType::UnsupportedExpr => {
+                        return Err(RsError::unsupported("a LIMIT that is not a constant"))
+                    }
+                };
+                self.window(&limit.input, offset, count)
             }
             LogicalPlan::Join(join) => self.join(join),
             LogicalPlan::Aggregate(aggregate) => self.aggregate(aggregate),
@@ -260,14 +284,117 @@ impl Translator {
         }
     }
 
+    /// The rows at positions `offset..offset + count` of `plan`'s rows: a
+    /// top-K in the order of the `ORDER BY` that `plan` is or ends in
+    /// (below projections, which keep rows and their order), or, without
+    /// one, in an order of its own (PostgreSQL keeps some `count` rows).
+    fn window(&mut self, plan: &LogicalPlan, offset: u64, count: u64) -> RsResult<PlanNode> {
+        match plan {
+            LogicalPlan::Projection(projection) => Ok(PlanNode::Map {
+                input: Box::new(self.window(&projection.input, offset, count)?),
+                exprs: projection.expr.clone(),
+                input_schema: projection.input.schema().clone(),
+                schema: schema_of(&projection.schema)?,
+            }),
+            LogicalPlan::SubqueryAlias(alias) => self.window(&alias.input, offset, count),
+            LogicalPlan::Sort(sort) => {
+                // Its own LIMIT (DataFusion pushes one down, as `offset +
+                // count`) keeps rows `0..fetch`.
+                let count = match sort.fetch {
+                    Some(fetch) => count.min((fetch as u64).saturating_sub(offset)),
+                    None => count,
+                };
+                self.top_k(&sort.input, &sort.expr, offset, count)
+            }
+            other => self.top_k(other, &[], offset, count),
+        }
+    }
+
+    /// A top-K over `input` ordered by `sort`: keys that are not columns
+    /// of `input` are computed into extra columns beside it, dropped again
+    /// above the top-K.
+    fn top_k(
+        &mut self,
+        input: &LogicalPlan,
+        sort: &[SortExpr],
+        offset: u64,
+        limit: u64,
+    ) -> RsResult<PlanNode> {
+        let op_id = self.op_id();
+        let mut node = self.translate(input)?;
+        let schema = input.schema();
+        let width = schema.fields().len();
+        let mut extra: Vec<Expr> = Vec::new();
+        let mut order_by = Vec::with_capacity(sort.len());
+        for key in sort {
+            let column = match unalias(&key.expr) {
+                Expr::Column(column) => schema.index_of_column(column).ok(),
+                _ => None,
+            };
+            let column = column.unwrap_or_else(|| {
+                extra.push(
+                    key.expr
+                        .clone()
+                        .alias(format!("__order_key_{}", extra.len())),
+                );
+                width + extra.len() - 1
+            });
+            order_by.push(SortKey {
+                column,
+                descending: !key.asc,
+                nulls_first: key.nulls_first,
+            });
+        }
+        let extended = if extra.is_empty() {
+            None
+        } else {
+            let exprs: Vec<Expr> = schema
+                .columns()
+                .into_iter()
+                .map(Expr::Column)
+                .chain(extra)
+                .collect();
+            let projection =
+                Projection::try_new(exprs, Arc::new(input.clone())).map_err(datafusion_error)?;
+            node = PlanNode::Map {
+                input: Box::new(node),
+                exprs: projection.expr,
+                input_schema: schema.clone(),
+                schema: schema_of(&projection.schema)?,
+            };
+            Some(projection.schema)
+        };
+        node = PlanNode::TopK {
+            op_id,
+            input: Box::new(node),
+            partition: Vec::new(),
+            order_by,
+            offset,
+            limit,
+        };
+        if let Some(extended) = extended {
+            node = PlanNode::Map {
+                input: Box::new(node),
+                exprs: extended
+                    .columns()
+                    .into_iter()
+                    .take(width)
+                    .map(Expr::Column)
+                    .collect(),
+                input_schema: extended,
+                schema: schema_of(schema)?,
+            };
+        }
+        Ok(node)
+    }
+
     fn table_scan(&mut self, scan: &datafusion::logical_expr::TableScan) -> RsResult<PlanNode> {
         let provider = source_as_provider(&scan.source).map_err(datafusion_error)?;
         let table = provider
             .downcast_ref::<SchemaOnlyTable>()
             .ok_or_else(|| RsError::unsupported(format!("reading {}", scan.table_name)))?;
-        if scan.fetch.is_some() {
-            return Err(RsError::unsupported("LIMIT"));
-        }
+        // A LIMIT DataFusion pushed into the scan is applied above it (a
+        // top-K, [`Translator::window`]): the scan reads every row.
         let full_schema = Arc::new(
             DFSchema::try_from_qualified_schema(scan.table_name.clone(), &table.schema)
                 .map_err(datafusion_error)?,

@@ -182,7 +182,9 @@ impl EpochLoop {
     /// step waits for no read: its keys are read meanwhile, and commands
     /// go on until they are there.
     pub async fn run(mut self, mut receiver: mpsc::Receiver<Command>) {
-        if let Err(error) = self.resume_drops().await {
+        // No snapshot from before the start is open.
+        let readers = vec![0; self.shards.len()];
+        if let Err(error) = self.resume_drops(&readers).await {
             self.storage_failed(error);
         }
         // Part of a large transaction's commit a crash cut short is not

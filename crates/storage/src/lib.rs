@@ -243,7 +243,11 @@ impl ShardDb {
             opened,
             compaction,
         };
-        shard.check_format_version().await?;
+        if let Err(error) = shard.check_format_version().await {
+            // Its background tasks stop with it.
+            let _ = shard.close().await;
+            return Err(error);
+        }
         Ok(shard)
     }
 

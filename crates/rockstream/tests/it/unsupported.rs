@@ -11,7 +11,7 @@ use crate::harness::sqlstate;
 /// (definition, words the error must contain).
 const REFUSED: &[(&str, &str)] = &[
     ("SELECT id, row_number() OVER (ORDER BY id) FROM t", "window function"),
-    ("SELECT id FROM t ORDER BY id LIMIT 3", "top-N"),
+    ("SELECT id FROM t ORDER BY id OFFSET 3", "OFFSET without LIMIT"),
     ("SELECT DISTINCT ON (k) k, id FROM t", "DISTINCT ON"),
     (
         "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 3) SELECT n FROM r",

@@ -9,7 +9,8 @@
 //! ([`ShardDb::compact_away`]) and answers: nothing is written per key, so
 //! other writers do not pay for the reclaim. Every
 //! [`DROPPED_CHECK_MICROS`] (twice as long after each look that finds no
-//! object gone, up to [`DROPPED_CHECK_MAX_MICROS`]: a small object in a
+//! object gone, once [`DROPPED_CHECKS_AT_FIRST_PACE`] have found none, up
+//! to [`DROPPED_CHECK_MAX_MICROS`]: a small object in a
 //! large run may wait long for its compaction, and a quiet database should
 //! not flush every few seconds meanwhile) a task off the engine loop looks
 //! whether the
@@ -43,6 +44,9 @@ use super::{view_prefixes, Deletion, EpochLoop};
 const DROPPED_CHECK_MICROS: i64 = 5_000_000;
 /// Most time between two looks at dropped objects' keys.
 const DROPPED_CHECK_MAX_MICROS: i64 = 600_000_000;
+/// Looks in a row that find no object gone before the pace slows: a
+/// compaction the first look asked for usually ends within them.
+const DROPPED_CHECKS_AT_FIRST_PACE: u32 = 3;
 
 /// A transaction's staged rows, being deleted.
 pub(super) struct Reclaim {
@@ -64,6 +68,8 @@ pub(super) struct Dropping {
     checked_at: i64,
     /// Time from the last look to the next (µs).
     interval: i64,
+    /// Looks in a row that found no object gone.
+    fruitless: u32,
     /// The look under way: which objects' keys are gone on every shard.
     check: Option<tokio::task::JoinHandle<RsResult<Vec<ObjectId>>>>,
 }
@@ -74,6 +80,7 @@ impl Default for Dropping {
             objects: Vec::new(),
             checked_at: 0,
             interval: DROPPED_CHECK_MICROS,
+            fruitless: 0,
             check: None,
         }
     }
@@ -122,8 +129,10 @@ fn object_prefixes(object_id: ObjectId) -> Vec<Vec<u8>> {
 }
 
 impl EpochLoop {
-    /// Takes up the dropped objects whose keys a previous run left stored.
-    pub(super) async fn resume_drops(&mut self) -> RsResult<()> {
+    /// Takes up the dropped objects whose keys a previous run left stored;
+    /// `readers` (by shard): the newest sequence number a snapshot open on
+    /// the shard may read at (0 when none can be open).
+    pub(super) async fn resume_drops(&mut self, readers: &[u64]) -> RsResult<()> {
         // The markers are the coordinator's.
         let snapshot = self.shards[0].snapshot()?;
         let prefix = marker_prefix();
@@ -143,10 +152,8 @@ impl EpochLoop {
                 "compaction goes on removing dropped objects' keys"
             );
         }
-        // No snapshot from before the restart is open.
-        let readers: Vec<u64> = vec![0; self.shards.len()];
         self.dropped.extend(&object_ids);
-        self.compact_away(&object_ids, &readers);
+        self.compact_away(&object_ids, readers);
         Ok(())
     }
 
@@ -192,6 +199,7 @@ impl EpochLoop {
             if !self.dropping.objects.contains(&object_id) {
                 self.dropping.objects.push(object_id);
                 self.dropping.interval = DROPPED_CHECK_MICROS;
+                self.dropping.fruitless = 0;
             }
         }
         self.publish_reclaims();
@@ -289,9 +297,13 @@ impl EpochLoop {
         }
         self.dropping.objects = remaining;
         if gone.is_empty() {
-            self.dropping.interval = (self.dropping.interval * 2).min(DROPPED_CHECK_MAX_MICROS);
+            self.dropping.fruitless += 1;
+            if self.dropping.fruitless > DROPPED_CHECKS_AT_FIRST_PACE {
+                self.dropping.interval = (self.dropping.interval * 2).min(DROPPED_CHECK_MAX_MICROS);
+            }
         } else {
             self.dropping.interval = DROPPED_CHECK_MICROS;
+            self.dropping.fruitless = 0;
             tracing::debug!(objects = gone.len(), "dropped objects' keys are gone");
         }
         self.publish_reclaims();

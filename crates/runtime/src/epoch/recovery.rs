@@ -17,8 +17,8 @@
 //! undisturbed (reopening closes an instance, and a read of a closed
 //! instance fails). A statement reading a failed shard gets the failure's
 //! error, as before its reopening; the reopened shard's snapshots are
-//! published with the state. Only if no shard is closed (the failure came
-//! from elsewhere) is every shard reopened.
+//! published with the state. If no shard is closed (the failure came from
+//! elsewhere, a read say), none is reopened and the rest is done again.
 //!
 //! Until the shards reopen, every command is refused with the reason (a
 //! full disk gives 53100); reopening is tried at most once per
@@ -136,10 +136,17 @@ impl EpochLoop {
             flush.abort();
         }
         let closed: Vec<bool> = self.shards.iter().map(ShardDb::is_closed).collect();
-        let reopen_all = !closed.contains(&true);
+        // Snapshots from before the failure stay open on the kept shards:
+        // a dropped object's keys stay while they may read them.
+        let readers = self
+            .shards
+            .iter()
+            .zip(&closed)
+            .map(|(shard, &closed)| if closed { Ok(0) } else { shard.last_seq() })
+            .collect::<RsResult<Vec<u64>>>()?;
         let mut reopened = Vec::new();
         for (index, shard) in self.shards.iter().enumerate() {
-            if !(reopen_all || closed[index]) {
+            if !closed[index] {
                 continue;
             }
             match shard.reopen().await {
@@ -181,7 +188,7 @@ impl EpochLoop {
         self.publish()?;
         self.reclaims.clear();
         self.forget_drops();
-        self.resume_drops().await?;
+        self.resume_drops(&readers).await?;
         // Each view is installed again from what storage says of it, in
         // dependency order (each one moves to the end as it is installed).
         // If that fails part way, the rest keep their entries for the next

@@ -257,6 +257,21 @@ fn constructs_scenario() -> Scenario {
             "SELECT o.id, v.label FROM orders o JOIN (VALUES ('eu', 'Europe'), ('us', 'Americas'), ('us', 'USA')) v(region, label) \
              ON o.region = v.region UNION ALL SELECT 0, 'constant'",
         ),
+        // Top-K: every order is total (ties broken by a key), or ties
+        // are between equal rows, so PostgreSQL's rows are the only answer.
+        ("top_orders", "SELECT id, customer_id, amount FROM orders ORDER BY amount DESC NULLS LAST, id LIMIT 5"),
+        ("top_offset", "SELECT id, region FROM orders ORDER BY region NULLS FIRST, id DESC LIMIT 3 OFFSET 2"),
+        ("top_by_expression", "SELECT id FROM orders ORDER BY amount * -1, id LIMIT 4"),
+        (
+            "top_in_subquery",
+            "SELECT region, COUNT(*) AS n FROM (SELECT region FROM orders ORDER BY id DESC LIMIT 6) recent GROUP BY region",
+        ),
+        (
+            "top_of_aggregate",
+            "SELECT customer_id, SUM(amount) AS total FROM orders GROUP BY customer_id \
+             ORDER BY total DESC NULLS LAST, customer_id LIMIT 3",
+        ),
+        ("top_repeated_rows", "SELECT kind, weight FROM events ORDER BY weight DESC, kind LIMIT 4"),
         ("revenue_by_region", "SELECT region, COUNT(*) AS orders, SUM(amount) AS revenue FROM orders GROUP BY region"),
         ("view_over_view", "SELECT region, revenue FROM revenue_by_region WHERE orders > 2"),
     ];

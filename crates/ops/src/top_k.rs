@@ -1,0 +1,333 @@
+//! Top-K: `ORDER BY … LIMIT n OFFSET m`, over all rows or per partition
+//! (DESIGN §6.10).
+//!
+//! State is the input as a multiset in output order: `TK op_id partition
+//! order row len(row) -> count`, the order key from
+//! [`push_order_key`], rows the keys do not order by their encoding, the
+//! row's length last so the row can be read back from the key. Counts are
+//! blind additions, so keeping the state reads nothing.
+//!
+//! A change reads the head of each partition it touches and nothing else:
+//! with `N = offset + limit` and `d` rows the batch removes from the
+//! partition, the first `N + d` entries hold at least `N` rows once the
+//! batch is applied, so the new top `N` lies among them and the batch's
+//! rows after them cannot enter it. One ordered pass over the partitions'
+//! heads ([`StateRead::scan_prefixes`]) gives the old window; merging the
+//! batch into it gives the new one; the output is their difference. A
+//! change past the `N`-th row emits nothing; one before it moves rows across
+//! the window's edges, at most as many as it changed.
+
+use std::ops::Range;
+
+use rockstream_plan::SortKey;
+use rockstream_types::encoding::{decode_row, encode_row_into};
+use rockstream_types::{Datum, ObjectId, Row, RsError, RsResult, ZSet};
+
+use crate::keys::{decode_weight, op_prefix, push_order_key, TOP_K};
+use crate::state::{Entries, StateStore};
+
+#[derive(Debug)]
+pub(crate) struct TopKOperator {
+    op_id: ObjectId,
+    partition: Vec<usize>,
+    order_by: Vec<SortKey>,
+    /// Rows skipped at the head of each partition.
+    offset: i64,
+    /// `offset + limit`: where the window ends.
+    end: i64,
+}
+
+/// One entry the batch changes.
+struct Change {
+    key: Vec<u8>,
+    /// Length of the key's prefix naming its partition.
+    partition_len: usize,
+    weight: i64,
+}
+
+impl TopKOperator {
+    pub(crate) fn new(
+        op_id: ObjectId,
+        partition: Vec<usize>,
+        order_by: Vec<SortKey>,
+        offset: u64,
+        limit: u64,
+    ) -> TopKOperator {
+        let offset = i64::try_from(offset).unwrap_or(i64::MAX);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        TopKOperator {
+            op_id,
+            partition,
+            order_by,
+            offset,
+            end: offset.saturating_add(limit),
+        }
+    }
+
+    pub(crate) async fn step<S: StateStore>(&self, store: &mut S, delta: ZSet) -> RsResult<ZSet> {
+        let delta = delta.consolidate();
+        if delta.is_empty() {
+            return Ok(ZSet::new());
+        }
+        let mut changes: Vec<Change> = delta
+            .updates
+            .iter()
+            .map(|(row, weight)| self.change(row, *weight))
+            .collect();
+        // Partition prefixes are prefix-free, so in key order each
+        // partition's changes are consecutive.
+        changes.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+        let partitions = partitions(&changes);
+        let removed_most = partitions
+            .iter()
+            .map(|range| {
+                changes[range.clone()]
+                    .iter()
+                    .map(|change| (-change.weight).max(0))
+                    .sum::<i64>()
+            })
+            .max()
+            .unwrap_or(0);
+        let mut out = ZSet::new();
+        if self.end > 0 {
+            let scan_limit =
+                usize::try_from(self.end.saturating_add(removed_most)).unwrap_or(usize::MAX);
+            let prefixes: Vec<&[u8]> = partitions
+                .iter()
+                .map(|range| {
+                    let first = &changes[range.start];
+                    &first.key[..first.partition_len]
+                })
+                .collect();
+            let heads = store.scan_prefixes(&prefixes, scan_limit).await?;
+            for (range, head) in partitions.iter().zip(heads) {
+                self.window_changes(&head, &changes[range.clone()], scan_limit, &mut out)?;
+            }
+        }
+        for change in changes {
+            store.add_count(change.key, change.weight);
+        }
+        Ok(out.consolidate())
+    }
+
+    fn change(&self, row: &Row, weight: i64) -> Change {
+        let mut key = op_prefix(TOP_K, self.op_id);
+        let partition: Vec<Datum> = self
+            .partition
+            .iter()
+            .map(|&column| row[column].clone())
+            .collect();
+        encode_row_into(&partition, &mut key);
+        let partition_len = key.len();
+        push_order_key(row, &self.order_by, &mut key);
+        let start = key.len();
+        encode_row_into(row, &mut key);
+        let row_len = (key.len() - start) as u32;
+        key.extend_from_slice(&row_len.to_be_bytes());
+        Change {
+            key,
+            partition_len,
+            weight,
+        }
+    }
+
+    /// Adds to `out` how one partition's window changes: `head` is its
+    /// first `scan_limit` entries (all of them if fewer), `changes` the
+    /// batch's changes to it, both in key order.
+    fn window_changes(
+        &self,
+        head: &Entries,
+        changes: &[Change],
+        scan_limit: usize,
+        out: &mut ZSet,
+    ) -> RsResult<()> {
+        // Past the last entry read, when there may be more, the old and the
+        // new window have both ended (see the module's comment).
+        let read_all = head.len() < scan_limit;
+        let (mut old_at, mut new_at) = (0i64, 0i64);
+        let (mut next_entry, mut next_change) = (0, 0);
+        while old_at < self.end || new_at < self.end {
+            let entry = head.get(next_entry);
+            let change = changes.get(next_change);
+            let (key, old, weight) = match (entry, change) {
+                (None, None) => break,
+                (Some((key, value)), change)
+                    if change.is_none_or(|change| key.as_slice() <= change.key.as_slice()) =>
+                {
+                    next_entry += 1;
+                    let weight = match change {
+                        Some(change) if change.key == *key => {
+                            next_change += 1;
+                            change.weight
+                        }
+                        _ => 0,
+                    };
+                    (key.as_slice(), decode_weight(value), weight)
+                }
+                (entry, Some(change)) => {
+                    if entry.is_none() && !read_all {
+                        return Err(RsError::internal(
+                            "a top-K change lies past the partition's head it read",
+                        ));
+                    }
+                    next_change += 1;
+                    (change.key.as_slice(), 0, change.weight)
+                }
+                (Some(_), None) => break,
+            };
+            let new = old + weight;
+            if new < 0 {
+                return Err(RsError::internal("a top-K count went negative"));
+            }
+            let shown = self.overlap(new_at, new) - self.overlap(old_at, old);
+            if shown != 0 {
+                out.push(entry_row(key)?, shown);
+            }
+            old_at += old;
+            new_at += new;
+        }
+        Ok(())
+    }
+
+    /// How many of `count` rows at positions `at..` lie in the window.
+    fn overlap(&self, at: i64, count: i64) -> i64 {
+        (at.saturating_add(count).min(self.end) - at.max(self.offset)).max(0)
+    }
+}
+
+/// The ranges of `changes` (in key order) that share a partition.
+fn partitions(changes: &[Change]) -> Vec<Range<usize>> {
+    let mut ranges: Vec<Range<usize>> = Vec::new();
+    for (index, change) in changes.iter().enumerate() {
+        let partition = &change.key[..change.partition_len];
+        match ranges.last_mut() {
+            Some(range) if changes[range.start].key.starts_with(partition) => range.end = index + 1,
+            _ => ranges.push(index..index + 1),
+        }
+    }
+    ranges
+}
+
+/// The row an entry's key ends with.
+fn entry_row(key: &[u8]) -> RsResult<Row> {
+    let corrupt = || RsError::internal("corrupt top-K entry");
+    let len_at = key.len().checked_sub(4).ok_or_else(corrupt)?;
+    let len = u32::from_be_bytes(key[len_at..].try_into().map_err(|_| corrupt())?) as usize;
+    let start = len_at.checked_sub(len).ok_or_else(corrupt)?;
+    decode_row(&key[start..len_at])
+}
+
+#[cfg(test)]
+mod tests {
+    //! Goal: the window is PostgreSQL's `ORDER BY … LIMIT … OFFSET`, ties
+    //! and NULLs included, and a change past the window emits nothing.
+    //! Method: one step over all rows against sorting them; steps of one
+    //! change each against what they must emit. (Incremental equals
+    //! recomputation over random histories: `proptests`.)
+    use super::*;
+    use crate::MemoryStore;
+
+    fn rows(values: &[(i64, Option<i64>)]) -> ZSet {
+        let mut zset = ZSet::new();
+        for (id, value) in values {
+            zset.push(
+                vec![Datum::Int64(*id), value.map_or(Datum::Null, Datum::Int64)],
+                1,
+            );
+        }
+        zset
+    }
+
+    fn by_value(descending: bool, nulls_first: bool) -> Vec<SortKey> {
+        vec![SortKey {
+            column: 1,
+            descending,
+            nulls_first,
+        }]
+    }
+
+    fn step(operator: &TopKOperator, store: &mut MemoryStore, delta: ZSet) -> ZSet {
+        futures::executor::block_on(operator.step(store, delta)).expect("steps")
+    }
+
+    #[test]
+    fn one_step_keeps_the_rows_sorting_puts_in_the_window() {
+        let input = [
+            (1, Some(5)),
+            (2, None),
+            (3, Some(1)),
+            (4, Some(9)),
+            (5, Some(5)),
+        ];
+        for (descending, nulls_first) in [(false, false), (true, true), (false, true)] {
+            let order_by = by_value(descending, nulls_first);
+            for (offset, limit) in [(0, 2), (1, 3), (0, 0), (4, 10), (0, 10)] {
+                let operator = TopKOperator::new(1, vec![], order_by.clone(), offset, limit);
+                let out = step(&operator, &mut MemoryStore::default(), rows(&input));
+                let mut sorted: Vec<(Vec<u8>, Row)> = rows(&input)
+                    .updates
+                    .into_iter()
+                    .map(|(row, _)| {
+                        let mut key = Vec::new();
+                        push_order_key(&row, &order_by, &mut key);
+                        encode_row_into(&row, &mut key);
+                        (key, row)
+                    })
+                    .collect();
+                sorted.sort_by(|a, b| a.0.cmp(&b.0));
+                let mut expected = ZSet::new();
+                for (_, row) in sorted
+                    .into_iter()
+                    .skip(offset as usize)
+                    .take(limit as usize)
+                {
+                    expected.push(row, 1);
+                }
+                assert_eq!(
+                    out,
+                    expected.consolidate(),
+                    "descending={descending} nulls_first={nulls_first} offset={offset} limit={limit}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_change_past_the_window_emits_nothing_and_one_inside_shifts_it() {
+        let operator = TopKOperator::new(1, vec![], by_value(false, false), 0, 2);
+        let mut store = MemoryStore::default();
+        step(
+            &operator,
+            &mut store,
+            rows(&[(1, Some(1)), (2, Some(2)), (3, Some(3))]),
+        );
+        let out = step(&operator, &mut store, rows(&[(4, Some(7))]));
+        assert!(out.is_empty(), "{out:?}");
+        // A smaller value enters and pushes (2, 2) out.
+        let out = step(&operator, &mut store, rows(&[(5, Some(0))]));
+        let mut expected = rows(&[(5, Some(0))]);
+        expected.push(vec![Datum::Int64(2), Datum::Int64(2)], -1);
+        assert_eq!(out, expected.consolidate());
+        // Deleting a row of the window brings the next one in.
+        let mut delete = ZSet::new();
+        delete.push(vec![Datum::Int64(5), Datum::Int64(0)], -1);
+        let out = step(&operator, &mut store, delete.clone());
+        let mut expected = delete;
+        expected.push(vec![Datum::Int64(2), Datum::Int64(2)], 1);
+        assert_eq!(out, expected.consolidate());
+    }
+
+    #[test]
+    fn partitions_keep_their_own_windows() {
+        // Column 0 is the partition; the largest value of each is kept.
+        let operator = TopKOperator::new(1, vec![0], by_value(true, false), 0, 1);
+        let mut store = MemoryStore::default();
+        let input = rows(&[(0, Some(4)), (0, Some(8)), (1, Some(3)), (1, Some(1))]);
+        let out = step(&operator, &mut store, input);
+        assert_eq!(out, rows(&[(0, Some(8)), (1, Some(3))]).consolidate());
+        let out = step(&operator, &mut store, rows(&[(1, Some(9))]));
+        let mut expected = rows(&[(1, Some(9))]);
+        expected.push(vec![Datum::Int64(1), Datum::Int64(3)], -1);
+        assert_eq!(out, expected.consolidate());
+    }
+}
