@@ -263,14 +263,18 @@ impl Operator {
                 order_by,
                 offset,
                 limit,
+                numbered,
+                schema,
                 ..
             } => Operator::TopK(Box::new(TopKOperator::new(
                 *op_id,
                 partition.clone(),
                 order_by.clone(),
-                *offset,
-                *limit,
-            ))),
+                (*offset, *limit),
+                numbered
+                    .then(|| schema.columns.last().map(|column| column.sql_type))
+                    .flatten(),
+            )?)),
             PlanNode::UnionAll { .. } => Operator::UnionAll,
             PlanNode::SetOperation {
                 op_id,

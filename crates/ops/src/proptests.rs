@@ -571,9 +571,10 @@ proptest! {
         offset in 0u64..3,
         limit in 0u64..4,
         folded: bool,
+        numbered: bool,
     ) {
         let input = if folded { folded_source(LEFT) } else { source(LEFT) };
-        let plan = top_k(input, partitioned, descending, nulls_first, offset, limit);
+        let plan = top_k(input, partitioned, (descending, nulls_first), (offset, limit), numbered);
         check(plan.clone(), history.clone(), seed)?;
         if !folded {
             let (_, recomputed) = run_on(&plan, &history, &BucketMap::rendezvous(1).expect("one shard"));
@@ -591,11 +592,17 @@ proptest! {
 fn top_k(
     input: PlanNode,
     partitioned: bool,
-    descending: bool,
-    nulls_first: bool,
-    offset: u64,
-    limit: u64,
+    (descending, nulls_first): (bool, bool),
+    (offset, limit): (u64, u64),
+    numbered: bool,
 ) -> PlanNode {
+    let mut schema = input.schema().clone();
+    if numbered {
+        schema.columns.push(Column {
+            name: "n".to_string(),
+            sql_type: SqlType::Int64,
+        });
+    }
     PlanNode::TopK {
         op_id: 60,
         input: Box::new(input),
@@ -607,6 +614,8 @@ fn top_k(
         }],
         offset,
         limit,
+        numbered,
+        schema,
     }
 }
 
@@ -619,6 +628,7 @@ fn sorted_window(plan: &PlanNode, history: &[Vec<(ObjectId, Row, i64)>]) -> ZSet
         order_by,
         offset,
         limit,
+        numbered,
         ..
     } = plan
     else {
@@ -650,11 +660,11 @@ fn sorted_window(plan: &PlanNode, history: &[Vec<(ObjectId, Row, i64)>]) -> ZSet
     let mut window = ZSet::new();
     for mut rows in partitions.into_values() {
         rows.sort_by(|a, b| a.0.cmp(&b.0));
-        for (_, row) in rows
-            .into_iter()
-            .skip(*offset as usize)
-            .take(*limit as usize)
-        {
+        let kept = rows.into_iter().enumerate().skip(*offset as usize);
+        for (position, (_, mut row)) in kept.take(*limit as usize) {
+            if *numbered {
+                row.push(Datum::Int64(position as i64 + 1));
+            }
             window.push(row, 1);
         }
     }

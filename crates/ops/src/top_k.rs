@@ -15,13 +15,15 @@
 //! heads ([`StateRead::scan_prefixes`]) gives the old window; merging the
 //! batch into it gives the new one; the output is their difference. A
 //! change past the `N`-th row emits nothing; one before it moves rows across
-//! the window's edges, at most as many as it changed.
+//! the window's edges, at most as many as it changed. Numbered (the
+//! `ROW_NUMBER() … <= n` form), each row carries its position, so a change
+//! also renumbers the rows of the window behind it: at most `limit` rows.
 
 use std::ops::Range;
 
 use rockstream_plan::SortKey;
 use rockstream_types::encoding::{decode_row, encode_row_into};
-use rockstream_types::{Datum, ObjectId, Row, RsError, RsResult, ZSet};
+use rockstream_types::{Datum, ObjectId, Row, RsError, RsResult, SqlType, ZSet};
 
 use crate::keys::{decode_weight, op_prefix, push_order_key, TOP_K};
 use crate::state::{Entries, StateStore};
@@ -35,6 +37,8 @@ pub(crate) struct TopKOperator {
     offset: i64,
     /// `offset + limit`: where the window ends.
     end: i64,
+    /// The type of the position appended to each row (`ROW_NUMBER()`).
+    number: Option<SqlType>,
 }
 
 /// One entry the batch changes.
@@ -50,18 +54,22 @@ impl TopKOperator {
         op_id: ObjectId,
         partition: Vec<usize>,
         order_by: Vec<SortKey>,
-        offset: u64,
-        limit: u64,
-    ) -> TopKOperator {
+        (offset, limit): (u64, u64),
+        number: Option<SqlType>,
+    ) -> RsResult<TopKOperator> {
+        if let Some(sql_type) = number {
+            number_datum(sql_type, 1)?;
+        }
         let offset = i64::try_from(offset).unwrap_or(i64::MAX);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        TopKOperator {
+        Ok(TopKOperator {
             op_id,
             partition,
             order_by,
             offset,
             end: offset.saturating_add(limit),
-        }
+            number,
+        })
     }
 
     pub(crate) async fn step<S: StateStore>(&self, store: &mut S, delta: ZSet) -> RsResult<ZSet> {
@@ -179,9 +187,28 @@ impl TopKOperator {
             if new < 0 {
                 return Err(RsError::internal("a top-K count went negative"));
             }
-            let shown = self.overlap(new_at, new) - self.overlap(old_at, old);
-            if shown != 0 {
-                out.push(entry_row(key)?, shown);
+            match self.number {
+                // Its copies keep their positions: nothing changes.
+                Some(_) if (old_at, old) == (new_at, new) => {}
+                Some(sql_type) => {
+                    let row = entry_row(key)?;
+                    for (positions, weight) in [
+                        (self.positions(old_at, old), -1),
+                        (self.positions(new_at, new), 1),
+                    ] {
+                        for position in positions {
+                            let mut numbered = row.clone();
+                            numbered.push(number_datum(sql_type, position + 1)?);
+                            out.push(numbered, weight);
+                        }
+                    }
+                }
+                None => {
+                    let shown = self.overlap(new_at, new) - self.overlap(old_at, old);
+                    if shown != 0 {
+                        out.push(entry_row(key)?, shown);
+                    }
+                }
             }
             old_at += old;
             new_at += new;
@@ -192,6 +219,11 @@ impl TopKOperator {
     /// How many of `count` rows at positions `at..` lie in the window.
     fn overlap(&self, at: i64, count: i64) -> i64 {
         (at.saturating_add(count).min(self.end) - at.max(self.offset)).max(0)
+    }
+
+    /// The positions of `count` rows at `at..` that lie in the window.
+    fn positions(&self, at: i64, count: i64) -> Range<i64> {
+        at.max(self.offset)..at.saturating_add(count).min(self.end)
     }
 }
 
@@ -206,6 +238,18 @@ fn partitions(changes: &[Change]) -> Vec<Range<usize>> {
         }
     }
     ranges
+}
+
+/// A row's position as its `ROW_NUMBER()` column holds it.
+fn number_datum(sql_type: SqlType, number: i64) -> RsResult<Datum> {
+    match sql_type {
+        SqlType::Int64 => Ok(Datum::Int64(number)),
+        SqlType::Numeric { scale: 0, .. } => Ok(Datum::Numeric(i128::from(number))),
+        other => Err(RsError::internal(format!(
+            "a row number of type {}",
+            other.pg_name()
+        ))),
+    }
 }
 
 /// The row an entry's key ends with.
@@ -262,7 +306,9 @@ mod tests {
         for (descending, nulls_first) in [(false, false), (true, true), (false, true)] {
             let order_by = by_value(descending, nulls_first);
             for (offset, limit) in [(0, 2), (1, 3), (0, 0), (4, 10), (0, 10)] {
-                let operator = TopKOperator::new(1, vec![], order_by.clone(), offset, limit);
+                let operator =
+                    TopKOperator::new(1, vec![], order_by.clone(), (offset, limit), None)
+                        .expect("valid");
                 let out = step(&operator, &mut MemoryStore::default(), rows(&input));
                 let mut sorted: Vec<(Vec<u8>, Row)> = rows(&input)
                     .updates
@@ -294,7 +340,8 @@ mod tests {
 
     #[test]
     fn a_change_past_the_window_emits_nothing_and_one_inside_shifts_it() {
-        let operator = TopKOperator::new(1, vec![], by_value(false, false), 0, 2);
+        let operator =
+            TopKOperator::new(1, vec![], by_value(false, false), (0, 2), None).expect("valid");
         let mut store = MemoryStore::default();
         step(
             &operator,
@@ -318,9 +365,46 @@ mod tests {
     }
 
     #[test]
+    fn numbered_rows_are_renumbered_behind_a_change() {
+        let operator = TopKOperator::new(
+            1,
+            vec![],
+            by_value(false, false),
+            (0, 2),
+            Some(SqlType::Int64),
+        )
+        .expect("valid");
+        let numbered = |id: i64, value: i64, number: i64| {
+            vec![Datum::Int64(id), Datum::Int64(value), Datum::Int64(number)]
+        };
+        let mut store = MemoryStore::default();
+        let out = step(
+            &operator,
+            &mut store,
+            rows(&[(1, Some(1)), (2, Some(2)), (3, Some(3))]),
+        );
+        let mut expected = ZSet::new();
+        expected.push(numbered(1, 1, 1), 1);
+        expected.push(numbered(2, 2, 2), 1);
+        assert_eq!(out, expected.consolidate());
+        // A new first row: (1, 1) becomes second, (2, 2) leaves.
+        let out = step(&operator, &mut store, rows(&[(4, Some(0))]));
+        let mut expected = ZSet::new();
+        expected.push(numbered(4, 0, 1), 1);
+        expected.push(numbered(1, 1, 1), -1);
+        expected.push(numbered(1, 1, 2), 1);
+        expected.push(numbered(2, 2, 2), -1);
+        assert_eq!(out, expected.consolidate());
+        // A change behind the window renumbers nothing.
+        let out = step(&operator, &mut store, rows(&[(5, Some(9))]));
+        assert!(out.is_empty(), "{out:?}");
+    }
+
+    #[test]
     fn partitions_keep_their_own_windows() {
         // Column 0 is the partition; the largest value of each is kept.
-        let operator = TopKOperator::new(1, vec![0], by_value(true, false), 0, 1);
+        let operator =
+            TopKOperator::new(1, vec![0], by_value(true, false), (0, 1), None).expect("valid");
         let mut store = MemoryStore::default();
         let input = rows(&[(0, Some(4)), (0, Some(8)), (1, Some(3)), (1, Some(1))]);
         let out = step(&operator, &mut store, input);

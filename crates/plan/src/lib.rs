@@ -191,7 +191,9 @@ pub enum PlanNode {
     /// agreeing on the `partition` columns; one partition when there are
     /// none): the rows at positions `offset..offset + limit` of the
     /// partition in `order_by` order, rows the keys do not order taken in
-    /// the order of their encoding. Its rows are its input's.
+    /// the order of their encoding. Its rows are its input's, each
+    /// followed by its position in its partition (from 1) when `numbered`
+    /// (`ROW_NUMBER()`).
     TopK {
         op_id: ObjectId,
         input: Box<PlanNode>,
@@ -199,6 +201,8 @@ pub enum PlanNode {
         order_by: Vec<SortKey>,
         offset: u64,
         limit: u64,
+        numbered: bool,
+        schema: Schema,
     },
     /// Moves each row to the shard that owns the bucket of its `key`
     /// columns (all rows to one shard when `key` is empty); inserted by
@@ -218,10 +222,10 @@ impl PlanNode {
             | PlanNode::Map { schema, .. }
             | PlanNode::Join { schema, .. }
             | PlanNode::Aggregate { schema, .. }
+            | PlanNode::TopK { schema, .. }
             | PlanNode::UnionAll { schema, .. } => schema,
             PlanNode::Filter { input, .. }
             | PlanNode::Distinct { input, .. }
-            | PlanNode::TopK { input, .. }
             | PlanNode::Exchange { input, .. } => input.schema(),
             PlanNode::SetOperation { left, .. } => left.schema(),
         }
@@ -301,6 +305,7 @@ impl PlanNode {
                 (left.unique_key(), left_keys, *left_width),
                 (right.unique_key(), right_keys, *right_width),
             ),
+            // Numbered or not, its rows are some of its input's.
             PlanNode::Filter { input, .. }
             | PlanNode::TopK { input, .. }
             | PlanNode::Exchange { input, .. } => input.unique_key(),
@@ -414,12 +419,15 @@ impl PlanNode {
                 order_by,
                 offset,
                 limit,
+                numbered,
+                ..
             } => {
                 let _ = write!(
                     out,
                     "topk {op_id} partition={partition:?} order={order_by:?} \
-                     offset={offset} limit={limit} [{}]; ",
-                    types(input)
+                     offset={offset} limit={limit} numbered={numbered} [{}] [{}]; ",
+                    types(input),
+                    types(node)
                 );
             }
             PlanNode::SetOperation {
@@ -515,9 +523,11 @@ impl PlanNode {
                 order_by,
                 offset,
                 limit,
+                numbered,
                 ..
             } => format!(
-                "TopK partition by {partition:?} order by {order_by:?} offset {offset} limit {limit}"
+                "TopK partition by {partition:?} order by {order_by:?} offset {offset} limit {limit}{}",
+                if *numbered { " numbered" } else { "" }
             ),
             PlanNode::UnionAll { .. } => "UnionAll".to_string(),
             PlanNode::SetOperation { operator, all, .. } => {

@@ -8,14 +8,18 @@
 
 use std::sync::Arc;
 
+use datafusion::arrow::datatypes::{DataType, FieldRef};
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{DFSchema, DFSchemaRef, JoinType, NullEquality};
+use datafusion::common::{ScalarValue, TableReference};
 use datafusion::datasource::source_as_provider;
 use datafusion::execution::context::SessionContext;
 use datafusion::logical_expr::expr::AggregateFunction as DfAggregateFunction;
+use datafusion::logical_expr::expr::WindowFunctionParams;
+use datafusion::logical_expr::utils::split_conjunction;
 use datafusion::logical_expr::{
-    when, Distinct, Expr, ExprSchemable, FetchType, LogicalPlan, Projection, SkipType, SortExpr,
-    Volatility,
+    when, BinaryExpr, Distinct, Expr, ExprSchemable, FetchType, Filter, LogicalPlan, Operator,
+    Projection, SkipType, SortExpr, Volatility, Window, WindowFunctionDefinition,
 };
 use datafusion::sql::sqlparser::ast::{SetExpr, Statement};
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
@@ -39,6 +43,7 @@ pub async fn plan_view(
     let mut translator = Translator {
         view_id,
         next_op: 0,
+        numbered_window: None,
     };
     let mut statements = Parser::parse_sql(&PostgreSqlDialect {}, query)
         .map_err(|e| RsError::new(&codes::SYNTAX_ERROR, e.to_string()))?;
@@ -198,6 +203,9 @@ pub fn undefined_relation(error: &datafusion::error::DataFusionError) -> Option<
 struct Translator {
     view_id: ObjectId,
     next_op: u32,
+    /// A `ROW_NUMBER()` window a filter above keeps the first rows of (its
+    /// address, and how many rows), to plan as a top-K when reached.
+    numbered_window: Option<(usize, u64)>,
 }
 
 impl Translator {
@@ -215,11 +223,20 @@ impl Translator {
                 input_schema: projection.input.schema().clone(),
                 schema: schema_of(&projection.schema)?,
             }),
-            LogicalPlan::Filter(filter) => Ok(PlanNode::Filter {
-                input: Box::new(self.translate(&filter.input)?),
-                predicate: filter.predicate.clone(),
-                input_schema: filter.input.schema().clone(),
-            }),
+            LogicalPlan::Filter(filter) => {
+                // The filter stays: its other conditions, and the one on
+                // the row number, which the top-K's rows meet.
+                if let Some(numbered) = row_number_limit(filter) {
+                    self.numbered_window = Some(numbered);
+                }
+                let input = self.translate(&filter.input);
+                self.numbered_window = None;
+                Ok(PlanNode::Filter {
+                    input: Box::new(input?),
+                    predicate: filter.predicate.clone(),
+                    input_schema: filter.input.schema().clone(),
+                })
+            }
             LogicalPlan::TableScan(scan) => self.table_scan(scan),
             LogicalPlan::SubqueryAlias(alias) => self.translate(&alias.input),
             // A view's rows have no order: ORDER BY without LIMIT sorts
@@ -262,7 +279,15 @@ impl Translator {
                     .collect::<RsResult<_>>()?,
                 schema: schema_of(&union.schema)?,
             }),
-            LogicalPlan::Window(_) => Err(RsError::unsupported("a window function")),
+            LogicalPlan::Window(window) => match self.numbered_window.take() {
+                Some((address, limit)) if address == window_address(window) => {
+                    self.numbered_top_k(window, limit)
+                }
+                _ => Err(RsError::unsupported(
+                    "a window function (other than ROW_NUMBER() whose rows a WHERE keeps up to a \
+                     constant)",
+                )),
+            },
             LogicalPlan::RecursiveQuery(_) => Err(RsError::unsupported("WITH RECURSIVE")),
             LogicalPlan::Values(values) => Ok(PlanNode::Constant {
                 rows: values.values.clone(),
@@ -304,50 +329,51 @@ impl Translator {
                     Some(fetch) => count.min((fetch as u64).saturating_sub(offset)),
                     None => count,
                 };
-                self.top_k(&sort.input, &sort.expr, offset, count)
+                self.top_k(&sort.input, &[], &sort.expr, (offset, count), None)
             }
-            other => self.top_k(other, &[], offset, count),
+            other => self.top_k(other, &[], &[], (offset, count), None),
         }
     }
 
-    /// A top-K over `input` ordered by `sort`: keys that are not columns
-    /// of `input` are computed into extra columns beside it, dropped again
-    /// above the top-K.
+    /// A top-K over `input`, partitioned by `partition` and ordered by
+    /// `sort`; with `number` (a `ROW_NUMBER()` window's output field, its
+    /// qualifier with it), each row's position in its partition follows
+    /// its columns. Keys that are not columns of `input` are computed into
+    /// extra columns beside them, dropped again above the top-K.
     fn top_k(
         &mut self,
         input: &LogicalPlan,
+        partition: &[Expr],
         sort: &[SortExpr],
-        offset: u64,
-        limit: u64,
+        (offset, limit): (u64, u64),
+        number: Option<(Option<TableReference>, FieldRef)>,
     ) -> RsResult<PlanNode> {
         let op_id = self.op_id();
         let mut node = self.translate(input)?;
         let schema = input.schema();
         let width = schema.fields().len();
         let mut extra: Vec<Expr> = Vec::new();
-        let mut order_by = Vec::with_capacity(sort.len());
-        for key in sort {
-            let column = match unalias(&key.expr) {
+        let mut column_of = |expr: &Expr| {
+            let column = match unalias(expr) {
                 Expr::Column(column) => schema.index_of_column(column).ok(),
                 _ => None,
             };
-            let column = column.unwrap_or_else(|| {
-                extra.push(
-                    key.expr
-                        .clone()
-                        .alias(format!("__order_key_{}", extra.len())),
-                );
+            column.unwrap_or_else(|| {
+                extra.push(expr.clone().alias(format!("__top_k_key_{}", extra.len())));
                 width + extra.len() - 1
-            });
-            order_by.push(SortKey {
-                column,
+            })
+        };
+        let partition: Vec<usize> = partition.iter().map(&mut column_of).collect();
+        let order_by: Vec<SortKey> = sort
+            .iter()
+            .map(|key| SortKey {
+                column: column_of(&key.expr),
                 descending: !key.asc,
                 nulls_first: key.nulls_first,
-            });
-        }
-        let extended = if extra.is_empty() {
-            None
-        } else {
+            })
+            .collect();
+        let mut numbered_schema = schema.clone();
+        if !extra.is_empty() {
             let exprs: Vec<Expr> = schema
                 .columns()
                 .into_iter()
@@ -362,30 +388,78 @@ impl Translator {
                 input_schema: schema.clone(),
                 schema: schema_of(&projection.schema)?,
             };
-            Some(projection.schema)
+            numbered_schema = projection.schema;
+        }
+        let mut top_k_schema = node.schema().clone();
+        let mut output_schema = schema_of(schema)?;
+        let numbered = match &number {
+            Some((qualifier, field)) => {
+                let column = Column {
+                    name: field.name().clone(),
+                    sql_type: sql_type_of(field.data_type())?,
+                };
+                top_k_schema.columns.push(column.clone());
+                output_schema.columns.push(column);
+                let number_schema = DFSchema::new_with_metadata(
+                    vec![(qualifier.clone(), field.clone())],
+                    Default::default(),
+                )
+                .map_err(datafusion_error)?;
+                numbered_schema = Arc::new(
+                    numbered_schema
+                        .join(&number_schema)
+                        .map_err(datafusion_error)?,
+                );
+                true
+            }
+            None => false,
         };
+        let trimmed = node.schema().len() > width;
         node = PlanNode::TopK {
             op_id,
             input: Box::new(node),
-            partition: Vec::new(),
+            partition,
             order_by,
             offset,
             limit,
+            numbered,
+            schema: top_k_schema,
         };
-        if let Some(extended) = extended {
+        if trimmed {
+            let columns = numbered_schema.columns();
+            let kept = (0..width).chain(numbered.then_some(columns.len() - 1));
             node = PlanNode::Map {
                 input: Box::new(node),
-                exprs: extended
-                    .columns()
-                    .into_iter()
-                    .take(width)
-                    .map(Expr::Column)
+                exprs: kept
+                    .map(|index| Expr::Column(columns[index].clone()))
                     .collect(),
-                input_schema: extended,
-                schema: schema_of(schema)?,
+                input_schema: numbered_schema,
+                schema: output_schema,
             };
         }
         Ok(node)
+    }
+
+    /// `window`, whose `ROW_NUMBER()` a filter above keeps up to `limit`:
+    /// the first `limit` rows of each partition, numbered.
+    fn numbered_top_k(&mut self, window: &Window, limit: u64) -> RsResult<PlanNode> {
+        let [expr] = window.window_expr.as_slice() else {
+            return Err(RsError::unsupported(
+                "a window function beside ROW_NUMBER() in its window",
+            ));
+        };
+        let Some(params) = row_number_params(expr) else {
+            return Err(RsError::unsupported("a window function"));
+        };
+        let width = window.input.schema().fields().len();
+        let (qualifier, field) = window.schema.qualified_field(width);
+        self.top_k(
+            &window.input,
+            &params.partition_by,
+            &params.order_by,
+            (0, limit),
+            Some((qualifier.cloned(), field.clone())),
+        )
     }
 
     fn table_scan(&mut self, scan: &datafusion::logical_expr::TableScan) -> RsResult<PlanNode> {
@@ -692,6 +766,94 @@ fn push_column(
     });
     exprs.push(expr);
     Ok(columns.len() - 1)
+}
+
+/// The `ROW_NUMBER()` window and the number of first rows `filter` keeps
+/// of each of its partitions, if one of its conditions is `n <= k`,
+/// `n < k` or `n = 1` on the row number `n` of a window below (through
+/// projections and aliases).
+fn row_number_limit(filter: &Filter) -> Option<(usize, u64)> {
+    for condition in split_conjunction(&filter.predicate) {
+        let Expr::BinaryExpr(BinaryExpr { left, op, right }) = condition else {
+            continue;
+        };
+        let (column, op, bound) = match (without_casts(left), without_casts(right)) {
+            (Expr::Column(column), Expr::Literal(bound, _)) => (column, *op, bound),
+            (Expr::Literal(bound, _), Expr::Column(column)) => (column, op.swap()?, bound),
+            _ => continue,
+        };
+        let Ok(ScalarValue::Int64(Some(bound))) = bound.cast_to(&DataType::Int64) else {
+            continue;
+        };
+        let limit = match op {
+            Operator::LtEq => bound,
+            Operator::Lt => bound.saturating_sub(1),
+            Operator::Eq if bound == 1 => 1,
+            _ => continue,
+        };
+        let Some((window, index)) = window_column(&filter.input, column) else {
+            continue;
+        };
+        if window.window_expr.len() == 1 && row_number_params(&window.window_expr[index]).is_some()
+        {
+            return Some((window_address(window), limit.max(0) as u64));
+        }
+    }
+    None
+}
+
+/// `expr` without the casts around it (a row number cast to a wider
+/// integer orders alike).
+fn without_casts(expr: &Expr) -> &Expr {
+    match expr {
+        Expr::Cast(cast) => without_casts(&cast.expr),
+        Expr::TryCast(cast) => without_casts(&cast.expr),
+        other => other,
+    }
+}
+
+/// The window `column` of `plan`'s output is a window function of, and
+/// that function's index, when `plan` passes it on from a window below.
+fn window_column<'a>(
+    mut plan: &'a LogicalPlan,
+    column: &datafusion::common::Column,
+) -> Option<(&'a Window, usize)> {
+    let mut index = plan.schema().index_of_column(column).ok()?;
+    loop {
+        match plan {
+            LogicalPlan::Projection(projection) => {
+                let Expr::Column(inner) = unalias(projection.expr.get(index)?) else {
+                    return None;
+                };
+                plan = &projection.input;
+                index = plan.schema().index_of_column(inner).ok()?;
+            }
+            LogicalPlan::SubqueryAlias(alias) => plan = &alias.input,
+            LogicalPlan::Window(window) => {
+                let width = window.input.schema().fields().len();
+                return index.checked_sub(width).map(|index| (window, index));
+            }
+            _ => return None,
+        }
+    }
+}
+
+/// The window's identity while one plan is translated.
+fn window_address(window: &Window) -> usize {
+    window as *const Window as usize
+}
+
+/// The partitions and order of `expr` if it is `ROW_NUMBER() OVER (…)`.
+fn row_number_params(expr: &Expr) -> Option<&WindowFunctionParams> {
+    let Expr::WindowFunction(function) = unalias(expr) else {
+        return None;
+    };
+    match &function.fun {
+        WindowFunctionDefinition::WindowUDF(udf) if udf.name() == "row_number" => {
+            function.params.args.is_empty().then_some(&function.params)
+        }
+        _ => None,
+    }
 }
 
 fn unalias(expr: &Expr) -> &Expr {

@@ -272,6 +272,21 @@ fn constructs_scenario() -> Scenario {
              ORDER BY total DESC NULLS LAST, customer_id LIMIT 3",
         ),
         ("top_repeated_rows", "SELECT kind, weight FROM events ORDER BY weight DESC, kind LIMIT 4"),
+        (
+            "latest_per_customer",
+            "SELECT id, customer_id, amount FROM (SELECT id, customer_id, amount, \
+             row_number() OVER (PARTITION BY customer_id ORDER BY id DESC) AS rn FROM orders) o WHERE rn = 1",
+        ),
+        (
+            "top_two_per_region",
+            "SELECT region, id, rn FROM (SELECT region, id, row_number() OVER \
+             (PARTITION BY region ORDER BY amount DESC NULLS LAST, id) AS rn FROM orders) o WHERE rn <= 2 AND id > 1",
+        ),
+        (
+            "numbered_repeated_rows",
+            "SELECT kind, weight, n FROM (SELECT kind, weight, row_number() OVER (PARTITION BY kind ORDER BY weight) AS n \
+             FROM events) e WHERE n < 3",
+        ),
         ("revenue_by_region", "SELECT region, COUNT(*) AS orders, SUM(amount) AS revenue FROM orders GROUP BY region"),
         ("view_over_view", "SELECT region, revenue FROM revenue_by_region WHERE orders > 2"),
     ];
