@@ -26,6 +26,7 @@ mod interrupts;
 mod isolation;
 mod large_copy;
 mod limits;
+mod nexmark;
 mod protocol;
 mod psql;
 mod refresh;
