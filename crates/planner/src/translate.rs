@@ -99,6 +99,15 @@ fn refuse_as_written(plan: &LogicalPlan) -> RsResult<()> {
         }
         node.apply_expressions(|expr| {
             expr.apply(|expr| {
+                if let Expr::Exists(exists) = expr {
+                    // DataFusion turns a correlated EXISTS into a semi join
+                    // and drops its LIMIT, and with it an OFFSET, which
+                    // changes the answer.
+                    if skips_rows(&exists.subquery.subquery)? {
+                        refused = Some(RsError::unsupported("OFFSET in an EXISTS subquery"));
+                        return Ok(TreeNodeRecursion::Stop);
+                    }
+                }
                 let Expr::ScalarFunction(call) = expr else {
                     return Ok(TreeNodeRecursion::Continue);
                 };
@@ -118,6 +127,16 @@ fn refuse_as_written(plan: &LogicalPlan) -> RsResult<()> {
     })
     .map_err(datafusion_error)?;
     refused.map_or(Ok(()), Err)
+}
+
+/// Whether `plan` has a LIMIT that skips rows (an OFFSET that is not 0).
+fn skips_rows(plan: &LogicalPlan) -> datafusion::error::Result<bool> {
+    plan.exists(|node| {
+        Ok(match node {
+            LogicalPlan::Limit(limit) => !matches!(limit.get_skip_type()?, SkipType::Literal(0)),
+            _ => false,
+        })
+    })
 }
 
 type BranchFuture<'a> = std::pin::Pin<
@@ -252,6 +271,9 @@ impl Translator {
                 };
                 let count = match limit.get_fetch_type().map_err(datafusion_error)? {
                     FetchType::Literal(Some(count)) => count as u64,
+                    // Bounded below already: the rows after the offset
+                    // are at most those.
+                    FetchType::Literal(None) if bounded(&limit.input) => u64::MAX,
                     FetchType::Literal(None) => {
                         return Err(RsError::unsupported(
                             "OFFSET without LIMIT (every change before the offset would \
@@ -766,6 +788,20 @@ fn push_column(
     });
     exprs.push(expr);
     Ok(columns.len() - 1)
+}
+
+/// Whether `plan` keeps a bounded number of rows: it is, below
+/// projections and aliases, a LIMIT or an `ORDER BY … LIMIT`.
+fn bounded(plan: &LogicalPlan) -> bool {
+    match plan {
+        LogicalPlan::Projection(projection) => bounded(&projection.input),
+        LogicalPlan::SubqueryAlias(alias) => bounded(&alias.input),
+        LogicalPlan::Sort(sort) => sort.fetch.is_some(),
+        LogicalPlan::Limit(limit) => {
+            matches!(limit.get_fetch_type(), Ok(FetchType::Literal(Some(_))))
+        }
+        _ => false,
+    }
 }
 
 /// The `ROW_NUMBER()` window and the number of first rows `filter` keeps

@@ -12,6 +12,10 @@ use crate::harness::sqlstate;
 const REFUSED: &[(&str, &str)] = &[
     ("SELECT id, row_number() OVER (ORDER BY id) FROM t", "window function"),
     ("SELECT id FROM t ORDER BY id OFFSET 3", "OFFSET without LIMIT"),
+    (
+        "SELECT id FROM t WHERE EXISTS (SELECT 1 FROM t u WHERE u.k = t.k LIMIT 1 OFFSET 1)",
+        "OFFSET in an EXISTS subquery",
+    ),
     ("SELECT DISTINCT ON (k) k, id FROM t", "DISTINCT ON"),
     (
         "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 3) SELECT n FROM r",

@@ -263,6 +263,10 @@ fn constructs_scenario() -> Scenario {
         ("top_offset", "SELECT id, region FROM orders ORDER BY region NULLS FIRST, id DESC LIMIT 3 OFFSET 2"),
         ("top_by_expression", "SELECT id FROM orders ORDER BY amount * -1, id LIMIT 4"),
         (
+            "offset_of_a_top",
+            "SELECT id FROM (SELECT id, amount FROM orders ORDER BY amount DESC NULLS LAST, id LIMIT 5) t OFFSET 2",
+        ),
+        (
             "top_in_subquery",
             "SELECT region, COUNT(*) AS n FROM (SELECT region FROM orders ORDER BY id DESC LIMIT 6) recent GROUP BY region",
         ),
