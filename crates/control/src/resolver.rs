@@ -78,6 +78,7 @@ pub async fn plan_inline_view(
     let mut sql = sql.to_string();
     if let Ok(mut statements) = Parser::parse_sql(&PostgreSqlDialect {}, &sql) {
         if let [Statement::Query(query)] = statements.as_mut_slice() {
+            rockstream_planner::rewrite_time_windows(query)?;
             rewrite_using_joins(&context, query)
                 .await
                 .map_err(datafusion_error)?;

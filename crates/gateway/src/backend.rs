@@ -1107,6 +1107,7 @@ pub(crate) async fn as_postgres_reads_it(
 ) -> RsResult<Query> {
     let mut normalized = query.clone();
     normalize_query(&mut normalized);
+    rockstream_planner::rewrite_time_windows(&mut normalized)?;
     rewrite_using_joins(context, &mut normalized)
         .await
         .map_err(query_error)?;

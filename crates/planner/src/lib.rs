@@ -34,6 +34,7 @@ mod resolver;
 mod scalar_subquery;
 mod set_operations;
 mod system_catalog;
+mod time_windows;
 mod translate;
 mod type_spellings;
 mod using_joins;
@@ -49,6 +50,7 @@ pub use system_catalog::{
     ColumnInfo, RelationInfo, RelationKind, SequenceInfo, UniqueInfo, UNIQUE_IDS_PER_TABLE,
     USER_FUNCTION,
 };
+pub use time_windows::rewrite_time_windows;
 pub use translate::{plan_view, schema_of, undefined_relation};
 pub use type_spellings::normalize_type_spellings;
 pub use using_joins::{rewrite_using_joins, uses_using_joins};

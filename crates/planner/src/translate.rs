@@ -32,6 +32,7 @@ use rockstream_types::{codes, ObjectId, RsError, RsResult};
 
 use crate::resolver::SchemaOnlyTable;
 use crate::set_operations;
+use crate::time_windows::rewrite_time_windows;
 use crate::using_joins::rewrite_using_joins;
 
 /// Plans `query` (a SELECT) as the incremental plan of view `view_id`.
@@ -49,6 +50,7 @@ pub async fn plan_view(
         .map_err(|e| RsError::new(&codes::SYNTAX_ERROR, e.to_string()))?;
     let mut query = query.to_string();
     if let [Statement::Query(parsed)] = statements.as_mut_slice() {
+        rewrite_time_windows(parsed)?;
         rewrite_using_joins(context, parsed)
             .await
             .map_err(plan_error)?;

@@ -113,10 +113,10 @@ async fn oracle_differential_framework_detects_a_wrong_view() {
         .views
         .iter()
         .map(|view| match view.name {
-            "big_orders" => ViewSpec {
-                name: view.name,
-                query: view.query.replace("o.amount > 100", "o.amount > 150"),
-            },
+            "big_orders" => ViewSpec::new(
+                view.name,
+                &view.query.replace("o.amount > 100", "o.amount > 150"),
+            ),
             _ => view.clone(),
         })
         .collect();
@@ -294,12 +294,33 @@ fn constructs_scenario() -> Scenario {
         ("revenue_by_region", "SELECT region, COUNT(*) AS orders, SUM(amount) AS revenue FROM orders GROUP BY region"),
         ("view_over_view", "SELECT region, revenue FROM revenue_by_region WHERE orders > 2"),
     ];
+    // Time windows, which PostgreSQL spells with date_bin.
+    let windows = [
+        ViewSpec::with_oracle(
+            "tumbling_days",
+            "SELECT region, window_start, window_end, COUNT(*) AS n, SUM(amount) AS total \
+             FROM TUMBLE(orders, created_at, INTERVAL '1' DAY) GROUP BY region, window_start, window_end",
+            "SELECT region, date_bin('1 day', created_at, TIMESTAMP '1970-01-01') AS window_start, \
+             date_bin('1 day', created_at, TIMESTAMP '1970-01-01') + INTERVAL '1 day' AS window_end, \
+             COUNT(*) AS n, SUM(amount) AS total FROM orders GROUP BY 1, 2, 3",
+        ),
+        ViewSpec::with_oracle(
+            "hopping_days",
+            "SELECT o.customer_id, window_start, window_end, COUNT(*) AS n \
+             FROM HOP(orders, created_at, INTERVAL '1 day', INTERVAL '3 days') AS o \
+             GROUP BY o.customer_id, window_start, window_end",
+            "SELECT customer_id, window_start, window_start + INTERVAL '3 days' AS window_end, COUNT(*) AS n \
+             FROM (SELECT customer_id, date_bin('1 day', created_at, TIMESTAMP '1970-01-01') - i * INTERVAL '1 day' \
+             AS window_start FROM orders, generate_series(0, 2) i) h GROUP BY 1, 2, 3",
+        ),
+    ];
     Scenario {
         name: "constructs",
         tables,
         views: views
             .iter()
             .map(|(name, query)| ViewSpec::new(name, query))
+            .chain(windows)
             .collect(),
     }
 }

@@ -1,0 +1,278 @@
+//! Time windows as streaming SQL spells them (RisingWave, Flink, the
+//! Nexmark queries): `TUMBLE(table, time_col, size)` and `HOP(table,
+//! time_col, slide, size)` in a FROM clause are the table's rows, each with
+//! the `window_start` and `window_end` of a window it falls in — one window
+//! for TUMBLE, `size / slide` overlapping ones for HOP. Windows are aligned
+//! to the Unix epoch and hold `[window_start, window_end)`.
+//!
+//! DataFusion has no table functions over tables, so before planning each
+//! call becomes a derived table named as the table (or as the call's alias,
+//! so `FROM TUMBLE(bid, …)` is still `bid`): TUMBLE a projection adding
+//! `date_bin(size, time_col, epoch)` and that plus `size`; HOP the `UNION
+//! ALL` of `size / slide` such projections, the `i`-th window starting `i`
+//! slides before the row's slide. Both plan and maintain like any
+//! projection and union: a row's windows are a function of the row. Without
+//! a watermark (not built yet) every window stays open, and its state stays.
+//!
+//! Refused with a coded error: `SESSION` windows, arguments other than a
+//! table name, a column and constant intervals, a HOP whose size is not a
+//! whole number of slides, and intervals with months (not a fixed length).
+
+use std::ops::ControlFlow;
+
+use datafusion::arrow::compute::kernels::cast_utils::parse_interval_month_day_nano;
+use datafusion::sql::sqlparser::ast::{
+    Expr, FunctionArg, FunctionArgExpr, Interval, ObjectName, Query, SetExpr, Statement,
+    TableFactor, TableFunctionArgs, Value, ValueWithSpan, VisitMut, VisitorMut,
+};
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::parser::Parser;
+use rockstream_types::{codes, RsError, RsResult};
+
+/// Most windows one row of a HOP falls in: its `size / slide`.
+const HOP_WINDOWS_MAX: i64 = 64;
+
+/// The origin windows are aligned to.
+const EPOCH: &str = "TIMESTAMP '1970-01-01 00:00:00'";
+
+/// Rewrites every TUMBLE and HOP call in `query`'s FROM clauses (see the
+/// module documentation).
+pub fn rewrite_time_windows(query: &mut Query) -> RsResult<()> {
+    let mut rewriter = TimeWindows;
+    match query.visit(&mut rewriter) {
+        ControlFlow::Continue(()) => Ok(()),
+        ControlFlow::Break(error) => Err(error),
+    }
+}
+
+struct TimeWindows;
+
+impl VisitorMut for TimeWindows {
+    type Break = RsError;
+
+    fn pre_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<RsError> {
+        let TableFactor::Table {
+            name,
+            alias,
+            args: Some(TableFunctionArgs { args, .. }),
+            ..
+        } = factor
+        else {
+            return ControlFlow::Continue(());
+        };
+        let function = name.to_string().to_ascii_lowercase();
+        let rewritten = match function.as_str() {
+            "tumble" | "hop" => window_table(&function, args, alias.as_ref().map(|a| &a.name)),
+            "session" => Err(RsError::unsupported("SESSION windows")),
+            _ => return ControlFlow::Continue(()),
+        };
+        match rewritten {
+            Ok(derived) => {
+                *factor = derived;
+                ControlFlow::Continue(())
+            }
+            Err(error) => ControlFlow::Break(error),
+        }
+    }
+}
+
+/// The derived table a TUMBLE or HOP call stands for.
+fn window_table(
+    function: &str,
+    args: &[FunctionArg],
+    alias: Option<&datafusion::sql::sqlparser::ast::Ident>,
+) -> RsResult<TableFactor> {
+    let usage = || {
+        RsError::new(
+            &codes::SYNTAX_ERROR,
+            format!(
+                "{} takes a table, its time column and {}",
+                function.to_uppercase(),
+                if function == "hop" {
+                    "a slide and a size (constant intervals)"
+                } else {
+                    "a size (a constant interval)"
+                }
+            ),
+        )
+    };
+    let exprs: Vec<&Expr> = args
+        .iter()
+        .map(|arg| match arg {
+            FunctionArg::Unnamed(FunctionArgExpr::Expr(expr)) => Some(expr),
+            _ => None,
+        })
+        .collect::<Option<_>>()
+        .ok_or_else(usage)?;
+    let (table, time, intervals) = match exprs.as_slice() {
+        [table, time, rest @ ..] => (*table, *time, rest),
+        _ => return Err(usage()),
+    };
+    let table = match table {
+        Expr::Identifier(ident) => ObjectName::from(vec![ident.clone()]),
+        Expr::CompoundIdentifier(parts) => ObjectName::from(parts.clone()),
+        _ => return Err(usage()),
+    };
+    if !matches!(time, Expr::Identifier(_) | Expr::CompoundIdentifier(_)) {
+        return Err(usage());
+    }
+    let name = alias
+        .cloned()
+        .or_else(|| table.0.last().and_then(|part| part.as_ident().cloned()))
+        .ok_or_else(usage)?;
+    // The window `back` bins before the row's bin of length `bin`.
+    let window = |bin: &Expr, back: String, size: &Expr| {
+        let start = format!("date_bin({bin}, {time}, {EPOCH}){back}");
+        format!("SELECT *, {start} AS window_start, {start} + {size} AS window_end FROM {table}")
+    };
+    let body = match (function, intervals) {
+        ("tumble", [size]) => {
+            interval_micros(size)?;
+            window(size, String::new(), size)
+        }
+        ("hop", [slide, size]) => {
+            let (slide_micros, size_micros) = (interval_micros(slide)?, interval_micros(size)?);
+            if slide_micros <= 0 || size_micros % slide_micros != 0 {
+                return Err(RsError::unsupported(format!(
+                    "a HOP whose size ({size}) is not a whole number of slides ({slide})"
+                )));
+            }
+            let windows = size_micros / slide_micros;
+            if windows > HOP_WINDOWS_MAX {
+                return Err(RsError::unsupported(format!(
+                    "a HOP putting each row in more than {HOP_WINDOWS_MAX} windows ({windows})"
+                )));
+            }
+            (0..windows)
+                .map(|back| {
+                    let back = if back == 0 {
+                        String::new()
+                    } else {
+                        format!(" - {slide} * {back}")
+                    };
+                    window(slide, back, size)
+                })
+                .collect::<Vec<_>>()
+                .join(" UNION ALL ")
+        }
+        _ => return Err(usage()),
+    };
+    let sql = format!("SELECT * FROM ({body}) AS {name}");
+    let parsed = Parser::parse_sql(&PostgreSqlDialect {}, &sql)
+        .map_err(|error| RsError::internal(format!("a rewritten time window: {error}")))?;
+    let [Statement::Query(query)] = parsed.as_slice() else {
+        return Err(RsError::internal("a rewritten time window is not a query"));
+    };
+    let SetExpr::Select(select) = query.body.as_ref() else {
+        return Err(RsError::internal("a rewritten time window is not a SELECT"));
+    };
+    select
+        .from
+        .first()
+        .map(|from| from.relation.clone())
+        .ok_or_else(|| RsError::internal("a rewritten time window has no FROM"))
+}
+
+/// The length of a constant interval without months, in microseconds.
+fn interval_micros(expr: &Expr) -> RsResult<i64> {
+    let not_constant = || {
+        RsError::unsupported(format!(
+            "the window length {expr} (a constant interval of days or less is)"
+        ))
+    };
+    let Expr::Interval(Interval {
+        value,
+        leading_field,
+        ..
+    }) = expr
+    else {
+        return Err(not_constant());
+    };
+    let Expr::Value(ValueWithSpan {
+        value: Value::SingleQuotedString(text),
+        ..
+    }) = value.as_ref()
+    else {
+        return Err(not_constant());
+    };
+    let text = match leading_field {
+        Some(field) => format!("{text} {field}"),
+        None => text.clone(),
+    };
+    let interval = parse_interval_month_day_nano(&text).map_err(|_| not_constant())?;
+    if interval.months != 0 {
+        return Err(not_constant());
+    }
+    i64::from(interval.days)
+        .checked_mul(86_400_000_000)
+        .and_then(|days| days.checked_add(interval.nanoseconds / 1000))
+        .filter(|micros| *micros > 0)
+        .ok_or_else(not_constant)
+}
+
+#[cfg(test)]
+mod tests {
+    //! Goal: TUMBLE and HOP become the projections the module describes,
+    //! named as the table; what cannot be rewritten is refused by name.
+    use super::*;
+
+    fn rewritten(sql: &str) -> RsResult<String> {
+        let mut statements = Parser::parse_sql(&PostgreSqlDialect {}, sql).expect("parses");
+        let Statement::Query(query) = &mut statements[0] else {
+            panic!("not a query");
+        };
+        rewrite_time_windows(query)?;
+        Ok(query.to_string())
+    }
+
+    #[test]
+    fn tumble_adds_its_window_and_keeps_the_table_name() {
+        let sql = rewritten(
+            "SELECT bid.auction, window_end FROM TUMBLE(bid, date_time, INTERVAL '10' SECOND)",
+        )
+        .expect("rewrites");
+        assert!(
+            sql.contains("date_bin(INTERVAL '10' SECOND, date_time, TIMESTAMP '1970-01-01 00:00:00') AS window_start"),
+            "{sql}"
+        );
+        assert!(sql.contains("FROM bid) AS bid"), "{sql}");
+    }
+
+    #[test]
+    fn hop_is_a_union_of_its_windows() {
+        let sql = rewritten(
+            "SELECT * FROM HOP(bid, date_time, INTERVAL '2' SECOND, INTERVAL '10' SECOND) AS h",
+        )
+        .expect("rewrites");
+        assert_eq!(sql.matches("UNION ALL").count(), 4, "{sql}");
+        assert!(sql.contains("- INTERVAL '2' SECOND * 4"), "{sql}");
+        assert!(
+            sql.contains("+ INTERVAL '10' SECOND AS window_end"),
+            "{sql}"
+        );
+        assert!(sql.ends_with("AS h"), "{sql}");
+    }
+
+    #[test]
+    fn what_cannot_be_rewritten_is_refused() {
+        for (sql, words) in [
+            (
+                "SELECT * FROM HOP(t, ts, INTERVAL '3 seconds', INTERVAL '10 seconds')",
+                "whole number of slides",
+            ),
+            (
+                "SELECT * FROM TUMBLE(t, ts, INTERVAL '1 month')",
+                "window length",
+            ),
+            ("SELECT * FROM TUMBLE(t, ts, x)", "window length"),
+            ("SELECT * FROM TUMBLE(t, ts)", "TUMBLE takes"),
+            (
+                "SELECT * FROM SESSION(t, ts, INTERVAL '1 minute')",
+                "SESSION",
+            ),
+        ] {
+            let error = rewritten(sql).expect_err(sql);
+            assert!(error.message.contains(words), "{sql}: {}", error.message);
+        }
+    }
+}
