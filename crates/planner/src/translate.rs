@@ -18,8 +18,8 @@ use datafusion::logical_expr::expr::AggregateFunction as DfAggregateFunction;
 use datafusion::logical_expr::expr::WindowFunctionParams;
 use datafusion::logical_expr::utils::split_conjunction;
 use datafusion::logical_expr::{
-    when, BinaryExpr, Distinct, Expr, ExprSchemable, FetchType, Filter, LogicalPlan, Operator,
-    Projection, SkipType, SortExpr, Volatility, Window, WindowFunctionDefinition,
+    when, BinaryExpr, Distinct, Expr, ExprSchemable, FetchType, Filter, GroupingSet, LogicalPlan,
+    Operator, Projection, SkipType, SortExpr, Volatility, Window, WindowFunctionDefinition,
 };
 use datafusion::sql::sqlparser::ast::{SetExpr, Statement};
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
@@ -289,7 +289,10 @@ impl Translator {
                 self.window(&limit.input, offset, count)
             }
             LogicalPlan::Join(join) => self.join(join),
-            LogicalPlan::Aggregate(aggregate) => self.aggregate(aggregate),
+            LogicalPlan::Aggregate(aggregate) => match aggregate.group_expr.as_slice() {
+                [Expr::GroupingSet(set)] => self.grouping_sets(aggregate, set),
+                _ => self.aggregate(aggregate),
+            },
             LogicalPlan::Distinct(Distinct::All(input)) => Ok(PlanNode::Distinct {
                 op_id: self.op_id(),
                 input: Box::new(self.translate(input)?),
@@ -630,6 +633,100 @@ impl Translator {
         Ok((mapped, indices))
     }
 
+    /// `GROUP BY GROUPING SETS / ROLLUP / CUBE`: the union of one grouped
+    /// aggregate per set, each row laid out as DataFusion lays the
+    /// aggregate's out (every grouping expression, NULL where the set does
+    /// not group by it; the grouping id `GROUPING()` reads; the
+    /// aggregates).
+    fn grouping_sets(
+        &mut self,
+        aggregate: &datafusion::logical_expr::Aggregate,
+        set: &GroupingSet,
+    ) -> RsResult<PlanNode> {
+        let sets: Vec<Vec<Expr>> = match set {
+            GroupingSet::Rollup(exprs) => (0..=exprs.len())
+                .rev()
+                .map(|length| exprs[..length].to_vec())
+                .collect(),
+            GroupingSet::Cube(exprs) if exprs.len() <= GROUPING_CUBE_COLUMNS_MAX => (0..1usize
+                << exprs.len())
+                .map(|mask| {
+                    let grouped = exprs.iter().enumerate();
+                    grouped
+                        .filter(|(index, _)| mask & (1 << index) != 0)
+                        .map(|(_, expr)| expr.clone())
+                        .collect()
+                })
+                .collect(),
+            GroupingSet::Cube(_) => {
+                return Err(RsError::unsupported(format!(
+                    "a CUBE of more than {GROUPING_CUBE_COLUMNS_MAX} expressions"
+                )))
+            }
+            GroupingSet::GroupingSets(sets) => sets.clone(),
+        };
+        let grouped = set.distinct_expr();
+        let output = schema_of(&aggregate.schema)?;
+        let aggregates = aggregate.aggr_expr.len();
+        if output.len() != grouped.len() + 1 + aggregates {
+            return Err(RsError::internal(
+                "a grouping-set aggregate without its grouping id",
+            ));
+        }
+        let id_type = aggregate.schema.field(grouped.len()).data_type().clone();
+        let input_schema = aggregate.input.schema();
+        let mut branches = Vec::with_capacity(sets.len());
+        for (index, exprs) in sets.iter().enumerate() {
+            // A set given twice is told apart by its ordinal above the bits.
+            let ordinal = sets[..index].iter().filter(|set| *set == exprs).count() as u64;
+            let single = datafusion::logical_expr::Aggregate::try_new(
+                aggregate.input.clone(),
+                exprs.clone(),
+                aggregate.aggr_expr.clone(),
+            )
+            .map_err(datafusion_error)?;
+            let node = self.aggregate(&single)?;
+            let columns = single.schema.columns();
+            let mut id = 0u64;
+            let mut row = Vec::with_capacity(output.len());
+            for expr in &grouped {
+                id <<= 1;
+                match exprs.iter().position(|grouping| grouping == *expr) {
+                    Some(position) => row.push(Expr::Column(columns[position].clone())),
+                    None => {
+                        id |= 1;
+                        let data_type = expr.get_type(input_schema).map_err(datafusion_error)?;
+                        let null = ScalarValue::try_from(&data_type).map_err(datafusion_error)?;
+                        row.push(Expr::Literal(null, None));
+                    }
+                }
+            }
+            id |= ordinal << grouped.len();
+            let id = ScalarValue::UInt64(Some(id))
+                .cast_to(&id_type)
+                .map_err(datafusion_error)?;
+            row.push(Expr::Literal(id, None));
+            row.extend(
+                columns[exprs.len()..]
+                    .iter()
+                    .map(|column| Expr::Column(column.clone())),
+            );
+            branches.push(PlanNode::Map {
+                input: Box::new(node),
+                exprs: row,
+                input_schema: single.schema.clone(),
+                schema: output.clone(),
+            });
+        }
+        Ok(match branches.len() {
+            1 => branches.remove(0),
+            _ => PlanNode::UnionAll {
+                inputs: branches,
+                schema: output,
+            },
+        })
+    }
+
     fn aggregate(&mut self, aggregate: &datafusion::logical_expr::Aggregate) -> RsResult<PlanNode> {
         let op_id = self.op_id();
         let input = self.translate(&aggregate.input)?;
@@ -773,6 +870,10 @@ impl Translator {
         })
     }
 }
+
+/// Most expressions of a CUBE: it groups by every subset of them, one
+/// aggregate each.
+const GROUPING_CUBE_COLUMNS_MAX: usize = 6;
 
 /// Adds `expr` as a column of the projection below an aggregate; returns
 /// its position.

@@ -291,6 +291,17 @@ fn constructs_scenario() -> Scenario {
             "SELECT kind, weight, n FROM (SELECT kind, weight, row_number() OVER (PARTITION BY kind ORDER BY weight) AS n \
              FROM events) e WHERE n < 3",
         ),
+        (
+            "rollup_regions",
+            "SELECT region, customer_id, COUNT(*) AS n, SUM(amount) AS total, GROUPING(region, customer_id) AS g \
+             FROM orders GROUP BY ROLLUP (region, customer_id)",
+        ),
+        ("cube_events", "SELECT kind, flagged, COUNT(*) AS n, SUM(weight) AS w FROM events GROUP BY CUBE (kind, flagged)"),
+        (
+            "grouping_sets_joined",
+            "SELECT o.region, c.tier, COUNT(*) AS n, MAX(o.amount) AS top FROM orders o JOIN customers c \
+             ON o.customer_id = c.id GROUP BY GROUPING SETS ((o.region), (c.tier), (), (o.region))",
+        ),
         ("revenue_by_region", "SELECT region, COUNT(*) AS orders, SUM(amount) AS revenue FROM orders GROUP BY region"),
         ("view_over_view", "SELECT region, revenue FROM revenue_by_region WHERE orders > 2"),
     ];
