@@ -18,9 +18,11 @@ use datafusion::logical_expr::expr::AggregateFunction as DfAggregateFunction;
 use datafusion::logical_expr::expr::WindowFunctionParams;
 use datafusion::logical_expr::utils::split_conjunction;
 use datafusion::logical_expr::{
-    when, BinaryExpr, Distinct, Expr, ExprSchemable, FetchType, Filter, GroupingSet, LogicalPlan,
-    Operator, Projection, SkipType, SortExpr, Volatility, Window, WindowFunctionDefinition,
+    when, BinaryExpr, Distinct, DistinctOn, Expr, ExprSchemable, FetchType, Filter, GroupingSet,
+    LogicalPlan, Operator, Projection, SkipType, SortExpr, Volatility, Window,
+    WindowFunctionDefinition,
 };
+use datafusion::optimizer::Optimizer;
 use datafusion::sql::sqlparser::ast::{SetExpr, Statement};
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
@@ -82,12 +84,45 @@ async fn plan_branch(
     let state = context.state();
     let logical = state.create_logical_plan(query).await.map_err(plan_error)?;
     refuse_as_written(&logical)?;
-    let optimized = state.optimize(&logical).map_err(plan_error)?;
+    let optimized = if has_distinct_on(&logical)? {
+        // DataFusion rewrites DISTINCT ON into a `first_value` aggregate,
+        // which keeps no order to maintain: it is planned as a top-K
+        // instead ([`Translator::distinct_on`]).
+        let analyzed = state
+            .analyzer()
+            .execute_and_check(logical, state.config_options(), |_, _| {})
+            .map_err(plan_error)?;
+        let rules = state
+            .optimizers()
+            .iter()
+            .filter(|rule| rule.name() != "replace_distinct_aggregate")
+            .cloned()
+            .collect();
+        Optimizer::with_rules(rules)
+            .optimize(analyzed, &state, |_, _| {})
+            .map_err(plan_error)?
+    } else {
+        state.optimize(&logical).map_err(plan_error)?
+    };
     Ok((translator.translate(&optimized)?, optimized))
 }
 
-/// Refuses what the optimizer would hide from [`Translator`]: DISTINCT ON
-/// (rewritten into a `first_value` aggregate), and functions whose result
+/// Whether `plan` or a subquery of it has a DISTINCT ON.
+fn has_distinct_on(plan: &LogicalPlan) -> RsResult<bool> {
+    let mut found = false;
+    plan.apply_with_subqueries(|node| {
+        found = matches!(node, LogicalPlan::Distinct(Distinct::On(_)));
+        Ok(if found {
+            TreeNodeRecursion::Stop
+        } else {
+            TreeNodeRecursion::Continue
+        })
+    })
+    .map_err(datafusion_error)?;
+    Ok(found)
+}
+
+/// Refuses what the optimizer would hide from [`Translator`]: functions whose result
 /// changes from one call to the next (`now()`, `random()`, ...), which
 /// DataFusion may fold into a constant. A view calling those cannot be
 /// maintained: a retraction must recompute exactly the row it retracts, and
@@ -95,10 +130,6 @@ async fn plan_branch(
 fn refuse_as_written(plan: &LogicalPlan) -> RsResult<()> {
     let mut refused: Option<RsError> = None;
     plan.apply_with_subqueries(|node| {
-        if let LogicalPlan::Distinct(Distinct::On(_)) = node {
-            refused = Some(RsError::unsupported("DISTINCT ON"));
-            return Ok(TreeNodeRecursion::Stop);
-        }
         node.apply_expressions(|expr| {
             expr.apply(|expr| {
                 if let Expr::Exists(exists) = expr {
@@ -297,7 +328,7 @@ impl Translator {
                 op_id: self.op_id(),
                 input: Box::new(self.translate(input)?),
             }),
-            LogicalPlan::Distinct(Distinct::On(_)) => Err(RsError::unsupported("DISTINCT ON")),
+            LogicalPlan::Distinct(Distinct::On(on)) => self.distinct_on(on),
             LogicalPlan::Union(union) => Ok(PlanNode::UnionAll {
                 inputs: union
                     .inputs
@@ -465,6 +496,19 @@ impl Translator {
             };
         }
         Ok(node)
+    }
+
+    /// `SELECT DISTINCT ON (keys) … ORDER BY …`: the first row of each
+    /// group of `keys` in the order (a top-1 per group), projected.
+    fn distinct_on(&mut self, on: &DistinctOn) -> RsResult<PlanNode> {
+        let sort = on.sort_expr.clone().unwrap_or_default();
+        let first = self.top_k(&on.input, &on.on_expr, &sort, (0, 1), None)?;
+        Ok(PlanNode::Map {
+            input: Box::new(first),
+            exprs: on.select_expr.clone(),
+            input_schema: on.input.schema().clone(),
+            schema: schema_of(&on.schema)?,
+        })
     }
 
     /// `window`, whose `ROW_NUMBER()` a filter above keeps up to `limit`:

@@ -16,7 +16,6 @@ const REFUSED: &[(&str, &str)] = &[
         "SELECT id FROM t WHERE EXISTS (SELECT 1 FROM t u WHERE u.k = t.k LIMIT 1 OFFSET 1)",
         "OFFSET in an EXISTS subquery",
     ),
-    ("SELECT DISTINCT ON (k) k, id FROM t", "DISTINCT ON"),
     (
         "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 3) SELECT n FROM r",
         "WITH RECURSIVE",

@@ -275,6 +275,12 @@ fn constructs_scenario() -> Scenario {
             "SELECT customer_id, SUM(amount) AS total FROM orders GROUP BY customer_id \
              ORDER BY total DESC NULLS LAST, customer_id LIMIT 3",
         ),
+        (
+            "distinct_on_customer",
+            "SELECT DISTINCT ON (customer_id) customer_id, id, amount FROM orders \
+             ORDER BY customer_id, amount DESC NULLS LAST, id",
+        ),
+        ("distinct_on_region", "SELECT DISTINCT ON (region) id * 2 AS twice FROM orders ORDER BY region, id DESC"),
         ("top_repeated_rows", "SELECT kind, weight FROM events ORDER BY weight DESC, kind LIMIT 4"),
         (
             "latest_per_customer",
