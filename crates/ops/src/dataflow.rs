@@ -263,7 +263,7 @@ impl Operator {
                 order_by,
                 offset,
                 limit,
-                numbered,
+                numbering,
                 schema,
                 ..
             } => Operator::TopK(Box::new(TopKOperator::new(
@@ -271,9 +271,7 @@ impl Operator {
                 partition.clone(),
                 order_by.clone(),
                 (*offset, *limit),
-                numbered
-                    .then(|| schema.columns.last().map(|column| column.sql_type))
-                    .flatten(),
+                numbering.zip(schema.columns.last().map(|column| column.sql_type)),
             )?)),
             PlanNode::UnionAll { .. } => Operator::UnionAll,
             PlanNode::SetOperation {

@@ -12,7 +12,8 @@ use datafusion::common::DFSchema;
 use proptest::prelude::*;
 use rockstream_plan::partition::{place, Partitioning};
 use rockstream_plan::{
-    AggregateCall, AggregateFunction, Column, JoinKind, PlanNode, Schema, SetOperator, SortKey,
+    AggregateCall, AggregateFunction, Column, JoinKind, Numbering, PlanNode, Schema, SetOperator,
+    SortKey,
 };
 use rockstream_types::partition::{BucketMap, BUCKETS};
 use rockstream_types::{Datum, ObjectId, Row, SqlType, ZSet};
@@ -571,10 +572,17 @@ proptest! {
         offset in 0u64..3,
         limit in 0u64..4,
         folded: bool,
-        numbered: bool,
+        numbering in prop_oneof![
+            Just(None),
+            Just(Some(Numbering::RowNumber)),
+            Just(Some(Numbering::Rank)),
+            Just(Some(Numbering::DenseRank)),
+        ],
     ) {
         let input = if folded { folded_source(LEFT) } else { source(LEFT) };
-        let plan = top_k(input, partitioned, (descending, nulls_first), (offset, limit), numbered);
+        // Ranks are kept from the first.
+        let offset = if matches!(numbering, Some(Numbering::Rank | Numbering::DenseRank)) { 0 } else { offset };
+        let plan = top_k(input, partitioned, (descending, nulls_first), (offset, limit), numbering);
         check(plan.clone(), history.clone(), seed)?;
         if !folded {
             let (_, recomputed) = run_on(&plan, &history, &BucketMap::rendezvous(1).expect("one shard"));
@@ -594,10 +602,10 @@ fn top_k(
     partitioned: bool,
     (descending, nulls_first): (bool, bool),
     (offset, limit): (u64, u64),
-    numbered: bool,
+    numbering: Option<Numbering>,
 ) -> PlanNode {
     let mut schema = input.schema().clone();
-    if numbered {
+    if numbering.is_some() {
         schema.columns.push(Column {
             name: "n".to_string(),
             sql_type: SqlType::Int64,
@@ -614,21 +622,23 @@ fn top_k(
         }],
         offset,
         limit,
-        numbered,
+        numbering,
         schema,
     }
 }
 
 /// What a top-K over `LEFT` must hold after `history`: each partition of
 /// the final rows sorted (by the order key, then by the row), repeated
-/// rows as often as they occur, cut to the window.
+/// rows as often as they occur, cut to the window — by position, or by
+/// rank (1 + the rows ordered strictly before) or dense rank (1 + the
+/// distinct order keys before), numbered so.
 fn sorted_window(plan: &PlanNode, history: &[Vec<(ObjectId, Row, i64)>]) -> ZSet {
     let PlanNode::TopK {
         partition,
         order_by,
         offset,
         limit,
-        numbered,
+        numbering,
         ..
     } = plan
     else {
@@ -640,7 +650,8 @@ fn sorted_window(plan: &PlanNode, history: &[Vec<(ObjectId, Row, i64)>]) -> ZSet
             rows.push(row.clone(), *weight);
         }
     }
-    let mut partitions: std::collections::BTreeMap<Vec<u8>, Vec<(Vec<u8>, Row)>> =
+    type Sorted = Vec<(Vec<u8>, Vec<u8>, Row)>;
+    let mut partitions: std::collections::BTreeMap<Vec<u8>, Sorted> =
         std::collections::BTreeMap::new();
     for (row, weight) in rows.consolidate().updates {
         let values: Row = partition
@@ -649,23 +660,41 @@ fn sorted_window(plan: &PlanNode, history: &[Vec<(ObjectId, Row, i64)>]) -> ZSet
             .collect();
         let mut order = Vec::new();
         crate::keys::push_order_key(&row, order_by, &mut order);
-        order.extend(rockstream_types::encoding::encode_row(&row));
+        let encoded = rockstream_types::encoding::encode_row(&row);
         for _ in 0..weight {
             partitions
                 .entry(rockstream_types::encoding::encode_row(&values))
                 .or_default()
-                .push((order.clone(), row.clone()));
+                .push((order.clone(), encoded.clone(), row.clone()));
         }
     }
     let mut window = ZSet::new();
     for mut rows in partitions.into_values() {
-        rows.sort_by(|a, b| a.0.cmp(&b.0));
-        let kept = rows.into_iter().enumerate().skip(*offset as usize);
-        for (position, (_, mut row)) in kept.take(*limit as usize) {
-            if *numbered {
-                row.push(Datum::Int64(position as i64 + 1));
+        rows.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+        let (mut rank, mut dense) = (0, 0);
+        for position in 0..rows.len() {
+            if position == 0 || rows[position].0 != rows[position - 1].0 {
+                rank = position as u64 + 1;
+                dense += 1;
             }
-            window.push(row, 1);
+            let number = match numbering {
+                None | Some(Numbering::RowNumber) => position as u64 + 1,
+                Some(Numbering::Rank) => rank,
+                Some(Numbering::DenseRank) => dense,
+            };
+            let kept = match numbering {
+                None | Some(Numbering::RowNumber) => {
+                    position as u64 >= *offset && (position as u64) < offset + limit
+                }
+                Some(_) => number <= *limit,
+            };
+            if kept {
+                let mut row = rows[position].2.clone();
+                if numbering.is_some() {
+                    row.push(Datum::Int64(number as i64));
+                }
+                window.push(row, 1);
+            }
         }
     }
     window.consolidate()

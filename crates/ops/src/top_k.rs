@@ -21,7 +21,7 @@
 
 use std::ops::Range;
 
-use rockstream_plan::SortKey;
+use rockstream_plan::{Numbering, SortKey};
 use rockstream_types::encoding::{decode_row, encode_row_into};
 use rockstream_types::{Datum, ObjectId, Row, RsError, RsResult, SqlType, ZSet};
 
@@ -35,10 +35,11 @@ pub(crate) struct TopKOperator {
     order_by: Vec<SortKey>,
     /// Rows skipped at the head of each partition.
     offset: i64,
-    /// `offset + limit`: where the window ends.
+    /// `offset + limit`: where the window ends (for `RANK()` and
+    /// `DENSE_RANK()`, the last rank kept).
     end: i64,
-    /// The type of the position appended to each row (`ROW_NUMBER()`).
-    number: Option<SqlType>,
+    /// How rows are numbered, and the type of the number appended to each.
+    numbering: Option<(Numbering, SqlType)>,
 }
 
 /// One entry the batch changes.
@@ -49,16 +50,22 @@ struct Change {
     weight: i64,
 }
 
+/// Why a partition's window could not be told from the entries read.
+struct NeedMore;
+
 impl TopKOperator {
     pub(crate) fn new(
         op_id: ObjectId,
         partition: Vec<usize>,
         order_by: Vec<SortKey>,
         (offset, limit): (u64, u64),
-        number: Option<SqlType>,
+        numbering: Option<(Numbering, SqlType)>,
     ) -> RsResult<TopKOperator> {
-        if let Some(sql_type) = number {
+        if let Some((numbering, sql_type)) = numbering {
             number_datum(sql_type, 1)?;
+            if numbering != Numbering::RowNumber && offset != 0 {
+                return Err(RsError::internal("a ranked top-K with an offset"));
+            }
         }
         let offset = i64::try_from(offset).unwrap_or(i64::MAX);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
@@ -68,7 +75,7 @@ impl TopKOperator {
             order_by,
             offset,
             end: offset.saturating_add(limit),
-            number,
+            numbering,
         })
     }
 
@@ -85,8 +92,8 @@ impl TopKOperator {
         // Partition prefixes are prefix-free, so in key order each
         // partition's changes are consecutive.
         changes.sort_unstable_by(|a, b| a.key.cmp(&b.key));
-        let partitions = partitions(&changes);
-        let removed_most = partitions
+        let mut pending = partitions(&changes);
+        let removed_most = pending
             .iter()
             .map(|range| {
                 changes[range.clone()]
@@ -98,10 +105,22 @@ impl TopKOperator {
             .unwrap_or(0);
         let mut out = ZSet::new();
         // An empty window (`LIMIT 0`) shows nothing: no head to read.
-        if self.end > self.offset {
-            let scan_limit =
-                usize::try_from(self.end.saturating_add(removed_most)).unwrap_or(usize::MAX);
-            let prefixes: Vec<&[u8]> = partitions
+        if self.end <= self.offset {
+            pending.clear();
+        }
+        // Ranks need the entry after the window too, to see it starts
+        // another rank.
+        let ranked = matches!(
+            self.numbering,
+            Some((Numbering::Rank | Numbering::DenseRank, _))
+        );
+        let head = self
+            .end
+            .saturating_add(removed_most)
+            .saturating_add(i64::from(ranked));
+        let mut scan_limit = usize::try_from(head).unwrap_or(usize::MAX);
+        while !pending.is_empty() {
+            let prefixes: Vec<&[u8]> = pending
                 .iter()
                 .map(|range| {
                     let first = &changes[range.start];
@@ -109,9 +128,16 @@ impl TopKOperator {
                 })
                 .collect();
             let heads = store.scan_prefixes(&prefixes, scan_limit).await?;
-            for (range, head) in partitions.iter().zip(heads) {
-                self.window_changes(&head, &changes[range.clone()], scan_limit, &mut out)?;
+            let mut unfinished = Vec::new();
+            for (range, head) in pending.into_iter().zip(heads) {
+                match self.window_changes(&head, &changes[range.clone()], scan_limit)? {
+                    Ok(changed) => out.extend(changed),
+                    // Ranks tied past what was read: read further.
+                    Err(NeedMore) => unfinished.push(range),
+                }
             }
+            pending = unfinished;
+            scan_limit = scan_limit.saturating_mul(2);
         }
         for change in changes {
             store.add_count(change.key, change.weight);
@@ -140,25 +166,31 @@ impl TopKOperator {
         }
     }
 
-    /// Adds to `out` how one partition's window changes: `head` is its
-    /// first `scan_limit` entries (all of them if fewer), `changes` the
-    /// batch's changes to it, both in key order.
+    /// How one partition's window changes: `head` is its first
+    /// `scan_limit` entries (all of them if fewer), `changes` the batch's
+    /// changes to it, both in key order. `Err(NeedMore)` when a window
+    /// may go on past the entries read (rows tied for the last rank kept).
     fn window_changes(
         &self,
         head: &Entries,
         changes: &[Change],
         scan_limit: usize,
-        out: &mut ZSet,
-    ) -> RsResult<()> {
-        // Past the last entry read, when there may be more, the old and the
-        // new window have both ended (see the module's comment).
+    ) -> RsResult<Result<ZSet, NeedMore>> {
+        let mut out = ZSet::new();
+        let Some(partition_len) = changes.first().map(|change| change.partition_len) else {
+            return Ok(Ok(out));
+        };
         let read_all = head.len() < scan_limit;
-        let (mut old_at, mut new_at) = (0i64, 0i64);
+        let (mut old_side, mut new_side) = (Side::default(), Side::default());
         let (mut next_entry, mut next_change) = (0, 0);
-        while old_at < self.end || new_at < self.end {
+        loop {
+            if old_side.ended(self) && new_side.ended(self) {
+                break;
+            }
             let entry = head.get(next_entry);
             let change = changes.get(next_change);
             let (key, old, weight) = match (entry, change) {
+                (None, _) if !read_all => return Ok(Err(NeedMore)),
                 (None, None) => break,
                 (Some((key, value)), change)
                     if change.is_none_or(|change| key.as_slice() <= change.key.as_slice()) =>
@@ -173,12 +205,7 @@ impl TopKOperator {
                     };
                     (key.as_slice(), decode_weight(value), weight)
                 }
-                (entry, Some(change)) => {
-                    if entry.is_none() && !read_all {
-                        return Err(RsError::internal(
-                            "a top-K change lies past the partition's head it read",
-                        ));
-                    }
+                (_, Some(change)) => {
                     next_change += 1;
                     (change.key.as_slice(), 0, change.weight)
                 }
@@ -188,44 +215,121 @@ impl TopKOperator {
             if new < 0 {
                 return Err(RsError::internal("a top-K count went negative"));
             }
-            match self.number {
-                // Its copies keep their positions: nothing changes.
-                Some(_) if (old_at, old) == (new_at, new) => {}
-                Some(sql_type) => {
-                    let row = entry_row(key)?;
-                    for (positions, weight) in [
-                        (self.positions(old_at, old), -1),
-                        (self.positions(new_at, new), 1),
-                    ] {
-                        for position in positions {
-                            let mut numbered = row.clone();
-                            numbered.push(number_datum(sql_type, position + 1)?);
-                            out.push(numbered, weight);
-                        }
+            let order = order_key(key, partition_len)?;
+            let shown_before = old_side.place(self, order, old);
+            let shown_now = new_side.place(self, order, new);
+            if shown_before == shown_now {
+                continue;
+            }
+            let row = entry_row(key)?;
+            for (shown, sign) in [(shown_before, -1), (shown_now, 1)] {
+                for (number, copies) in shown {
+                    let mut row = row.clone();
+                    if let (Some(number), Some((_, sql_type))) = (number, self.numbering) {
+                        row.push(number_datum(sql_type, number)?);
                     }
-                }
-                None => {
-                    let shown = self.overlap(new_at, new) - self.overlap(old_at, old);
-                    if shown != 0 {
-                        out.push(entry_row(key)?, shown);
-                    }
+                    out.push(row, sign * copies);
                 }
             }
-            old_at += old;
-            new_at += new;
         }
-        Ok(())
+        Ok(Ok(out))
+    }
+}
+
+/// Where one state (before or after the batch) of a partition's walk is.
+#[derive(Default)]
+struct Side<'a> {
+    /// Rows placed so far.
+    at: i64,
+    /// Where the rows tied with the last one placed begin, and how many
+    /// distinct order keys were placed.
+    group_start: i64,
+    groups: i64,
+    last_order: Option<&'a [u8]>,
+    /// Every row from here on is past the window.
+    past: bool,
+}
+
+impl<'a> Side<'a> {
+    /// Whether every further row is past the window, known before the next
+    /// entry is seen (by position; ranks wait for the next order key).
+    fn ended(&self, top_k: &TopKOperator) -> bool {
+        self.past
+            || (matches!(top_k.numbering, None | Some((Numbering::RowNumber, _)))
+                && self.at >= top_k.end)
     }
 
-    /// How many of `count` rows at positions `at..` lie in the window.
-    fn overlap(&self, at: i64, count: i64) -> i64 {
-        (at.saturating_add(count).min(self.end) - at.max(self.offset)).max(0)
+    /// Places `count` copies of an entry ordered by `order`; returns how
+    /// they show in the window: `(number, copies)` pairs.
+    fn place(
+        &mut self,
+        top_k: &TopKOperator,
+        order: &'a [u8],
+        count: i64,
+    ) -> Vec<(Option<i64>, i64)> {
+        if count == 0 || self.past {
+            return Vec::new();
+        }
+        if self.last_order != Some(order) {
+            self.group_start = self.at;
+            self.groups += 1;
+            self.last_order = Some(order);
+        }
+        let at = self.at;
+        self.at += count;
+        match top_k.numbering {
+            None => {
+                let shown = (at.saturating_add(count).min(top_k.end) - at.max(top_k.offset)).max(0);
+                if shown == 0 {
+                    Vec::new()
+                } else {
+                    vec![(None, shown)]
+                }
+            }
+            Some((Numbering::RowNumber, _)) => (at.max(top_k.offset)
+                ..at.saturating_add(count).min(top_k.end))
+                .map(|position| (Some(position + 1), 1))
+                .collect(),
+            Some((Numbering::Rank, _)) if self.group_start < top_k.end => {
+                vec![(Some(self.group_start + 1), count)]
+            }
+            Some((Numbering::DenseRank, _)) if self.groups <= top_k.end => {
+                vec![(Some(self.groups), count)]
+            }
+            Some(_) => {
+                self.past = true;
+                Vec::new()
+            }
+        }
     }
+}
 
-    /// The positions of `count` rows at `at..` that lie in the window.
-    fn positions(&self, at: i64, count: i64) -> Range<i64> {
-        at.max(self.offset)..at.saturating_add(count).min(self.end)
+/// A row's number as its column holds it.
+fn number_datum(sql_type: SqlType, number: i64) -> RsResult<Datum> {
+    match sql_type {
+        SqlType::Int64 => Ok(Datum::Int64(number)),
+        SqlType::Numeric { scale: 0, .. } => Ok(Datum::Numeric(i128::from(number))),
+        other => Err(RsError::internal(format!(
+            "a row number of type {}",
+            other.pg_name()
+        ))),
     }
+}
+
+/// The order key of an entry: between its partition and its row.
+fn order_key(key: &[u8], partition_len: usize) -> RsResult<&[u8]> {
+    let (start, _) = row_bounds(key)?;
+    key.get(partition_len..start)
+        .ok_or_else(|| RsError::internal("corrupt top-K entry"))
+}
+
+/// Where the row an entry's key ends with lies in the key.
+fn row_bounds(key: &[u8]) -> RsResult<(usize, usize)> {
+    let corrupt = || RsError::internal("corrupt top-K entry");
+    let len_at = key.len().checked_sub(4).ok_or_else(corrupt)?;
+    let len = u32::from_be_bytes(key[len_at..].try_into().map_err(|_| corrupt())?) as usize;
+    let start = len_at.checked_sub(len).ok_or_else(corrupt)?;
+    Ok((start, len_at))
 }
 
 /// The ranges of `changes` (in key order) that share a partition.
@@ -241,25 +345,10 @@ fn partitions(changes: &[Change]) -> Vec<Range<usize>> {
     ranges
 }
 
-/// A row's position as its `ROW_NUMBER()` column holds it.
-fn number_datum(sql_type: SqlType, number: i64) -> RsResult<Datum> {
-    match sql_type {
-        SqlType::Int64 => Ok(Datum::Int64(number)),
-        SqlType::Numeric { scale: 0, .. } => Ok(Datum::Numeric(i128::from(number))),
-        other => Err(RsError::internal(format!(
-            "a row number of type {}",
-            other.pg_name()
-        ))),
-    }
-}
-
 /// The row an entry's key ends with.
 fn entry_row(key: &[u8]) -> RsResult<Row> {
-    let corrupt = || RsError::internal("corrupt top-K entry");
-    let len_at = key.len().checked_sub(4).ok_or_else(corrupt)?;
-    let len = u32::from_be_bytes(key[len_at..].try_into().map_err(|_| corrupt())?) as usize;
-    let start = len_at.checked_sub(len).ok_or_else(corrupt)?;
-    decode_row(&key[start..len_at])
+    let (start, end) = row_bounds(key)?;
+    decode_row(&key[start..end])
 }
 
 #[cfg(test)]
@@ -410,7 +499,7 @@ mod tests {
             vec![],
             by_value(false, false),
             (0, 2),
-            Some(SqlType::Int64),
+            Some((Numbering::RowNumber, SqlType::Int64)),
         )
         .expect("valid");
         let numbered = |id: i64, value: i64, number: i64| {
@@ -437,6 +526,62 @@ mod tests {
         // A change behind the window renumbers nothing.
         let out = step(&operator, &mut store, rows(&[(5, Some(9))]));
         assert!(out.is_empty(), "{out:?}");
+    }
+
+    #[test]
+    fn ranks_tied_past_the_first_read_are_all_kept() {
+        // Ranked 2 or better, over six rows tied first: the head read first
+        // (three entries) ends inside the tie, so the operator reads
+        // further. RANK() then ranks (7, 2) 7th, out; DENSE_RANK() 2nd, in.
+        for numbering in [Numbering::Rank, Numbering::DenseRank] {
+            let operator = TopKOperator::new(
+                1,
+                vec![],
+                by_value(false, false),
+                (0, 2),
+                Some((numbering, SqlType::Int64)),
+            )
+            .expect("valid");
+            let ranked = |id: i64, value: i64, rank: i64| {
+                vec![Datum::Int64(id), Datum::Int64(value), Datum::Int64(rank)]
+            };
+            let mut store = MemoryStore::default();
+            let tied: Vec<(i64, Option<i64>)> = (1..=6).map(|id| (id, Some(1))).collect();
+            let mut input = rows(&tied);
+            input.extend(rows(&[(7, Some(2)), (8, Some(3))]));
+            let out = step(&operator, &mut store, input);
+            let mut expected = ZSet::new();
+            for id in 1..=6 {
+                expected.push(ranked(id, 1, 1), 1);
+            }
+            if numbering == Numbering::DenseRank {
+                expected.push(ranked(7, 2, 2), 1);
+            }
+            assert_eq!(out, expected.consolidate(), "{numbering:?}");
+            // One more row tied first joins them; nothing else changes.
+            let out = step(&operator, &mut store, rows(&[(0, Some(1))]));
+            let mut expected = ZSet::new();
+            expected.push(ranked(0, 1, 1), 1);
+            assert_eq!(out, expected.consolidate(), "{numbering:?}");
+            // Without the tie, RANK() ranks (7, 2) second again.
+            let mut delete = ZSet::new();
+            for id in 0..=6 {
+                if id != 3 {
+                    delete.push(vec![Datum::Int64(id), Datum::Int64(1)], -1);
+                }
+            }
+            let out = step(&operator, &mut store, delete);
+            let mut expected = ZSet::new();
+            for id in 0..=6 {
+                if id != 3 {
+                    expected.push(ranked(id, 1, 1), -1);
+                }
+            }
+            if numbering == Numbering::Rank {
+                expected.push(ranked(7, 2, 2), 1);
+            }
+            assert_eq!(out, expected.consolidate(), "{numbering:?}");
+        }
     }
 
     #[test]

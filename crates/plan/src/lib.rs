@@ -84,6 +84,20 @@ pub enum AggregateFunction {
     BitXor,
 }
 
+/// How a top-K numbers the rows it keeps (the window function a `WHERE`
+/// bounds), and so which it keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Numbering {
+    /// Positions from 1: the first `limit` rows.
+    RowNumber,
+    /// 1 + the rows ordered strictly before: rows tied share a rank, and
+    /// every row ranked `limit` or better is kept.
+    Rank,
+    /// 1 + the distinct order keys before: the rows of the first `limit`
+    /// order keys.
+    DenseRank,
+}
+
 /// One `ORDER BY` key of an ordered aggregate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SortKey {
@@ -192,8 +206,9 @@ pub enum PlanNode {
     /// none): the rows at positions `offset..offset + limit` of the
     /// partition in `order_by` order, rows the keys do not order taken in
     /// the order of their encoding. Its rows are its input's, each
-    /// followed by its position in its partition (from 1) when `numbered`
-    /// (`ROW_NUMBER()`).
+    /// followed by its number when `numbering` says how to number them
+    /// (`ROW_NUMBER()`, `RANK()`, `DENSE_RANK()`; the last two keep the
+    /// rows numbered `limit` or less, with `offset` 0).
     TopK {
         op_id: ObjectId,
         input: Box<PlanNode>,
@@ -201,7 +216,7 @@ pub enum PlanNode {
         order_by: Vec<SortKey>,
         offset: u64,
         limit: u64,
-        numbered: bool,
+        numbering: Option<Numbering>,
         schema: Schema,
     },
     /// Moves each row to the shard that owns the bucket of its `key`
@@ -419,13 +434,13 @@ impl PlanNode {
                 order_by,
                 offset,
                 limit,
-                numbered,
+                numbering,
                 ..
             } => {
                 let _ = write!(
                     out,
                     "topk {op_id} partition={partition:?} order={order_by:?} \
-                     offset={offset} limit={limit} numbered={numbered} [{}] [{}]; ",
+                     offset={offset} limit={limit} numbering={numbering:?} [{}] [{}]; ",
                     types(input),
                     types(node)
                 );
@@ -523,11 +538,11 @@ impl PlanNode {
                 order_by,
                 offset,
                 limit,
-                numbered,
+                numbering,
                 ..
             } => format!(
                 "TopK partition by {partition:?} order by {order_by:?} offset {offset} limit {limit}{}",
-                if *numbered { " numbered" } else { "" }
+                numbering.map(|numbering| format!(" {numbering:?}")).unwrap_or_default()
             ),
             PlanNode::UnionAll { .. } => "UnionAll".to_string(),
             PlanNode::SetOperation { operator, all, .. } => {

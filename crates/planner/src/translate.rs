@@ -28,7 +28,8 @@ use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 use rockstream_plan::arrow_types::{datafusion_error, sql_type_of};
 use rockstream_plan::{
-    AggregateCall, AggregateFunction, Column, JoinKind, PlanNode, Schema, SetOperator, SortKey,
+    AggregateCall, AggregateFunction, Column, JoinKind, Numbering, PlanNode, Schema, SetOperator,
+    SortKey,
 };
 use rockstream_types::{codes, ObjectId, RsError, RsResult};
 
@@ -278,7 +279,7 @@ impl Translator {
             LogicalPlan::Filter(filter) => {
                 // The filter stays: its other conditions, and the one on
                 // the row number, which the top-K's rows meet.
-                if let Some(numbered) = row_number_limit(filter) {
+                if let Some(numbered) = ranking_limit(filter) {
                     self.numbered_window = Some(numbered);
                 }
                 let input = self.translate(&filter.input);
@@ -342,8 +343,8 @@ impl Translator {
                     self.numbered_top_k(window, limit)
                 }
                 _ => Err(RsError::unsupported(
-                    "a window function (other than ROW_NUMBER() whose rows a WHERE keeps up to a \
-                     constant)",
+                    "a window function (other than ROW_NUMBER(), RANK() or DENSE_RANK() whose \
+                     rows a WHERE keeps up to a constant)",
                 )),
             },
             LogicalPlan::RecursiveQuery(_) => Err(RsError::unsupported("WITH RECURSIVE")),
@@ -404,7 +405,7 @@ impl Translator {
         partition: &[Expr],
         sort: &[SortExpr],
         (offset, limit): (u64, u64),
-        number: Option<(Option<TableReference>, FieldRef)>,
+        number: Option<(Numbering, Option<TableReference>, FieldRef)>,
     ) -> RsResult<PlanNode> {
         let op_id = self.op_id();
         let mut node = self.translate(input)?;
@@ -450,8 +451,8 @@ impl Translator {
         }
         let mut top_k_schema = node.schema().clone();
         let mut output_schema = schema_of(schema)?;
-        let numbered = match &number {
-            Some((qualifier, field)) => {
+        let numbering = match &number {
+            Some((numbering, qualifier, field)) => {
                 let column = Column {
                     name: field.name().clone(),
                     sql_type: sql_type_of(field.data_type())?,
@@ -468,9 +469,9 @@ impl Translator {
                         .join(&number_schema)
                         .map_err(datafusion_error)?,
                 );
-                true
+                Some(*numbering)
             }
-            None => false,
+            None => None,
         };
         let trimmed = node.schema().len() > width;
         node = PlanNode::TopK {
@@ -480,12 +481,12 @@ impl Translator {
             order_by,
             offset,
             limit,
-            numbered,
+            numbering,
             schema: top_k_schema,
         };
         if trimmed {
             let columns = numbered_schema.columns();
-            let kept = (0..width).chain(numbered.then_some(columns.len() - 1));
+            let kept = (0..width).chain(numbering.map(|_| columns.len() - 1));
             node = PlanNode::Map {
                 input: Box::new(node),
                 exprs: kept
@@ -511,15 +512,15 @@ impl Translator {
         })
     }
 
-    /// `window`, whose `ROW_NUMBER()` a filter above keeps up to `limit`:
-    /// the first `limit` rows of each partition, numbered.
+    /// `window`, whose `ROW_NUMBER()`, `RANK()` or `DENSE_RANK()` a filter
+    /// above keeps up to `limit`: those rows of each partition, numbered.
     fn numbered_top_k(&mut self, window: &Window, limit: u64) -> RsResult<PlanNode> {
         let [expr] = window.window_expr.as_slice() else {
             return Err(RsError::unsupported(
-                "a window function beside ROW_NUMBER() in its window",
+                "a window function beside the ranking one in its window",
             ));
         };
-        let Some(params) = row_number_params(expr) else {
+        let Some((numbering, params)) = ranking_params(expr) else {
             return Err(RsError::unsupported("a window function"));
         };
         let width = window.input.schema().fields().len();
@@ -529,7 +530,7 @@ impl Translator {
             &params.partition_by,
             &params.order_by,
             (0, limit),
-            Some((qualifier.cloned(), field.clone())),
+            Some((numbering, qualifier.cloned(), field.clone())),
         )
     }
 
@@ -951,11 +952,11 @@ fn bounded(plan: &LogicalPlan) -> bool {
     }
 }
 
-/// The `ROW_NUMBER()` window and the number of first rows `filter` keeps
-/// of each of its partitions, if one of its conditions is `n <= k`,
-/// `n < k` or `n = 1` on the row number `n` of a window below (through
-/// projections and aliases).
-fn row_number_limit(filter: &Filter) -> Option<(usize, u64)> {
+/// The ranking window (`ROW_NUMBER()`, `RANK()`, `DENSE_RANK()`) below
+/// `filter` (through projections and aliases) and the number `k` it keeps
+/// of each partition, if one of the filter's conditions is `n <= k`, `n <
+/// k` or `n = 1` on the window's number `n`.
+fn ranking_limit(filter: &Filter) -> Option<(usize, u64)> {
     for condition in split_conjunction(&filter.predicate) {
         let Expr::BinaryExpr(BinaryExpr { left, op, right }) = condition else {
             continue;
@@ -977,8 +978,7 @@ fn row_number_limit(filter: &Filter) -> Option<(usize, u64)> {
         let Some((window, index)) = window_column(&filter.input, column) else {
             continue;
         };
-        if window.window_expr.len() == 1 && row_number_params(&window.window_expr[index]).is_some()
-        {
+        if window.window_expr.len() == 1 && ranking_params(&window.window_expr[index]).is_some() {
             return Some((window_address(window), limit.max(0) as u64));
         }
     }
@@ -1026,17 +1026,26 @@ fn window_address(window: &Window) -> usize {
     window as *const Window as usize
 }
 
-/// The partitions and order of `expr` if it is `ROW_NUMBER() OVER (…)`.
-fn row_number_params(expr: &Expr) -> Option<&WindowFunctionParams> {
+/// How `expr` numbers rows, and its partitions and order, if it is
+/// `ROW_NUMBER()`, `RANK()` or `DENSE_RANK()` `OVER (…)`.
+fn ranking_params(expr: &Expr) -> Option<(Numbering, &WindowFunctionParams)> {
     let Expr::WindowFunction(function) = unalias(expr) else {
         return None;
     };
-    match &function.fun {
-        WindowFunctionDefinition::WindowUDF(udf) if udf.name() == "row_number" => {
-            function.params.args.is_empty().then_some(&function.params)
-        }
-        _ => None,
-    }
+    let WindowFunctionDefinition::WindowUDF(udf) = &function.fun else {
+        return None;
+    };
+    let numbering = match udf.name() {
+        "row_number" => Numbering::RowNumber,
+        "rank" => Numbering::Rank,
+        "dense_rank" => Numbering::DenseRank,
+        _ => return None,
+    };
+    function
+        .params
+        .args
+        .is_empty()
+        .then_some((numbering, &function.params))
 }
 
 fn unalias(expr: &Expr) -> &Expr {

@@ -281,6 +281,17 @@ fn constructs_scenario() -> Scenario {
              ORDER BY customer_id, amount DESC NULLS LAST, id",
         ),
         ("distinct_on_region", "SELECT DISTINCT ON (region) id * 2 AS twice FROM orders ORDER BY region, id DESC"),
+        (
+            "ranked_per_region",
+            "SELECT region, amount, rk FROM (SELECT region, amount, rank() OVER \
+             (PARTITION BY region ORDER BY amount DESC NULLS LAST) AS rk FROM orders) o WHERE rk <= 2",
+        ),
+        (
+            "dense_ranked_per_customer",
+            "SELECT customer_id, region, dr FROM (SELECT customer_id, region, dense_rank() OVER \
+             (PARTITION BY customer_id ORDER BY region) AS dr FROM orders) o WHERE dr < 3",
+        ),
+        ("first_ranked", "SELECT kind FROM (SELECT kind, rank() OVER (ORDER BY weight DESC) AS r FROM events) e WHERE r = 1"),
         ("top_repeated_rows", "SELECT kind, weight FROM events ORDER BY weight DESC, kind LIMIT 4"),
         (
             "latest_per_customer",
