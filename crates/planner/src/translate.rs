@@ -82,7 +82,14 @@ async fn plan_branch(
     translator: &mut Translator,
     query: &str,
 ) -> RsResult<(PlanNode, LogicalPlan)> {
-    let state = context.state();
+    let mut state = context.state();
+    // A view's uncorrelated scalar subquery is a join with its one row
+    // (maintained like any join), not a value computed once at execution.
+    state
+        .config_mut()
+        .options_mut()
+        .optimizer
+        .enable_physical_uncorrelated_scalar_subquery = false;
     let logical = state.create_logical_plan(query).await.map_err(plan_error)?;
     refuse_as_written(&logical)?;
     let optimized = if has_distinct_on(&logical)? {

@@ -292,6 +292,11 @@ fn constructs_scenario() -> Scenario {
              (PARTITION BY customer_id ORDER BY region) AS dr FROM orders) o WHERE dr < 3",
         ),
         ("first_ranked", "SELECT kind FROM (SELECT kind, rank() OVER (ORDER BY weight DESC) AS r FROM events) e WHERE r = 1"),
+        ("above_average", "SELECT id, amount FROM orders WHERE amount > (SELECT AVG(amount) FROM orders)"),
+        (
+            "with_a_scalar_subquery",
+            "SELECT region, SUM(amount) AS total, (SELECT COUNT(*) FROM customers) AS customers FROM orders GROUP BY region",
+        ),
         ("top_repeated_rows", "SELECT kind, weight FROM events ORDER BY weight DESC, kind LIMIT 4"),
         (
             "latest_per_customer",
