@@ -47,6 +47,7 @@ use crate::expr::CompiledExprs;
 use crate::join::JoinOperator;
 use crate::state::StateStore;
 use crate::top_k::TopKOperator;
+use crate::window::WindowOperator;
 
 /// A view's plan, compiled for execution.
 #[derive(Debug)]
@@ -87,6 +88,7 @@ enum Operator {
         op_id: ObjectId,
     },
     TopK(Box<TopKOperator>),
+    Window(Box<WindowOperator>),
     UnionAll,
     SetOperation {
         op_id: ObjectId,
@@ -273,6 +275,28 @@ impl Operator {
                 (*offset, *limit),
                 numbering.zip(schema.columns.last().map(|column| column.sql_type)),
             )?)),
+            PlanNode::Window {
+                op_id,
+                input,
+                partition,
+                order_by,
+                functions,
+                input_schema,
+                schema,
+            } => {
+                let values = schema
+                    .types()
+                    .get(input.schema().len()..)
+                    .map(<[SqlType]>::to_vec)
+                    .ok_or_else(|| RsError::internal("a window without its functions' columns"))?;
+                Operator::Window(Box::new(WindowOperator::new(
+                    *op_id,
+                    (partition.clone(), order_by.clone()),
+                    functions,
+                    input_schema,
+                    (input.schema().types(), values),
+                )?))
+            }
             PlanNode::UnionAll { .. } => Operator::UnionAll,
             PlanNode::SetOperation {
                 op_id,
@@ -334,6 +358,10 @@ impl Operator {
             Operator::TopK(top_k) => {
                 let [input] = exactly(inputs)?;
                 top_k.step(store, input).await
+            }
+            Operator::Window(window) => {
+                let [input] = exactly(inputs)?;
+                window.step(store, input).await
             }
             Operator::UnionAll => {
                 let mut out = ZSet::new();

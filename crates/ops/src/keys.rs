@@ -12,6 +12,8 @@
 //! 0x01 'S' 'O' op_id(16) row                  -> (l, r)      EXCEPT / INTERSECT counts
 //! 0x01 'T' 'K' op_id(16) partition order row len(row)
 //!                                              -> count       top-K multiset
+//! 0x01 'W' 'F' op_id(16) partition order row len(row)
+//!                                              -> count       window-function multiset
 //! 0x03 view_id(16) row                        -> weight      view output (counted)
 //! 0x07 table_id(16) row_key                   -> row         table rows
 //! 0x08 view_id(16) key                        -> row         view output (keyed)
@@ -62,6 +64,7 @@ pub const AGGREGATE_DISTINCT: [u8; 2] = *b"AD";
 pub const DISTINCT: [u8; 2] = *b"DS";
 pub const SET_OPERATION: [u8; 2] = *b"SO";
 pub const TOP_K: [u8; 2] = *b"TK";
+pub const WINDOW: [u8; 2] = *b"WF";
 
 /// `0x01 kind op_id`: the prefix of all of one operator's state of one kind.
 pub fn op_prefix(kind: [u8; 2], op_id: ObjectId) -> Vec<u8> {
@@ -206,13 +209,13 @@ fn object_prefix(space: u8, object_id: ObjectId) -> Vec<u8> {
 }
 
 /// True for keys whose count is maintained by blind additions (join
-/// arrangements, MIN/MAX and top-K multisets, view output): their stored value may
+/// arrangements, MIN/MAX, top-K and window multisets, view output): their stored value may
 /// sum to zero, which means absent.
 pub fn holds_count(key: &[u8]) -> bool {
     match key.first() {
         Some(&OUTPUT) => true,
         Some(&OP_STATE) => {
-            matches!(key.get(1..3), Some(kind) if kind == JOIN_LEFT || kind == JOIN_RIGHT || kind == MIN_MAX || kind == TOP_K)
+            matches!(key.get(1..3), Some(kind) if kind == JOIN_LEFT || kind == JOIN_RIGHT || kind == MIN_MAX || kind == TOP_K || kind == WINDOW)
         }
         _ => false,
     }
@@ -238,6 +241,7 @@ pub fn view_op_prefixes(view_id: ObjectId) -> Vec<Vec<u8>> {
         DISTINCT,
         SET_OPERATION,
         TOP_K,
+        WINDOW,
     ]
     .into_iter()
     .map(|kind| {

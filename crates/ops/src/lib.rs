@@ -24,6 +24,7 @@ pub mod keys;
 pub mod layered;
 pub mod state;
 mod top_k;
+mod window;
 
 pub use dataflow::Dataflow;
 pub use exchange::{ChannelExchange, Exchange, Unsharded};

@@ -42,12 +42,48 @@ pub(crate) struct TopKOperator {
     numbering: Option<(Numbering, SqlType)>,
 }
 
-/// One entry the batch changes.
-struct Change {
-    key: Vec<u8>,
+/// One entry of an ordered multiset a batch changes: `kind op_id
+/// partition order row len(row)` (the layout is shared with
+/// [`crate::window`]).
+pub(crate) struct Change {
+    pub(crate) key: Vec<u8>,
     /// Length of the key's prefix naming its partition.
-    partition_len: usize,
-    weight: i64,
+    pub(crate) partition_len: usize,
+    pub(crate) weight: i64,
+}
+
+impl Change {
+    /// `row`'s entry, changed by `weight`.
+    pub(crate) fn new(
+        (kind, op_id): ([u8; 2], ObjectId),
+        partition: &[usize],
+        order_by: &[SortKey],
+        row: &Row,
+        weight: i64,
+    ) -> Change {
+        let mut key = op_prefix(kind, op_id);
+        let values: Vec<Datum> = partition
+            .iter()
+            .map(|&column| row[column].clone())
+            .collect();
+        encode_row_into(&values, &mut key);
+        let partition_len = key.len();
+        push_order_key(row, order_by, &mut key);
+        let start = key.len();
+        encode_row_into(row, &mut key);
+        let row_len = (key.len() - start) as u32;
+        key.extend_from_slice(&row_len.to_be_bytes());
+        Change {
+            key,
+            partition_len,
+            weight,
+        }
+    }
+
+    /// The prefix of every entry of its partition.
+    pub(crate) fn partition(&self) -> &[u8] {
+        &self.key[..self.partition_len]
+    }
 }
 
 /// Why a partition's window could not be told from the entries read.
@@ -122,10 +158,7 @@ impl TopKOperator {
         while !pending.is_empty() {
             let prefixes: Vec<&[u8]> = pending
                 .iter()
-                .map(|range| {
-                    let first = &changes[range.start];
-                    &first.key[..first.partition_len]
-                })
+                .map(|range| changes[range.start].partition())
                 .collect();
             let heads = store.scan_prefixes(&prefixes, scan_limit).await?;
             let mut unfinished = Vec::new();
@@ -146,24 +179,13 @@ impl TopKOperator {
     }
 
     fn change(&self, row: &Row, weight: i64) -> Change {
-        let mut key = op_prefix(TOP_K, self.op_id);
-        let partition: Vec<Datum> = self
-            .partition
-            .iter()
-            .map(|&column| row[column].clone())
-            .collect();
-        encode_row_into(&partition, &mut key);
-        let partition_len = key.len();
-        push_order_key(row, &self.order_by, &mut key);
-        let start = key.len();
-        encode_row_into(row, &mut key);
-        let row_len = (key.len() - start) as u32;
-        key.extend_from_slice(&row_len.to_be_bytes());
-        Change {
-            key,
-            partition_len,
+        Change::new(
+            (TOP_K, self.op_id),
+            &self.partition,
+            &self.order_by,
+            row,
             weight,
-        }
+        )
     }
 
     /// How one partition's window changes: `head` is its first
@@ -333,7 +355,7 @@ fn row_bounds(key: &[u8]) -> RsResult<(usize, usize)> {
 }
 
 /// The ranges of `changes` (in key order) that share a partition.
-fn partitions(changes: &[Change]) -> Vec<Range<usize>> {
+pub(crate) fn partitions(changes: &[Change]) -> Vec<Range<usize>> {
     let mut ranges: Vec<Range<usize>> = Vec::new();
     for (index, change) in changes.iter().enumerate() {
         let partition = &change.key[..change.partition_len];
@@ -346,7 +368,7 @@ fn partitions(changes: &[Change]) -> Vec<Range<usize>> {
 }
 
 /// The row an entry's key ends with.
-fn entry_row(key: &[u8]) -> RsResult<Row> {
+pub(crate) fn entry_row(key: &[u8]) -> RsResult<Row> {
     let (start, end) = row_bounds(key)?;
     decode_row(&key[start..end])
 }

@@ -219,6 +219,19 @@ pub enum PlanNode {
         numbering: Option<Numbering>,
         schema: Schema,
     },
+    /// Window functions sharing one `PARTITION BY` (the `partition`
+    /// columns) and `ORDER BY` (`order_by`): each input row followed by
+    /// the value of each of `functions` (DataFusion window expressions
+    /// over `input_schema`) for it.
+    Window {
+        op_id: ObjectId,
+        input: Box<PlanNode>,
+        partition: Vec<usize>,
+        order_by: Vec<SortKey>,
+        functions: Vec<Expr>,
+        input_schema: DFSchemaRef,
+        schema: Schema,
+    },
     /// Moves each row to the shard that owns the bucket of its `key`
     /// columns (all rows to one shard when `key` is empty); inserted by
     /// [`partition::place`]. Stateless: the rows pass on unchanged.
@@ -238,6 +251,7 @@ impl PlanNode {
             | PlanNode::Join { schema, .. }
             | PlanNode::Aggregate { schema, .. }
             | PlanNode::TopK { schema, .. }
+            | PlanNode::Window { schema, .. }
             | PlanNode::UnionAll { schema, .. } => schema,
             PlanNode::Filter { input, .. }
             | PlanNode::Distinct { input, .. }
@@ -255,6 +269,7 @@ impl PlanNode {
             | PlanNode::Aggregate { input, .. }
             | PlanNode::Distinct { input, .. }
             | PlanNode::TopK { input, .. }
+            | PlanNode::Window { input, .. }
             | PlanNode::Exchange { input, .. } => vec![input],
             PlanNode::Join { left, right, .. } | PlanNode::SetOperation { left, right, .. } => {
                 vec![left, right]
@@ -272,6 +287,7 @@ impl PlanNode {
             | PlanNode::Aggregate { input, .. }
             | PlanNode::Distinct { input, .. }
             | PlanNode::TopK { input, .. }
+            | PlanNode::Window { input, .. }
             | PlanNode::Exchange { input, .. } => vec![input],
             PlanNode::Join { left, right, .. } | PlanNode::SetOperation { left, right, .. } => {
                 vec![left, right]
@@ -323,6 +339,7 @@ impl PlanNode {
             // Numbered or not, its rows are some of its input's.
             PlanNode::Filter { input, .. }
             | PlanNode::TopK { input, .. }
+            | PlanNode::Window { input, .. }
             | PlanNode::Exchange { input, .. } => input.unique_key(),
             PlanNode::Map {
                 input,
@@ -458,6 +475,25 @@ impl PlanNode {
                     types(left)
                 );
             }
+            PlanNode::Window {
+                op_id,
+                input,
+                partition,
+                order_by,
+                functions,
+                ..
+            } => {
+                let _ = write!(
+                    out,
+                    "window {op_id} partition={partition:?} order={order_by:?} [{}] [{}]",
+                    types(input),
+                    types(node)
+                );
+                for function in functions {
+                    let _ = write!(out, " {},", layout_text(function));
+                }
+                out.push_str("; ");
+            }
             PlanNode::Source { object_id, .. } => {
                 let _ = write!(out, "source {object_id} [{}]; ", types(node));
             }
@@ -533,6 +569,14 @@ impl PlanNode {
                     .join(", ")
             ),
             PlanNode::Distinct { .. } => "Distinct".to_string(),
+            PlanNode::Window { functions, .. } => format!(
+                "Window [{}]",
+                functions
+                    .iter()
+                    .map(|function| function.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
             PlanNode::TopK {
                 partition,
                 order_by,

@@ -114,7 +114,9 @@ fn required(plan: &PlanNode) -> Vec<Option<Vec<usize>>> {
         }
         PlanNode::Aggregate { group_count, .. } => vec![Some((0..*group_count).collect())],
         PlanNode::Distinct { input, .. } => vec![whole_row(input)],
-        PlanNode::TopK { partition, .. } => vec![Some(partition.clone())],
+        PlanNode::TopK { partition, .. } | PlanNode::Window { partition, .. } => {
+            vec![Some(partition.clone())]
+        }
         PlanNode::SetOperation { left, .. } => vec![whole_row(left), whole_row(left)],
         other => other.inputs().iter().map(|_| None).collect(),
     }
@@ -168,7 +170,9 @@ fn output(
         }
         // The group columns come first in the output.
         PlanNode::Aggregate { group_count, .. } => Partitioning::Hash((0..*group_count).collect()),
-        PlanNode::TopK { partition, .. } => Partitioning::Hash(partition.clone()),
+        PlanNode::TopK { partition, .. } | PlanNode::Window { partition, .. } => {
+            Partitioning::Hash(partition.clone())
+        }
         PlanNode::Distinct { .. } | PlanNode::SetOperation { .. } => {
             Partitioning::Hash((0..plan.schema().len()).collect())
         }

@@ -8,7 +8,8 @@
 //! `numeric(38,0)`, and `AVG` averages `numeric(38,s)` with `s >= 12`, which
 //! DataFusion reports at scale `s + 4` — the 16 fraction digits PostgreSQL
 //! shows for averages of ordinary magnitude. The rewritten aggregate keeps
-//! its original name, so the operators above it still resolve it.
+//! its original name, so the operators above it still resolve it. The same
+//! holds for `SUM` and `AVG` used as window functions (`… OVER (…)`).
 
 use std::sync::Arc;
 
@@ -18,7 +19,9 @@ use datafusion::common::tree_node::Transformed;
 use datafusion::common::tree_node::TreeNode;
 use datafusion::common::{DFSchema, Result};
 use datafusion::logical_expr::expr::AggregateFunction;
-use datafusion::logical_expr::{cast, Aggregate, Expr, ExprSchemable, LogicalPlan};
+use datafusion::logical_expr::{
+    cast, Aggregate, Expr, ExprSchemable, LogicalPlan, Window, WindowFunctionDefinition,
+};
 use datafusion::optimizer::analyzer::type_coercion::TypeCoercionRewriter;
 use datafusion::optimizer::AnalyzerRule;
 
@@ -36,6 +39,7 @@ impl AnalyzerRule for PostgresAggregateTypes {
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
         let transformed = plan.transform_up_with_subqueries(|node| match node {
             LogicalPlan::Aggregate(aggregate) => rewrite_aggregate(aggregate),
+            LogicalPlan::Window(window) => rewrite_window(window),
             other => {
                 let recomputed = other.recompute_schema()?;
                 Ok(Transformed::yes(recomputed))
@@ -66,6 +70,44 @@ fn rewrite_aggregate(aggregate: Aggregate) -> Result<Transformed<LogicalPlan>> {
     Ok(Transformed::yes(LogicalPlan::Aggregate(rebuilt)))
 }
 
+/// `SUM` and `AVG` as window functions (`… OVER (…)`) get PostgreSQL's
+/// types as the aggregates do.
+fn rewrite_window(window: Window) -> Result<Transformed<LogicalPlan>> {
+    let schema = window.input.schema().clone();
+    let mut changed = false;
+    let mut exprs = Vec::with_capacity(window.window_expr.len());
+    for expr in &window.window_expr {
+        let (inner, name) = match expr {
+            Expr::Alias(alias) => (alias.expr.as_ref(), alias.name.clone()),
+            other => (other, other.schema_name().to_string()),
+        };
+        let rewritten = match inner {
+            Expr::WindowFunction(function) => match &function.fun {
+                WindowFunctionDefinition::AggregateUDF(func) => {
+                    cast_argument(func.name(), &function.params.args, &schema)?.map(|argument| {
+                        let mut function = function.as_ref().clone();
+                        function.params.args = vec![argument];
+                        Expr::WindowFunction(Box::new(function)).alias(name)
+                    })
+                }
+                _ => None,
+            },
+            _ => None,
+        };
+        changed |= rewritten.is_some();
+        exprs.push(rewritten.unwrap_or_else(|| expr.clone()));
+    }
+    if !changed {
+        return Ok(Transformed::yes(
+            LogicalPlan::Window(window).recompute_schema()?,
+        ));
+    }
+    Ok(Transformed::yes(LogicalPlan::Window(Window::try_new(
+        exprs,
+        window.input,
+    )?)))
+}
+
 fn rewrite_expr(expr: &Expr, schema: &Arc<DFSchema>) -> Result<Option<Expr>> {
     let (inner, name) = match expr {
         Expr::Alias(alias) => (alias.expr.as_ref(), alias.name.clone()),
@@ -74,7 +116,22 @@ fn rewrite_expr(expr: &Expr, schema: &Arc<DFSchema>) -> Result<Option<Expr>> {
     let Expr::AggregateFunction(AggregateFunction { func, params }) = inner else {
         return Ok(None);
     };
-    let [argument] = params.args.as_slice() else {
+    let Some(argument) = cast_argument(func.name(), &params.args, schema)? else {
+        return Ok(None);
+    };
+    let mut params = params.clone();
+    params.args = vec![argument];
+    let rewritten = Expr::AggregateFunction(AggregateFunction {
+        func: func.clone(),
+        params,
+    });
+    Ok(Some(rewritten.alias(name)))
+}
+
+/// The argument of `SUM`/`AVG` (`function`, one of `args`) cast to what
+/// gives PostgreSQL's result type, if it needs a cast.
+fn cast_argument(function: &str, args: &[Expr], schema: &Arc<DFSchema>) -> Result<Option<Expr>> {
+    let [argument] = args else {
         return Ok(None);
     };
     // The argument's type as coercion will make it (a CASE's branches
@@ -84,7 +141,7 @@ fn rewrite_expr(expr: &Expr, schema: &Arc<DFSchema>) -> Result<Option<Expr>> {
         .rewrite(&mut TypeCoercionRewriter::new(schema))?
         .data;
     let argument_type = argument.get_type(schema)?;
-    let target = match (func.name().to_lowercase().as_str(), &argument_type) {
+    let target = match (function.to_lowercase().as_str(), &argument_type) {
         ("sum", DataType::Int64 | DataType::UInt32 | DataType::UInt64) => {
             DataType::Decimal128(38, 0)
         }
@@ -96,11 +153,5 @@ fn rewrite_expr(expr: &Expr, schema: &Arc<DFSchema>) -> Result<Option<Expr>> {
         }
         _ => return Ok(None),
     };
-    let mut params = params.clone();
-    params.args = vec![cast(argument, target)];
-    let rewritten = Expr::AggregateFunction(AggregateFunction {
-        func: func.clone(),
-        params,
-    });
-    Ok(Some(rewritten.alias(name)))
+    Ok(Some(cast(argument, target)))
 }

@@ -349,10 +349,7 @@ impl Translator {
                 Some((address, limit)) if address == window_address(window) => {
                     self.numbered_top_k(window, limit)
                 }
-                _ => Err(RsError::unsupported(
-                    "a window function (other than ROW_NUMBER(), RANK() or DENSE_RANK() whose \
-                     rows a WHERE keeps up to a constant)",
-                )),
+                _ => self.window_functions(window),
             },
             LogicalPlan::RecursiveQuery(_) => Err(RsError::unsupported("WITH RECURSIVE")),
             LogicalPlan::Values(values) => Ok(PlanNode::Constant {
@@ -516,6 +513,69 @@ impl Translator {
             exprs: on.select_expr.clone(),
             input_schema: on.input.schema().clone(),
             schema: schema_of(&on.schema)?,
+        })
+    }
+
+    /// Window functions: one window operator, when every function shares
+    /// one `PARTITION BY` and `ORDER BY` of columns (DataFusion stacks a
+    /// window per distinct pair).
+    fn window_functions(&mut self, window: &Window) -> RsResult<PlanNode> {
+        let specs: Vec<&WindowFunctionParams> = window
+            .window_expr
+            .iter()
+            .map(|expr| match unalias(expr) {
+                Expr::WindowFunction(function) => Ok(&function.params),
+                other => Err(RsError::unsupported(format!(
+                    "the window expression {other}"
+                ))),
+            })
+            .collect::<RsResult<_>>()?;
+        let Some(first) = specs.first() else {
+            return Err(RsError::internal("a window without functions"));
+        };
+        if specs
+            .iter()
+            .any(|spec| spec.partition_by != first.partition_by || spec.order_by != first.order_by)
+        {
+            return Err(RsError::unsupported(
+                "window functions over different PARTITION BY / ORDER BY in one window",
+            ));
+        }
+        let schema = window.input.schema();
+        let column = |expr: &Expr| match unalias(expr) {
+            Expr::Column(column) => schema.index_of_column(column).ok(),
+            _ => None,
+        };
+        let partition = first
+            .partition_by
+            .iter()
+            .map(column)
+            .collect::<Option<Vec<usize>>>();
+        let order_by = first
+            .order_by
+            .iter()
+            .map(|key| {
+                column(&key.expr).map(|column| SortKey {
+                    column,
+                    descending: !key.asc,
+                    nulls_first: key.nulls_first,
+                })
+            })
+            .collect::<Option<Vec<SortKey>>>();
+        let (Some(partition), Some(order_by)) = (partition, order_by) else {
+            return Err(RsError::unsupported(
+                "a window PARTITION BY or ORDER BY an expression (name it in a subquery first)",
+            ));
+        };
+        let op_id = self.op_id();
+        Ok(PlanNode::Window {
+            op_id,
+            input: Box::new(self.translate(&window.input)?),
+            partition,
+            order_by,
+            functions: window.window_expr.clone(),
+            input_schema: schema.clone(),
+            schema: schema_of(&window.schema)?,
         })
     }
 

@@ -297,6 +297,38 @@ fn constructs_scenario() -> Scenario {
             "with_a_scalar_subquery",
             "SELECT region, SUM(amount) AS total, (SELECT COUNT(*) FROM customers) AS customers FROM orders GROUP BY region",
         ),
+        // Window functions.
+        (
+            "running_totals",
+            "SELECT id, customer_id, amount, SUM(amount) OVER (PARTITION BY customer_id ORDER BY id) AS running FROM orders",
+        ),
+        (
+            "neighbours",
+            "SELECT id, region, LAG(id) OVER (PARTITION BY region ORDER BY id) AS prev, \
+             LEAD(amount, 2, 0) OVER (PARTITION BY region ORDER BY id) AS later FROM orders",
+        ),
+        (
+            "moving_average",
+            "SELECT id, AVG(amount) OVER (PARTITION BY customer_id ORDER BY id ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) AS moving, \
+             COUNT(*) OVER (PARTITION BY customer_id) AS orders, MAX(amount) OVER (PARTITION BY customer_id) AS top FROM orders",
+        ),
+        (
+            "ranks_over_all",
+            "SELECT id, RANK() OVER (ORDER BY amount DESC NULLS LAST) AS r, DENSE_RANK() OVER (ORDER BY amount DESC NULLS LAST) AS d, \
+             NTILE(3) OVER (ORDER BY amount DESC NULLS LAST) AS tile FROM orders",
+        ),
+        (
+            "frame_values",
+            "SELECT id, FIRST_VALUE(id) OVER (PARTITION BY region ORDER BY id ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS first, \
+             LAST_VALUE(id) OVER (PARTITION BY region ORDER BY id ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS last, \
+             NTH_VALUE(id, 2) OVER (PARTITION BY region ORDER BY id ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS second \
+             FROM orders",
+        ),
+        (
+            "range_frame",
+            "SELECT id, SUM(amount) OVER (PARTITION BY region ORDER BY customer_id RANGE BETWEEN 1 PRECEDING AND 1 FOLLOWING) AS near \
+             FROM orders",
+        ),
         ("top_repeated_rows", "SELECT kind, weight FROM events ORDER BY weight DESC, kind LIMIT 4"),
         (
             "latest_per_customer",
