@@ -20,7 +20,7 @@ use datafusion::common::tree_node::TreeNode;
 use datafusion::common::{DFSchema, Result};
 use datafusion::logical_expr::expr::AggregateFunction;
 use datafusion::logical_expr::{
-    cast, Aggregate, Expr, ExprSchemable, LogicalPlan, Window, WindowFunctionDefinition,
+    cast, Aggregate, Expr, ExprSchemable, LogicalPlan, Projection, Window, WindowFunctionDefinition,
 };
 use datafusion::optimizer::analyzer::type_coercion::TypeCoercionRewriter;
 use datafusion::optimizer::AnalyzerRule;
@@ -97,15 +97,65 @@ fn rewrite_window(window: Window) -> Result<Transformed<LogicalPlan>> {
         changed |= rewritten.is_some();
         exprs.push(rewritten.unwrap_or_else(|| expr.clone()));
     }
-    if !changed {
-        return Ok(Transformed::yes(
-            LogicalPlan::Window(window).recompute_schema()?,
-        ));
+    let window = if changed {
+        LogicalPlan::Window(Window::try_new(exprs, window.input)?)
+    } else {
+        LogicalPlan::Window(window).recompute_schema()?
+    };
+    Ok(Transformed::yes(with_postgres_numbers(window)?))
+}
+
+/// `window` with its numbering functions' values as PostgreSQL types them:
+/// DataFusion's `ROW_NUMBER()`, `RANK()` and `DENSE_RANK()` are unsigned
+/// (`bigint` in PostgreSQL), `NTILE()` too (`integer`). A projection above
+/// casts them, keeping their names.
+fn with_postgres_numbers(window: LogicalPlan) -> Result<LogicalPlan> {
+    let LogicalPlan::Window(node) = &window else {
+        return Ok(window);
+    };
+    let width = node.input.schema().fields().len();
+    let mut casts = false;
+    let mut exprs = Vec::with_capacity(node.schema.fields().len());
+    for (index, (qualifier, field)) in node.schema.iter().enumerate() {
+        let column = Expr::Column(datafusion::common::Column::from((qualifier, field)));
+        let target = match index
+            .checked_sub(width)
+            .and_then(|at| node.window_expr.get(at))
+        {
+            Some(expr) if field.data_type() == &DataType::UInt64 => numbering_type(expr),
+            _ => None,
+        };
+        match target {
+            Some(target) => {
+                casts = true;
+                exprs.push(cast(column, target).alias(field.name()));
+            }
+            None => exprs.push(column),
+        }
     }
-    Ok(Transformed::yes(LogicalPlan::Window(Window::try_new(
+    if !casts {
+        return Ok(window);
+    }
+    Ok(LogicalPlan::Projection(Projection::try_new(
         exprs,
-        window.input,
-    )?)))
+        Arc::new(window),
+    )?))
+}
+
+/// PostgreSQL's type for a numbering window function's value.
+fn numbering_type(expr: &Expr) -> Option<DataType> {
+    let inner = match expr {
+        Expr::Alias(alias) => alias.expr.as_ref(),
+        other => other,
+    };
+    let Expr::WindowFunction(function) = inner else {
+        return None;
+    };
+    match function.fun.name() {
+        "row_number" | "rank" | "dense_rank" => Some(DataType::Int64),
+        "ntile" => Some(DataType::Int32),
+        _ => None,
+    }
 }
 
 fn rewrite_expr(expr: &Expr, schema: &Arc<DFSchema>) -> Result<Option<Expr>> {

@@ -1072,7 +1072,9 @@ fn window_column<'a>(
     loop {
         match plan {
             LogicalPlan::Projection(projection) => {
-                let Expr::Column(inner) = unalias(projection.expr.get(index)?) else {
+                // A number cast to another integer type orders alike.
+                let Expr::Column(inner) = without_casts(unalias(projection.expr.get(index)?))
+                else {
                     return None;
                 };
                 plan = &projection.input;
@@ -1119,5 +1121,96 @@ fn unalias(expr: &Expr) -> &Expr {
     match expr {
         Expr::Alias(alias) => unalias(&alias.expr),
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Goal: each SQL form plans onto the operator meant for it — a
+    //! bounded ranking onto a numbered top-K rather than a window over
+    //! every row, DISTINCT ON onto a top-1, grouping sets onto one
+    //! aggregate per set. (What they compute is checked against
+    //! PostgreSQL by the differential tests.)
+    use std::sync::Arc;
+
+    use datafusion::arrow::datatypes::{DataType, Field, Schema as ArrowSchema};
+
+    use crate::resolver::{SchemaOnlyTable, TableResolver};
+
+    #[derive(Debug)]
+    struct Scores;
+
+    #[async_trait::async_trait]
+    impl TableResolver for Scores {
+        async fn table(
+            &self,
+            name: &str,
+        ) -> Result<Option<Arc<dyn datafusion::catalog::TableProvider>>, rockstream_types::RsError>
+        {
+            let schema = ArrowSchema::new(vec![
+                Field::new("id", DataType::Int64, false),
+                Field::new("g", DataType::Utf8, true),
+                Field::new("v", DataType::Int64, true),
+                Field::new(
+                    "at",
+                    DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Microsecond, None),
+                    true,
+                ),
+            ]);
+            Ok((name == "t").then(|| {
+                Arc::new(SchemaOnlyTable {
+                    object_id: 1,
+                    name: "t".to_string(),
+                    schema: Arc::new(schema),
+                    unique_key: Some(vec![0]),
+                }) as Arc<dyn datafusion::catalog::TableProvider>
+            }))
+        }
+
+        fn table_names(&self) -> Vec<String> {
+            vec!["t".to_string()]
+        }
+    }
+
+    async fn explained(query: &str) -> String {
+        let context = crate::new_context(Arc::new(Scores));
+        crate::plan_view(&context, 9, query)
+            .await
+            .unwrap_or_else(|error| panic!("{query}: {error}"))
+            .explain()
+    }
+
+    #[tokio::test]
+    async fn each_form_plans_onto_its_operator() {
+        for (query, wanted, unwanted) in [
+            (
+                "SELECT * FROM (SELECT id, row_number() OVER (PARTITION BY g ORDER BY v) AS rn FROM t) x WHERE rn <= 2",
+                "limit 2 RowNumber",
+                "Window [",
+            ),
+            (
+                "SELECT id FROM (SELECT id, rank() OVER (ORDER BY v DESC) AS r FROM t) x WHERE r = 1",
+                "limit 1 Rank",
+                "Window [",
+            ),
+            (
+                "SELECT id FROM (SELECT id, dense_rank() OVER (PARTITION BY g ORDER BY v) AS r FROM t) x WHERE 3 > r",
+                "limit 2 DenseRank",
+                "Window [",
+            ),
+            ("SELECT id, sum(v) OVER (PARTITION BY g ORDER BY id) FROM t", "Window [", "TopK"),
+            ("SELECT DISTINCT ON (g) g, id FROM t ORDER BY g, v DESC", "TopK partition by [1]", "Aggregate"),
+            ("SELECT id FROM t ORDER BY v DESC LIMIT 3 OFFSET 1", "offset 1 limit 3", "Window ["),
+            ("SELECT g, count(*) FROM t GROUP BY ROLLUP (g)", "UnionAll", "Window ["),
+            (
+                "SELECT window_start, count(*) FROM TUMBLE(t, at, INTERVAL '1' MINUTE) GROUP BY window_start",
+                "date_bin",
+                "Window [",
+            ),
+        ] {
+            let plan = explained(query).await;
+            assert!(plan.contains(wanted), "{query}: wanted {wanted}\n{plan}");
+            assert!(!plan.contains(unwanted), "{query}: did not want {unwanted}\n{plan}");
+        }
     }
 }
