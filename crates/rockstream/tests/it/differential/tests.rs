@@ -315,7 +315,7 @@ fn constructs_scenario() -> Scenario {
         (
             "ranks_over_all",
             "SELECT id, RANK() OVER (ORDER BY amount DESC NULLS LAST) AS r, DENSE_RANK() OVER (ORDER BY amount DESC NULLS LAST) AS d, \
-             NTILE(3) OVER (ORDER BY amount DESC NULLS LAST) AS tile FROM orders",
+             NTILE(3) OVER (ORDER BY amount DESC NULLS LAST, id) AS tile FROM orders",
         ),
         (
             "frame_values",
