@@ -9,7 +9,8 @@
 //! are DataFusion's, which follow PostgreSQL's — and emits the difference:
 //! the rows whose values changed, which for a running total are the rows
 //! behind the change, for `LAG` its neighbours. The cost of a change is
-//! the size of its partition, and other partitions cost nothing; rows the
+//! the size of its partition (read one partition at a time, so memory is
+//! bounded by the largest), and other partitions cost nothing; rows the
 //! `ORDER BY` leaves tied are ordered by their encoding, as the top-K
 //! orders them.
 
@@ -28,7 +29,7 @@ use rockstream_types::{ObjectId, Row, RsError, RsResult, SqlType, ZSet};
 
 use crate::arrow_rows::{array_to_datums, arrow_type, rows_to_batch};
 use crate::keys::{decode_weight, WINDOW};
-use crate::state::{Entries, StateStore};
+use crate::state::{Entries, ScanOrder, StateStore};
 use crate::top_k::{entry_row, partitions, Change};
 
 pub(crate) struct WindowOperator {
@@ -103,15 +104,14 @@ impl WindowOperator {
             })
             .collect();
         changes.sort_unstable_by(|a, b| a.key.cmp(&b.key));
-        let touched = partitions(&changes);
-        let prefixes: Vec<&[u8]> = touched
-            .iter()
-            .map(|range| changes[range.start].partition())
-            .collect();
-        let stored = store.scan_prefixes(&prefixes, usize::MAX).await?;
         let mut out = ZSet::new();
-        for (range, entries) in touched.iter().zip(&stored) {
-            let (before, after) = both_states(entries, &changes[range.clone()])?;
+        // One partition at a time: memory is bounded by the largest.
+        for range in partitions(&changes) {
+            let partition = changes[range.start].partition();
+            let entries = store
+                .scan_prefix(partition, ScanOrder::Ascending, usize::MAX)
+                .await?;
+            let (before, after) = both_states(&entries, &changes[range])?;
             for (rows, weight) in [(before, -1), (after, 1)] {
                 for row in self.with_values(rows)? {
                     out.push(row, weight);

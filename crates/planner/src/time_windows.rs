@@ -23,14 +23,14 @@ use std::ops::ControlFlow;
 use datafusion::arrow::compute::kernels::cast_utils::parse_interval_month_day_nano;
 use datafusion::sql::sqlparser::ast::{
     Expr, FunctionArg, FunctionArgExpr, Interval, ObjectName, Query, SetExpr, Statement,
-    TableFactor, TableFunctionArgs, Value, ValueWithSpan, VisitMut, VisitorMut,
+    TableAlias, TableFactor, TableFunctionArgs, Value, ValueWithSpan, VisitMut, VisitorMut,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 use rockstream_types::{codes, RsError, RsResult};
 
 /// Most windows one row of a HOP falls in: its `size / slide`.
-const HOP_WINDOWS_MAX: i64 = 64;
+const HOP_WINDOWS_MAX: i128 = 64;
 
 /// The origin windows are aligned to.
 const EPOCH: &str = "TIMESTAMP '1970-01-01 00:00:00'";
@@ -62,7 +62,7 @@ impl VisitorMut for TimeWindows {
         };
         let function = name.to_string().to_ascii_lowercase();
         let rewritten = match function.as_str() {
-            "tumble" | "hop" => window_table(&function, args, alias.as_ref().map(|a| &a.name)),
+            "tumble" | "hop" => window_table(&function, args, alias.as_ref()),
             "session" => Err(RsError::unsupported("SESSION windows")),
             _ => return ControlFlow::Continue(()),
         };
@@ -80,7 +80,7 @@ impl VisitorMut for TimeWindows {
 fn window_table(
     function: &str,
     args: &[FunctionArg],
-    alias: Option<&datafusion::sql::sqlparser::ast::Ident>,
+    alias: Option<&TableAlias>,
 ) -> RsResult<TableFactor> {
     let usage = || {
         RsError::new(
@@ -116,10 +116,20 @@ fn window_table(
     if !matches!(time, Expr::Identifier(_) | Expr::CompoundIdentifier(_)) {
         return Err(usage());
     }
-    let name = alias
-        .cloned()
-        .or_else(|| table.0.last().and_then(|part| part.as_ident().cloned()))
-        .ok_or_else(usage)?;
+    // Its alias whole (column names too), else the table's name.
+    let name = match alias {
+        Some(alias) => {
+            let mut alias = alias.clone();
+            alias.explicit = false;
+            alias.to_string()
+        }
+        None => table
+            .0
+            .last()
+            .and_then(|part| part.as_ident())
+            .map(ToString::to_string)
+            .ok_or_else(usage)?,
+    };
     // The window `back` bins before the row's bin of length `bin`.
     let window = |bin: &Expr, back: String, size: &Expr| {
         let start = format!("date_bin({bin}, {time}, {EPOCH}){back}");
@@ -127,17 +137,17 @@ fn window_table(
     };
     let body = match (function, intervals) {
         ("tumble", [size]) => {
-            interval_micros(size)?;
+            interval_nanos(size)?;
             window(size, String::new(), size)
         }
         ("hop", [slide, size]) => {
-            let (slide_micros, size_micros) = (interval_micros(slide)?, interval_micros(size)?);
-            if slide_micros <= 0 || size_micros % slide_micros != 0 {
+            let (slide_nanos, size_nanos) = (interval_nanos(slide)?, interval_nanos(size)?);
+            if size_nanos % slide_nanos != 0 {
                 return Err(RsError::unsupported(format!(
                     "a HOP whose size ({size}) is not a whole number of slides ({slide})"
                 )));
             }
-            let windows = size_micros / slide_micros;
+            let windows = size_nanos / slide_nanos;
             if windows > HOP_WINDOWS_MAX {
                 return Err(RsError::unsupported(format!(
                     "a HOP putting each row in more than {HOP_WINDOWS_MAX} windows ({windows})"
@@ -173,8 +183,9 @@ fn window_table(
         .ok_or_else(|| RsError::internal("a rewritten time window has no FROM"))
 }
 
-/// The length of a constant interval without months, in microseconds.
-fn interval_micros(expr: &Expr) -> RsResult<i64> {
+/// The length of a constant interval without months, in nanoseconds
+/// (positive).
+fn interval_nanos(expr: &Expr) -> RsResult<i128> {
     let not_constant = || {
         RsError::unsupported(format!(
             "the window length {expr} (a constant interval of days or less is)"
@@ -203,11 +214,11 @@ fn interval_micros(expr: &Expr) -> RsResult<i64> {
     if interval.months != 0 {
         return Err(not_constant());
     }
-    i64::from(interval.days)
-        .checked_mul(86_400_000_000)
-        .and_then(|days| days.checked_add(interval.nanoseconds / 1000))
-        .filter(|micros| *micros > 0)
-        .ok_or_else(not_constant)
+    let nanos = i128::from(interval.days) * 86_400_000_000_000 + i128::from(interval.nanoseconds);
+    if nanos <= 0 {
+        return Err(not_constant());
+    }
+    Ok(nanos)
 }
 
 #[cfg(test)]
@@ -254,10 +265,22 @@ mod tests {
     }
 
     #[test]
+    fn an_alias_is_kept_whole() {
+        let sql =
+            rewritten("SELECT b, ws FROM TUMBLE(bid, at, INTERVAL '1' MINUTE) AS w (a, b, ws, we)")
+                .expect("rewrites");
+        assert!(sql.ends_with("AS w (a, b, ws, we)"), "{sql}");
+    }
+
+    #[test]
     fn what_cannot_be_rewritten_is_refused() {
         for (sql, words) in [
             (
                 "SELECT * FROM HOP(t, ts, INTERVAL '3 seconds', INTERVAL '10 seconds')",
+                "whole number of slides",
+            ),
+            (
+                "SELECT * FROM HOP(t, ts, INTERVAL '1500 nanoseconds', INTERVAL '4 microseconds')",
                 "whole number of slides",
             ),
             (

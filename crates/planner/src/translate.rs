@@ -9,20 +9,22 @@
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::{DataType, FieldRef};
+use datafusion::common::tree_node::Transformed;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{DFSchema, DFSchemaRef, JoinType, NullEquality};
 use datafusion::common::{ScalarValue, TableReference};
 use datafusion::datasource::source_as_provider;
 use datafusion::execution::context::SessionContext;
+use datafusion::functions_window::expr_fn::row_number;
 use datafusion::logical_expr::expr::AggregateFunction as DfAggregateFunction;
 use datafusion::logical_expr::expr::WindowFunctionParams;
 use datafusion::logical_expr::utils::split_conjunction;
+use datafusion::logical_expr::{col, lit, ExprFunctionExt, LogicalPlanBuilder};
 use datafusion::logical_expr::{
     when, BinaryExpr, Distinct, DistinctOn, Expr, ExprSchemable, FetchType, Filter, GroupingSet,
     LogicalPlan, Operator, Projection, SkipType, SortExpr, Volatility, Window,
     WindowFunctionDefinition,
 };
-use datafusion::optimizer::Optimizer;
 use datafusion::sql::sqlparser::ast::{SetExpr, Statement};
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
@@ -92,42 +94,48 @@ async fn plan_branch(
         .enable_physical_uncorrelated_scalar_subquery = false;
     let logical = state.create_logical_plan(query).await.map_err(plan_error)?;
     refuse_as_written(&logical)?;
-    let optimized = if has_distinct_on(&logical)? {
-        // DataFusion rewrites DISTINCT ON into a `first_value` aggregate,
-        // which keeps no order to maintain: it is planned as a top-K
-        // instead ([`Translator::distinct_on`]).
-        let analyzed = state
-            .analyzer()
-            .execute_and_check(logical, state.config_options(), |_, _| {})
-            .map_err(plan_error)?;
-        let rules = state
-            .optimizers()
-            .iter()
-            .filter(|rule| rule.name() != "replace_distinct_aggregate")
-            .cloned()
-            .collect();
-        Optimizer::with_rules(rules)
-            .optimize(analyzed, &state, |_, _| {})
-            .map_err(plan_error)?
-    } else {
-        state.optimize(&logical).map_err(plan_error)?
-    };
+    let logical = distinct_on_as_row_number(logical)?;
+    let optimized = state.optimize(&logical).map_err(plan_error)?;
     Ok((translator.translate(&optimized)?, optimized))
 }
 
-/// Whether `plan` or a subquery of it has a DISTINCT ON.
-fn has_distinct_on(plan: &LogicalPlan) -> RsResult<bool> {
-    let mut found = false;
-    plan.apply_with_subqueries(|node| {
-        found = matches!(node, LogicalPlan::Distinct(Distinct::On(_)));
-        Ok(if found {
-            TreeNodeRecursion::Stop
-        } else {
-            TreeNodeRecursion::Continue
-        })
+/// Name of the row number a DISTINCT ON is rewritten with.
+const DISTINCT_ON_NUMBER: &str = "__distinct_on_number";
+
+/// `plan` with every `SELECT DISTINCT ON (keys) … ORDER BY …` written as
+/// PostgreSQL defines it: the rows numbered 1 by `ROW_NUMBER() OVER
+/// (PARTITION BY keys ORDER BY …)`, in that order, projected. DataFusion
+/// would rewrite it into a `first_value` aggregate, which keeps no order to
+/// maintain; this form plans as a top-1 per group (a numbered top-K), a
+/// LIMIT above it keeps the first groups in the order, and filters above
+/// it are pushed below it only on the keys.
+fn distinct_on_as_row_number(plan: LogicalPlan) -> RsResult<LogicalPlan> {
+    plan.transform_up_with_subqueries(|node| match node {
+        LogicalPlan::Distinct(Distinct::On(on)) => {
+            let DistinctOn {
+                on_expr,
+                select_expr,
+                sort_expr,
+                input,
+                ..
+            } = on;
+            let number = row_number()
+                .partition_by(on_expr)
+                .order_by(sort_expr.clone().unwrap_or_default())
+                .build()?
+                .alias(DISTINCT_ON_NUMBER);
+            let mut builder = LogicalPlanBuilder::from(input)
+                .window(vec![number])?
+                .filter(col(DISTINCT_ON_NUMBER).eq(lit(1u64)))?;
+            if let Some(sort) = sort_expr {
+                builder = builder.sort(sort)?;
+            }
+            Ok(Transformed::yes(builder.project(select_expr)?.build()?))
+        }
+        other => Ok(Transformed::no(other)),
     })
-    .map_err(datafusion_error)?;
-    Ok(found)
+    .map(|transformed| transformed.data)
+    .map_err(plan_error)
 }
 
 /// Refuses what the optimizer would hide from [`Translator`]: functions whose result
@@ -140,6 +148,19 @@ fn refuse_as_written(plan: &LogicalPlan) -> RsResult<()> {
     plan.apply_with_subqueries(|node| {
         node.apply_expressions(|expr| {
             expr.apply(|expr| {
+                // Joined with the outer rows (`plan_branch`): more than one
+                // row would multiply them, where PostgreSQL fails.
+                if let Expr::ScalarSubquery(subquery) = expr {
+                    let at_most_one =
+                        matches!(subquery.subquery.max_rows(), Some(rows) if rows <= 1);
+                    if subquery.outer_ref_columns.is_empty() && !at_most_one {
+                        refused = Some(RsError::unsupported(
+                            "a scalar subquery that is not correlated and may return more than \
+                             one row (aggregate it, or add LIMIT 1)",
+                        ));
+                        return Ok(TreeNodeRecursion::Stop);
+                    }
+                }
                 if let Expr::Exists(exists) = expr {
                     // DataFusion turns a correlated EXISTS into a semi join
                     // and drops its LIMIT, and with it an OFFSET, which
@@ -336,7 +357,9 @@ impl Translator {
                 op_id: self.op_id(),
                 input: Box::new(self.translate(input)?),
             }),
-            LogicalPlan::Distinct(Distinct::On(on)) => self.distinct_on(on),
+            LogicalPlan::Distinct(Distinct::On(_)) => {
+                Err(RsError::internal("a DISTINCT ON left after its rewrite"))
+            }
             LogicalPlan::Union(union) => Ok(PlanNode::UnionAll {
                 inputs: union
                     .inputs
@@ -501,19 +524,6 @@ impl Translator {
             };
         }
         Ok(node)
-    }
-
-    /// `SELECT DISTINCT ON (keys) … ORDER BY …`: the first row of each
-    /// group of `keys` in the order (a top-1 per group), projected.
-    fn distinct_on(&mut self, on: &DistinctOn) -> RsResult<PlanNode> {
-        let sort = on.sort_expr.clone().unwrap_or_default();
-        let first = self.top_k(&on.input, &on.on_expr, &sort, (0, 1), None)?;
-        Ok(PlanNode::Map {
-            input: Box::new(first),
-            exprs: on.select_expr.clone(),
-            input_schema: on.input.schema().clone(),
-            schema: schema_of(&on.schema)?,
-        })
     }
 
     /// Window functions: one window operator, when every function shares
@@ -777,7 +787,18 @@ impl Translator {
             }
             GroupingSet::GroupingSets(sets) => sets.clone(),
         };
+        if sets.len() > GROUPING_SETS_MAX {
+            return Err(RsError::unsupported(format!(
+                "more than {GROUPING_SETS_MAX} grouping sets ({}: each is an aggregate of its own)",
+                sets.len()
+            )));
+        }
         let grouped = set.distinct_expr();
+        if grouped.len() >= 64 {
+            return Err(RsError::unsupported(
+                "grouping sets over 64 expressions or more",
+            ));
+        }
         let output = schema_of(&aggregate.schema)?;
         let aggregates = aggregate.aggr_expr.len();
         if output.len() != grouped.len() + 1 + aggregates {
@@ -788,13 +809,26 @@ impl Translator {
         let id_type = aggregate.schema.field(grouped.len()).data_type().clone();
         let input_schema = aggregate.input.schema();
         let mut branches = Vec::with_capacity(sets.len());
-        for (index, exprs) in sets.iter().enumerate() {
+        // An aggregate needs a group or an aggregate: a set of none over no
+        // aggregates counts rows, unread.
+        let mut aggr_expr = aggregate.aggr_expr.clone();
+        if aggr_expr.is_empty() {
+            aggr_expr.push(datafusion::functions_aggregate::count::count_all());
+        }
+        for (index, set_exprs) in sets.iter().enumerate() {
             // A set given twice is told apart by its ordinal above the bits.
-            let ordinal = sets[..index].iter().filter(|set| *set == exprs).count() as u64;
+            let ordinal = sets[..index].iter().filter(|set| *set == set_exprs).count() as u64;
+            // `GROUP BY a, ROLLUP (a, b)` groups by `a` twice in a set.
+            let mut exprs: Vec<Expr> = Vec::with_capacity(set_exprs.len());
+            for expr in set_exprs {
+                if !exprs.contains(expr) {
+                    exprs.push(expr.clone());
+                }
+            }
             let single = datafusion::logical_expr::Aggregate::try_new(
                 aggregate.input.clone(),
                 exprs.clone(),
-                aggregate.aggr_expr.clone(),
+                aggr_expr.clone(),
             )
             .map_err(datafusion_error)?;
             let node = self.aggregate(&single)?;
@@ -821,6 +855,7 @@ impl Translator {
             row.extend(
                 columns[exprs.len()..]
                     .iter()
+                    .take(aggregates)
                     .map(|column| Expr::Column(column.clone())),
             );
             branches.push(PlanNode::Map {
@@ -987,6 +1022,10 @@ impl Translator {
 /// aggregate each.
 const GROUPING_CUBE_COLUMNS_MAX: usize = 6;
 
+/// Most grouping sets of one GROUP BY: each is an aggregate, over a copy
+/// of the input's plan.
+const GROUPING_SETS_MAX: usize = 64;
+
 /// Adds `expr` as a column of the projection below an aggregate; returns
 /// its position.
 fn push_column(
@@ -1033,6 +1072,10 @@ fn ranking_limit(filter: &Filter) -> Option<(usize, u64)> {
             (Expr::Literal(bound, _), Expr::Column(column)) => (column, op.swap()?, bound),
             _ => continue,
         };
+        // An integer bound: `n < 2.5` keeps 2, which a cast to 2 would not.
+        if !bound.data_type().is_integer() {
+            continue;
+        }
         let Ok(ScalarValue::Int64(Some(bound))) = bound.cast_to(&DataType::Int64) else {
             continue;
         };
@@ -1052,12 +1095,12 @@ fn ranking_limit(filter: &Filter) -> Option<(usize, u64)> {
     None
 }
 
-/// `expr` without the casts around it (a row number cast to a wider
-/// integer orders alike).
+/// `expr` without the casts to integer types around it (a row number cast
+/// to another integer type orders alike; a cast to text does not).
 fn without_casts(expr: &Expr) -> &Expr {
     match expr {
-        Expr::Cast(cast) => without_casts(&cast.expr),
-        Expr::TryCast(cast) => without_casts(&cast.expr),
+        Expr::Cast(cast) if cast.field.data_type().is_integer() => without_casts(&cast.expr),
+        Expr::TryCast(cast) if cast.field.data_type().is_integer() => without_casts(&cast.expr),
         other => other,
     }
 }

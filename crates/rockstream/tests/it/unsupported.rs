@@ -15,6 +15,7 @@ const REFUSED: &[(&str, &str)] = &[
         "a window PARTITION BY or ORDER BY an expression",
     ),
     ("SELECT id FROM t ORDER BY id OFFSET 3", "OFFSET without LIMIT"),
+    ("SELECT id, (SELECT k FROM t) AS k FROM t", "may return more than one row"),
     (
         "SELECT id FROM t WHERE EXISTS (SELECT 1 FROM t u WHERE u.k = t.k LIMIT 1 OFFSET 1)",
         "OFFSET in an EXISTS subquery",

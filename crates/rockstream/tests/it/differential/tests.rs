@@ -282,6 +282,15 @@ fn constructs_scenario() -> Scenario {
         ),
         ("distinct_on_region", "SELECT DISTINCT ON (region) id * 2 AS twice FROM orders ORDER BY region, id DESC"),
         (
+            "distinct_on_then_filtered",
+            "SELECT * FROM (SELECT DISTINCT ON (customer_id) customer_id, amount FROM orders \
+             ORDER BY customer_id, amount DESC NULLS LAST, id) s WHERE amount < 20000",
+        ),
+        (
+            "distinct_on_limited",
+            "SELECT DISTINCT ON (customer_id) customer_id, id FROM orders ORDER BY customer_id NULLS FIRST, id DESC LIMIT 3",
+        ),
+        (
             "ranked_per_region",
             "SELECT region, amount, rk FROM (SELECT region, amount, rank() OVER \
              (PARTITION BY region ORDER BY amount DESC NULLS LAST) AS rk FROM orders) o WHERE rk <= 2",
@@ -351,6 +360,11 @@ fn constructs_scenario() -> Scenario {
              FROM orders GROUP BY ROLLUP (region, customer_id)",
         ),
         ("cube_events", "SELECT kind, flagged, COUNT(*) AS n, SUM(weight) AS w FROM events GROUP BY CUBE (kind, flagged)"),
+        ("rollup_without_aggregates", "SELECT region, customer_id FROM orders GROUP BY ROLLUP (region, customer_id)"),
+        (
+            "rollup_repeating_a_key",
+            "SELECT region, customer_id, COUNT(*) AS n FROM orders GROUP BY region, ROLLUP (region, customer_id)",
+        ),
         (
             "grouping_sets_joined",
             "SELECT o.region, c.tier, COUNT(*) AS n, MAX(o.amount) AS top FROM orders o JOIN customers c \
