@@ -80,6 +80,23 @@ impl Change {
         }
     }
 
+    /// Every row of `delta` as a change, in key order: the changes of one
+    /// partition are consecutive (partition prefixes are prefix-free).
+    pub(crate) fn all_sorted(
+        (kind, op_id): ([u8; 2], ObjectId),
+        partition: &[usize],
+        order_by: &[SortKey],
+        delta: &ZSet,
+    ) -> Vec<Change> {
+        let mut changes: Vec<Change> = delta
+            .updates
+            .iter()
+            .map(|(row, weight)| Change::new((kind, op_id), partition, order_by, row, *weight))
+            .collect();
+        changes.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+        changes
+    }
+
     /// The prefix of every entry of its partition.
     pub(crate) fn partition(&self) -> &[u8] {
         &self.key[..self.partition_len]
@@ -120,14 +137,8 @@ impl TopKOperator {
         if delta.is_empty() {
             return Ok(ZSet::new());
         }
-        let mut changes: Vec<Change> = delta
-            .updates
-            .iter()
-            .map(|(row, weight)| self.change(row, *weight))
-            .collect();
-        // Partition prefixes are prefix-free, so in key order each
-        // partition's changes are consecutive.
-        changes.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+        let changes =
+            Change::all_sorted((TOP_K, self.op_id), &self.partition, &self.order_by, &delta);
         let mut pending = partitions(&changes);
         let removed_most = pending
             .iter()
@@ -178,16 +189,6 @@ impl TopKOperator {
         Ok(out.consolidate())
     }
 
-    fn change(&self, row: &Row, weight: i64) -> Change {
-        Change::new(
-            (TOP_K, self.op_id),
-            &self.partition,
-            &self.order_by,
-            row,
-            weight,
-        )
-    }
-
     /// How one partition's window changes: `head` is its first
     /// `scan_limit` entries (all of them if fewer), `changes` the batch's
     /// changes to it, both in key order. `Err(NeedMore)` when a window
@@ -204,39 +205,17 @@ impl TopKOperator {
         };
         let read_all = head.len() < scan_limit;
         let (mut old_side, mut new_side) = (Side::default(), Side::default());
-        let (mut next_entry, mut next_change) = (0, 0);
+        let mut merged = Merged::new(head, changes);
         loop {
             if old_side.ended(self) && new_side.ended(self) {
                 break;
             }
-            let entry = head.get(next_entry);
-            let change = changes.get(next_change);
-            let (key, old, weight) = match (entry, change) {
-                (None, _) if !read_all => return Ok(Err(NeedMore)),
-                (None, None) => break,
-                (Some((key, value)), change)
-                    if change.is_none_or(|change| key.as_slice() <= change.key.as_slice()) =>
-                {
-                    next_entry += 1;
-                    let weight = match change {
-                        Some(change) if change.key == *key => {
-                            next_change += 1;
-                            change.weight
-                        }
-                        _ => 0,
-                    };
-                    (key.as_slice(), decode_weight(value), weight)
-                }
-                (_, Some(change)) => {
-                    next_change += 1;
-                    (change.key.as_slice(), 0, change.weight)
-                }
-                (Some(_), None) => break,
-            };
-            let new = old + weight;
-            if new < 0 {
-                return Err(RsError::internal("a top-K count went negative"));
+            if merged.entries_done() && !read_all {
+                return Ok(Err(NeedMore));
             }
+            let Some((key, old, new)) = merged.next().transpose()? else {
+                break;
+            };
             let order = order_key(key, partition_len)?;
             let shown_before = old_side.place(self, order, old);
             let shown_now = new_side.place(self, order, new);
@@ -352,6 +331,69 @@ fn row_bounds(key: &[u8]) -> RsResult<(usize, usize)> {
     let len = u32::from_be_bytes(key[len_at..].try_into().map_err(|_| corrupt())?) as usize;
     let start = len_at.checked_sub(len).ok_or_else(corrupt)?;
     Ok((start, len_at))
+}
+
+/// A partition's stored entries merged with a batch's changes to it, both
+/// in key order: each key once, with its count before and after the batch.
+pub(crate) struct Merged<'a> {
+    entries: &'a Entries,
+    changes: &'a [Change],
+    next_entry: usize,
+    next_change: usize,
+}
+
+impl<'a> Merged<'a> {
+    pub(crate) fn new(entries: &'a Entries, changes: &'a [Change]) -> Merged<'a> {
+        Merged {
+            entries,
+            changes,
+            next_entry: 0,
+            next_change: 0,
+        }
+    }
+
+    /// Whether every stored entry has been met (changes may remain).
+    pub(crate) fn entries_done(&self) -> bool {
+        self.next_entry == self.entries.len()
+    }
+}
+
+impl<'a> Iterator for Merged<'a> {
+    /// `(key, count before, count after)`; `Err` if a count goes negative.
+    type Item = RsResult<(&'a [u8], i64, i64)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let entry = self.entries.get(self.next_entry);
+        let change = self.changes.get(self.next_change);
+        let (key, old, weight) = match (entry, change) {
+            (None, None) => return None,
+            (Some((key, value)), change)
+                if change.is_none_or(|change| key.as_slice() <= change.key.as_slice()) =>
+            {
+                self.next_entry += 1;
+                let weight = match change {
+                    Some(change) if change.key == *key => {
+                        self.next_change += 1;
+                        change.weight
+                    }
+                    _ => 0,
+                };
+                (key.as_slice(), decode_weight(value), weight)
+            }
+            (_, Some(change)) => {
+                self.next_change += 1;
+                (change.key.as_slice(), 0, change.weight)
+            }
+            (Some(_), None) => return None,
+        };
+        let new = old + weight;
+        if new < 0 {
+            return Some(Err(RsError::internal(
+                "an ordered multiset's count went negative",
+            )));
+        }
+        Some(Ok((key, old, new)))
+    }
 }
 
 /// The ranges of `changes` (in key order) that share a partition.

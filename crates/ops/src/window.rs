@@ -28,9 +28,9 @@ use rockstream_plan::SortKey;
 use rockstream_types::{ObjectId, Row, RsError, RsResult, SqlType, ZSet};
 
 use crate::arrow_rows::{array_to_datums, arrow_type, rows_to_batch};
-use crate::keys::{decode_weight, WINDOW};
+use crate::keys::WINDOW;
 use crate::state::{Entries, ScanOrder, StateStore};
-use crate::top_k::{entry_row, partitions, Change};
+use crate::top_k::{entry_row, partitions, Change, Merged};
 
 pub(crate) struct WindowOperator {
     op_id: ObjectId,
@@ -90,20 +90,12 @@ impl WindowOperator {
         if delta.is_empty() {
             return Ok(ZSet::new());
         }
-        let mut changes: Vec<Change> = delta
-            .updates
-            .iter()
-            .map(|(row, weight)| {
-                Change::new(
-                    (WINDOW, self.op_id),
-                    &self.partition,
-                    &self.order_by,
-                    row,
-                    *weight,
-                )
-            })
-            .collect();
-        changes.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+        let changes = Change::all_sorted(
+            (WINDOW, self.op_id),
+            &self.partition,
+            &self.order_by,
+            &delta,
+        );
         let mut out = ZSet::new();
         // One partition at a time: memory is bounded by the largest.
         for range in partitions(&changes) {
@@ -147,33 +139,8 @@ impl WindowOperator {
 /// as often as it occurs: `entries` is the whole stored partition.
 fn both_states(entries: &Entries, changes: &[Change]) -> RsResult<(Vec<Row>, Vec<Row>)> {
     let (mut before, mut after) = (Vec::new(), Vec::new());
-    let (mut next_entry, mut next_change) = (0, 0);
-    loop {
-        let (key, old, weight) = match (entries.get(next_entry), changes.get(next_change)) {
-            (None, None) => break,
-            (Some((key, value)), change)
-                if change.is_none_or(|change| key.as_slice() <= change.key.as_slice()) =>
-            {
-                next_entry += 1;
-                let weight = match change {
-                    Some(change) if change.key == *key => {
-                        next_change += 1;
-                        change.weight
-                    }
-                    _ => 0,
-                };
-                (key.as_slice(), decode_weight(value), weight)
-            }
-            (_, Some(change)) => {
-                next_change += 1;
-                (change.key.as_slice(), 0, change.weight)
-            }
-            (Some(_), None) => break,
-        };
-        let new = old + weight;
-        if new < 0 {
-            return Err(RsError::internal("a window's count went negative"));
-        }
+    for merged in Merged::new(entries, changes) {
+        let (key, old, new) = merged?;
         let row = entry_row(key)?;
         for (rows, count) in [(&mut before, old), (&mut after, new)] {
             for _ in 0..count {

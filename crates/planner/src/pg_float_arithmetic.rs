@@ -224,36 +224,14 @@ mod tests {
     }
 
     /// A table `t (id bigint, a float8, b float8, r real)`.
-    #[derive(Debug)]
-    struct Floats;
-
-    #[async_trait::async_trait]
-    impl crate::TableResolver for Floats {
-        async fn table(
-            &self,
-            name: &str,
-        ) -> std::result::Result<Option<Arc<dyn datafusion::catalog::TableProvider>>, RsError>
-        {
-            use datafusion::arrow::datatypes::{Field, Schema};
-            let schema = Schema::new(vec![
-                Field::new("id", DataType::Int64, false),
-                Field::new("a", DataType::Float64, true),
-                Field::new("b", DataType::Float64, true),
-                Field::new("r", DataType::Float32, true),
-            ]);
-            Ok((name == "t").then(|| {
-                Arc::new(crate::resolver::SchemaOnlyTable {
-                    object_id: 1,
-                    name: "t".to_string(),
-                    schema: Arc::new(schema),
-                    unique_key: Some(vec![0]),
-                }) as Arc<dyn datafusion::catalog::TableProvider>
-            }))
-        }
-
-        fn table_names(&self) -> Vec<String> {
-            vec!["t".to_string()]
-        }
+    fn floats() -> crate::resolver::OneTable {
+        use datafusion::arrow::datatypes::{Field, Schema};
+        crate::resolver::OneTable(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("a", DataType::Float64, true),
+            Field::new("b", DataType::Float64, true),
+            Field::new("r", DataType::Float32, true),
+        ]))
     }
 
     #[tokio::test]
@@ -261,7 +239,7 @@ mod tests {
         // Goal: a view created before float arithmetic was range-checked
         // is maintained after (its stored layout equals the new plan's).
         // Method: each view planned with the rule and without it.
-        let checked = crate::new_context(Arc::new(Floats));
+        let checked = crate::new_context(Arc::new(floats()));
         let state = checked.state();
         let rules = state
             .analyzer()

@@ -223,3 +223,32 @@ impl TableProvider for SchemaOnlyTable {
         )))
     }
 }
+
+/// A resolver knowing one table, `t`, keyed by its first column: what
+/// planner tests plan views over.
+#[cfg(test)]
+#[derive(Debug)]
+pub(crate) struct OneTable(pub datafusion::arrow::datatypes::Schema);
+
+#[cfg(test)]
+#[async_trait::async_trait]
+impl TableResolver for OneTable {
+    async fn table(
+        &self,
+        name: &str,
+    ) -> Result<Option<Arc<dyn datafusion::catalog::TableProvider>>, rockstream_types::RsError>
+    {
+        Ok((name == "t").then(|| {
+            Arc::new(SchemaOnlyTable {
+                object_id: 1,
+                name: "t".to_string(),
+                schema: Arc::new(self.0.clone()),
+                unique_key: Some(vec![0]),
+            }) as Arc<dyn datafusion::catalog::TableProvider>
+        }))
+    }
+
+    fn table_names(&self) -> Vec<String> {
+        vec!["t".to_string()]
+    }
+}

@@ -1178,45 +1178,24 @@ mod tests {
 
     use datafusion::arrow::datatypes::{DataType, Field, Schema as ArrowSchema};
 
-    use crate::resolver::{SchemaOnlyTable, TableResolver};
+    use crate::resolver::OneTable;
 
-    #[derive(Debug)]
-    struct Scores;
-
-    #[async_trait::async_trait]
-    impl TableResolver for Scores {
-        async fn table(
-            &self,
-            name: &str,
-        ) -> Result<Option<Arc<dyn datafusion::catalog::TableProvider>>, rockstream_types::RsError>
-        {
-            let schema = ArrowSchema::new(vec![
-                Field::new("id", DataType::Int64, false),
-                Field::new("g", DataType::Utf8, true),
-                Field::new("v", DataType::Int64, true),
-                Field::new(
-                    "at",
-                    DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Microsecond, None),
-                    true,
-                ),
-            ]);
-            Ok((name == "t").then(|| {
-                Arc::new(SchemaOnlyTable {
-                    object_id: 1,
-                    name: "t".to_string(),
-                    schema: Arc::new(schema),
-                    unique_key: Some(vec![0]),
-                }) as Arc<dyn datafusion::catalog::TableProvider>
-            }))
-        }
-
-        fn table_names(&self) -> Vec<String> {
-            vec!["t".to_string()]
-        }
+    /// `t (id bigint, g text, v bigint, at timestamp)`.
+    fn scores() -> ArrowSchema {
+        ArrowSchema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("g", DataType::Utf8, true),
+            Field::new("v", DataType::Int64, true),
+            Field::new(
+                "at",
+                DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Microsecond, None),
+                true,
+            ),
+        ])
     }
 
     async fn explained(query: &str) -> String {
-        let context = crate::new_context(Arc::new(Scores));
+        let context = crate::new_context(Arc::new(OneTable(scores())));
         crate::plan_view(&context, 9, query)
             .await
             .unwrap_or_else(|error| panic!("{query}: {error}"))
