@@ -9,8 +9,9 @@
 //! are DataFusion's, which follow PostgreSQL's — and emits the difference:
 //! the rows whose values changed, which for a running total are the rows
 //! behind the change, for `LAG` its neighbours. The cost of a change is
-//! the size of its partition (read one partition at a time, so memory is
-//! bounded by the largest), and other partitions cost nothing; rows the
+//! the size of its partition (read and evaluated one partition at a time,
+//! one scan each, so what is held beyond the output is one partition), and
+//! other partitions cost nothing; rows the
 //! `ORDER BY` leaves tied are ordered by their encoding, as the top-K
 //! orders them.
 
@@ -97,18 +98,21 @@ impl WindowOperator {
             &delta,
         );
         let mut out = ZSet::new();
-        // One partition at a time: memory is bounded by the largest.
+        // One partition at a time, each consolidated before the next: what
+        // is held beyond the output is one partition's rows.
         for range in partitions(&changes) {
             let partition = changes[range.start].partition();
             let entries = store
                 .scan_prefix(partition, ScanOrder::Ascending, usize::MAX)
                 .await?;
             let (before, after) = both_states(&entries, &changes[range])?;
+            let mut changed = ZSet::new();
             for (rows, weight) in [(before, -1), (after, 1)] {
                 for row in self.with_values(rows)? {
-                    out.push(row, weight);
+                    changed.push(row, weight);
                 }
             }
+            out.extend(changed.consolidate());
         }
         for change in changes {
             store.add_count(change.key, change.weight);

@@ -183,8 +183,8 @@ fn window_table(
         .ok_or_else(|| RsError::internal("a rewritten time window has no FROM"))
 }
 
-/// The length of a constant interval without months, in nanoseconds
-/// (positive).
+/// The length of a constant interval without months, in nanoseconds: a
+/// positive whole number of microseconds, up to about 292 years.
 fn interval_nanos(expr: &Expr) -> RsResult<i128> {
     let not_constant = || {
         RsError::unsupported(format!(
@@ -215,7 +215,9 @@ fn interval_nanos(expr: &Expr) -> RsResult<i128> {
         return Err(not_constant());
     }
     let nanos = i128::from(interval.days) * 86_400_000_000_000 + i128::from(interval.nanoseconds);
-    if nanos <= 0 {
+    // `date_bin` takes whole microseconds (as timestamps hold) that fit in
+    // 64-bit nanoseconds.
+    if nanos <= 0 || nanos % 1000 != 0 || i64::try_from(nanos).is_err() {
         return Err(not_constant());
     }
     Ok(nanos)
@@ -280,8 +282,16 @@ mod tests {
                 "whole number of slides",
             ),
             (
-                "SELECT * FROM HOP(t, ts, INTERVAL '1500 nanoseconds', INTERVAL '4 microseconds')",
+                "SELECT * FROM HOP(t, ts, INTERVAL '2 microseconds', INTERVAL '5 microseconds')",
                 "whole number of slides",
+            ),
+            (
+                "SELECT * FROM TUMBLE(t, ts, INTERVAL '1500 nanoseconds')",
+                "window length",
+            ),
+            (
+                "SELECT * FROM TUMBLE(t, ts, INTERVAL '200000 days')",
+                "window length",
             ),
             (
                 "SELECT * FROM TUMBLE(t, ts, INTERVAL '1 month')",

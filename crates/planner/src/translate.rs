@@ -126,7 +126,7 @@ fn distinct_on_as_row_number(plan: LogicalPlan) -> RsResult<LogicalPlan> {
                 .alias(DISTINCT_ON_NUMBER);
             let mut builder = LogicalPlanBuilder::from(input)
                 .window(vec![number])?
-                .filter(col(DISTINCT_ON_NUMBER).eq(lit(1u64)))?;
+                .filter(col(DISTINCT_ON_NUMBER).eq(lit(1i64)))?;
             if let Some(sort) = sort_expr {
                 builder = builder.sort(sort)?;
             }
@@ -809,12 +809,6 @@ impl Translator {
         let id_type = aggregate.schema.field(grouped.len()).data_type().clone();
         let input_schema = aggregate.input.schema();
         let mut branches = Vec::with_capacity(sets.len());
-        // An aggregate needs a group or an aggregate: a set of none over no
-        // aggregates counts rows, unread.
-        let mut aggr_expr = aggregate.aggr_expr.clone();
-        if aggr_expr.is_empty() {
-            aggr_expr.push(datafusion::functions_aggregate::count::count_all());
-        }
         for (index, set_exprs) in sets.iter().enumerate() {
             // A set given twice is told apart by its ordinal above the bits.
             let ordinal = sets[..index].iter().filter(|set| *set == set_exprs).count() as u64;
@@ -825,10 +819,16 @@ impl Translator {
                     exprs.push(expr.clone());
                 }
             }
+            // An aggregate needs a group or an aggregate: the empty set
+            // over no aggregates counts rows, unread.
+            let mut aggr_expr = aggregate.aggr_expr.clone();
+            if aggr_expr.is_empty() && exprs.is_empty() {
+                aggr_expr.push(datafusion::functions_aggregate::count::count_all());
+            }
             let single = datafusion::logical_expr::Aggregate::try_new(
                 aggregate.input.clone(),
                 exprs.clone(),
-                aggr_expr.clone(),
+                aggr_expr,
             )
             .map_err(datafusion_error)?;
             let node = self.aggregate(&single)?;
