@@ -45,7 +45,8 @@ use crate::distinct;
 use crate::exchange::{Exchange, Unsharded};
 use crate::expr::CompiledExprs;
 use crate::join::JoinOperator;
-use crate::state::StateStore;
+use crate::state::{StateRead, StateStore};
+use crate::temporal_filter::TemporalFilter;
 use crate::top_k::TopKOperator;
 use crate::window::WindowOperator;
 
@@ -89,6 +90,7 @@ enum Operator {
     },
     TopK(Box<TopKOperator>),
     Window(Box<WindowOperator>),
+    TemporalFilter(Box<TemporalFilter>),
     UnionAll,
     SetOperation {
         op_id: ObjectId,
@@ -99,6 +101,28 @@ enum Operator {
     Exchange {
         key: Vec<usize>,
     },
+}
+
+/// What a step of a dataflow is besides its input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Step {
+    /// The view's first step (its backfill), when global aggregates emit
+    /// their empty-input row and constants their rows.
+    pub initial: bool,
+    /// The clock of the step's epoch, microseconds since 1970-01-01 UTC:
+    /// the `now()` of temporal filters. It never goes back from one step
+    /// of a view to the next.
+    pub now_micros: i64,
+}
+
+impl Step {
+    /// A step after the first, at clock `now_micros`.
+    pub fn at(now_micros: i64) -> Step {
+        Step {
+            initial: false,
+            now_micros,
+        }
+    }
 }
 
 impl Dataflow {
@@ -113,16 +137,38 @@ impl Dataflow {
         Ok(Dataflow { operators })
     }
 
-    /// Processes one epoch on one shard. `initial` is true for the first
-    /// step of a new view (its backfill), when global aggregates emit their
-    /// empty-input row.
+    /// Processes one epoch on one shard.
     pub async fn step<S: StateStore>(
         &self,
         store: &mut S,
         inputs: &HashMap<ObjectId, ZSet>,
-        initial: bool,
+        step: Step,
     ) -> RsResult<ZSet> {
-        self.step_on(store, inputs, initial, &mut Unsharded).await
+        self.step_on(store, inputs, step, &mut Unsharded).await
+    }
+
+    /// Whether the output depends on the clock as well as the input (a
+    /// temporal filter): then the view must also be stepped, without
+    /// input, when [`Dataflow::next_event`] comes.
+    pub fn reads_clock(&self) -> bool {
+        self.operators
+            .iter()
+            .any(|entry| matches!(entry.operator, Operator::TemporalFilter(_)))
+    }
+
+    /// The earliest clock time at which a step without input changes the
+    /// output on the shard of `store`, if any: the head of its temporal
+    /// filters' schedules.
+    pub async fn next_event<S: StateRead>(&self, store: &S) -> RsResult<Option<i64>> {
+        let mut next: Option<i64> = None;
+        for entry in &self.operators {
+            if let Operator::TemporalFilter(filter) = &entry.operator {
+                if let Some(time) = filter.next_event(store).await? {
+                    next = Some(next.map_or(time, |next| next.min(time)));
+                }
+            }
+        }
+        Ok(next)
     }
 
     /// Processes one epoch on the shard of `exchange`, over that shard's
@@ -133,7 +179,7 @@ impl Dataflow {
         &self,
         store: &mut S,
         inputs: &HashMap<ObjectId, ZSet>,
-        initial: bool,
+        step: Step,
         exchange: &mut E,
     ) -> RsResult<ZSet> {
         // Per operator stepped so far, its output until its consumer takes it.
@@ -148,9 +194,9 @@ impl Dataflow {
             let point = outputs.len();
             let output = entry
                 .operator
-                .step(store, inputs, batches, initial, (point, &mut *exchange))
+                .step(store, inputs, batches, step, (point, &mut *exchange))
                 .await?;
-            if idle && !output.is_empty() && !entry.operator.emits_when_idle(initial) {
+            if idle && !output.is_empty() && !entry.operator.emits_when_idle(step.initial) {
                 return Err(RsError::internal(format!(
                     "operator {} emitted rows from empty inputs",
                     outputs.len()
@@ -297,6 +343,17 @@ impl Operator {
                     (input.schema().types(), values),
                 )?))
             }
+            PlanNode::TemporalFilter {
+                op_id,
+                input,
+                bounds,
+                input_schema,
+            } => Operator::TemporalFilter(Box::new(TemporalFilter::new(
+                *op_id,
+                bounds,
+                input_schema,
+                input.schema().types(),
+            )?)),
             PlanNode::UnionAll { .. } => Operator::UnionAll,
             PlanNode::SetOperation {
                 op_id,
@@ -320,12 +377,12 @@ impl Operator {
         store: &mut S,
         sources: &HashMap<ObjectId, ZSet>,
         inputs: Vec<ZSet>,
-        initial: bool,
+        step: Step,
         (point, exchange): (usize, &mut E),
     ) -> RsResult<ZSet> {
         // What is emitted without input is emitted once, by the shard that
         // owns the empty key.
-        let initial_here = initial && exchange.owns(&[]);
+        let initial_here = step.initial && exchange.owns(&[]);
         match self {
             Operator::Source { object_id } => {
                 Ok(sources.get(object_id).cloned().unwrap_or_default())
@@ -363,6 +420,10 @@ impl Operator {
                 let [input] = exactly(inputs)?;
                 window.step(store, input).await
             }
+            Operator::TemporalFilter(filter) => {
+                let [input] = exactly(inputs)?;
+                filter.step(store, input, step.now_micros).await
+            }
             Operator::UnionAll => {
                 let mut out = ZSet::new();
                 for input in inputs {
@@ -394,6 +455,8 @@ impl Operator {
         match self {
             // Its input is what the other shards sent.
             Operator::Source { .. } | Operator::Exchange { .. } => true,
+            // Rows enter and leave as the clock passes.
+            Operator::TemporalFilter(_) => true,
             Operator::Constant { .. } => initial,
             Operator::Aggregate(aggregate) => initial && aggregate.is_global(),
             _ => false,
@@ -551,6 +614,6 @@ mod tests {
         let dataflow = nested();
         let mut store = MemoryStore::default();
         let inputs = HashMap::new();
-        assert_send(&dataflow.step(&mut store, &inputs, false));
+        assert_send(&dataflow.step(&mut store, &inputs, Step::at(0)));
     }
 }

@@ -14,6 +14,7 @@
 //!                                              -> count       top-K multiset
 //! 0x01 'W' 'F' op_id(16) partition order row len(row)
 //!                                              -> count       window-function multiset
+//! 0x01 'T' 'F' op_id(16) time(8) row          -> count       temporal filter's schedule
 //! 0x03 view_id(16) row                        -> weight      view output (counted)
 //! 0x07 table_id(16) row_key                   -> row         table rows
 //! 0x08 view_id(16) key                        -> row         view output (keyed)
@@ -65,6 +66,7 @@ pub const DISTINCT: [u8; 2] = *b"DS";
 pub const SET_OPERATION: [u8; 2] = *b"SO";
 pub const TOP_K: [u8; 2] = *b"TK";
 pub const WINDOW: [u8; 2] = *b"WF";
+pub const TEMPORAL_FILTER: [u8; 2] = *b"TF";
 
 /// `0x01 kind op_id`: the prefix of all of one operator's state of one kind.
 pub fn op_prefix(kind: [u8; 2], op_id: ObjectId) -> Vec<u8> {
@@ -215,7 +217,7 @@ pub fn holds_count(key: &[u8]) -> bool {
     match key.first() {
         Some(&OUTPUT) => true,
         Some(&OP_STATE) => {
-            matches!(key.get(1..3), Some(kind) if kind == JOIN_LEFT || kind == JOIN_RIGHT || kind == MIN_MAX || kind == TOP_K || kind == WINDOW)
+            matches!(key.get(1..3), Some(kind) if kind == JOIN_LEFT || kind == JOIN_RIGHT || kind == MIN_MAX || kind == TOP_K || kind == WINDOW || kind == TEMPORAL_FILTER)
         }
         _ => false,
     }
@@ -242,6 +244,7 @@ pub fn view_op_prefixes(view_id: ObjectId) -> Vec<Vec<u8>> {
         SET_OPERATION,
         TOP_K,
         WINDOW,
+        TEMPORAL_FILTER,
     ]
     .into_iter()
     .map(|kind| {

@@ -23,10 +23,11 @@ mod join;
 pub mod keys;
 pub mod layered;
 pub mod state;
+mod temporal_filter;
 mod top_k;
 mod window;
 
-pub use dataflow::Dataflow;
+pub use dataflow::{Dataflow, Step};
 pub use exchange::{ChannelExchange, Exchange, Unsharded};
 pub use layered::{LayeredStore, OverlayStore};
 pub use state::{add_to_count, MemoryStore, ScanOrder, StateRead, StateStore, Write};

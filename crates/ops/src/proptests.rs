@@ -18,6 +18,7 @@ use rockstream_plan::{
 use rockstream_types::partition::{BucketMap, BUCKETS};
 use rockstream_types::{Datum, ObjectId, Row, SqlType, ZSet};
 
+use crate::dataflow::Step;
 use crate::exchange::partition_key;
 use crate::{ChannelExchange, Dataflow, MemoryStore};
 
@@ -391,7 +392,15 @@ fn run_on(plan: &PlanNode, history: &[Vec<(ObjectId, Row, i64)>], map: &BucketMa
                     let dataflow = &dataflow;
                     async move {
                         let output = dataflow
-                            .step_on(store, &inputs, initial, &mut exchange)
+                            .step_on(
+                                store,
+                                &inputs,
+                                Step {
+                                    initial,
+                                    now_micros: 0,
+                                },
+                                &mut exchange,
+                            )
                             .await
                             .expect("step");
                         (exchange.shard(), output)
@@ -445,8 +454,15 @@ fn run_on(plan: &PlanNode, history: &[Vec<(ObjectId, Row, i64)>], map: &BucketMa
         .collect();
     let unsharded = Dataflow::compile(plan).expect("compiles");
     let mut fresh = MemoryStore::default();
-    let recomputed =
-        futures::executor::block_on(unsharded.step(&mut fresh, &totals, true)).expect("recompute");
+    let recomputed = futures::executor::block_on(unsharded.step(
+        &mut fresh,
+        &totals,
+        Step {
+            initial: true,
+            now_micros: 0,
+        },
+    ))
+    .expect("recompute");
     (accumulated.consolidate(), recomputed.consolidate())
 }
 

@@ -98,6 +98,25 @@ pub enum Numbering {
     DenseRank,
 }
 
+/// How a [`ClockBound`]'s value compares with the clock: `value > now() +
+/// offset` is `Greater`, and so on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClockComparison {
+    Greater,
+    GreaterOrEqual,
+    Less,
+    LessOrEqual,
+}
+
+/// One condition of a temporal filter: `value <comparison> now() +
+/// offset_micros`, `value` a timestamp (or date) over the input row.
+#[derive(Debug, Clone)]
+pub struct ClockBound {
+    pub value: Expr,
+    pub comparison: ClockComparison,
+    pub offset_micros: i64,
+}
+
 /// One `ORDER BY` key of an ordered aggregate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SortKey {
@@ -232,6 +251,16 @@ pub enum PlanNode {
         input_schema: DFSchemaRef,
         schema: Schema,
     },
+    /// Keeps each input row while the clock meets every one of `bounds`
+    /// (`WHERE ts > now() - INTERVAL '1 hour'`): a row enters when the
+    /// clock reaches its lower bounds and leaves when it passes an upper
+    /// one, each at the first step at or after that time.
+    TemporalFilter {
+        op_id: ObjectId,
+        input: Box<PlanNode>,
+        bounds: Vec<ClockBound>,
+        input_schema: DFSchemaRef,
+    },
     /// Moves each row to the shard that owns the bucket of its `key`
     /// columns (all rows to one shard when `key` is empty); inserted by
     /// [`partition::place`]. Stateless: the rows pass on unchanged.
@@ -254,6 +283,7 @@ impl PlanNode {
             | PlanNode::Window { schema, .. }
             | PlanNode::UnionAll { schema, .. } => schema,
             PlanNode::Filter { input, .. }
+            | PlanNode::TemporalFilter { input, .. }
             | PlanNode::Distinct { input, .. }
             | PlanNode::Exchange { input, .. } => input.schema(),
             PlanNode::SetOperation { left, .. } => left.schema(),
@@ -266,6 +296,7 @@ impl PlanNode {
             PlanNode::Source { .. } | PlanNode::Constant { .. } => vec![],
             PlanNode::Map { input, .. }
             | PlanNode::Filter { input, .. }
+            | PlanNode::TemporalFilter { input, .. }
             | PlanNode::Aggregate { input, .. }
             | PlanNode::Distinct { input, .. }
             | PlanNode::TopK { input, .. }
@@ -284,6 +315,7 @@ impl PlanNode {
             PlanNode::Source { .. } | PlanNode::Constant { .. } => vec![],
             PlanNode::Map { input, .. }
             | PlanNode::Filter { input, .. }
+            | PlanNode::TemporalFilter { input, .. }
             | PlanNode::Aggregate { input, .. }
             | PlanNode::Distinct { input, .. }
             | PlanNode::TopK { input, .. }
@@ -338,6 +370,7 @@ impl PlanNode {
             ),
             // Numbered or not, its rows are some of its input's.
             PlanNode::Filter { input, .. }
+            | PlanNode::TemporalFilter { input, .. }
             | PlanNode::TopK { input, .. }
             | PlanNode::Window { input, .. }
             | PlanNode::Exchange { input, .. } => input.unique_key(),
@@ -510,6 +543,19 @@ impl PlanNode {
             PlanNode::Filter { predicate, .. } => {
                 let _ = write!(out, "filter {}; ", layout_text(predicate));
             }
+            PlanNode::TemporalFilter { op_id, bounds, .. } => {
+                let _ = write!(out, "temporal {op_id} [{}]", types(node));
+                for bound in bounds {
+                    let _ = write!(
+                        out,
+                        " {} {:?} {},",
+                        layout_text(&bound.value),
+                        bound.comparison,
+                        bound.offset_micros
+                    );
+                }
+                out.push_str("; ");
+            }
             PlanNode::UnionAll { inputs, .. } => {
                 let _ = write!(out, "union {}; ", inputs.len());
             }
@@ -543,6 +589,17 @@ impl PlanNode {
                 )
             }
             PlanNode::Filter { predicate, .. } => format!("Filter {predicate}"),
+            PlanNode::TemporalFilter { bounds, .. } => format!(
+                "TemporalFilter {}",
+                bounds
+                    .iter()
+                    .map(|bound| format!(
+                        "{} {:?} now() + {} µs",
+                        bound.value, bound.comparison, bound.offset_micros
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(" AND ")
+            ),
             PlanNode::Join {
                 kind,
                 left_keys,

@@ -153,7 +153,7 @@ fn output(
                 .map_or(Partitioning::Arbitrary, Partitioning::Hash),
             Partitioning::Arbitrary => Partitioning::Arbitrary,
         },
-        PlanNode::Filter { .. } => inputs_have[0].clone(),
+        PlanNode::Filter { .. } | PlanNode::TemporalFilter { .. } => inputs_have[0].clone(),
         PlanNode::Join {
             kind,
             left_keys,

@@ -34,6 +34,7 @@ mod resolver;
 mod scalar_subquery;
 mod set_operations;
 mod system_catalog;
+mod temporal_filters;
 mod time_windows;
 mod translate;
 mod type_spellings;

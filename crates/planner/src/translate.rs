@@ -18,7 +18,7 @@ use datafusion::execution::context::SessionContext;
 use datafusion::functions_window::expr_fn::row_number;
 use datafusion::logical_expr::expr::AggregateFunction as DfAggregateFunction;
 use datafusion::logical_expr::expr::WindowFunctionParams;
-use datafusion::logical_expr::utils::split_conjunction;
+use datafusion::logical_expr::utils::{conjunction, split_conjunction};
 use datafusion::logical_expr::{col, lit, ExprFunctionExt, LogicalPlanBuilder};
 use datafusion::logical_expr::{
     when, BinaryExpr, Distinct, DistinctOn, Expr, ExprSchemable, FetchType, Filter, GroupingSet,
@@ -37,6 +37,7 @@ use rockstream_types::{codes, ObjectId, RsError, RsResult};
 
 use crate::resolver::SchemaOnlyTable;
 use crate::set_operations;
+use crate::temporal_filters::{clock_bound, mark_clock_bounds, stray_clock_bound};
 use crate::time_windows::rewrite_time_windows;
 use crate::using_joins::rewrite_using_joins;
 
@@ -93,9 +94,11 @@ async fn plan_branch(
         .optimizer
         .enable_physical_uncorrelated_scalar_subquery = false;
     let logical = state.create_logical_plan(query).await.map_err(plan_error)?;
+    let logical = mark_clock_bounds(&state, logical)?;
     refuse_as_written(&logical)?;
     let logical = distinct_on_as_row_number(logical)?;
     let optimized = state.optimize(&logical).map_err(plan_error)?;
+    stray_clock_bound(&optimized)?;
     Ok((translator.translate(&optimized)?, optimized))
 }
 
@@ -312,11 +315,28 @@ impl Translator {
                 }
                 let input = self.translate(&filter.input);
                 self.numbered_window = None;
-                Ok(PlanNode::Filter {
-                    input: Box::new(input?),
-                    predicate: filter.predicate.clone(),
-                    input_schema: filter.input.schema().clone(),
-                })
+                // Conditions on the clock make a temporal filter above
+                // the others.
+                let (bounds, conditions): (Vec<_>, Vec<_>) = split_conjunction(&filter.predicate)
+                    .into_iter()
+                    .partition(|conjunct| clock_bound(conjunct).is_some());
+                let mut node = input?;
+                if let Some(predicate) = conjunction(conditions.into_iter().cloned()) {
+                    node = PlanNode::Filter {
+                        input: Box::new(node),
+                        predicate,
+                        input_schema: filter.input.schema().clone(),
+                    };
+                }
+                if !bounds.is_empty() {
+                    node = PlanNode::TemporalFilter {
+                        op_id: self.op_id(),
+                        input: Box::new(node),
+                        bounds: bounds.into_iter().filter_map(clock_bound).collect(),
+                        input_schema: filter.input.schema().clone(),
+                    };
+                }
+                Ok(node)
             }
             LogicalPlan::TableScan(scan) => self.table_scan(scan),
             LogicalPlan::SubqueryAlias(alias) => self.translate(&alias.input),
@@ -1228,6 +1248,16 @@ mod tests {
                 "SELECT window_start, count(*) FROM TUMBLE(t, at, INTERVAL '1' MINUTE) GROUP BY window_start",
                 "date_bin",
                 "Window [",
+            ),
+            (
+                "SELECT id FROM t WHERE at > now() - INTERVAL '1 hour' AND v > 1",
+                "TemporalFilter t.at Greater now() + -3600000000 µs",
+                "Filter now",
+            ),
+            (
+                "SELECT g, count(*) FROM t WHERE at BETWEEN now() AND now() + INTERVAL '1 day' * 2 GROUP BY g",
+                "TemporalFilter t.at GreaterOrEqual now() + 0 µs AND t.at LessOrEqual now() + 172800000000 µs",
+                "Filter now",
             ),
         ] {
             let plan = explained(query).await;

@@ -23,7 +23,9 @@ use rockstream_common::Runtime;
 
 use rockstream_ops::exchange::first_cause;
 use rockstream_ops::keys::{self, decode_weight, encode_weight, RowStorage};
-use rockstream_ops::{ChannelExchange, OverlayStore, ScanOrder, StateRead, StateStore, Write};
+use rockstream_ops::{
+    ChannelExchange, OverlayStore, ScanOrder, StateRead, StateStore, Step, Write,
+};
 use rockstream_storage::{EpochStore, ShardDb, SnapshotSet};
 use rockstream_types::encoding::{decode_row, encode_datum, encode_row, encode_row_into};
 use rockstream_types::partition::BucketMap;
@@ -58,10 +60,14 @@ struct Installed {
     phase: Phase,
     /// Told when its build ends (taken then).
     built: Option<Reply<()>>,
+    /// When the view next needs a step without input (a temporal filter's
+    /// next row to enter or leave the output), on the engine's clock.
+    wake_at: Option<i64>,
 }
 
-/// One shard's step of a view: its output and its writes, not yet applied.
-type Stepped = (ZSet, BTreeMap<Vec<u8>, Write>);
+/// One shard's step of a view: its output, its writes (not yet applied)
+/// and when the view next changes there without input.
+type Stepped = (ZSet, BTreeMap<Vec<u8>, Write>, Option<i64>);
 type StepResult = RsResult<Stepped>;
 
 /// An epoch's state: one store per shard, by shard id.
@@ -122,6 +128,9 @@ pub(crate) struct EpochLoop {
     /// Tables dropped since the engine started: a staged commit into one
     /// is refused, even once its keys are reclaimed.
     dropped: HashSet<ObjectId>,
+    /// The clock of the epoch under way (µs since 1970 UTC): the runtime's,
+    /// read as each epoch begins, kept from going back.
+    clock: i64,
 }
 
 /// What an engine starts from.
@@ -168,6 +177,7 @@ impl EpochLoop {
             discarded: start.discarded,
             discarded_early: HashSet::new(),
             dropped: HashSet::new(),
+            clock: i64::MIN,
         }
     }
 
@@ -245,16 +255,30 @@ impl EpochLoop {
                     Err(mpsc::error::TryRecvError::Empty) => None,
                     Err(mpsc::error::TryRecvError::Disconnected) => break,
                 },
-                None => tokio::select! {
-                    command = receiver.recv() => match command {
-                        Some(command) => Some(command),
-                        None => break,
-                    },
-                    () = self.runtime.sleep(SHARD_CHECK_INTERVAL) => {
-                        self.check_shards().await;
-                        None
+                None => {
+                    // Idle until a command, a view's next row to enter or
+                    // leave (stepped below), or the next look at the shards.
+                    let wait = match self.next_wake() {
+                        Some(at) => {
+                            let micros = at.saturating_sub(self.runtime.now_micros()).max(0);
+                            SHARD_CHECK_INTERVAL
+                                .min(std::time::Duration::from_micros(micros as u64))
+                        }
+                        None => SHARD_CHECK_INTERVAL,
+                    };
+                    tokio::select! {
+                        command = receiver.recv() => match command {
+                            Some(command) => Some(command),
+                            None => break,
+                        },
+                        () = self.runtime.sleep(wait) => {
+                            if wait == SHARD_CHECK_INTERVAL {
+                                self.check_shards().await;
+                            }
+                            None
+                        }
                     }
-                },
+                }
             };
             if command.is_some() {
                 stalled = false;
@@ -262,6 +286,10 @@ impl EpochLoop {
             let result = match command {
                 Some(command) => self.serve(command, &mut receiver, &mut deferred).await,
                 None => Ok(()),
+            };
+            let result = match result {
+                Ok(()) => self.tick().await,
+                failed => failed,
             };
             let result = match result {
                 Ok(()) => self.tend_drops().await,
@@ -290,6 +318,36 @@ impl EpochLoop {
             }
         }
         self.close().await;
+    }
+
+    /// The earliest clock time at which a maintained view needs a step
+    /// without input.
+    fn next_wake(&self) -> Option<i64> {
+        self.views
+            .iter()
+            .filter(|installed| matches!(installed.phase, Phase::Maintained))
+            .filter_map(|installed| installed.wake_at)
+            .min()
+    }
+
+    /// Steps, in an epoch of their own, the views whose rows come due by
+    /// the clock (temporal filters) when no commit has stepped them.
+    /// Not while a staged commit holds back what readers see.
+    async fn tick(&mut self) -> RsResult<()> {
+        if self.hold_publish || self.failure.is_some() {
+            return Ok(());
+        }
+        if !self
+            .next_wake()
+            .is_some_and(|at| at <= self.runtime.now_micros())
+        {
+            return Ok(());
+        }
+        let stores = self.new_stores()?;
+        let deltas: Deltas = vec![HashMap::new(); self.shard_count()];
+        let stores = self.propagate(stores, deltas, BuildInputs::new()).await?;
+        self.commit_epoch(stores).await?;
+        Ok(())
     }
 
     /// Takes a shard SlateDB closed by itself as a storage failure: reads
@@ -404,8 +462,10 @@ impl EpochLoop {
             .collect();
     }
 
-    /// An epoch's state over every shard's newest snapshot.
-    fn new_stores(&self) -> RsResult<Stores> {
+    /// An epoch's state over every shard's newest snapshot; the epoch's
+    /// clock starts.
+    fn new_stores(&mut self) -> RsResult<Stores> {
+        self.clock = self.clock.max(self.runtime.now_micros());
         self.shards
             .iter()
             .map(|shard| Ok(EpochStore::new(shard.snapshot()?)))
@@ -660,8 +720,9 @@ impl EpochLoop {
                         .any(|source| shard_deltas.get(source).is_some_and(|d| !d.is_empty()))
                 });
                 let view_id = installed.view.view_id;
+                let due = installed.wake_at.is_some_and(|at| at <= self.clock);
                 match &installed.phase {
-                    Phase::Maintained if has_input => {
+                    Phase::Maintained if has_input || due => {
                         wave.push((next, None));
                         wave_outputs.push(view_id);
                     }
@@ -778,6 +839,10 @@ impl EpochLoop {
         initial: bool,
     ) -> Vec<BoxFuture<'static, StepResult>> {
         let dataflow = &self.views[index].view.dataflow;
+        let step = Step {
+            initial,
+            now_micros: self.clock,
+        };
         ChannelExchange::mesh(self.map.clone(), 1)
             .into_iter()
             .zip(bases)
@@ -789,9 +854,13 @@ impl EpochLoop {
                 async move {
                     let mut layer = OverlayStore::new(base);
                     let output = dataflow
-                        .step_on(&mut layer, &inputs, initial, &mut exchange)
+                        .step_on(&mut layer, &inputs, step, &mut exchange)
                         .await?;
-                    Ok((output, layer.into_writes()))
+                    let wake_at = match dataflow.reads_clock() {
+                        true => dataflow.next_event(&layer).await?,
+                        false => None,
+                    };
+                    Ok((output, layer.into_writes(), wake_at))
                 }
                 .boxed()
             })
@@ -853,6 +922,8 @@ impl EpochLoop {
             }
             Err(error) => {
                 tracing::warn!(view = %self.views[index].view.name, %error, "view failed; holding its input until it heals");
+                // It retries with its next input, not at every tick.
+                self.views[index].wake_at = None;
                 for (store, inputs) in stores.iter_mut().zip(inputs) {
                     clear_pending(store, view_id).await?;
                     write_pending(store, view_id, &self.views[index].view.sources, inputs);
@@ -862,8 +933,9 @@ impl EpochLoop {
             }
         };
         let was_failed = self.views[index].failed.is_some();
+        self.views[index].wake_at = earliest_wake(&stepped);
         let mut outputs = Vec::with_capacity(stepped.len());
-        for (store, (output, writes)) in stores.iter_mut().zip(stepped) {
+        for (store, (output, writes, _)) in stores.iter_mut().zip(stepped) {
             store.absorb(writes);
             apply_view_output(store, &self.views[index].view, &output);
             if was_failed {
@@ -921,14 +993,18 @@ impl EpochLoop {
                     stale: Deletion::new(view_prefixes(view_id)),
                 },
                 built: Some(built),
+                wake_at: None,
             });
             return Ok(());
         }
+        // Rows may have come due while it was not installed.
+        let wake_at = view.dataflow.reads_clock().then_some(i64::MIN);
         self.views.push(Installed {
             view,
             failed: None,
             phase: Phase::Maintained,
             built: None,
+            wake_at,
         });
         let index = self.views.len() - 1;
         let stores = self.new_stores()?;
@@ -1226,6 +1302,11 @@ fn stops_the_engine(error: &RsError) -> bool {
     error.is_storage_failure()
         || error.code == &codes::COMMIT_DURABLE_UNPUBLISHED
         || error.code == &codes::COMMIT_OUTCOME_UNKNOWN
+}
+
+/// When a view stepped on every shard next needs a step without input.
+pub(super) fn earliest_wake(stepped: &[Stepped]) -> Option<i64> {
+    stepped.iter().filter_map(|(_, _, wake_at)| *wake_at).min()
 }
 
 /// The steps of one view on every shard: all their outputs and writes, or

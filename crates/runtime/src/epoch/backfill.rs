@@ -40,7 +40,7 @@ use rockstream_types::encoding::{decode_row, encode_datum, encode_row_into};
 use rockstream_types::{codes, ObjectId, Row, RsError, RsResult, ZSet};
 
 use super::reclaim::Reclaim;
-use super::{apply_view_output, split_steps, Deletion, Deltas, EpochLoop, Stores};
+use super::{apply_view_output, earliest_wake, split_steps, Deletion, Deltas, EpochLoop, Stores};
 use crate::engine::{InstallView, TableChange, ViewStatus, BACKFILL_EPOCH_ROWS};
 
 /// The changes of an epoch's transactions to building views' tables that
@@ -348,7 +348,7 @@ impl EpochLoop {
     /// applies its writes and output. The inner `Err`: the build's own
     /// failure (its writes are dropped); the outer one: storage failed.
     async fn build_step(
-        &self,
+        &mut self,
         stores: Stores,
         index: usize,
         inputs: Vec<HashMap<ObjectId, ZSet>>,
@@ -370,8 +370,9 @@ impl EpochLoop {
             Ok(stepped) => stepped,
             Err(error) => return Ok((stores, Err(error))),
         };
+        self.views[index].wake_at = earliest_wake(&stepped);
         let view = &self.views[index].view;
-        for (store, (output, writes)) in stores.iter_mut().zip(stepped) {
+        for (store, (output, writes, _)) in stores.iter_mut().zip(stepped) {
             store.absorb(writes);
             apply_view_output(store, view, &output);
         }
