@@ -1434,6 +1434,153 @@ mod tests {
             .unwrap();
     }
 
+    /// A clock the test sets.
+    struct ManualClock(std::sync::atomic::AtomicI64);
+
+    impl rockstream_common::Clock for ManualClock {
+        fn now_micros(&self) -> i64 {
+            self.0.load(std::sync::atomic::Ordering::SeqCst)
+        }
+    }
+
+    impl ManualClock {
+        fn set(&self, micros: i64) {
+            self.0.store(micros, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// Waits (bounded) until view `name` holds exactly the `k` values
+    /// `expected` (its first column), and says what it held otherwise.
+    async fn view_holds(database: &Database, name: &str, expected: &[i64]) {
+        let mut held = Vec::new();
+        for _ in 0..500 {
+            held = stored_rows(database, name)
+                .await
+                .into_iter()
+                .map(|row| match row[0] {
+                    Datum::Int64(k) => k,
+                    ref other => panic!("{other:?}"),
+                })
+                .collect::<Vec<_>>();
+            held.sort_unstable();
+            if held == expected {
+                return;
+            }
+            Runtime::system()
+                .sleep(std::time::Duration::from_millis(10))
+                .await;
+        }
+        panic!("view {name} holds {held:?}, not {expected:?}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_temporal_filter_follows_the_clock_without_commits_and_across_a_restart() {
+        // Goal: rows enter and leave a view filtering on now() when the
+        // engine's clock passes their bounds, with no commit to step it,
+        // and rows that came due while the server was down are moved on
+        // start.
+        // Method: a clock the test sets; rows whose windows of
+        // `at > now() - 10 s AND at <= now()` lie before, around and after
+        // the start; the clock moved past each edge (the engine's timer
+        // steps the view within a second); the engine reopened with the
+        // clock past every edge; a deletion empties the schedule.
+        const SECOND: i64 = 1_000_000;
+        let start = 1_700_000_000 * SECOND;
+        let clock = Arc::new(ManualClock(std::sync::atomic::AtomicI64::new(start)));
+        let runtime = || Runtime::with_clock(clock.clone(), 7);
+        let directory = tempfile::tempdir().unwrap();
+        let location = directory.path().to_str().unwrap().to_string();
+        let database = Database::open(&location, runtime(), test_shards())
+            .await
+            .unwrap();
+        database
+            .create_table(
+                "default",
+                NewTable {
+                    name: "e",
+                    columns: vec![
+                        bigint("k"),
+                        ColumnDef::new("at", "timestamp without time zone", false),
+                    ],
+                    primary_key: vec![0],
+                    generated: Vec::new(),
+                    unique: Vec::new(),
+                    if_not_exists: false,
+                },
+            )
+            .await
+            .unwrap();
+        let table = database.lookup("default", "e").unwrap();
+        let rows = [(1, -20), (2, -5), (3, 3), (4, 30)]
+            .into_iter()
+            .map(|(k, seconds)| RowChange {
+                key: rockstream_types::encoding::encode_row(&[Datum::Int64(k)]),
+                old: None,
+                new: Some(vec![
+                    Datum::Int64(k),
+                    Datum::Timestamp(start + seconds * SECOND),
+                ]),
+            })
+            .collect();
+        database
+            .engine()
+            .commit(vec![TableChange {
+                table_id: table.id,
+                table_name: table.name.clone(),
+                unique: Vec::new(),
+                rows,
+            }])
+            .await
+            .unwrap();
+        database
+            .create_view(
+                "default",
+                NewView {
+                    name: "recent",
+                    query:
+                        "SELECT k FROM e WHERE at > now() - INTERVAL '10 seconds' AND at <= now()",
+                    column_names: None,
+                    materialized: true,
+                    if_not_exists: false,
+                },
+            )
+            .await
+            .unwrap();
+        view_holds(&database, "recent", &[2]).await;
+        clock.set(start + 4 * SECOND);
+        view_holds(&database, "recent", &[2, 3]).await;
+        clock.set(start + 5 * SECOND);
+        view_holds(&database, "recent", &[3]).await;
+        drop(database);
+
+        clock.set(start + 31 * SECOND);
+        let reopened = Database::open(&location, runtime(), test_shards())
+            .await
+            .unwrap();
+        view_holds(&reopened, "recent", &[4]).await;
+        let key = rockstream_types::encoding::encode_row(&[Datum::Int64(4)]);
+        let old = vec![Datum::Int64(4), Datum::Timestamp(start + 30 * SECOND)];
+        reopened
+            .engine()
+            .commit(vec![TableChange {
+                table_id: table.id,
+                table_name: table.name.clone(),
+                unique: Vec::new(),
+                rows: vec![RowChange {
+                    key,
+                    old: Some(old),
+                    new: None,
+                }],
+            }])
+            .await
+            .unwrap();
+        view_holds(&reopened, "recent", &[]).await;
+        let view = reopened.lookup("default", "recent").unwrap();
+        for prefix in keys::view_op_prefixes(view.id) {
+            assert_eq!(keys_under(&reopened, &prefix).await, 0, "{prefix:?}");
+        }
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_interrupted_build_runs_again_in_the_background_on_start() {
         // Goal: a view whose CREATE a crash cut short does not hold up the

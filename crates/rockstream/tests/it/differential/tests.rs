@@ -400,8 +400,55 @@ fn constructs_scenario() -> Scenario {
             .iter()
             .map(|(name, query)| ViewSpec::new(name, query))
             .chain(windows)
+            .chain(temporal_filters())
             .collect(),
     }
+}
+
+/// Views filtering on `now()`, their bounds inside the generated
+/// timestamps (January and February 2024) as days back from today; the
+/// oracle reads its clock in UTC, as our sessions do.
+fn temporal_filters() -> Vec<ViewSpec> {
+    const DAY_MICROS: i64 = 86_400_000_000;
+    // 2024-01-01 is day 19 723 since 1970.
+    let today = rockstream_common::Runtime::system().now_micros() / DAY_MICROS;
+    let back_to = |day_of_2024: i64| today - (19_723 + day_of_2024);
+    let (jan_10, jan_20, feb_10) = (back_to(9), back_to(19), back_to(40));
+    let views = [
+        (
+            "recent_orders",
+            format!("SELECT id, region, amount FROM orders WHERE created_at > now() - INTERVAL '{jan_20} days'"),
+        ),
+        (
+            "orders_between_by_region",
+            format!(
+                "SELECT region, COUNT(*) AS n, SUM(amount) AS total FROM orders \
+                 WHERE created_at BETWEEN now() - INTERVAL '{jan_10} days' AND now() - INTERVAL '{feb_10} days' \
+                 GROUP BY region"
+            ),
+        ),
+        (
+            "recent_customers_joined",
+            format!(
+                "SELECT c.name, o.amount FROM orders o JOIN customers c ON o.customer_id = c.id \
+                 WHERE now() - INTERVAL '{jan_20} days' <= o.created_at + INTERVAL '2 days' AND c.tier <> 'gold'"
+            ),
+        ),
+        (
+            "customers_with_recent_orders",
+            format!(
+                "SELECT c.id, c.tier FROM customers c WHERE EXISTS (SELECT 1 FROM orders o \
+                 WHERE o.customer_id = c.id AND o.created_at >= now() - INTERVAL '{jan_20} days')"
+            ),
+        ),
+    ];
+    views
+        .into_iter()
+        .map(|(name, query)| {
+            let oracle = query.replace("now()", "(now() AT TIME ZONE 'UTC')");
+            ViewSpec::with_oracle(name, &query, &oracle)
+        })
+        .collect()
 }
 
 #[tokio::test]
