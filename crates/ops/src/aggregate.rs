@@ -19,6 +19,10 @@
 //! `string_agg` keeps its values in the same kind of multiset, keyed by
 //! their `ORDER BY` keys first; after a change the group's result is joined
 //! again from the whole multiset (one scan of the group).
+//! So do the ordered-set aggregates (`percentile_cont`, `percentile_disc`,
+//! `mode() WITHIN GROUP (ORDER BY value)`), keyed by value: after a change
+//! the group's result is read again from its values in order (one scan of
+//! the group).
 //! `DISTINCT` aggregates keep `AD op_id agg key value -> count` and feed the
 //! accumulator only when a value's count crosses zero.
 //!
@@ -65,8 +69,10 @@ enum Partial {
     /// Non-null inputs and their sum.
     FloatSum(i64, FloatSum),
     Extremum(Datum),
-    /// `string_agg`'s current result (NULL: no values).
-    Concatenation(Datum),
+    /// The current result of an aggregate recomputed from its group's
+    /// multiset after each change: `string_agg`, ordered-set aggregates
+    /// (NULL: no values).
+    Recomputed(Datum),
     /// `bit_xor`: non-null inputs and the exclusive or of them all.
     Xor(i64, i64),
 }
@@ -264,6 +270,11 @@ impl AggregateOperator {
                         .push((self.concatenation_key(index, key, call, row), *weight));
                     continue;
                 }
+                if call.function.is_ordered_set() {
+                    concatenation_changes[index]
+                        .push((self.multiset_key(MIN_MAX, index, key, value), *weight));
+                    continue;
+                }
                 let weight = if call.distinct {
                     self.distinct_crossing(store, index, key, value, *weight)
                         .await?
@@ -327,8 +338,11 @@ impl AggregateOperator {
                     store.add_count(entry, weight);
                 }
             }
-            let joined = self.concatenation(store, index, key).await?;
-            state.partials[index] = Partial::Concatenation(joined);
+            let result = match self.calls[index].function {
+                AggregateFunction::StringAgg => self.concatenation(store, index, key).await?,
+                _ => self.ordered_set_value(store, index, key).await?,
+            };
+            state.partials[index] = Partial::Recomputed(result);
         }
         for (index, call) in self.calls.iter().enumerate() {
             if !extremum_changed[index] {
@@ -495,6 +509,75 @@ impl AggregateOperator {
         Ok(joined.map_or(Datum::Null, Datum::Text))
     }
 
+    /// An ordered-set aggregate's result over its group's multiset (one
+    /// scan of the group, in the call's order), as PostgreSQL computes it:
+    /// `percentile_disc(f)` the value at position `max(1, ⌈f·n⌉)`,
+    /// `percentile_cont(f)` the interpolation between positions
+    /// `⌊f·(n-1)⌋` and `⌈f·(n-1)⌉` (from 0), `mode()` the first most
+    /// frequent value. NULL over no values or for a NULL fraction.
+    async fn ordered_set_value<S: StateStore>(
+        &self,
+        store: &mut S,
+        index: usize,
+        key: &[u8],
+    ) -> RsResult<Datum> {
+        let call = &self.calls[index];
+        let prefix = self.value_key(MIN_MAX, index, key);
+        let order = match call.order_by.first() {
+            Some(sort) if sort.descending => ScanOrder::Descending,
+            _ => ScanOrder::Ascending,
+        };
+        let entries = store.scan_prefix(&prefix, order, usize::MAX).await?;
+        let mut values = Vec::with_capacity(entries.len());
+        for (entry, count) in &entries {
+            let value = decode_prefix(&entry[prefix.len()..], 1)?.0.remove(0);
+            values.push((value, decode_weight(count)));
+        }
+        let total: i64 = values.iter().map(|(_, count)| count).sum();
+        if total == 0 {
+            return Ok(Datum::Null);
+        }
+        // The value at `position` (from 0) of the ordered values.
+        let at = |position: i64| -> RsResult<&Datum> {
+            let mut passed = 0;
+            for (value, count) in &values {
+                passed += count;
+                if position < passed {
+                    return Ok(value);
+                }
+            }
+            Err(RsError::internal("an ordered-set position past its values"))
+        };
+        Ok(match (call.function, call.fraction) {
+            (AggregateFunction::Mode, _) => {
+                let mut best: Option<&(Datum, i64)> = None;
+                for entry in &values {
+                    if best.is_none_or(|best| entry.1 > best.1) {
+                        best = Some(entry);
+                    }
+                }
+                best.map_or(Datum::Null, |(value, _)| value.clone())
+            }
+            (_, None) => Datum::Null,
+            (AggregateFunction::PercentileDisc, Some(fraction)) => {
+                let row = ((fraction * total as f64).ceil() as i64).max(1);
+                at(row - 1)?.clone()
+            }
+            (AggregateFunction::PercentileCont, Some(fraction)) => {
+                let position = fraction * (total - 1) as f64;
+                let (first, second) = (position.floor(), position.ceil());
+                let low = as_float(at(first as i64)?)?;
+                let high = as_float(at(second as i64)?)?;
+                Datum::Float64(low + (high - low) * (position - first))
+            }
+            (function, _) => {
+                return Err(RsError::internal(format!(
+                    "{function:?} is not an ordered-set aggregate"
+                )))
+            }
+        })
+    }
+
     async fn extremum<S: StateStore>(
         &self,
         store: &mut S,
@@ -521,7 +604,10 @@ impl AggregateOperator {
                 }
                 AggregateFunction::Sum | AggregateFunction::Avg => Partial::ExactSum(0, 0),
                 AggregateFunction::Min | AggregateFunction::Max => Partial::Extremum(Datum::Null),
-                AggregateFunction::StringAgg => Partial::Concatenation(Datum::Null),
+                AggregateFunction::StringAgg
+                | AggregateFunction::PercentileCont
+                | AggregateFunction::PercentileDisc
+                | AggregateFunction::Mode => Partial::Recomputed(Datum::Null),
                 AggregateFunction::BitXor => Partial::Xor(0, 0),
             })
             .collect();
@@ -542,7 +628,7 @@ impl AggregateOperator {
                 Partial::FloatSum(count, sum) => {
                     row.extend([Datum::Int64(*count), Datum::Float64(sum.finite)])
                 }
-                Partial::Extremum(value) | Partial::Concatenation(value) => row.push(value.clone()),
+                Partial::Extremum(value) | Partial::Recomputed(value) => row.push(value.clone()),
                 Partial::Xor(count, bits) => {
                     row.extend([Datum::Int64(*count), Datum::Int64(*bits)])
                 }
@@ -602,9 +688,7 @@ impl AggregateOperator {
                     }
                 }
                 Partial::Extremum(_) => Partial::Extremum(values.next().ok_or_else(corrupt)?),
-                Partial::Concatenation(_) => {
-                    Partial::Concatenation(values.next().ok_or_else(corrupt)?)
-                }
+                Partial::Recomputed(_) => Partial::Recomputed(values.next().ok_or_else(corrupt)?),
                 Partial::Xor(..) => {
                     let count = as_i64(&values.next().ok_or_else(corrupt)?).ok_or_else(corrupt)?;
                     let bits = as_i64(&values.next().ok_or_else(corrupt)?).ok_or_else(corrupt)?;
@@ -649,7 +733,7 @@ impl AggregateOperator {
                 (AggregateFunction::Avg, Partial::FloatSum(count, sum)) => {
                     float_to_output(sum.value() / *count as f64, output_type)
                 }
-                (_, Partial::Extremum(value) | Partial::Concatenation(value)) => value.clone(),
+                (_, Partial::Extremum(value) | Partial::Recomputed(value)) => value.clone(),
                 (_, Partial::Xor(0, _)) => Datum::Null,
                 (_, Partial::Xor(_, bits)) => match output_type {
                     SqlType::Int16 => Datum::Int16(*bits as i16),
@@ -665,6 +749,15 @@ impl AggregateOperator {
             row.push(value);
         }
         Ok(row)
+    }
+}
+
+/// A `percentile_cont` input as a float8 (the planner makes it one).
+fn as_float(value: &Datum) -> RsResult<f64> {
+    match value {
+        Datum::Float64(value) => Ok(*value),
+        Datum::Float32(value) => Ok(f64::from(*value)),
+        other => Err(RsError::internal(format!("percentile_cont over {other:?}"))),
     }
 }
 
@@ -746,7 +839,7 @@ fn accumulate(
                 *bits ^= value;
             }
         }
-        Partial::Extremum(_) | Partial::Concatenation(_) => {}
+        Partial::Extremum(_) | Partial::Recomputed(_) => {}
     }
     Ok(())
 }

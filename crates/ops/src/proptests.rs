@@ -133,6 +133,7 @@ pub(crate) fn aggregate_of(group_count: usize, input: PlanNode) -> PlanNode {
         },
         delimiter: None,
         order_by: Vec::new(),
+        fraction: None,
     };
     let calls = vec![
         call(AggregateFunction::CountStar, None, false),
@@ -207,6 +208,7 @@ fn string_aggregate(group_count: usize) -> PlanNode {
         output_type: SqlType::Text,
         delimiter: Some(delimiter),
         order_by,
+        fraction: None,
     };
     let mut columns = if group_count == 1 {
         vec![text("k")]
@@ -732,6 +734,7 @@ fn global_aggregate_emits_one_row_on_empty_input() {
                 output_type: SqlType::Int64,
                 delimiter: None,
                 order_by: Vec::new(),
+                fraction: None,
             },
             AggregateCall {
                 function: AggregateFunction::Sum,
@@ -741,6 +744,7 @@ fn global_aggregate_emits_one_row_on_empty_input() {
                 output_type: SqlType::Int64,
                 delimiter: None,
                 order_by: Vec::new(),
+                fraction: None,
             },
         ],
         schema: int_schema(&["count", "sum"]),

@@ -37,6 +37,10 @@ const DUE_CHUNK: usize = 1024;
 
 const MICROS_PER_DAY: i128 = 86_400_000_000;
 
+/// The clock times `[enter, leave)` in which a row passes the filter
+/// (`leave` `None`: it never leaves).
+type Interval = (i64, Option<i64>);
+
 #[derive(Debug)]
 pub(crate) struct TemporalFilter {
     op_id: ObjectId,
@@ -170,9 +174,8 @@ impl TemporalFilter {
         }
     }
 
-    /// Per row, the clock times `[enter, leave)` in which it passes the
-    /// filter (`leave` `None`: never leaves); `None` when there are none.
-    fn intervals(&self, rows: &[&Row]) -> RsResult<Vec<Option<(i64, Option<i64>)>>> {
+    /// Per row, its [`Interval`]; `None` when it never passes.
+    fn intervals(&self, rows: &[&Row]) -> RsResult<Vec<Option<Interval>>> {
         if rows.is_empty() {
             return Ok(Vec::new());
         }
@@ -180,7 +183,7 @@ impl TemporalFilter {
         Ok(values.iter().map(|values| self.interval(values)).collect())
     }
 
-    fn interval(&self, values: &[Datum]) -> Option<(i64, Option<i64>)> {
+    fn interval(&self, values: &[Datum]) -> Option<Interval> {
         let mut enter = i64::MIN as i128;
         let mut leave = i128::MAX;
         for (value, &(comparison, offset)) in values.iter().zip(&self.bounds) {
@@ -243,7 +246,7 @@ mod tests {
             Field::new("id", DataType::Int64, false),
             Field::new("ts", DataType::Timestamp(TimeUnit::Microsecond, None), true),
         ]);
-        let schema = DFSchema::try_from(arrow).unwrap();
+        let schema = DFSchema::try_from(arrow).expect("a schema");
         let bounds: Vec<ClockBound> = bounds
             .iter()
             .map(|&(comparison, offset_micros)| ClockBound {
@@ -258,7 +261,7 @@ mod tests {
             &schema,
             vec![SqlType::Int64, SqlType::Timestamp],
         )
-        .unwrap()
+        .expect("compiles")
     }
 
     fn row(id: i64, ts: Option<i64>) -> Row {
@@ -303,23 +306,44 @@ mod tests {
         delta.push(row(1, Some(100)), 1);
         delta.push(row(2, Some(50)), 1);
         delta.push(row(3, None), 1);
-        let out = filter.step(&mut store, delta, 55).await.unwrap();
+        let out = filter.step(&mut store, delta, 55).await.expect("steps");
         assert_eq!(out.updates, vec![(row(2, Some(50)), 1)]);
-        assert_eq!(filter.next_event(&store).await.unwrap(), Some(60));
-        let out = filter.step(&mut store, ZSet::new(), 59).await.unwrap();
+        assert_eq!(
+            filter.next_event(&store).await.expect("reads the schedule"),
+            Some(60)
+        );
+        let out = filter
+            .step(&mut store, ZSet::new(), 59)
+            .await
+            .expect("steps");
         assert!(out.is_empty());
-        let out = filter.step(&mut store, ZSet::new(), 60).await.unwrap();
+        let out = filter
+            .step(&mut store, ZSet::new(), 60)
+            .await
+            .expect("steps");
         assert_eq!(out.updates, vec![(row(2, Some(50)), -1)]);
-        let out = filter.step(&mut store, ZSet::new(), 100).await.unwrap();
+        let out = filter
+            .step(&mut store, ZSet::new(), 100)
+            .await
+            .expect("steps");
         assert_eq!(out.updates, vec![(row(1, Some(100)), 1)]);
-        assert_eq!(filter.next_event(&store).await.unwrap(), Some(110));
+        assert_eq!(
+            filter.next_event(&store).await.expect("reads the schedule"),
+            Some(110)
+        );
         // Both edges passed between two steps: nothing to emit.
         let mut delta = ZSet::new();
         delta.push(row(4, Some(120)), 1);
-        filter.step(&mut store, delta, 100).await.unwrap();
-        let out = filter.step(&mut store, ZSet::new(), 200).await.unwrap();
+        filter.step(&mut store, delta, 100).await.expect("steps");
+        let out = filter
+            .step(&mut store, ZSet::new(), 200)
+            .await
+            .expect("steps");
         assert_eq!(out.updates, vec![(row(1, Some(100)), -1)]);
-        assert_eq!(filter.next_event(&store).await.unwrap(), None);
+        assert_eq!(
+            filter.next_event(&store).await.expect("reads the schedule"),
+            None
+        );
     }
 
     proptest! {
@@ -353,7 +377,7 @@ mod tests {
                             delta.push(row, -1);
                         }
                     }
-                    for (row, weight) in filter.step(&mut store, delta, now).await.unwrap().updates {
+                    for (row, weight) in filter.step(&mut store, delta, now).await.expect("steps").updates {
                         *output.entry(encode_row(&row)).or_default() += weight;
                     }
                     output.retain(|_, weight| *weight != 0);
@@ -370,8 +394,8 @@ mod tests {
                 for row in input.drain(..) {
                     delta.push(row, -1);
                 }
-                filter.step(&mut store, delta, now).await.unwrap();
-                prop_assert_eq!(filter.next_event(&store).await.unwrap(), None);
+                filter.step(&mut store, delta, now).await.expect("steps");
+                prop_assert_eq!(filter.next_event(&store).await.expect("reads the schedule"), None);
                 Ok(())
             })?;
         }

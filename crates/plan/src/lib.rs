@@ -82,6 +82,28 @@ pub enum AggregateFunction {
     StringAgg,
     /// `bit_xor(integer)`: its own inverse, so retractions just apply again.
     BitXor,
+    /// `percentile_cont(fraction) WITHIN GROUP (ORDER BY value)`: the value
+    /// at `fraction` of the ordered values, interpolated (float8).
+    PercentileCont,
+    /// `percentile_disc(fraction) WITHIN GROUP (ORDER BY value)`: the first
+    /// value whose position in the order reaches `fraction`.
+    PercentileDisc,
+    /// `mode() WITHIN GROUP (ORDER BY value)`: the most frequent value, the
+    /// first in the order among equally frequent ones.
+    Mode,
+}
+
+impl AggregateFunction {
+    /// An ordered-set aggregate: its result is read from the group's values
+    /// in order, kept as a multiset.
+    pub fn is_ordered_set(self) -> bool {
+        matches!(
+            self,
+            AggregateFunction::PercentileCont
+                | AggregateFunction::PercentileDisc
+                | AggregateFunction::Mode
+        )
+    }
 }
 
 /// How a top-K numbers the rows it keeps (the window function a `WHERE`
@@ -137,8 +159,13 @@ pub struct AggregateCall {
     pub output_type: SqlType,
     /// `string_agg`: the input column holding each value's delimiter.
     pub delimiter: Option<usize>,
-    /// `string_agg ... ORDER BY`: the order of the values.
+    /// `string_agg ... ORDER BY`: the order of the values; an ordered-set
+    /// aggregate's `WITHIN GROUP (ORDER BY …)`: whether the values are
+    /// taken descending (one key, over the argument).
     pub order_by: Vec<SortKey>,
+    /// `percentile_cont`/`percentile_disc`: the fraction, in `[0, 1]`;
+    /// `None` when it is NULL (the result is NULL).
+    pub fraction: Option<f64>,
 }
 
 /// A node of the incremental plan.
@@ -470,6 +497,9 @@ impl PlanNode {
                             " delimiter={:?} order={:?}",
                             call.delimiter, call.order_by
                         );
+                    }
+                    if let Some(fraction) = call.fraction {
+                        let _ = write!(out, " fraction={fraction}");
                     }
                 }
                 out.push_str("; ");

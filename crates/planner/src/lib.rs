@@ -14,6 +14,7 @@ mod column_names;
 mod columnar;
 mod interval_literals;
 mod number_literals;
+mod ordered_set_aggregates;
 mod pg_aggregates;
 mod pg_casts;
 mod pg_clock;

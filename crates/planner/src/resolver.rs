@@ -138,6 +138,9 @@ pub fn new_context_in(
         context.register_udf(function.as_ref().clone());
     }
     context.register_udaf(crate::scalar_subquery::SUBQUERY_ROWS.clone());
+    for aggregate in crate::ordered_set_aggregates::ordered_set_aggregates() {
+        context.register_udaf(aggregate);
+    }
     context.register_udf(crate::scalar_subquery::SUBQUERY_VALUE.clone());
     for function in catalog_functions(resolver.clone()) {
         context.register_udf(function);

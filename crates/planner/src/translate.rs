@@ -194,6 +194,45 @@ fn refuse_as_written(plan: &LogicalPlan) -> RsResult<()> {
     refused.map_or(Ok(()), Err)
 }
 
+/// A percentile's fraction: a constant in `[0, 1]` (PostgreSQL's error
+/// otherwise), `None` when NULL.
+fn percentile_fraction(given: &Expr) -> RsResult<Option<f64>> {
+    let value = match given {
+        Expr::Literal(value, _) => value,
+        Expr::Cast(cast) => match cast.expr.as_ref() {
+            Expr::Literal(value, _) => value,
+            _ => {
+                return Err(RsError::unsupported(
+                    "a percentile fraction that is not a constant",
+                ))
+            }
+        },
+        _ => {
+            return Err(RsError::unsupported(
+                "a percentile fraction that is not a constant",
+            ))
+        }
+    };
+    if value.is_null() {
+        return Ok(None);
+    }
+    let fraction = value
+        .cast_to(&DataType::Float64)
+        .ok()
+        .and_then(|value| match value {
+            ScalarValue::Float64(fraction) => fraction,
+            _ => None,
+        })
+        .ok_or_else(|| RsError::unsupported("a percentile fraction that is not a number"))?;
+    if !(0.0..=1.0).contains(&fraction) {
+        return Err(RsError::new(
+            &codes::NUMERIC_OUT_OF_RANGE,
+            format!("percentile value {fraction} is not between 0 and 1"),
+        ));
+    }
+    Ok(Some(fraction))
+}
+
 /// Whether `plan` has a LIMIT that skips rows (an OFFSET that is not 0).
 fn skips_rows(plan: &LogicalPlan) -> datafusion::error::Result<bool> {
     plan.exists(|node| {
@@ -940,6 +979,9 @@ impl Translator {
                 "max" | "bool_or" => AggregateFunction::Max,
                 "string_agg" => AggregateFunction::StringAgg,
                 "bit_xor" => AggregateFunction::BitXor,
+                "percentile_cont" => AggregateFunction::PercentileCont,
+                "percentile_disc" => AggregateFunction::PercentileDisc,
+                "mode" => AggregateFunction::Mode,
                 other => {
                     return Err(RsError::unsupported(format!(
                         "the aggregate function {other}"
@@ -957,8 +999,12 @@ impl Translator {
                     "in an aggregate with DISTINCT, ORDER BY expressions must appear in argument list",
                 ));
             }
+            if function.is_ordered_set() && params.distinct {
+                return Err(RsError::unsupported(format!("DISTINCT in {name}")));
+            }
             let mut delimiter = None;
             let mut order_by = Vec::new();
+            let mut fraction = None;
             let (argument, input_type) = if function == AggregateFunction::CountStar {
                 (None, None)
             } else {
@@ -986,6 +1032,13 @@ impl Translator {
                         }
                         std::slice::from_ref(value)
                     }
+                    (
+                        AggregateFunction::PercentileCont | AggregateFunction::PercentileDisc,
+                        [value, given],
+                    ) => {
+                        fraction = percentile_fraction(given)?;
+                        std::slice::from_ref(value)
+                    }
                     // The other aggregates do not depend on the order.
                     (_, arguments) => arguments,
                 };
@@ -1010,6 +1063,18 @@ impl Translator {
                     sql_type,
                 });
                 exprs.push(arg);
+                if function.is_ordered_set() {
+                    // WITHIN GROUP (ORDER BY the argument): its direction.
+                    order_by = params
+                        .order_by
+                        .iter()
+                        .map(|sort| SortKey {
+                            column: columns.len() - 1,
+                            descending: !sort.asc,
+                            nulls_first: sort.nulls_first,
+                        })
+                        .collect();
+                }
                 (Some(columns.len() - 1), Some(sql_type))
             };
             calls.push(AggregateCall {
@@ -1020,6 +1085,7 @@ impl Translator {
                 output_type: output_schema.columns[group_count + index].sql_type,
                 delimiter,
                 order_by,
+                fraction,
             });
         }
         let mapped = PlanNode::Map {

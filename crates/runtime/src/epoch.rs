@@ -337,10 +337,8 @@ impl EpochLoop {
         if self.hold_publish || self.failure.is_some() {
             return Ok(());
         }
-        if !self
-            .next_wake()
-            .is_some_and(|at| at <= self.runtime.now_micros())
-        {
+        let now = self.runtime.now_micros();
+        if self.next_wake().is_none_or(|at| at > now) {
             return Ok(());
         }
         let stores = self.new_stores()?;

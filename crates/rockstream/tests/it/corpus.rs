@@ -18,6 +18,7 @@ const PASSING: &[&str] = &[
     "aggregate/boolean.slt",
     "aggregate/count_star.slt",
     "aggregate/distinct_agg.slt",
+    "aggregate/ordered_set_agg.slt",
     "aggregate/selective_agg.slt",
     "aggregate/string_agg.slt",
     "bug_fixes/issue_12299.slt",

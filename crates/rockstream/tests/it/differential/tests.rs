@@ -371,6 +371,19 @@ fn constructs_scenario() -> Scenario {
              ON o.customer_id = c.id GROUP BY GROUPING SETS ((o.region), (c.tier), (), (o.region))",
         ),
         ("revenue_by_region", "SELECT region, COUNT(*) AS orders, SUM(amount) AS revenue FROM orders GROUP BY region"),
+        (
+            "amount_percentiles_by_region",
+            "SELECT region, percentile_cont(0.5) WITHIN GROUP (ORDER BY amount) AS median, \
+             percentile_disc(0.9) WITHIN GROUP (ORDER BY amount DESC) AS p90, \
+             percentile_cont(0.25) WITHIN GROUP (ORDER BY customer_id DESC) AS q, \
+             mode() WITHIN GROUP (ORDER BY customer_id) AS usual FROM orders GROUP BY region",
+        ),
+        (
+            "percentiles_overall",
+            "SELECT percentile_disc(0) WITHIN GROUP (ORDER BY region) AS first, \
+             percentile_disc(1) WITHIN GROUP (ORDER BY created_at) AS last, \
+             mode() WITHIN GROUP (ORDER BY region DESC) AS usual FROM orders",
+        ),
         ("view_over_view", "SELECT region, revenue FROM revenue_by_region WHERE orders > 2"),
     ];
     // Time windows, which PostgreSQL spells with date_bin.
