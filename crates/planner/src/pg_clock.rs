@@ -1,9 +1,13 @@
-//! `LOCALTIMESTAMP` and `LOCALTIME`, which DataFusion lacks.
+//! `now()` (`CURRENT_TIMESTAMP`), `LOCALTIMESTAMP` and `LOCALTIME`.
 //!
-//! Like `now()`, each is the statement's start time, the same wherever it
-//! appears in the statement; sessions run in UTC, so the local time is UTC's.
-//! They depend on when the statement runs, so a materialized view refuses
-//! them as it refuses `now()`.
+//! Each is the statement's start time, the same wherever it appears in the
+//! statement; sessions run in UTC, so the local time is UTC's. The
+//! timestamps are in microseconds, as PostgreSQL's and every stored
+//! timestamp are (DataFusion's own `now()`, replaced here, is in
+//! nanoseconds, which end in 2262: `now() + INTERVAL '1000 years'` would
+//! overflow). They depend on when the statement runs, so a materialized
+//! view refuses them except in a temporal filter
+//! ([`crate::temporal_filters`]).
 
 use std::sync::{Arc, LazyLock};
 
@@ -18,12 +22,16 @@ const NANOS_PER_DAY: i64 = 86_400_000_000_000;
 
 /// The functions, registered in every session.
 pub static CLOCK_FUNCTIONS: LazyLock<Vec<Arc<ScalarUDF>>> = LazyLock::new(|| {
-    [Clock::Timestamp, Clock::Time]
+    [Clock::Now, Clock::Timestamp, Clock::Time]
         .into_iter()
         .map(|clock| {
             Arc::new(ScalarUDF::from(LocalClock {
                 clock,
                 signature: Signature::nullary(Volatility::Stable),
+                aliases: match clock {
+                    Clock::Now => vec!["current_timestamp".to_string()],
+                    _ => Vec::new(),
+                },
             }))
         })
         .collect()
@@ -31,6 +39,7 @@ pub static CLOCK_FUNCTIONS: LazyLock<Vec<Arc<ScalarUDF>>> = LazyLock::new(|| {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Clock {
+    Now,
     Timestamp,
     Time,
 }
@@ -39,11 +48,17 @@ enum Clock {
 struct LocalClock {
     clock: Clock,
     signature: Signature,
+    aliases: Vec<String>,
 }
 
 impl ScalarUDFImpl for LocalClock {
+    fn aliases(&self) -> &[String] {
+        &self.aliases
+    }
+
     fn name(&self) -> &str {
         match self.clock {
+            Clock::Now => "now",
             Clock::Timestamp => "localtimestamp",
             Clock::Time => "localtime",
         }
@@ -55,8 +70,8 @@ impl ScalarUDFImpl for LocalClock {
 
     fn return_type(&self, _arguments: &[DataType]) -> Result<DataType> {
         Ok(match self.clock {
-            // Nanoseconds, as `now()` has them, so the two compare equal.
-            Clock::Timestamp => DataType::Timestamp(TimeUnit::Nanosecond, None),
+            Clock::Now => DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into())),
+            Clock::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, None),
             Clock::Time => DataType::Time64(TimeUnit::Nanosecond),
         })
     }
@@ -75,8 +90,10 @@ impl ScalarUDFImpl for LocalClock {
         let Some(nanos) = start.timestamp_nanos_opt() else {
             return plan_err!("the statement's start time is out of range");
         };
+        let micros = nanos.div_euclid(1_000);
         let value = match self.clock {
-            Clock::Timestamp => ScalarValue::TimestampNanosecond(Some(nanos), None),
+            Clock::Now => ScalarValue::TimestampMicrosecond(Some(micros), Some("+00:00".into())),
+            Clock::Timestamp => ScalarValue::TimestampMicrosecond(Some(micros), None),
             // Whole microseconds, PostgreSQL's precision, as a time prints
             // every digit it has.
             Clock::Time => {

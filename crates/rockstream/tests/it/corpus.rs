@@ -41,6 +41,7 @@ const PASSING: &[&str] = &[
     "join/join-3way.slt.part",
     "order_by.slt",
     "outer_join.slt",
+    "temporal_filter.slt",
     "unaligned-join.slt",
 ];
 
