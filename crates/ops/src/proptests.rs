@@ -145,6 +145,20 @@ pub(crate) fn aggregate_of(group_count: usize, input: PlanNode) -> PlanNode {
         call(AggregateFunction::Sum, Some(1), true),
         call(AggregateFunction::BitXor, Some(1), false),
         call(AggregateFunction::BitXor, Some(1), true),
+        AggregateCall {
+            fraction: Some(0.5),
+            ..call(AggregateFunction::PercentileDisc, Some(1), false)
+        },
+        AggregateCall {
+            fraction: Some(0.25),
+            order_by: vec![SortKey {
+                column: 1,
+                descending: true,
+                nulls_first: true,
+            }],
+            ..call(AggregateFunction::PercentileDisc, Some(1), false)
+        },
+        call(AggregateFunction::Mode, Some(1), false),
     ];
     let mut columns = if group_count == 1 { vec!["k"] } else { vec![] };
     columns.extend([
@@ -157,6 +171,9 @@ pub(crate) fn aggregate_of(group_count: usize, input: PlanNode) -> PlanNode {
         "sum_distinct",
         "bit_xor",
         "bit_xor_distinct",
+        "median",
+        "quartile_descending",
+        "mode",
     ]);
     PlanNode::Aggregate {
         op_id: 20,

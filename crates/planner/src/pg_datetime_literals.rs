@@ -8,9 +8,9 @@
 //! It also keeps a comparison of a timestamp column with such a string in
 //! the column's microseconds ([`compare_in_micros`]).
 
+use datafusion::arrow::datatypes::{DataType, TimeUnit};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::Transformed;
-use datafusion::arrow::datatypes::{DataType, TimeUnit};
 use datafusion::common::{DFSchema, Result, ScalarValue};
 use datafusion::logical_expr::expr::{Between, Cast, InList, TryCast};
 use datafusion::logical_expr::{BinaryExpr, Expr, ExprSchemable, LogicalPlan, Operator};
@@ -138,7 +138,10 @@ fn micros_side(expr: &Expr, schema: &DFSchema) -> Result<Option<(Expr, DataType)
     let Expr::Cast(Cast { expr: inner, field }) = expr else {
         return Ok(None);
     };
-    if !matches!(field.data_type(), DataType::Timestamp(TimeUnit::Nanosecond, _)) {
+    if !matches!(
+        field.data_type(),
+        DataType::Timestamp(TimeUnit::Nanosecond, _)
+    ) {
         return Ok(None);
     }
     let inner_type = inner.get_type(schema)?;
@@ -159,7 +162,9 @@ fn text_side(expr: &Expr, target: &DataType) -> Option<Expr> {
         return None;
     };
     let Expr::Literal(
-        ScalarValue::Utf8(Some(_)) | ScalarValue::LargeUtf8(Some(_)) | ScalarValue::Utf8View(Some(_)),
+        ScalarValue::Utf8(Some(_))
+        | ScalarValue::LargeUtf8(Some(_))
+        | ScalarValue::Utf8View(Some(_)),
         _,
     ) = inner.as_ref()
     else {

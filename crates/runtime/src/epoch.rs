@@ -321,8 +321,11 @@ impl EpochLoop {
     }
 
     /// The earliest clock time at which a maintained view needs a step
-    /// without input.
+    /// without input, when the engine can take one ([`EpochLoop::tick`]).
     fn next_wake(&self) -> Option<i64> {
+        if self.hold_publish || self.failure.is_some() {
+            return None;
+        }
         self.views
             .iter()
             .filter(|installed| matches!(installed.phase, Phase::Maintained))
@@ -334,9 +337,6 @@ impl EpochLoop {
     /// the clock (temporal filters) when no commit has stepped them.
     /// Not while a staged commit holds back what readers see.
     async fn tick(&mut self) -> RsResult<()> {
-        if self.hold_publish || self.failure.is_some() {
-            return Ok(());
-        }
         let now = self.runtime.now_micros();
         if self.next_wake().is_none_or(|at| at > now) {
             return Ok(());
