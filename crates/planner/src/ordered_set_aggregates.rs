@@ -1,6 +1,7 @@
-//! `percentile_disc(fraction) WITHIN GROUP (ORDER BY value)` and
-//! `mode() WITHIN GROUP (ORDER BY value)`, which DataFusion lacks
-//! (`percentile_cont` is its own), for ad hoc queries. Each accumulator
+//! `percentile_cont(fraction)`, `percentile_disc(fraction)` and `mode()`
+//! `WITHIN GROUP (ORDER BY value)` for ad hoc queries, as PostgreSQL
+//! computes them (DataFusion lacks the last two, and its `percentile_cont`
+//! keeps the input's type and refuses a NULL fraction). Each accumulator
 //! keeps its group's non-NULL values and reads the answer from them in
 //! order, as PostgreSQL does. A materialized view plans the same calls
 //! onto the incremental aggregate instead ([`crate::translate`]).
@@ -19,54 +20,77 @@ use datafusion::physical_expr::expressions::Literal;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum OrderedSet {
+    PercentileCont,
     PercentileDisc,
     Mode,
 }
 
 /// The aggregates, registered in every session.
 pub(crate) fn ordered_set_aggregates() -> Vec<AggregateUDF> {
-    [OrderedSet::PercentileDisc, OrderedSet::Mode]
-        .into_iter()
-        .map(|kind| {
-            AggregateUDF::from(OrderedSetAggregate {
-                kind,
-                signature: match kind {
-                    OrderedSet::PercentileDisc => Signature::user_defined(Volatility::Immutable),
-                    OrderedSet::Mode => Signature::any(1, Volatility::Immutable),
-                },
-            })
+    [
+        OrderedSet::PercentileCont,
+        OrderedSet::PercentileDisc,
+        OrderedSet::Mode,
+    ]
+    .into_iter()
+    .map(|kind| {
+        AggregateUDF::from(OrderedSetAggregate {
+            kind,
+            signature: match kind {
+                OrderedSet::Mode => Signature::any(1, Volatility::Immutable),
+                _ => Signature::user_defined(Volatility::Immutable),
+            },
+            aliases: match kind {
+                OrderedSet::PercentileCont => vec!["quantile_cont".to_string()],
+                _ => Vec::new(),
+            },
         })
-        .collect()
+    })
+    .collect()
 }
 
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct OrderedSetAggregate {
     kind: OrderedSet,
     signature: Signature,
+    aliases: Vec<String>,
 }
 
 impl AggregateUDFImpl for OrderedSetAggregate {
     fn name(&self) -> &str {
         match self.kind {
+            OrderedSet::PercentileCont => "percentile_cont",
             OrderedSet::PercentileDisc => "percentile_disc",
             OrderedSet::Mode => "mode",
         }
+    }
+
+    fn aliases(&self) -> &[String] {
+        &self.aliases
     }
 
     fn signature(&self) -> &Signature {
         &self.signature
     }
 
-    /// `percentile_disc`'s fraction is a float8, as PostgreSQL takes it.
+    /// A fraction is a float8, as PostgreSQL takes it; so are the values
+    /// `percentile_cont` interpolates.
     fn coerce_types(&self, arguments: &[DataType]) -> Result<Vec<DataType>> {
-        match arguments {
-            [value, _] => Ok(vec![value.clone(), DataType::Float64]),
-            _ => plan_err!("percentile_disc takes a fraction and WITHIN GROUP (ORDER BY value)"),
+        match (self.kind, arguments) {
+            (OrderedSet::PercentileCont, [_, _]) => Ok(vec![DataType::Float64, DataType::Float64]),
+            (_, [value, _]) => Ok(vec![value.clone(), DataType::Float64]),
+            _ => plan_err!(
+                "{} takes a fraction and WITHIN GROUP (ORDER BY value)",
+                self.name()
+            ),
         }
     }
 
     fn return_type(&self, arguments: &[DataType]) -> Result<DataType> {
-        Ok(arguments.first().cloned().unwrap_or(DataType::Null))
+        Ok(match self.kind {
+            OrderedSet::PercentileCont => DataType::Float64,
+            _ => arguments.first().cloned().unwrap_or(DataType::Null),
+        })
     }
 
     fn supports_within_group_clause(&self) -> bool {
@@ -85,17 +109,17 @@ impl AggregateUDFImpl for OrderedSetAggregate {
     fn accumulator(&self, arguments: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
         let fraction = match self.kind {
             OrderedSet::Mode => None,
-            OrderedSet::PercentileDisc => {
+            OrderedSet::PercentileCont | OrderedSet::PercentileDisc => {
                 let Some(literal) = arguments
                     .exprs
                     .get(1)
                     .and_then(|expr| expr.downcast_ref::<Literal>())
                 else {
-                    return plan_err!("percentile_disc's fraction must be a constant");
+                    return plan_err!("{}'s fraction must be a constant", self.name());
                 };
                 match literal.value() {
                     ScalarValue::Float64(fraction) => fraction.to_owned(),
-                    other => return plan_err!("percentile_disc's fraction {other} is not float8"),
+                    other => return plan_err!("{}'s fraction {other} is not float8", self.name()),
                 }
             }
         };
@@ -173,6 +197,24 @@ impl Accumulator for OrderedSetAccumulator {
             values.reverse();
         }
         match self.kind {
+            OrderedSet::PercentileCont => {
+                let Some(fraction) = self.fraction else {
+                    return null();
+                };
+                let float = |value: &ScalarValue| match value {
+                    ScalarValue::Float64(Some(value)) => Ok(*value),
+                    other => exec_err!("percentile_cont over {other}"),
+                };
+                // Interpolated between the rows around `fraction`, as
+                // PostgreSQL's `float8_lerp`.
+                let position = fraction * (values.len() - 1) as f64;
+                let (first, second) = (position.floor(), position.ceil());
+                let low = float(&values[first as usize])?;
+                let high = float(&values[second as usize])?;
+                Ok(ScalarValue::Float64(Some(
+                    low + (high - low) * (position - first),
+                )))
+            }
             OrderedSet::PercentileDisc => {
                 let Some(fraction) = self.fraction else {
                     return null();
