@@ -14,13 +14,17 @@
 //! PostgreSQL comparison), `ROCKSTREAM_BENCH_SECTIONS` (default
 //! `latency,ingest`; `backfill` measures the backfill alone, `reads` the
 //! LIMIT and key lookups alone, `roundtrip` one client's round trips,
-//! `drop` a DROP under a concurrent writer),
+//! `drop` a DROP under a concurrent writer, `nexmark` the Nexmark queries
+//! over `ROCKSTREAM_BENCH_NEXMARK_EVENTS` events, default 200000),
 //! `ROCKSTREAM_BENCH_SHARDS` (default 1), `ROCKSTREAM_BENCH_SERVER_LOG` (a file
 //! the servers' logs are appended to), `ROCKSTREAM_BENCH_DROP_BASELINE_SECS`
 //! (default 10: how long the `drop` section's writer commits before the
 //! DROP, for the machine's own figures over a comparable span).
 // A client of the server, not engine code: it may use tokio's clock and tasks.
 #![allow(clippy::disallowed_methods)]
+
+#[path = "end_to_end/nexmark.rs"]
+mod nexmark;
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -823,6 +827,10 @@ async fn main() {
             milliseconds(dropped.baseline_p99),
             milliseconds(dropped.baseline_max)
         );
+    }
+    if sections.contains("nexmark") {
+        let events = environment("ROCKSTREAM_BENCH_NEXMARK_EVENTS", 200_000);
+        nexmark::nexmark_figures(events as usize).await;
     }
     if sections.contains("backfill") {
         let rows = environment("ROCKSTREAM_BENCH_BACKFILL_ROWS", 5_000_000);
