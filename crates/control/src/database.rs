@@ -1546,7 +1546,22 @@ mod tests {
             )
             .await
             .unwrap();
+        // A view reading it follows it, also across the restart.
+        database
+            .create_view(
+                "default",
+                NewView {
+                    name: "recent_count",
+                    query: "SELECT count(*) AS n, max(k) AS top FROM recent",
+                    column_names: None,
+                    materialized: true,
+                    if_not_exists: false,
+                },
+            )
+            .await
+            .unwrap();
         view_holds(&database, "recent", &[2]).await;
+        view_holds(&database, "recent_count", &[1]).await;
         clock.set(start + 4 * SECOND);
         view_holds(&database, "recent", &[2, 3]).await;
         clock.set(start + 5 * SECOND);
@@ -1558,6 +1573,9 @@ mod tests {
             .await
             .unwrap();
         view_holds(&reopened, "recent", &[4]).await;
+        view_holds(&reopened, "recent_count", &[1]).await;
+        let counted = stored_rows(&reopened, "recent_count").await;
+        assert_eq!(counted, vec![vec![Datum::Int64(1), Datum::Int64(4)]]);
         let key = rockstream_types::encoding::encode_row(&[Datum::Int64(4)]);
         let old = vec![Datum::Int64(4), Datum::Timestamp(start + 30 * SECOND)];
         reopened
@@ -1575,10 +1593,19 @@ mod tests {
             .await
             .unwrap();
         view_holds(&reopened, "recent", &[]).await;
+        view_holds(&reopened, "recent_count", &[0]).await;
+        // The schedule is empty (the filter's last clock stays).
         let view = reopened.lookup("default", "recent").unwrap();
-        for prefix in keys::view_op_prefixes(view.id) {
-            assert_eq!(keys_under(&reopened, &prefix).await, 0, "{prefix:?}");
-        }
+        let schedule: Vec<u8> = [keys::OP_STATE]
+            .into_iter()
+            .chain(keys::TEMPORAL_FILTER)
+            .chain(
+                rockstream_plan::op_id(view.id, 0).to_be_bytes()[..12]
+                    .iter()
+                    .copied(),
+            )
+            .collect();
+        assert_eq!(keys_under(&reopened, &schedule).await, 0);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

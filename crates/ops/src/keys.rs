@@ -15,6 +15,7 @@
 //! 0x01 'W' 'F' op_id(16) partition order row len(row)
 //!                                              -> count       window-function multiset
 //! 0x01 'T' 'F' op_id(16) time(8) row          -> count       temporal filter's schedule
+//! 0x01 'T' 'C' op_id(16)                      -> clock(8)    temporal filter's last clock
 //! 0x03 view_id(16) row                        -> weight      view output (counted)
 //! 0x07 table_id(16) row_key                   -> row         table rows
 //! 0x08 view_id(16) key                        -> row         view output (keyed)
@@ -67,6 +68,7 @@ pub const SET_OPERATION: [u8; 2] = *b"SO";
 pub const TOP_K: [u8; 2] = *b"TK";
 pub const WINDOW: [u8; 2] = *b"WF";
 pub const TEMPORAL_FILTER: [u8; 2] = *b"TF";
+pub const TEMPORAL_CLOCK: [u8; 2] = *b"TC";
 
 /// `0x01 kind op_id`: the prefix of all of one operator's state of one kind.
 pub fn op_prefix(kind: [u8; 2], op_id: ObjectId) -> Vec<u8> {
@@ -245,6 +247,7 @@ pub fn view_op_prefixes(view_id: ObjectId) -> Vec<Vec<u8>> {
         TOP_K,
         WINDOW,
         TEMPORAL_FILTER,
+        TEMPORAL_CLOCK,
     ]
     .into_iter()
     .map(|kind| {

@@ -1,5 +1,5 @@
 //! Temporal filters: `WHERE ts > now() - INTERVAL '1 hour'` in a
-//! materialized view (DESIGN §6.9).
+//! materialized view.
 //!
 //! Each condition bounds the clock by a value of the row: `ts > now() - 1h`
 //! holds while `now < ts + 1h`, `ts <= now()` once `now >= ts`. Together
@@ -21,15 +21,20 @@
 //! insertion's left it. The schedule's head is when the view next needs a
 //! step without input ([`TemporalFilter::next_event`]).
 //!
-//! The clock is the epoch's, which the engine keeps from going back, so a
-//! row once retracted is never emitted again by the same interval.
+//! The clock is the epoch's, which the engine keeps from going back; the
+//! operator also keeps the last one it stepped at (`TC op_id -> clock`),
+//! so a server clock that went back across a restart does not take the
+//! filter back: a row once retracted is never emitted again by the same
+//! interval, nor retracted before it entered. Schedule entries whose
+//! count went to zero stay (as zero counts, read as absent) until
+//! compaction removes them; the head's scans pass over them meanwhile.
 
 use rockstream_plan::{ClockBound, ClockComparison};
 use rockstream_types::encoding::{decode_row, encode_row_into};
 use rockstream_types::{Datum, ObjectId, Row, RsError, RsResult, SqlType, ZSet};
 
 use crate::expr::CompiledExprs;
-use crate::keys::{decode_weight, op_prefix, TEMPORAL_FILTER};
+use crate::keys::{decode_weight, op_prefix, TEMPORAL_CLOCK, TEMPORAL_FILTER};
 use crate::state::{ScanOrder, StateRead, StateStore};
 
 /// Entries read per scan of the schedule's head.
@@ -94,6 +99,7 @@ impl TemporalFilter {
         delta: ZSet,
         now: i64,
     ) -> RsResult<ZSet> {
+        let now = self.advance_clock(store, now).await?;
         let mut out = self.take_due(store, now).await?;
         if delta.is_empty() {
             return Ok(out.consolidate());
@@ -116,6 +122,27 @@ impl TemporalFilter {
         Ok(out.consolidate())
     }
 
+    /// The clock of this step: `now`, unless an earlier step saw a later
+    /// one (the server's clock went back across a restart), which is
+    /// kept, so a row is never retracted before it was emitted or emitted
+    /// again once it left.
+    async fn advance_clock<S: StateStore>(&self, store: &mut S, now: i64) -> RsResult<i64> {
+        let key = op_prefix(TEMPORAL_CLOCK, self.op_id);
+        let last = match store.get(&key).await? {
+            Some(bytes) => Some(i64::from_be_bytes(bytes.as_slice().try_into().map_err(
+                |_| RsError::internal("a temporal filter's clock is not 8 bytes"),
+            )?)),
+            None => None,
+        };
+        match last {
+            Some(last) if last >= now => Ok(last),
+            _ => {
+                store.put(key, now.to_be_bytes().to_vec());
+                Ok(now)
+            }
+        }
+    }
+
     /// When a step without input next changes the output: the schedule's
     /// first time, if any.
     pub async fn next_event<S: StateRead>(&self, store: &S) -> RsResult<Option<i64>> {
@@ -131,9 +158,13 @@ impl TemporalFilter {
     async fn take_due<S: StateStore>(&self, store: &mut S, now: i64) -> RsResult<ZSet> {
         let prefix = op_prefix(TEMPORAL_FILTER, self.op_id);
         let mut out = ZSet::new();
+        // Each scan starts at the head again, where the entries taken
+        // before read as gone but are still read below: doubling the
+        // chunk keeps the reads linear in the rows due.
+        let mut chunk = DUE_CHUNK;
         loop {
             let head = store
-                .scan_prefix(&prefix, ScanOrder::Ascending, DUE_CHUNK)
+                .scan_prefix(&prefix, ScanOrder::Ascending, chunk)
                 .await?;
             let mut due = Vec::new();
             for (key, value) in &head {
@@ -143,7 +174,8 @@ impl TemporalFilter {
                 }
                 due.push((time, decode_row(row)?, decode_weight(value)));
             }
-            let more = due.len() == DUE_CHUNK;
+            let more = due.len() == chunk;
+            chunk = chunk.saturating_mul(2);
             let rows: Vec<&Row> = due.iter().map(|(_, row, _)| row).collect();
             let intervals = self.intervals(&rows)?;
             for ((time, row, count), interval) in due.into_iter().zip(intervals) {
@@ -344,6 +376,39 @@ mod tests {
             filter.next_event(&store).await.expect("reads the schedule"),
             None
         );
+    }
+
+    #[test]
+    fn a_clock_that_goes_back_does_not_take_the_filter_back() {
+        futures::executor::block_on(async {
+            // ts > now() - 10: in until ts + 10.
+            let filter = filter(&[(ClockComparison::Greater, -10)]);
+            let mut store = MemoryStore::default();
+            let mut delta = ZSet::new();
+            delta.push(row(1, Some(100)), 1);
+            let out = filter.step(&mut store, delta, 105).await.expect("steps");
+            assert_eq!(out.updates, vec![(row(1, Some(100)), 1)]);
+            let out = filter
+                .step(&mut store, ZSet::new(), 111)
+                .await
+                .expect("steps");
+            assert_eq!(out.updates, vec![(row(1, Some(100)), -1)]);
+            // The server restarts with its clock behind: the row, gone,
+            // stays gone, and its deletion retracts nothing.
+            let out = filter
+                .step(&mut store, ZSet::new(), 95)
+                .await
+                .expect("steps");
+            assert!(out.is_empty());
+            let mut delta = ZSet::new();
+            delta.push(row(1, Some(100)), -1);
+            let out = filter.step(&mut store, delta, 96).await.expect("steps");
+            assert!(out.is_empty());
+            assert_eq!(
+                filter.next_event(&store).await.expect("reads the schedule"),
+                None
+            );
+        });
     }
 
     proptest! {

@@ -21,7 +21,7 @@
 
 use std::sync::{Arc, LazyLock};
 
-use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::datatypes::{DataType, TimeUnit};
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{plan_err, Result, ScalarValue};
 use datafusion::execution::SessionState;
@@ -179,9 +179,13 @@ fn mark(state: &SessionState, conjunct: &Expr) -> RsResult<Option<Expr>> {
 fn clock_terms<'a>(expr: &'a Expr, sign: i128, terms: &mut Vec<(i128, &'a Expr)>) -> bool {
     match expr {
         Expr::ScalarFunction(call) => is_clock(call) && call.args.is_empty(),
+        // To a timestamp of whole microseconds (a cast to fewer digits,
+        // `now()::timestamp(0)`, rounds the clock).
         Expr::Cast(cast) => {
-            matches!(cast.field.data_type(), DataType::Timestamp(..))
-                && clock_terms(&cast.expr, sign, terms)
+            matches!(
+                cast.field.data_type(),
+                DataType::Timestamp(TimeUnit::Microsecond | TimeUnit::Nanosecond, _)
+            ) && clock_terms(&cast.expr, sign, terms)
         }
         Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
             let constant = |expr: &Expr| !reads_clock(expr) && is_constant(expr);

@@ -129,8 +129,15 @@ pub(crate) struct EpochLoop {
     /// is refused, even once its keys are reclaimed.
     dropped: HashSet<ObjectId>,
     /// The clock of the epoch under way (µs since 1970 UTC): the runtime's,
-    /// read as each epoch begins, kept from going back.
+    /// read as each epoch begins, kept from going back (and, by each
+    /// temporal filter, across restarts).
     clock: i64,
+    /// Set once the start has installed every view and finished staged
+    /// commits ([`EpochLoop::finish_staged`]): only then do views step
+    /// without input, so every view reading one is there to follow it.
+    started: bool,
+    /// When the engine last looked at its shards ([`EpochLoop::check_shards`]).
+    shards_checked_at: i64,
 }
 
 /// What an engine starts from.
@@ -178,6 +185,8 @@ impl EpochLoop {
             discarded_early: HashSet::new(),
             dropped: HashSet::new(),
             clock: i64::MIN,
+            started: false,
+            shards_checked_at: 0,
         }
     }
 
@@ -241,13 +250,19 @@ impl EpochLoop {
                 Some(command) => Some(command),
                 None if reading => match receiver.try_recv() {
                     Ok(command) => Some(command),
-                    Err(mpsc::error::TryRecvError::Empty) => tokio::select! {
-                        command = receiver.recv() => match command {
-                            Some(command) => Some(command),
-                            None => break,
-                        },
-                        () = self.collect_deletion_read() => None,
-                    },
+                    Err(mpsc::error::TryRecvError::Empty) => {
+                        let wait = self.wake_wait(SHARD_CHECK_INTERVAL);
+                        let runtime = self.runtime.clone();
+                        tokio::select! {
+                            command = receiver.recv() => match command {
+                                Some(command) => Some(command),
+                                None => break,
+                            },
+                            () = self.collect_deletion_read() => None,
+                            // A view's next row to enter or leave: stepped below.
+                            () = runtime.sleep(wait) => None,
+                        }
+                    }
                     Err(mpsc::error::TryRecvError::Disconnected) => break,
                 },
                 None if building => match receiver.try_recv() {
@@ -258,21 +273,20 @@ impl EpochLoop {
                 None => {
                     // Idle until a command, a view's next row to enter or
                     // leave (stepped below), or the next look at the shards.
-                    let wait = match self.next_wake() {
-                        Some(at) => {
-                            let micros = at.saturating_sub(self.runtime.now_micros()).max(0);
-                            SHARD_CHECK_INTERVAL
-                                .min(std::time::Duration::from_micros(micros as u64))
-                        }
-                        None => SHARD_CHECK_INTERVAL,
-                    };
+                    let since_check = self.runtime.now_micros() - self.shards_checked_at;
+                    let check_in = SHARD_CHECK_INTERVAL.saturating_sub(
+                        std::time::Duration::from_micros(since_check.max(0) as u64),
+                    );
+                    let wait = self.wake_wait(check_in);
                     tokio::select! {
                         command = receiver.recv() => match command {
                             Some(command) => Some(command),
                             None => break,
                         },
                         () = self.runtime.sleep(wait) => {
-                            if wait == SHARD_CHECK_INTERVAL {
+                            let now = self.runtime.now_micros();
+                            if now - self.shards_checked_at >= SHARD_CHECK_INTERVAL.as_micros() as i64 {
+                                self.shards_checked_at = now;
                                 self.check_shards().await;
                             }
                             None
@@ -323,7 +337,7 @@ impl EpochLoop {
     /// The earliest clock time at which a maintained view needs a step
     /// without input, when the engine can take one ([`EpochLoop::tick`]).
     fn next_wake(&self) -> Option<i64> {
-        if self.hold_publish || self.failure.is_some() {
+        if !self.started || self.hold_publish || self.failure.is_some() {
             return None;
         }
         self.views
@@ -331,6 +345,20 @@ impl EpochLoop {
             .filter(|installed| matches!(installed.phase, Phase::Maintained))
             .filter_map(|installed| installed.wake_at)
             .min()
+    }
+
+    /// How long to wait, at most `longest`, for the next tick: until the
+    /// next view's wake time rounded up to [`TICK_GRANULARITY_MICROS`], so
+    /// rows coming due close together share one epoch (each is stepped at
+    /// the epoch's exact clock, so none is early).
+    fn wake_wait(&self, longest: std::time::Duration) -> std::time::Duration {
+        let Some(at) = self.next_wake() else {
+            return longest;
+        };
+        let at = at.saturating_add(TICK_GRANULARITY_MICROS - 1) / TICK_GRANULARITY_MICROS
+            * TICK_GRANULARITY_MICROS;
+        let micros = at.saturating_sub(self.runtime.now_micros()).max(0);
+        longest.min(std::time::Duration::from_micros(micros as u64))
     }
 
     /// Steps, in an epoch of their own, the views whose rows come due by
@@ -345,6 +373,7 @@ impl EpochLoop {
         let deltas: Deltas = vec![HashMap::new(); self.shard_count()];
         let stores = self.propagate(stores, deltas, BuildInputs::new()).await?;
         self.commit_epoch(stores).await?;
+        self.maybe_flush_memtables().await;
         Ok(())
     }
 
@@ -1122,6 +1151,12 @@ impl EpochLoop {
 /// How often the engine, while it waits for commands, checks that SlateDB
 /// has not closed a shard by itself ([`EpochLoop::check_shards`]).
 const SHARD_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Ticks ([`EpochLoop::tick`]) wait for multiples of this many
+/// microseconds of the clock: a row enters or leaves a temporal filter's
+/// view at most this much after its time, and rows due at distinct times
+/// cost at most one epoch per this interval.
+const TICK_GRANULARITY_MICROS: i64 = 10_000;
 
 /// Keys the first deletion turn removes on each shard; later turns remove
 /// as many as take about [`DELETE_TURN_MICROS`] to write: a commit arriving

@@ -593,6 +593,9 @@ impl EpochLoop {
             );
         }
         self.hold_publish = false;
+        // Every view is installed: from now on views step without input
+        // when their rows come due.
+        self.started = true;
         self.publish()
     }
 
