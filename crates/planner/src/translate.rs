@@ -611,39 +611,126 @@ impl Translator {
             ));
         }
         let schema = window.input.schema();
-        let column = |expr: &Expr| match unalias(expr) {
-            Expr::Column(column) => schema.index_of_column(column).ok(),
-            _ => None,
+        let width = schema.fields().len();
+        // Keys that are expressions are computed into columns appended to
+        // the input (each distinct one once), and dropped above.
+        let mut computed: Vec<Expr> = Vec::new();
+        let mut key_column = |expr: &Expr| -> usize {
+            let expr = unalias(expr);
+            if let Expr::Column(column) = expr {
+                if let Ok(index) = schema.index_of_column(column) {
+                    return index;
+                }
+            }
+            match computed.iter().position(|known| known == expr) {
+                Some(position) => width + position,
+                None => {
+                    computed.push(expr.clone());
+                    width + computed.len() - 1
+                }
+            }
         };
-        let partition = first
-            .partition_by
-            .iter()
-            .map(column)
-            .collect::<Option<Vec<usize>>>();
-        let order_by = first
+        let partition: Vec<usize> = first.partition_by.iter().map(&mut key_column).collect();
+        let order_by: Vec<SortKey> = first
             .order_by
             .iter()
-            .map(|key| {
-                column(&key.expr).map(|column| SortKey {
-                    column,
-                    descending: !key.asc,
-                    nulls_first: key.nulls_first,
-                })
+            .map(|key| SortKey {
+                column: key_column(&key.expr),
+                descending: !key.asc,
+                nulls_first: key.nulls_first,
             })
-            .collect::<Option<Vec<SortKey>>>();
-        let (Some(partition), Some(order_by)) = (partition, order_by) else {
-            return Err(RsError::unsupported(
-                "a window PARTITION BY or ORDER BY an expression (name it in a subquery first)",
-            ));
-        };
+            .collect();
         let op_id = self.op_id();
-        Ok(PlanNode::Window {
+        let input = self.translate(&window.input)?;
+        if computed.is_empty() {
+            return Ok(PlanNode::Window {
+                op_id,
+                input: Box::new(input),
+                partition,
+                order_by,
+                functions: window.window_expr.clone(),
+                input_schema: schema.clone(),
+                schema: schema_of(&window.schema)?,
+            });
+        }
+        let key_fields = computed
+            .iter()
+            .enumerate()
+            .map(|(index, expr)| {
+                let data_type = expr.get_type(schema).map_err(datafusion_error)?;
+                Ok((
+                    None,
+                    Arc::new(datafusion::arrow::datatypes::Field::new(
+                        format!("__window_key_{index}"),
+                        data_type,
+                        true,
+                    )),
+                ))
+            })
+            .collect::<RsResult<Vec<_>>>()?;
+        let columns_of = |schema: &DFSchema, range: std::ops::Range<usize>| -> Vec<Expr> {
+            range
+                .map(|index| {
+                    Expr::Column(datafusion::common::Column::from(
+                        schema.qualified_field(index),
+                    ))
+                })
+                .collect()
+        };
+        let fields_of = |schema: &DFSchema, range: std::ops::Range<usize>| {
+            range
+                .map(|index| {
+                    let (qualifier, field) = schema.qualified_field(index);
+                    (qualifier.cloned(), Arc::clone(field))
+                })
+                .collect::<Vec<_>>()
+        };
+        let extended_fields: Vec<_> = fields_of(schema, 0..width)
+            .into_iter()
+            .chain(key_fields)
+            .collect();
+        let extended = Arc::new(
+            DFSchema::new_with_metadata(extended_fields.clone(), Default::default())
+                .map_err(datafusion_error)?,
+        );
+        let functions_width = window.schema.fields().len() - width;
+        let stepped = Arc::new(
+            DFSchema::new_with_metadata(
+                extended_fields
+                    .into_iter()
+                    .chain(fields_of(&window.schema, width..width + functions_width))
+                    .collect(),
+                Default::default(),
+            )
+            .map_err(datafusion_error)?,
+        );
+        let mut exprs = columns_of(schema, 0..width);
+        exprs.extend(computed);
+        let keyed = PlanNode::Map {
+            input: Box::new(input),
+            exprs,
+            input_schema: schema.clone(),
+            schema: schema_of(&extended)?,
+        };
+        let keys = extended.fields().len() - width;
+        let stepped_node = PlanNode::Window {
             op_id,
-            input: Box::new(self.translate(&window.input)?),
+            input: Box::new(keyed),
             partition,
             order_by,
             functions: window.window_expr.clone(),
-            input_schema: schema.clone(),
+            input_schema: extended,
+            schema: schema_of(&stepped)?,
+        };
+        let mut kept = columns_of(&stepped, 0..width);
+        kept.extend(columns_of(
+            &stepped,
+            width + keys..width + keys + functions_width,
+        ));
+        Ok(PlanNode::Map {
+            input: Box::new(stepped_node),
+            exprs: kept,
+            input_schema: stepped,
             schema: schema_of(&window.schema)?,
         })
     }
@@ -1314,6 +1401,11 @@ mod tests {
                 "SELECT window_start, count(*) FROM TUMBLE(t, at, INTERVAL '1' MINUTE) GROUP BY window_start",
                 "date_bin",
                 "Window [",
+            ),
+            (
+                "SELECT id, sum(v) OVER (PARTITION BY upper(g) ORDER BY v * 2, id) FROM t",
+                "Window [",
+                "TopK",
             ),
             (
                 "SELECT id FROM t WHERE at > now() - INTERVAL '1 hour' AND v > 1",

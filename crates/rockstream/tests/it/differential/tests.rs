@@ -338,6 +338,17 @@ fn constructs_scenario() -> Scenario {
             "SELECT id, SUM(amount) OVER (PARTITION BY region ORDER BY customer_id RANGE BETWEEN 1 PRECEDING AND 1 FOLLOWING) AS near \
              FROM orders",
         ),
+        (
+            "windows_by_expressions",
+            "SELECT id, SUM(amount) OVER (PARTITION BY customer_id % 3 ORDER BY amount * 2 DESC NULLS LAST, id) AS running, \
+             LAG(id) OVER (PARTITION BY customer_id % 3 ORDER BY amount * 2 DESC NULLS LAST, id) AS prev, \
+             COUNT(*) OVER (PARTITION BY upper(region)) AS in_region FROM orders",
+        ),
+        (
+            "latest_per_expression",
+            "SELECT id, amount FROM (SELECT id, amount, row_number() OVER (PARTITION BY customer_id % 4 \
+             ORDER BY created_at DESC NULLS LAST, id) AS rn FROM orders) o WHERE rn <= 2",
+        ),
         ("top_repeated_rows", "SELECT kind, weight FROM events ORDER BY weight DESC, kind LIMIT 4"),
         (
             "latest_per_customer",
