@@ -77,7 +77,14 @@ impl AggregateUDFImpl for OrderedSetAggregate {
     /// `percentile_cont` interpolates.
     fn coerce_types(&self, arguments: &[DataType]) -> Result<Vec<DataType>> {
         match (self.kind, arguments) {
-            (OrderedSet::PercentileCont, [_, _]) => Ok(vec![DataType::Float64, DataType::Float64]),
+            (OrderedSet::PercentileCont, [value, _])
+                if value.is_numeric() || value.is_null() =>
+            {
+                Ok(vec![DataType::Float64, DataType::Float64])
+            }
+            (OrderedSet::PercentileCont, [value, _]) => plan_err!(
+                "function percentile_cont(double precision) within group (order by {value}) does not exist"
+            ),
             (_, [value, _]) => Ok(vec![value.clone(), DataType::Float64]),
             _ => plan_err!(
                 "{} takes a fraction and WITHIN GROUP (ORDER BY value)",

@@ -284,9 +284,10 @@ impl EpochLoop {
                             None => break,
                         },
                         () = self.runtime.sleep(wait) => {
-                            let now = self.runtime.now_micros();
-                            if now - self.shards_checked_at >= SHARD_CHECK_INTERVAL.as_micros() as i64 {
-                                self.shards_checked_at = now;
+                            // Also when the clock went back past the last look.
+                            let since = self.runtime.now_micros() - self.shards_checked_at;
+                            if !(0..SHARD_CHECK_INTERVAL.as_micros() as i64).contains(&since) {
+                                self.shards_checked_at = self.runtime.now_micros();
                                 self.check_shards().await;
                             }
                             None
@@ -352,13 +353,23 @@ impl EpochLoop {
     /// rows coming due close together share one epoch (each is stepped at
     /// the epoch's exact clock, so none is early).
     fn wake_wait(&self, longest: std::time::Duration) -> std::time::Duration {
-        let Some(at) = self.next_wake() else {
+        let Some(at) = self.next_tick() else {
             return longest;
         };
-        let at = at.saturating_add(TICK_GRANULARITY_MICROS - 1) / TICK_GRANULARITY_MICROS
-            * TICK_GRANULARITY_MICROS;
         let micros = at.saturating_sub(self.runtime.now_micros()).max(0);
         longest.min(std::time::Duration::from_micros(micros as u64))
+    }
+
+    /// When the next tick is due: the next wake time rounded up to
+    /// [`TICK_GRANULARITY_MICROS`].
+    fn next_tick(&self) -> Option<i64> {
+        self.next_wake().map(|at| {
+            let rest = at.rem_euclid(TICK_GRANULARITY_MICROS);
+            match rest {
+                0 => at,
+                _ => at.saturating_add(TICK_GRANULARITY_MICROS - rest),
+            }
+        })
     }
 
     /// Steps, in an epoch of their own, the views whose rows come due by
@@ -366,7 +377,7 @@ impl EpochLoop {
     /// Not while a staged commit holds back what readers see.
     async fn tick(&mut self) -> RsResult<()> {
         let now = self.runtime.now_micros();
-        if self.next_wake().is_none_or(|at| at > now) {
+        if self.next_tick().is_none_or(|at| at > now) {
             return Ok(());
         }
         let stores = self.new_stores()?;
@@ -1043,13 +1054,12 @@ impl EpochLoop {
                 .is_empty();
         }
         if has_pending {
-            // Re-derive the failure (or heal) by retrying the pending input.
+            // Re-derive the failure (or heal) by retrying the pending input:
+            // due at once, it is retried by the first tick once start has
+            // installed every view, so its output reaches the views reading
+            // it.
             self.views[index].failed = Some(RsError::internal("pending"));
-            let mut deltas: Deltas = vec![HashMap::new(); self.shard_count()];
-            let stores = self
-                .step_wave(stores, vec![(index, None)], &mut deltas)
-                .await?;
-            self.commit_epoch(stores).await?;
+            self.views[index].wake_at = Some(i64::MIN);
         }
         let _ = built.send(Ok(()));
         Ok(())
