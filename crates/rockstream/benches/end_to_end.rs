@@ -15,7 +15,8 @@
 //! `latency,ingest`; `backfill` measures the backfill alone, `reads` the
 //! LIMIT and key lookups alone, `roundtrip` one client's round trips,
 //! `drop` a DROP under a concurrent writer, `nexmark` the Nexmark queries
-//! over `ROCKSTREAM_BENCH_NEXMARK_EVENTS` events, default 200000),
+//! over `ROCKSTREAM_BENCH_NEXMARK_EVENTS` events, default 200000, `windows`
+//! a change's cost to top-K and window views by partition count and size),
 //! `ROCKSTREAM_BENCH_SHARDS` (default 1), `ROCKSTREAM_BENCH_SERVER_LOG` (a file
 //! the servers' logs are appended to), `ROCKSTREAM_BENCH_DROP_BASELINE_SECS`
 //! (default 10: how long the `drop` section's writer commits before the
@@ -25,6 +26,8 @@
 
 #[path = "end_to_end/nexmark.rs"]
 mod nexmark;
+#[path = "end_to_end/windows.rs"]
+mod windows;
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -827,6 +830,9 @@ async fn main() {
             milliseconds(dropped.baseline_p99),
             milliseconds(dropped.baseline_max)
         );
+    }
+    if sections.contains("windows") {
+        windows::window_figures().await;
     }
     if sections.contains("nexmark") {
         let events = environment("ROCKSTREAM_BENCH_NEXMARK_EVENTS", 200_000);
