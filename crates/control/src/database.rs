@@ -1234,15 +1234,26 @@ mod tests {
         old: Option<rockstream_types::Row>,
         new: rockstream_types::Row,
     ) -> RsResult<()> {
+        let row = RowChange {
+            key,
+            old,
+            new: Some(new),
+        };
+        commit_changes(database, table, vec![row]).await
+    }
+
+    /// Commits `rows`, changes of `table`, in one epoch straight to the
+    /// engine.
+    async fn commit_changes(
+        database: &Database,
+        table: &CatalogEntry,
+        rows: Vec<RowChange>,
+    ) -> RsResult<()> {
         let change = TableChange {
             table_id: table.id,
             table_name: table.name.clone(),
             unique: Vec::new(),
-            rows: vec![RowChange {
-                key,
-                old,
-                new: Some(new),
-            }],
+            rows,
         };
         database.engine().commit(vec![change]).await.map(|_| ())
     }
@@ -1258,16 +1269,7 @@ mod tests {
                 new: Some(vec![Datum::Int64(k), Datum::Int64(k % 10), Datum::Int64(v)]),
             })
             .collect();
-        database
-            .engine()
-            .commit(vec![TableChange {
-                table_id: table.id,
-                table_name: table.name.clone(),
-                unique: Vec::new(),
-                rows,
-            }])
-            .await
-            .unwrap();
+        commit_changes(database, &table, rows).await.unwrap();
     }
 
     /// Every row stored for object `name`, in storage order.
@@ -1522,16 +1524,7 @@ mod tests {
                 ]),
             })
             .collect();
-        database
-            .engine()
-            .commit(vec![TableChange {
-                table_id: table.id,
-                table_name: table.name.clone(),
-                unique: Vec::new(),
-                rows,
-            }])
-            .await
-            .unwrap();
+        commit_changes(&database, &table, rows).await.unwrap();
         database
             .create_view(
                 "default",
@@ -1578,18 +1571,12 @@ mod tests {
         assert_eq!(counted, vec![vec![Datum::Int64(1), Datum::Int64(4)]]);
         let key = rockstream_types::encoding::encode_row(&[Datum::Int64(4)]);
         let old = vec![Datum::Int64(4), Datum::Timestamp(start + 30 * SECOND)];
-        reopened
-            .engine()
-            .commit(vec![TableChange {
-                table_id: table.id,
-                table_name: table.name.clone(),
-                unique: Vec::new(),
-                rows: vec![RowChange {
-                    key,
-                    old: Some(old),
-                    new: None,
-                }],
-            }])
+        let deletion = RowChange {
+            key,
+            old: Some(old),
+            new: None,
+        };
+        commit_changes(&reopened, &table, vec![deletion])
             .await
             .unwrap();
         view_holds(&reopened, "recent", &[]).await;
