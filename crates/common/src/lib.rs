@@ -38,6 +38,9 @@ impl Clock for SystemClock {
     }
 }
 
+/// How long engine work may wait before [`Runtime::watched`] logs that it still waits.
+pub const SLOW_WORK_WARNING: Duration = Duration::from_secs(10);
+
 /// Handle through which the engine reaches time, tasks and randomness.
 #[derive(Clone)]
 pub struct Runtime {
@@ -78,6 +81,23 @@ impl Runtime {
 
     pub async fn sleep(&self, duration: Duration) {
         tokio::time::sleep(duration).await
+    }
+
+    /// Awaits `future`, logging a warning naming `what` each [`SLOW_WORK_WARNING`] it has not
+    /// finished: engine work that stops making progress then says in the log where it waits,
+    /// rather than leaving a silent server.
+    pub async fn watched<F: Future>(&self, what: impl std::fmt::Display, future: F) -> F::Output {
+        let mut future = std::pin::pin!(future);
+        let mut waited = Duration::ZERO;
+        loop {
+            tokio::select! {
+                output = &mut future => return output,
+                () = tokio::time::sleep(SLOW_WORK_WARNING) => {
+                    waited += SLOW_WORK_WARNING;
+                    tracing::warn!(waited_secs = waited.as_secs(), "{what} has not finished");
+                }
+            }
+        }
     }
 
     /// A pseudo-random 64-bit value (SplitMix64 over the seed).

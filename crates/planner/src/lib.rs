@@ -13,6 +13,7 @@ mod ast_walk;
 mod column_names;
 mod columnar;
 mod interval_literals;
+mod lateral_top_k;
 mod number_literals;
 mod ordered_set_aggregates;
 mod pg_aggregates;

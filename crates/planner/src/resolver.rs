@@ -100,6 +100,7 @@ pub fn new_context_in(
     context.add_analyzer_rule(Arc::new(
         crate::pg_datetime_literals::PostgresDatetimeLiterals,
     ));
+    context.add_analyzer_rule(Arc::new(crate::lateral_top_k::LateralTopK));
     // The rules above change some result types (a quotient's scale) after
     // DataFusion coerced the expressions around them to the old ones:
     // coerce once more.

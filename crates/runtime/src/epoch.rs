@@ -662,7 +662,11 @@ impl EpochLoop {
             }
         }
         let ddl_transaction = self.ddl_transaction_pending.take();
-        if let Err(failed) = self.shards[0].commit(epoch, coordinator).await {
+        let committed = self.runtime.watched(
+            format!("epoch {epoch}'s commit on the coordinator shard"),
+            self.shards[0].commit(epoch, coordinator),
+        );
+        if let Err(failed) = committed.await {
             if !failed.maybe_applied {
                 return Err(failed.cause);
             }
@@ -689,7 +693,11 @@ impl EpochLoop {
                 others.push(shard.commit(epoch, writes));
             }
         }
-        for committed in futures::future::join_all(others).await {
+        let committed = self.runtime.watched(
+            format!("epoch {epoch}'s commit on the other shards"),
+            futures::future::join_all(others),
+        );
+        for committed in committed.await {
             // The epoch is durable in the coordinator's log: reopening the
             // storage completes it. Its writers are told so, not that it
             // failed; the shard's error is why storage is unusable.
@@ -837,7 +845,16 @@ impl EpochLoop {
                 self.shard_steps(index, &shared_stores, inputs, false)
             })
             .collect();
-        let mut results = self.run_steps(steps, spawn).await.into_iter();
+        let names = wave
+            .iter()
+            .map(|&index| self.views[index].view.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let stepped = self.run_steps(steps, spawn);
+        let stepped = self
+            .runtime
+            .watched(format!("the step of views {names}"), stepped);
+        let mut results = stepped.await.into_iter();
         let unshared = || RsError::internal("a view step outlived its wave");
         stores = shared_stores
             .into_iter()
@@ -1079,7 +1096,11 @@ impl EpochLoop {
         // the read if none is under way.
         let chunks = match (deletion.read.take(), deletion.ahead.take()) {
             (Some(read), _) => read?,
-            (None, Some(ahead)) => joined(ahead.await)?,
+            (None, Some(ahead)) => joined(
+                self.runtime
+                    .watched("a deletion's read of its next keys", ahead)
+                    .await,
+            )?,
             (None, None) => {
                 deletion.ahead = Some(self.read_ahead(&deletion)?);
                 return Ok(deletion);
@@ -1115,7 +1136,11 @@ impl EpochLoop {
             .map(|(shard, shard_deletes)| shard.write_outside_epochs(shard_deletes));
         // Every write runs to its end (each shard's cache marks its write
         // in flight until then), and the first error is the turn's.
-        for written in futures::future::join_all(writes).await {
+        let written = futures::future::join_all(writes);
+        let written = self
+            .runtime
+            .watched("a deletion's writes outside epochs", written);
+        for written in written.await {
             written?;
         }
         let took = self.runtime.now_micros() - started;

@@ -30,6 +30,12 @@ use generator::{DmlGenerator, Ending, GeneratorSettings, KeySnapshot, Transactio
 pub const TRANSACTIONS_DEFAULT: usize = 30;
 /// Transactions of history printed with a failure (the failing one last).
 const HISTORY_SHOWN_MAX: usize = 60;
+/// How long one statement of a scenario may take before the run fails as stuck: far beyond what
+/// any statement over these small tables takes, even in a debug build on a busy machine, so that
+/// an engine that stops making progress fails the test with its seed and log instead of hanging.
+const STATEMENT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(180);
+/// What a report says of a side that missed [`STATEMENT_DEADLINE`].
+const STUCK: &str = "the server is stuck";
 
 /// The values a column takes in generated DML. Small domains make collisions likely.
 #[derive(Clone, Debug)]
@@ -302,13 +308,21 @@ async fn set_up(scenario: &Scenario, views: &[ViewSpec], side: &Side<'_>) -> Res
 
 /// Runs one statement; `Ok` holds the affected (or returned) row count.
 async fn execute(side: &Side<'_>, sql: &str) -> Result<u64, String> {
-    let messages = side.client.simple_query(sql).await.map_err(|error| {
-        format!(
-            "on {}: {sql}\nfailed: {}",
-            side.label,
-            describe_error(&error)
-        )
-    })?;
+    let messages = tokio::time::timeout(STATEMENT_DEADLINE, side.client.simple_query(sql))
+        .await
+        .map_err(|_| {
+            format!(
+                "on {}: {sql}\ngot no answer within {STATEMENT_DEADLINE:?}: {STUCK}",
+                side.label
+            )
+        })?
+        .map_err(|error| {
+            format!(
+                "on {}: {sql}\nfailed: {}",
+                side.label,
+                describe_error(&error)
+            )
+        })?;
     Ok(messages
         .iter()
         .filter_map(|message| match message {

@@ -252,7 +252,11 @@ impl EpochLoop {
         for (snapshot, readers) in snapshots.iter().zip(&mut backfill.readers) {
             let mut shard_inputs = HashMap::new();
             for (source, reader) in readers {
-                if let Some(chunk) = reader.next_chunk(snapshot, shard_rows).await? {
+                let chunk = reader.next_chunk(snapshot, shard_rows);
+                let chunk = self
+                    .runtime
+                    .watched(format!("a backfill read of {source}"), chunk);
+                if let Some(chunk) = chunk.await? {
                     backfill.rows_done += chunk.len() as u64;
                     shard_inputs.insert(*source, chunk);
                 }
@@ -358,7 +362,12 @@ impl EpochLoop {
         let bases: Vec<Arc<EpochStore>> = stores.into_iter().map(Arc::new).collect();
         let steps = self.shard_steps(index, &bases, &inputs, initial);
         let spawn = steps.len() > 1;
-        let results = self.run_steps(steps, spawn).await;
+        let stepped = self.run_steps(steps, spawn);
+        let name = &self.views[index].view.name;
+        let results = self
+            .runtime
+            .watched(format!("a backfill step of view {name}"), stepped)
+            .await;
         let mut stores = bases
             .into_iter()
             .map(|base| {

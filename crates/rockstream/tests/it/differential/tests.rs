@@ -40,7 +40,11 @@ async fn against_postgres(scenario: Scenario, oracle_name: &str) {
     )
     .await;
     if let Err(report) = outcome {
-        panic!("{report}\n{}", server.log_tail());
+        let stacks = match report.contains(super::STUCK) {
+            true => server.thread_stacks().unwrap_or_default(),
+            false => String::new(),
+        };
+        panic!("{report}\n{}\n{stacks}", server.log_tail());
     }
 }
 
@@ -359,6 +363,19 @@ fn constructs_scenario() -> Scenario {
             "top_two_per_region",
             "SELECT region, id, rn FROM (SELECT region, id, row_number() OVER \
              (PARTITION BY region ORDER BY amount DESC NULLS LAST, id) AS rn FROM orders) o WHERE rn <= 2 AND id > 1",
+        ),
+        (
+            "top_orders_per_customer_lateral",
+            "SELECT c.id AS customer, c.name, x.id, x.amount FROM customers c, LATERAL \
+             (SELECT o.id, o.amount FROM orders o WHERE o.customer_id = c.id \
+             ORDER BY o.amount DESC NULLS LAST, o.id LIMIT 2) x",
+        ),
+        (
+            "next_orders_left_lateral",
+            "SELECT c.id AS customer, x.id, x.region FROM customers c LEFT JOIN LATERAL \
+             (SELECT o.id, o.region FROM orders o \
+             WHERE c.id = o.customer_id AND o.region <> 'eu' \
+             ORDER BY o.created_at DESC NULLS FIRST, o.id LIMIT 2 OFFSET 1) x ON true",
         ),
         (
             "numbered_repeated_rows",

@@ -151,6 +151,24 @@ impl TestServer {
         server
     }
 
+    /// Every thread's stack in the server process, by `gdb` (where it is installed), for the
+    /// failure message of a server that stopped making progress: a thread blocked on a lock
+    /// shows where. `None` without gdb or a live process.
+    pub fn thread_stacks(&self) -> Option<String> {
+        let pid = self.child.as_ref()?.id();
+        let output = std::process::Command::new("gdb")
+            .args([
+                "-p",
+                &pid.to_string(),
+                "-batch",
+                "-ex",
+                "thread apply all bt",
+            ])
+            .output()
+            .ok()?;
+        Some(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
     /// CPU time the server process has used so far (Linux `/proc`; `None` elsewhere).
     pub fn cpu_time(&self) -> Option<Duration> {
         let pid = self.child.as_ref()?.id();
