@@ -368,7 +368,7 @@ fn constructs_scenario() -> Scenario {
             "top_orders_per_customer_lateral",
             "SELECT c.id AS customer, c.name, x.id, x.amount FROM customers c, LATERAL \
              (SELECT o.id, o.amount FROM orders o WHERE o.customer_id = c.id \
-             ORDER BY o.amount DESC NULLS LAST, o.id LIMIT 2) x",
+             ORDER BY o.amount DESC NULLS LAST, o.id LIMIT 1) x",
         ),
         (
             "next_orders_left_lateral",
