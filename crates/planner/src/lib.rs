@@ -12,6 +12,7 @@ mod aggregate_casts;
 mod ast_walk;
 mod column_names;
 mod columnar;
+mod exists_left_joins;
 mod interval_literals;
 mod lateral_top_k;
 mod number_literals;

@@ -101,6 +101,7 @@ pub fn new_context_in(
         crate::pg_datetime_literals::PostgresDatetimeLiterals,
     ));
     context.add_analyzer_rule(Arc::new(crate::lateral_top_k::LateralTopK));
+    context.add_analyzer_rule(Arc::new(crate::exists_left_joins::ExistsLeftJoins));
     // The rules above change some result types (a quotient's scale) after
     // DataFusion coerced the expressions around them to the old ones:
     // coerce once more.

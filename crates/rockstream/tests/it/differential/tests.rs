@@ -378,6 +378,12 @@ fn constructs_scenario() -> Scenario {
              ORDER BY o.created_at DESC NULLS FIRST, o.id LIMIT 2 OFFSET 1) x ON true",
         ),
         (
+            "exists_over_a_left_join",
+            "SELECT c.id, c.name FROM customers c WHERE NOT EXISTS (SELECT d.tier FROM orders o \
+             LEFT JOIN customers d ON d.id = o.customer_id AND d.tier = c.tier \
+             WHERE o.customer_id = c.id AND o.region = 'us')",
+        ),
+        (
             "numbered_repeated_rows",
             "SELECT kind, weight, n FROM (SELECT kind, weight, row_number() OVER (PARTITION BY kind ORDER BY weight) AS n \
              FROM events) e WHERE n < 3",
