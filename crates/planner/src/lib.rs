@@ -38,6 +38,7 @@ mod scalar_subquery;
 mod set_operations;
 mod system_catalog;
 mod temporal_filters;
+mod theta_subqueries;
 mod time_windows;
 mod translate;
 mod type_spellings;

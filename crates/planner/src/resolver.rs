@@ -102,6 +102,7 @@ pub fn new_context_in(
     ));
     context.add_analyzer_rule(Arc::new(crate::lateral_top_k::LateralTopK));
     context.add_analyzer_rule(Arc::new(crate::exists_left_joins::ExistsLeftJoins));
+    context.add_analyzer_rule(Arc::new(crate::theta_subqueries::ThetaSubqueries));
     // The rules above change some result types (a quotient's scale) after
     // DataFusion coerced the expressions around them to the old ones:
     // coerce once more.

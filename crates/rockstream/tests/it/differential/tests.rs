@@ -384,6 +384,20 @@ fn constructs_scenario() -> Scenario {
              WHERE o.customer_id = c.id AND o.region = 'us')",
         ),
         (
+            "larger_orders_counted",
+            "SELECT o.id, (SELECT count(*) FROM orders p WHERE p.amount > o.amount) AS larger FROM orders o",
+        ),
+        (
+            "earlier_max_per_customer",
+            "SELECT o.id, (SELECT max(p.amount) FROM orders p \
+             WHERE p.customer_id = o.customer_id AND p.id < o.id) AS earlier_max FROM orders o",
+        ),
+        (
+            "customers_with_few_lower_orders",
+            "SELECT c.id, (SELECT sum(o.amount) FROM orders o WHERE o.customer_id <= c.id AND o.region = 'eu') AS spend \
+             FROM customers c WHERE (SELECT count(*) FROM orders o WHERE o.customer_id < c.id) < 8",
+        ),
+        (
             "numbered_repeated_rows",
             "SELECT kind, weight, n FROM (SELECT kind, weight, row_number() OVER (PARTITION BY kind ORDER BY weight) AS n \
              FROM events) e WHERE n < 3",
