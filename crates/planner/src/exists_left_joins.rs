@@ -15,6 +15,8 @@ use datafusion::logical_expr::expr::Exists;
 use datafusion::logical_expr::{Expr, Filter, LogicalPlan, Subquery};
 use datafusion::optimizer::AnalyzerRule;
 
+use crate::plan_rewrite::has_subquery;
+
 /// The analyzer rule (see the module docs).
 #[derive(Debug)]
 pub struct ExistsLeftJoins;
@@ -69,6 +71,11 @@ fn drop_left_join(plan: &LogicalPlan) -> Result<Option<LogicalPlan>> {
         return Ok(None);
     };
     if join.join_type != JoinType::Left {
+        return Ok(None);
+    }
+    // A subquery in a filter may read the right side through its own
+    // outer references, which `column_refs` does not see.
+    if filters.iter().any(|filter| has_subquery(&filter.predicate)) {
         return Ok(None);
     }
     let right = join.right.schema();

@@ -35,6 +35,8 @@ use datafusion::logical_expr::{
 };
 use datafusion::optimizer::AnalyzerRule;
 
+use crate::plan_rewrite::{has_subquery, plan_reads_outer, reads_outer};
+
 /// The analyzer rule (see the module docs).
 #[derive(Debug)]
 pub struct LateralTopK;
@@ -154,14 +156,14 @@ fn numbered_lateral_join(join: &Join) -> Result<Option<LogicalPlan>> {
     let Some(shape) = TopShape::of(&subquery.subquery)? else {
         return Ok(None);
     };
-    if shape.sort.expr.is_empty() || refers_outside(&shape)? {
+    if shape.sort.expr.is_empty() || refers_outside(&shape) {
         return Ok(None);
     }
     // The correlation: inner expression = outer column, each an equality.
     let mut correlations: Vec<(Expr, Expr)> = Vec::new();
     let mut uncorrelated: Vec<Expr> = Vec::new();
     for conjunct in split_conjunction(&shape.filter.predicate) {
-        if !conjunct.contains_outer() {
+        if !reads_outer(conjunct) {
             uncorrelated.push(conjunct.clone());
             continue;
         }
@@ -210,10 +212,13 @@ fn numbered_lateral_join(join: &Join) -> Result<Option<LogicalPlan>> {
         .build()?
         .alias(NUMBER);
     builder = builder.window(vec![number])?;
-    let last = lit((shape.skip + shape.fetch) as i64);
+    // Beyond every row number (a LIMIT near 2^63 with an OFFSET).
+    let last = i64::try_from(shape.skip.saturating_add(shape.fetch)).unwrap_or(i64::MAX);
+    let last = lit(last);
     let mut kept = col(NUMBER).lt_eq(last);
     if shape.skip > 0 {
-        kept = col(NUMBER).gt(lit(shape.skip as i64)).and(kept);
+        let skip = i64::try_from(shape.skip).unwrap_or(i64::MAX);
+        kept = col(NUMBER).gt(lit(skip)).and(kept);
     }
     builder = builder.filter(kept)?;
     let output: Vec<Expr> = match shape.output {
@@ -273,7 +278,11 @@ fn correlation(conjunct: &Expr) -> Result<Option<(Expr, Expr)>> {
         return Ok(None);
     };
     for (inner, outer) in [(left, right), (right, left)] {
-        if inner.contains_outer() || !outer.contains_outer() || !outer.column_refs().is_empty() {
+        if reads_outer(inner)
+            || !outer.contains_outer()
+            || !outer.column_refs().is_empty()
+            || has_subquery(outer)
+        {
             continue;
         }
         let outer = outer
@@ -291,24 +300,14 @@ fn correlation(conjunct: &Expr) -> Result<Option<(Expr, Expr)>> {
 
 /// Whether the subquery refers to the outer query anywhere but its
 /// filter's conditions.
-fn refers_outside(shape: &TopShape<'_>) -> Result<bool> {
-    let in_expressions = |expressions: &[Expr]| expressions.iter().any(Expr::contains_outer);
-    if shape
+fn refers_outside(shape: &TopShape<'_>) -> bool {
+    let in_expressions = |expressions: &[Expr]| expressions.iter().any(reads_outer);
+    shape
         .output
         .is_some_and(|output| in_expressions(&output.expr))
         || shape
             .projection
             .is_some_and(|projection| in_expressions(&projection.expr))
-        || shape
-            .sort
-            .expr
-            .iter()
-            .any(|sort| sort.expr.contains_outer())
-    {
-        return Ok(true);
-    }
-    shape
-        .filter
-        .input
-        .exists(|node| Ok(node.expressions().iter().any(Expr::contains_outer)))
+        || shape.sort.expr.iter().any(|sort| reads_outer(&sort.expr))
+        || plan_reads_outer(&shape.filter.input)
 }

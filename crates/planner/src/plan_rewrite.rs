@@ -45,3 +45,41 @@ pub(crate) fn rewrite_exprs_of(
     })?;
     Ok(transformed.data)
 }
+
+/// Whether `expr` refers to an enclosing query: directly, or from a
+/// subquery within it (whose outer references `Expr::contains_outer` does
+/// not see). A subquery referring to the query `expr` belongs to counts
+/// too, so a rule asking this before moving `expr` declines rather than
+/// separating a subquery from the relation it reads.
+pub(crate) fn reads_outer(expr: &Expr) -> bool {
+    expr.contains_outer()
+        || expr
+            .exists(|expr| {
+                Ok(match expr {
+                    Expr::ScalarSubquery(subquery) => !subquery.outer_ref_columns.is_empty(),
+                    Expr::Exists(exists) => !exists.subquery.outer_ref_columns.is_empty(),
+                    Expr::InSubquery(in_subquery) => {
+                        !in_subquery.subquery.outer_ref_columns.is_empty()
+                    }
+                    _ => false,
+                })
+            })
+            .unwrap_or(true)
+}
+
+/// Whether any node of `plan` has an expression that [`reads_outer`].
+pub(crate) fn plan_reads_outer(plan: &LogicalPlan) -> bool {
+    plan.exists(|node| Ok(node.expressions().iter().any(reads_outer)))
+        .unwrap_or(true)
+}
+
+/// Whether `expr` holds a subquery.
+pub(crate) fn has_subquery(expr: &Expr) -> bool {
+    expr.exists(|expr| {
+        Ok(matches!(
+            expr,
+            Expr::ScalarSubquery(_) | Expr::Exists(_) | Expr::InSubquery(_)
+        ))
+    })
+    .unwrap_or(true)
+}

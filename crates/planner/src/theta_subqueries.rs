@@ -24,12 +24,15 @@ use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Column, JoinType, NullEquality, Result, ScalarValue};
 use datafusion::logical_expr::expr::BinaryExpr;
+use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::utils::{conjunction, split_conjunction};
 use datafusion::logical_expr::{
-    col, lit, when, Aggregate, Expr, ExprSchemable, Filter, LogicalPlan, LogicalPlanBuilder,
-    Operator, Projection, Subquery,
+    col, lit, when, Aggregate, Expr, Filter, LogicalPlan, LogicalPlanBuilder, Operator, Projection,
+    Subquery,
 };
 use datafusion::optimizer::AnalyzerRule;
+
+use crate::plan_rewrite::{plan_reads_outer, reads_outer};
 
 /// The analyzer rule (see the module docs).
 #[derive(Debug)]
@@ -55,20 +58,13 @@ fn rewrite_projection(projection: Projection) -> Result<Transformed<LogicalPlan>
     let mut count = 0;
     let mut changed = false;
     let mut exprs = Vec::with_capacity(projection.expr.len());
+    let names = NamePreserver::new_for_projection();
     for expr in &projection.expr {
+        // The column keeps the name it had.
+        let name = names.save(expr);
         let rewritten = replace_subqueries(expr.clone(), &mut joined, &mut count)?;
-        if rewritten.transformed {
-            changed = true;
-            // The column keeps the name it had.
-            let (qualifier, field) = expr.to_field(projection.input.schema())?;
-            let name = field.name().clone();
-            exprs.push(match rewritten.data {
-                Expr::Alias(alias) => Expr::Alias(alias),
-                other => other.alias_qualified(qualifier, name),
-            });
-        } else {
-            exprs.push(rewritten.data);
-        }
+        changed |= rewritten.transformed;
+        exprs.push(name.restore(rewritten.data));
     }
     if !changed {
         return Ok(Transformed::no(LogicalPlan::Projection(projection)));
@@ -146,15 +142,10 @@ impl<'a> Shape<'a> {
     }
 
     /// Whether the outer query is read anywhere but the filter's conditions.
-    fn refers_outside(&self) -> Result<bool> {
-        if self.projection.expr.iter().any(Expr::contains_outer)
-            || self.aggregate.aggr_expr.iter().any(Expr::contains_outer)
-        {
-            return Ok(true);
-        }
-        self.filter
-            .input
-            .exists(|node| Ok(node.expressions().iter().any(Expr::contains_outer)))
+    fn refers_outside(&self) -> bool {
+        self.projection.expr.iter().any(reads_outer)
+            || self.aggregate.aggr_expr.iter().any(reads_outer)
+            || plan_reads_outer(&self.filter.input)
     }
 }
 
@@ -169,13 +160,15 @@ fn answer_by_domain(
     let Some(shape) = Shape::of(&subquery.subquery) else {
         return Ok(None);
     };
-    if shape.refers_outside()? {
+    // The outer input is read twice (its domain, and the rows joined to
+    // the answers): both must be the same rows.
+    if shape.refers_outside() || !deterministic(input)? {
         return Ok(None);
     }
     let (correlated, uncorrelated): (Vec<&Expr>, Vec<&Expr>) =
         split_conjunction(&shape.filter.predicate)
             .into_iter()
-            .partition(|conjunct| conjunct.contains_outer());
+            .partition(|conjunct| reads_outer(conjunct));
     if correlated.iter().all(|conjunct| is_equality(conjunct)) {
         return Ok(None);
     }
@@ -266,12 +259,26 @@ fn answer_by_domain(
 /// DataFusion decorrelates itself.
 fn is_equality(conjunct: &Expr) -> bool {
     matches!(conjunct, Expr::BinaryExpr(BinaryExpr { left, op: Operator::Eq, right })
-        if matches!(right.as_ref(), Expr::OuterReferenceColumn(..)) && !left.contains_outer()
-            || matches!(left.as_ref(), Expr::OuterReferenceColumn(..)) && !right.contains_outer())
+        if matches!(right.as_ref(), Expr::OuterReferenceColumn(..)) && !reads_outer(left)
+            || matches!(left.as_ref(), Expr::OuterReferenceColumn(..)) && !reads_outer(right))
+}
+
+/// The aggregates that are 0, not NULL, over no rows.
+const COUNTING: [&str; 3] = ["count", "regr_count", "approx_distinct"];
+
+/// Whether `plan` yields the same rows each time it is read: no volatile
+/// function (`random()`) and no `LIMIT`, which may keep other rows of a
+/// partial order each time.
+fn deterministic(plan: &LogicalPlan) -> Result<bool> {
+    plan.exists(|node| {
+        Ok(matches!(node, LogicalPlan::Limit(_))
+            || node.expressions().iter().any(Expr::is_volatile))
+    })
+    .map(|found| !found)
 }
 
 /// The subquery's answer over no rows: `select` (over the aggregate's
-/// columns) with each `count` 0 and every other aggregate NULL.
+/// columns) with each count 0 and every other aggregate NULL.
 fn over_no_rows(select: Expr, aggregate: &Aggregate) -> Result<Expr> {
     let schema = aggregate.schema.as_ref();
     select
@@ -283,12 +290,13 @@ fn over_no_rows(select: Expr, aggregate: &Aggregate) -> Result<Expr> {
                 return Ok(Transformed::no(expr));
             };
             let field = schema.field(position);
-            let is_count = matches!(
+            let counts = matches!(
                 aggregate.aggr_expr.get(position).map(unaliased),
-                Some(Expr::AggregateFunction(function)) if function.func.name() == "count"
+                Some(Expr::AggregateFunction(function))
+                    if COUNTING.contains(&function.func.name())
             );
-            let value = match is_count {
-                true => ScalarValue::Int64(Some(0)),
+            let value = match counts {
+                true => ScalarValue::new_zero(field.data_type())?,
                 false => ScalarValue::try_from(field.data_type())?,
             };
             Ok(Transformed::yes(Expr::Literal(value, None)))

@@ -90,10 +90,10 @@ async fn ad_hoc_queries_outside_the_supported_forms_are_refused_by_name() {
         .expect("setup");
     let error = client
         .simple_query(
-            "SELECT id, EXISTS (SELECT 1 FROM t u WHERE u.k = t.k AND u.id <> t.id) FROM t",
+            "SELECT id, (SELECT u.id AS next FROM t u WHERE u.k = t.k AND u.id > t.id ORDER BY u.id LIMIT 1) FROM t",
         )
         .await
-        .expect_err("a correlation other than equality");
+        .expect_err("a correlation other than equality, without an aggregate");
     assert_eq!(sqlstate(&error), "0A000", "{error}");
     let message = error.as_db_error().expect("a server error").message();
     assert!(

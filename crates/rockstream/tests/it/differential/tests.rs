@@ -40,7 +40,7 @@ async fn against_postgres(scenario: Scenario, oracle_name: &str) {
     )
     .await;
     if let Err(report) = outcome {
-        let stacks = match report.contains(super::STUCK) {
+        let stacks = match report.contains(super::STUCK) && report.contains("on rockstream:") {
             true => server.thread_stacks().unwrap_or_default(),
             false => String::new(),
         };

@@ -156,14 +156,9 @@ impl TestServer {
     /// shows where. `None` without gdb or a live process.
     pub fn thread_stacks(&self) -> Option<String> {
         let pid = self.child.as_ref()?.id();
-        let output = std::process::Command::new("gdb")
-            .args([
-                "-p",
-                &pid.to_string(),
-                "-batch",
-                "-ex",
-                "thread apply all bt",
-            ])
+        let output = std::process::Command::new("timeout")
+            .args(["120", "gdb", "-p", &pid.to_string(), "-batch"])
+            .args(["-ex", "thread apply all bt"])
             .output()
             .ok()?;
         Some(String::from_utf8_lossy(&output.stdout).into_owned())
