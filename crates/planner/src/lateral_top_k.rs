@@ -25,13 +25,13 @@ use std::sync::Arc;
 
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::common::{Column, JoinType, Result};
+use datafusion::common::{Column, DFSchema, JoinType, Result, TableReference};
 use datafusion::functions_window::expr_fn::row_number;
 use datafusion::logical_expr::expr::BinaryExpr;
 use datafusion::logical_expr::utils::{conjunction, split_conjunction};
 use datafusion::logical_expr::{
     col, lit, Expr, ExprFunctionExt, FetchType, Filter, Join, Limit, LogicalPlan,
-    LogicalPlanBuilder, Operator, Projection, SkipType, Sort,
+    LogicalPlanBuilder, Operator, Projection, SkipType, Sort, Subquery,
 };
 use datafusion::optimizer::AnalyzerRule;
 
@@ -141,22 +141,44 @@ fn limit_bounds(limit: &Limit) -> Result<Option<(usize, Option<usize>)>> {
     }
 }
 
-/// The join with its lateral subquery numbered, if it is one of the
-/// supported shape; else `None`.
-fn numbered_lateral_join(join: &Join) -> Result<Option<LogicalPlan>> {
-    if !matches!(join.join_type, JoinType::Inner | JoinType::Left) {
-        return Ok(None);
+/// A correlated subquery numbered per correlation: its rows kept as its
+/// `LIMIT`/`OFFSET` keeps them for each outer row, with the correlated
+/// inner expressions as key columns, under `alias`; and the outer
+/// expressions equal to those keys, in order.
+struct Numbered {
+    plan: LogicalPlan,
+    outer: Vec<Expr>,
+}
+
+impl Numbered {
+    /// The equalities joining the outer side to the numbered rows.
+    fn join_keys(self, alias: &TableReference) -> (LogicalPlan, Vec<(Expr, Expr)>) {
+        let on = self
+            .outer
+            .into_iter()
+            .enumerate()
+            .map(|(index, outer)| {
+                let key = Column::new(Some(alias.clone()), key_name(index));
+                (outer, Expr::Column(key))
+            })
+            .collect();
+        (self.plan, on)
     }
-    let LogicalPlan::SubqueryAlias(alias) = join.right.as_ref() else {
+}
+
+/// `subquery` numbered (see [`Numbered`]), if it is of the supported shape,
+/// correlated by equalities with columns of `outer_schema` only, and (with
+/// `single_row`) keeps at most one row per outer row.
+fn numbered(
+    subquery: &LogicalPlan,
+    outer_schema: &DFSchema,
+    alias: &TableReference,
+    single_row: bool,
+) -> Result<Option<Numbered>> {
+    let Some(shape) = TopShape::of(subquery)? else {
         return Ok(None);
     };
-    let LogicalPlan::Subquery(subquery) = alias.input.as_ref() else {
-        return Ok(None);
-    };
-    let Some(shape) = TopShape::of(&subquery.subquery)? else {
-        return Ok(None);
-    };
-    if shape.sort.expr.is_empty() || refers_outside(&shape) {
+    if shape.sort.expr.is_empty() || refers_outside(&shape) || single_row && shape.fetch > 1 {
         return Ok(None);
     }
     // The correlation: inner expression = outer column, each an equality.
@@ -170,11 +192,10 @@ fn numbered_lateral_join(join: &Join) -> Result<Option<LogicalPlan>> {
         let Some((inner, outer)) = correlation(conjunct)? else {
             return Ok(None);
         };
-        let left = join.left.schema();
         if !outer
             .column_refs()
             .iter()
-            .all(|column| left.has_column(column))
+            .all(|column| outer_schema.has_column(column))
         {
             // A reference to a query further out.
             return Ok(None);
@@ -232,16 +253,35 @@ fn numbered_lateral_join(join: &Join) -> Result<Option<LogicalPlan>> {
             .map(Expr::Column)
             .collect(),
     };
-    let right = builder
+    let plan = builder
         .project(output.into_iter().chain(keys))?
-        .alias(alias.alias.clone())?
+        .alias(alias.clone())?
         .build()?;
+    Ok(Some(Numbered {
+        plan,
+        outer: correlations.into_iter().map(|(_, outer)| outer).collect(),
+    }))
+}
 
-    let mut on = join.on.clone();
-    for (index, (_, outer)) in correlations.into_iter().enumerate() {
-        let key = Column::new(Some(alias.alias.clone()), key_name(index));
-        on.push((outer, Expr::Column(key)));
+/// The join with its lateral subquery numbered, if it is one of the
+/// supported shape; else `None`.
+fn numbered_lateral_join(join: &Join) -> Result<Option<LogicalPlan>> {
+    if !matches!(join.join_type, JoinType::Inner | JoinType::Left) {
+        return Ok(None);
     }
+    let LogicalPlan::SubqueryAlias(alias) = join.right.as_ref() else {
+        return Ok(None);
+    };
+    let LogicalPlan::Subquery(subquery) = alias.input.as_ref() else {
+        return Ok(None);
+    };
+    let Some(numbered) = numbered(&subquery.subquery, join.left.schema(), &alias.alias, false)?
+    else {
+        return Ok(None);
+    };
+    let (right, keys) = numbered.join_keys(&alias.alias);
+    let mut on = join.on.clone();
+    on.extend(keys);
     let numbered = Join::try_new(
         Arc::clone(&join.left),
         Arc::new(right),
@@ -263,6 +303,36 @@ fn numbered_lateral_join(join: &Join) -> Result<Option<LogicalPlan>> {
         .project(columns)?
         .build()
         .map(Some)
+}
+
+/// A scalar subquery keeping its first row by an order, correlated by
+/// equalities: `(SELECT o.amount FROM orders o WHERE o.customer_id = c.id
+/// ORDER BY o.created_at DESC LIMIT 1)`. Its rows numbered per correlation
+/// hold at most one per outer row, so `input` left-joined with them on the
+/// equalities keeps its rows, each with its answer or NULL. The joined
+/// plan and the expression reading the answer; `None` for another shape.
+pub(crate) fn first_row_answer(
+    subquery: &Subquery,
+    input: &Arc<LogicalPlan>,
+    index: usize,
+) -> Result<Option<(LogicalPlan, Expr)>> {
+    let [answer] = subquery.subquery.schema().fields().as_ref() else {
+        return Ok(None);
+    };
+    let answer = answer.name().clone();
+    let alias = TableReference::bare(format!("__first_{index}"));
+    let Some(numbered) = numbered(&subquery.subquery, input.schema(), &alias, true)? else {
+        return Ok(None);
+    };
+    let (right, keys) = numbered.join_keys(&alias);
+    let (outer, inner): (Vec<Expr>, Vec<Expr>) = keys.into_iter().unzip();
+    let joined = LogicalPlanBuilder::from(Arc::clone(input))
+        .join_with_expr_keys(right, JoinType::Left, (outer, inner), None)?
+        .build()?;
+    Ok(Some((
+        joined,
+        Expr::Column(Column::new(Some(alias), answer)),
+    )))
 }
 
 /// `inner = outer` (either way round): `inner` free of outer references,

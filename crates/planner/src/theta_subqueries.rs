@@ -15,8 +15,15 @@
 //! In a view this is a join of the domain with the inner rows on the
 //! comparison: a change of an inner row reaches every outer value whose
 //! answer it changes (for `q.amount > p.amount`, every smaller amount), as
-//! PostgreSQL's result changes there too. Subqueries in a select list or a
-//! `WHERE` are rewritten; any other shape is left as it was.
+//! PostgreSQL's result changes there too.
+//!
+//! The same frame answers a scalar subquery that keeps its first row by an
+//! order, correlated by equalities (`… ORDER BY o.created_at DESC LIMIT
+//! 1`), from its rows numbered per correlation
+//! ([`crate::lateral_top_k::first_row_answer`]).
+//!
+//! Subqueries in a select list or a `WHERE` are rewritten; any other shape
+//! is left as it was.
 
 use std::sync::Arc;
 
@@ -32,6 +39,7 @@ use datafusion::logical_expr::{
 };
 use datafusion::optimizer::AnalyzerRule;
 
+use crate::lateral_top_k::first_row_answer;
 use crate::plan_rewrite::{plan_reads_outer, reads_outer};
 
 /// The analyzer rule (see the module docs).
@@ -103,7 +111,11 @@ fn replace_subqueries(
     count: &mut usize,
 ) -> Result<Transformed<Expr>> {
     expr.transform_up(|expr| match expr {
-        Expr::ScalarSubquery(subquery) => match answer_by_domain(&subquery, input, *count)? {
+        Expr::ScalarSubquery(subquery) => match answer_by_domain(&subquery, input, *count)?
+            .map_or_else(
+                || first_row_answer(&subquery, input, *count),
+                |answer| Ok(Some(answer)),
+            )? {
             Some((joined, answer)) => {
                 *input = Arc::new(joined);
                 *count += 1;

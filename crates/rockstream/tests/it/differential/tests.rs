@@ -398,6 +398,16 @@ fn constructs_scenario() -> Scenario {
              FROM customers c WHERE (SELECT count(*) FROM orders o WHERE o.customer_id < c.id) < 8",
         ),
         (
+            "last_amount_per_customer",
+            "SELECT c.id, (SELECT o.amount FROM orders o WHERE o.customer_id = c.id \
+             ORDER BY o.created_at DESC NULLS LAST, o.id DESC LIMIT 1) AS last_amount FROM customers c",
+        ),
+        (
+            "second_order_in_us",
+            "SELECT c.id, c.tier FROM customers c WHERE (SELECT o.region FROM orders o \
+             WHERE o.customer_id = c.id ORDER BY o.id LIMIT 1 OFFSET 1) = 'us'",
+        ),
+        (
             "numbered_repeated_rows",
             "SELECT kind, weight, n FROM (SELECT kind, weight, row_number() OVER (PARTITION BY kind ORDER BY weight) AS n \
              FROM events) e WHERE n < 3",
