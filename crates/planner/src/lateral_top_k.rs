@@ -15,6 +15,15 @@
 //! inner rows keeps its NULLs). A view plans that as a numbered top-K per
 //! partition ([`crate::translate`]); an ad hoc query evaluates the window.
 //!
+//! A scalar subquery of the same shape keeping one row (`… ORDER BY …
+//! LIMIT 1`) is numbered alike and left-joined in its place
+//! ([`first_row_answer`], through [`crate::theta_subqueries`]).
+//!
+//! The subquery's select list and `ORDER BY` are computed for every inner
+//! row, also rows no outer row reaches, which PostgreSQL never evaluates: an
+//! error there (a division by zero) fails the query where PostgreSQL's
+//! would not.
+//!
 //! Rows the `ORDER BY` leaves tied may be chosen differently than
 //! PostgreSQL chooses them, as for any `LIMIT` over ties. Any other shape
 //! (a correlation that is not such an equality, an outer reference outside
@@ -178,7 +187,7 @@ fn numbered(
     let Some(shape) = TopShape::of(subquery)? else {
         return Ok(None);
     };
-    if shape.sort.expr.is_empty() || refers_outside(&shape) || single_row && shape.fetch > 1 {
+    if shape.sort.expr.is_empty() || refers_outside(&shape) || (single_row && shape.fetch > 1) {
         return Ok(None);
     }
     // The correlation: inner expression = outer column, each an equality.
