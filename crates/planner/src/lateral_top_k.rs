@@ -19,10 +19,10 @@
 //! LIMIT 1`) is numbered alike and left-joined in its place
 //! ([`first_row_answer`], through [`crate::theta_subqueries`]).
 //!
-//! The subquery's select list and `ORDER BY` are computed for every inner
-//! row, also rows no outer row reaches, which PostgreSQL never evaluates: an
-//! error there (a division by zero) fails the query where PostgreSQL's
-//! would not.
+//! The subquery's `ORDER BY` is computed for every inner row, and its select
+//! list for the rows kept of every correlation value, also values no outer
+//! row has, which PostgreSQL never evaluates: an error there (a division by
+//! zero) fails the query where PostgreSQL's would not.
 //!
 //! Rows the `ORDER BY` leaves tied may be chosen differently than
 //! PostgreSQL chooses them, as for any `LIMIT` over ties. Any other shape
@@ -44,7 +44,7 @@ use datafusion::logical_expr::{
 };
 use datafusion::optimizer::AnalyzerRule;
 
-use crate::plan_rewrite::{has_subquery, plan_reads_outer, reads_outer};
+use crate::plan_rewrite::{has_subquery, plan_reads_outer, reads_outer, unaliased};
 
 /// The analyzer rule (see the module docs).
 #[derive(Debug)]
@@ -219,15 +219,27 @@ fn numbered(
     if let Some(predicate) = conjunction(uncorrelated) {
         builder = builder.filter(predicate)?;
     }
-    let sorted_columns: Vec<Expr> = match shape.projection {
-        Some(projection) => projection.expr.clone(),
-        None => builder
-            .schema()
-            .columns()
-            .into_iter()
-            .map(Expr::Column)
-            .collect(),
+    // The rows are numbered over the subquery's FROM and WHERE, by its
+    // ORDER BY written over them; its select list is computed after the
+    // numbering, for the rows kept only.
+    let order_by = match shape.projection {
+        Some(projection) => shape
+            .sort
+            .expr
+            .iter()
+            .map(|sort| {
+                let expr = inlined(sort.expr.clone(), projection)?;
+                Ok(sort.with_expr(expr))
+            })
+            .collect::<Result<Vec<_>>>()?,
+        None => shape.sort.expr.clone(),
     };
+    let columns: Vec<Expr> = builder
+        .schema()
+        .columns()
+        .into_iter()
+        .map(Expr::Column)
+        .collect();
     let keys: Vec<Expr> = (0..correlations.len())
         .map(|index| col(key_name(index)))
         .collect();
@@ -235,10 +247,10 @@ fn numbered(
         .iter()
         .enumerate()
         .map(|(index, (inner, _))| inner.clone().alias(key_name(index)));
-    builder = builder.project(sorted_columns.iter().cloned().chain(keyed))?;
+    builder = builder.project(columns.into_iter().chain(keyed))?;
     let number = row_number()
         .partition_by(keys.clone())
-        .order_by(shape.sort.expr.clone())
+        .order_by(order_by)
         .build()?
         .alias(NUMBER);
     builder = builder.window(vec![number])?;
@@ -251,6 +263,9 @@ fn numbered(
         kept = col(NUMBER).gt(lit(skip)).and(kept);
     }
     builder = builder.filter(kept)?;
+    if let Some(projection) = shape.projection {
+        builder = builder.project(projection.expr.iter().cloned().chain(keys.clone()))?;
+    }
     let output: Vec<Expr> = match shape.output {
         Some(output) => output.expr.clone(),
         None => shape
@@ -342,6 +357,21 @@ pub(crate) fn first_row_answer(
         joined,
         Expr::Column(Column::new(Some(alias), answer)),
     )))
+}
+
+/// `expr`, over `projection`'s output, written over its input instead.
+fn inlined(expr: Expr, projection: &Projection) -> Result<Expr> {
+    let schema = projection.schema.as_ref();
+    expr.transform(|expr| {
+        let Expr::Column(column) = &expr else {
+            return Ok(Transformed::no(expr));
+        };
+        match schema.index_of_column(column) {
+            Ok(index) => Ok(Transformed::yes(unaliased(&projection.expr[index]).clone())),
+            Err(_) => Ok(Transformed::no(expr)),
+        }
+    })
+    .map(|transformed| transformed.data)
 }
 
 /// `inner = outer` (either way round): `inner` free of outer references,

@@ -83,3 +83,11 @@ pub(crate) fn has_subquery(expr: &Expr) -> bool {
     })
     .unwrap_or(true)
 }
+
+/// `expr` without the aliases around it.
+pub(crate) fn unaliased(expr: &Expr) -> &Expr {
+    match expr {
+        Expr::Alias(alias) => unaliased(&alias.expr),
+        other => other,
+    }
+}

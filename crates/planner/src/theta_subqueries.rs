@@ -40,7 +40,7 @@ use datafusion::logical_expr::{
 use datafusion::optimizer::AnalyzerRule;
 
 use crate::lateral_top_k::first_row_answer;
-use crate::plan_rewrite::{plan_reads_outer, reads_outer};
+use crate::plan_rewrite::{plan_reads_outer, reads_outer, unaliased};
 
 /// The analyzer rule (see the module docs).
 #[derive(Debug)]
@@ -314,11 +314,4 @@ fn over_no_rows(select: Expr, aggregate: &Aggregate) -> Result<Expr> {
             Ok(Transformed::yes(Expr::Literal(value, None)))
         })
         .map(|transformed| transformed.data)
-}
-
-fn unaliased(expr: &Expr) -> &Expr {
-    match expr {
-        Expr::Alias(alias) => unaliased(&alias.expr),
-        other => other,
-    }
 }
