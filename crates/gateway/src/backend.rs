@@ -1114,9 +1114,12 @@ pub(crate) async fn as_postgres_reads_it(
     Ok(normalized)
 }
 
-/// Whether DataFusion refused a select list for naming two columns alike.
+/// Whether DataFusion refused a select list for naming two columns alike
+/// (also a column `t.id` beside an expression named `id`, as PostgreSQL
+/// names `(SELECT u.id …)`).
 pub(crate) fn repeats_a_name(message: &str) -> bool {
     message.contains("require unique expression names")
+        || message.contains("and unqualified field name") && message.contains("would be ambiguous")
 }
 
 /// The type a result column is sent as, when it is not its Arrow type:
