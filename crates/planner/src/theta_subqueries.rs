@@ -5,10 +5,11 @@
 //! correlation is equalities. For an aggregating subquery (no `GROUP BY`,
 //! so exactly one row per outer row) whose correlation includes another
 //! comparison, the subquery is computed once per distinct value of the
-//! outer columns it reads (its domain, DESIGN §6.8): those values are
-//! joined to the subquery's rows on its correlated conditions, aggregated
-//! per value, and joined back to the outer rows on the values (NULLs
-//! matching NULLs, as a NULL outer value is still one subquery's input).
+//! outer columns it reads (its domain): those values are joined to the
+//! subquery's rows on its correlated conditions (a theta join, DESIGN
+//! §6.5), aggregated per value, and joined back to the outer rows on the
+//! values (NULLs matching NULLs, as a NULL outer value is still one
+//! subquery's input).
 //! An outer value no row matches gets what the subquery returns over no
 //! rows: its select list with `count` as 0 and every other aggregate NULL.
 //!
