@@ -83,10 +83,14 @@ impl Runtime {
         tokio::time::sleep(duration).await
     }
 
-    /// Awaits `future`, logging a warning naming `what` each [`SLOW_WORK_WARNING`] it has not
-    /// finished: engine work that stops making progress then says in the log where it waits,
-    /// rather than leaving a silent server.
-    pub async fn watched<F: Future>(&self, what: impl std::fmt::Display, future: F) -> F::Output {
+    /// Awaits `future`, logging a warning naming it (`what()`, called only then) each
+    /// [`SLOW_WORK_WARNING`] it has not finished: engine work that stops making progress then
+    /// says in the log where it waits, rather than leaving a silent server.
+    pub async fn watched<F: Future, D: std::fmt::Display>(
+        &self,
+        what: impl Fn() -> D,
+        future: F,
+    ) -> F::Output {
         let mut future = std::pin::pin!(future);
         let mut waited = Duration::ZERO;
         loop {
@@ -94,7 +98,7 @@ impl Runtime {
                 output = &mut future => return output,
                 () = tokio::time::sleep(SLOW_WORK_WARNING) => {
                     waited += SLOW_WORK_WARNING;
-                    tracing::warn!(waited_secs = waited.as_secs(), "{what} has not finished");
+                    tracing::warn!(waited_secs = waited.as_secs(), "{} has not finished", what());
                 }
             }
         }

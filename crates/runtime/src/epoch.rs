@@ -663,7 +663,7 @@ impl EpochLoop {
         }
         let ddl_transaction = self.ddl_transaction_pending.take();
         let committed = self.runtime.watched(
-            format!("epoch {epoch}'s commit on the coordinator shard"),
+            || format!("epoch {epoch}'s commit on the coordinator shard"),
             self.shards[0].commit(epoch, coordinator),
         );
         if let Err(failed) = committed.await {
@@ -694,7 +694,7 @@ impl EpochLoop {
             }
         }
         let committed = self.runtime.watched(
-            format!("epoch {epoch}'s commit on the other shards"),
+            || format!("epoch {epoch}'s commit on the other shards"),
             futures::future::join_all(others),
         );
         for committed in committed.await {
@@ -845,15 +845,15 @@ impl EpochLoop {
                 self.shard_steps(index, &shared_stores, inputs, false)
             })
             .collect();
-        let names = wave
-            .iter()
-            .map(|&index| self.views[index].view.name.as_str())
-            .collect::<Vec<_>>()
-            .join(", ");
+        let names = || {
+            let names: Vec<&str> = wave
+                .iter()
+                .map(|&index| self.views[index].view.name.as_str())
+                .collect();
+            format!("the step of views {}", names.join(", "))
+        };
         let stepped = self.run_steps(steps, spawn);
-        let stepped = self
-            .runtime
-            .watched(format!("the step of views {names}"), stepped);
+        let stepped = self.runtime.watched(names, stepped);
         let mut results = stepped.await.into_iter();
         let unshared = || RsError::internal("a view step outlived its wave");
         stores = shared_stores
@@ -1098,7 +1098,7 @@ impl EpochLoop {
             (Some(read), _) => read?,
             (None, Some(ahead)) => joined(
                 self.runtime
-                    .watched("a deletion's read of its next keys", ahead)
+                    .watched(|| "a deletion's read of its next keys", ahead)
                     .await,
             )?,
             (None, None) => {
@@ -1139,7 +1139,7 @@ impl EpochLoop {
         let written = futures::future::join_all(writes);
         let written = self
             .runtime
-            .watched("a deletion's writes outside epochs", written);
+            .watched(|| "a deletion's writes outside epochs", written);
         for written in written.await {
             written?;
         }

@@ -255,7 +255,7 @@ impl EpochLoop {
                 let chunk = reader.next_chunk(snapshot, shard_rows);
                 let chunk = self
                     .runtime
-                    .watched(format!("a backfill read of {source}"), chunk);
+                    .watched(|| format!("a backfill read of {source}"), chunk);
                 if let Some(chunk) = chunk.await? {
                     backfill.rows_done += chunk.len() as u64;
                     shard_inputs.insert(*source, chunk);
@@ -366,7 +366,7 @@ impl EpochLoop {
         let name = &self.views[index].view.name;
         let results = self
             .runtime
-            .watched(format!("a backfill step of view {name}"), stepped)
+            .watched(|| format!("a backfill step of view {name}"), stepped)
             .await;
         let mut stores = bases
             .into_iter()
