@@ -184,6 +184,11 @@ pub struct CatalogEntry {
     /// entries.
     #[serde(default, skip_serializing_if = "is_zero_u16")]
     pub next_unique_id: u16,
+    /// The SQL functions a view's definition calls, directly or through
+    /// other functions' bodies (RFC 0012): they are neither dropped nor
+    /// replaced while it exists.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub functions: Vec<ObjectId>,
 }
 
 /// A UNIQUE constraint of a table: no two rows hold equal values in its

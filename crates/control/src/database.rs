@@ -17,12 +17,14 @@ use crate::catalog::{
 };
 use crate::control_db::{ControlDb, CONTROL_PATH};
 use crate::follower::{self, CatalogChange, FollowerSender};
+use crate::functions::{function_key, Functions};
 use crate::namespaces::{namespace_key, Attachment, Namespaces};
 use crate::resolver::{plan_inline_view, CatalogResolver};
 use crate::roles::{undefined_role, Role, RoleChange, Roles};
 use crate::sequences::{sequence_key, Sequences};
 
 mod alter;
+mod function_ddl;
 mod transaction;
 
 pub use alter::{Alteration, Altered};
@@ -80,6 +82,9 @@ pub struct Database {
     sequences: Sequences,
     roles: Roles,
     namespaces: Arc<Namespaces>,
+    /// SQL functions, which views are planned with (shared with the
+    /// follower).
+    functions: Arc<Functions>,
 }
 
 impl Database {
@@ -110,7 +115,8 @@ impl Database {
         let map = Arc::new(bucket_map(&control_db, shards).await?);
         let shards = ShardDb::open_all(store, map.shard_count(), arrangement_cache_bytes).await?;
         let engine = Engine::start(&runtime, shards, map).await?;
-        let follower = follower::start(&runtime, engine.clone());
+        let functions = Arc::new(Functions::load(&control_db).await?);
+        let follower = follower::start(&runtime, engine.clone(), functions.clone());
         let entries = load_entries(&control_db).await?;
         let sequences = Sequences::load(&control_db).await?;
         let roles = Roles::load(&control_db).await?;
@@ -129,6 +135,7 @@ impl Database {
             sequences,
             roles,
             namespaces,
+            functions,
         });
         let mut entries = transaction::resolve_in_doubt(&database, entries).await?;
         // An object of a namespace that is gone goes too: a DROP DATABASE
@@ -271,7 +278,11 @@ impl Database {
         let doomed = self.entries(name);
         let mut batch = dropping_marks(&doomed)?;
         batch.delete(namespace_key(name));
+        for function in self.functions.entries(name) {
+            batch.delete(function_key(name, &function.name));
+        }
         self.control.write(batch).await?;
+        self.functions.remove_namespace(name);
         dropping.done();
         self.catalog_mut().retain(|entry| entry.namespace != name);
         // Dependents first, as DROP ... CASCADE removes them.
@@ -387,6 +398,7 @@ impl Database {
             previous: None,
             unique: Vec::new(),
             next_unique_id: 0,
+            functions: Vec::new(),
         };
         for declared in unique {
             add_unique(catalog, &mut entry, declared)?;
@@ -512,7 +524,9 @@ impl Database {
             ));
         }
         let id = self.allocate_id().await?;
-        let resolver = CatalogResolver::new(catalog);
+        let functions = self.functions.planned(namespace);
+        let called = rockstream_planner::called_functions(query, &functions);
+        let resolver = CatalogResolver::new(catalog, functions);
         let (schema, output_key, state_layout) = if materialized {
             let context = new_context(resolver.clone());
             let plan = plan_view(&context, id, query).await?;
@@ -574,6 +588,7 @@ impl Database {
             previous: None,
             unique: Vec::new(),
             next_unique_id: 0,
+            functions: self.function_ids(namespace, &called),
         }))
     }
 
@@ -974,7 +989,7 @@ pub struct DropObject<'a> {
 /// The entries a `DROP` removes from `catalog` (creation order): the named
 /// one first, then everything depending on it. `None` when it is absent
 /// and `if_exists`.
-fn doomed_by(
+pub(super) fn doomed_by(
     catalog: &[CatalogEntry],
     drop: DropObject<'_>,
 ) -> RsResult<Option<Vec<CatalogEntry>>> {
@@ -1047,7 +1062,7 @@ fn dependents_closure(catalog: &[CatalogEntry], id: ObjectId) -> Vec<CatalogEntr
 
 /// A write marking `entries` as being dropped (`CatalogEntry::dropping`):
 /// once it is durable the drop completes, on the next start if need be.
-fn dropping_marks(entries: &[CatalogEntry]) -> RsResult<WriteBatch> {
+pub(super) fn dropping_marks(entries: &[CatalogEntry]) -> RsResult<WriteBatch> {
     let mut marks = WriteBatch::new();
     for entry in entries {
         let marked = CatalogEntry {

@@ -6,6 +6,7 @@
 //! is always an implication of a committed catalog entry.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use rockstream_common::Runtime;
 use rockstream_ops::keys::RowStorage;
@@ -17,6 +18,7 @@ use rockstream_types::{codes, ObjectId, RsError, RsResult};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::catalog::{CatalogEntry, ObjectKind};
+use crate::functions::Functions;
 use crate::resolver::CatalogResolver;
 
 // One message per DDL statement: its size does not matter.
@@ -38,12 +40,17 @@ pub(crate) type FollowerSender = mpsc::Sender<(CatalogChange, oneshot::Sender<Rs
 /// Bound on catalog changes waiting for the follower.
 const FOLLOWER_QUEUE_MAX: usize = 64;
 
-pub(crate) fn start(runtime: &Runtime, engine: Engine) -> FollowerSender {
+pub(crate) fn start(
+    runtime: &Runtime,
+    engine: Engine,
+    functions: Arc<Functions>,
+) -> FollowerSender {
     let (sender, mut receiver) =
         mpsc::channel::<(CatalogChange, oneshot::Sender<RsResult<()>>)>(FOLLOWER_QUEUE_MAX);
     runtime.spawn(async move {
         let mut follower = Follower {
             engine,
+            functions,
             not_maintainable: HashSet::new(),
         };
         while let Some((change, reply)) = receiver.recv().await {
@@ -55,6 +62,8 @@ pub(crate) fn start(runtime: &Runtime, engine: Engine) -> FollowerSender {
 
 struct Follower {
     engine: Engine,
+    /// What views are planned with.
+    functions: Arc<Functions>,
     /// Stored views this binary could not plan on start (see
     /// [`Follower::not_maintainable`]).
     not_maintainable: HashSet<ObjectId>,
@@ -89,7 +98,8 @@ impl Follower {
                 if entry.kind != ObjectKind::MaterializedView {
                     return Ok(());
                 }
-                let resolver = CatalogResolver::new(catalog.clone());
+                let resolver =
+                    CatalogResolver::new(catalog.clone(), self.functions.planned(&entry.namespace));
                 let context = new_context(resolver);
                 let sql = entry.definition.clone().unwrap_or_default();
                 let plan = match plan_view(&context, entry.id, &sql).await {

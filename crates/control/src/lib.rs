@@ -7,6 +7,7 @@ mod catalog;
 mod control_db;
 mod database;
 mod follower;
+mod functions;
 mod namespaces;
 mod resolver;
 mod roles;
@@ -20,6 +21,7 @@ pub use database::{
     Alteration, Altered, Database, DeclaredUnique, DropObject, Generated, NewTable, NewView,
     OpenOptions, PendingCatalog, Rename, TableLayouts, FAILPOINT_DDL_TRANSACTION,
 };
+pub use functions::{FunctionArgument, FunctionEntry, ANY_NUMERIC};
 pub use namespaces::Attachment;
 pub use resolver::{arrow_schema, inline_view, plan_inline_view, CatalogResolver};
 pub use roles::{Role, RoleChange};

@@ -11,7 +11,9 @@ use datafusion::sql::sqlparser::ast::Statement;
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 use rockstream_plan::arrow_types::{arrow_type, datafusion_error};
-use rockstream_planner::{new_context, rewrite_using_joins, SchemaOnlyTable, TableResolver};
+use rockstream_planner::{
+    new_context, rewrite_using_joins, SchemaOnlyTable, SqlFunction, TableResolver,
+};
 use rockstream_types::{ObjectId, RsError, RsResult};
 
 use crate::catalog::{CatalogEntry, ObjectKind};
@@ -24,14 +26,19 @@ pub const INLINE_VIEW_DEPTH_MAX: usize = 32;
 #[derive(Debug)]
 pub struct CatalogResolver {
     entries: Vec<CatalogEntry>,
+    functions: Vec<Arc<SqlFunction>>,
     resolved: Mutex<Vec<ObjectId>>,
     depth: usize,
 }
 
 impl CatalogResolver {
-    pub fn new(entries: Vec<CatalogEntry>) -> Arc<CatalogResolver> {
+    pub fn new(
+        entries: Vec<CatalogEntry>,
+        functions: Vec<Arc<SqlFunction>>,
+    ) -> Arc<CatalogResolver> {
         Arc::new(CatalogResolver {
             entries,
+            functions,
             resolved: Mutex::new(Vec::new()),
             depth: 0,
         })
@@ -152,6 +159,7 @@ impl TableResolver for CatalogResolver {
                 }
                 let nested = Arc::new(CatalogResolver {
                     entries: self.entries.clone(),
+                    functions: self.functions.clone(),
                     resolved: Mutex::new(Vec::new()),
                     depth: self.depth + 1,
                 });
@@ -172,5 +180,9 @@ impl TableResolver for CatalogResolver {
             .iter()
             .map(|entry| entry.name.clone())
             .collect()
+    }
+
+    fn functions(&self) -> Vec<Arc<SqlFunction>> {
+        self.functions.clone()
     }
 }

@@ -146,6 +146,7 @@ impl Gateway {
                 .unwrap_or_default(),
             databases: self.database.namespaces(),
             database: session.namespace.clone(),
+            functions: self.database.functions(&session.namespace),
             roles: self.roles_seen_by(session),
             snapshot: session
                 .transaction
@@ -431,6 +432,14 @@ impl Gateway {
                 crate::ddl::refuse_in_transaction_block(in_explicit, "DROP DATABASE")?;
                 crate::databases::drop_database(&self.database, &self.runtime, session, statement)
                     .await
+            }
+            Statement::CreateFunction(create) => {
+                crate::ddl::refuse_in_transaction_block(in_explicit, "CREATE FUNCTION")?;
+                crate::functions::create_function(&self.database, &session.namespace, create).await
+            }
+            Statement::DropFunction(drop) => {
+                crate::ddl::refuse_in_transaction_block(in_explicit, "DROP FUNCTION")?;
+                crate::functions::drop_functions(&self.database, &session.namespace, drop).await
             }
             Statement::CreateRole(create) => {
                 crate::ddl::refuse_in_transaction_block(in_explicit, "CREATE ROLE")?;

@@ -538,6 +538,7 @@ mod tests {
             previous: None,
             unique: Vec::new(),
             next_unique_id: 0,
+            functions: Vec::new(),
         }
     }
 

@@ -21,6 +21,7 @@ mod ddl;
 mod defaults;
 mod dml;
 mod fast_path;
+mod functions;
 mod memory;
 mod providers;
 mod relations;

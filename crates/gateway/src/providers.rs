@@ -40,7 +40,7 @@ use rockstream_types::{Datum, ObjectId, Row, RsError, RsResult, SqlType};
 
 use crate::session::{layout_conflict, PendingRow};
 use rockstream_pgwire::{FIELD_COLUMN_NUMBER, FIELD_TABLE_OID, FIELD_VARCHAR_LENGTH};
-use rockstream_planner::relation_oid;
+use rockstream_planner::{relation_oid, SqlFunction};
 
 /// Hidden column carrying a table row's storage key (DML only).
 pub const ROW_KEY_COLUMN: &str = "__rs_row_key";
@@ -61,6 +61,8 @@ pub struct ReadContext {
     pub databases: Vec<String>,
     /// The one the session reads.
     pub database: String,
+    /// Its SQL functions (`CREATE FUNCTION`).
+    pub functions: Vec<Arc<SqlFunction>>,
     /// The roles `CREATE ROLE` made, each with whether it may log in.
     pub roles: Vec<(String, bool)>,
     pub snapshot: SnapshotSet,
@@ -190,6 +192,10 @@ impl TableResolver for SnapshotResolver {
 
     fn roles(&self) -> Vec<(String, bool)> {
         self.context.roles.clone()
+    }
+
+    fn functions(&self) -> Vec<Arc<SqlFunction>> {
+        self.context.functions.clone()
     }
 
     fn databases(&self) -> Vec<String> {

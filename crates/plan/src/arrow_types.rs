@@ -131,6 +131,18 @@ pub fn datafusion_error(error: DataFusionError) -> RsError {
             )
         }
         DataFusionError::Execution(message) => RsError::new(&codes::EXECUTION_ERROR, message),
+        // A call of a function no session knows, as PostgreSQL says it.
+        DataFusionError::Plan(message) if message.starts_with("Invalid function '") => {
+            let name = message
+                .trim_start_matches("Invalid function '")
+                .split('\'')
+                .next()
+                .unwrap_or_default();
+            RsError::new(
+                &codes::UNDEFINED_FUNCTION,
+                format!("function {name} does not exist"),
+            )
+        }
         DataFusionError::Plan(message) => RsError::new(&codes::PLAN_ERROR, message),
         DataFusionError::SchemaError(error, _) => {
             RsError::new(&codes::PLAN_ERROR, error.to_string())

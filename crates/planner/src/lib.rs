@@ -36,6 +36,7 @@ mod plan_rewrite;
 mod resolver;
 mod scalar_subquery;
 mod set_operations;
+mod sql_functions;
 mod system_catalog;
 mod temporal_filters;
 mod theta_subqueries;
@@ -50,6 +51,10 @@ pub use number_literals::normalize_number_literals;
 pub use pg_compat::normalize_query;
 pub use resolver::{new_context, new_context_in, SchemaOnlyTable, TableResolver};
 pub use set_operations::uses_bag_set_operation;
+pub use sql_functions::{
+    called_functions, check_function, is_builtin_function, DeclaredType, SqlArgument, SqlFunction,
+    SQL_FUNCTION_DEPTH_MAX,
+};
 pub use system_catalog::{
     current_setting, quote_ident, regclass_name, relation_oid, session_constant, set_config,
     ColumnInfo, RelationInfo, RelationKind, SequenceInfo, UniqueInfo, UNIQUE_IDS_PER_TABLE,

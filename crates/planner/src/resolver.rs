@@ -1,6 +1,6 @@
 //! Name resolution: DataFusion asks our catalog for tables by name.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
@@ -13,6 +13,7 @@ use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
 use rockstream_types::{ObjectId, RsError};
 
+use crate::sql_functions::{InlineSqlFunctions, SqlFunction};
 use crate::system_catalog::{
     catalog_functions, is_pg_catalog_table, system_table, RelationInfo, SystemSchema,
     CATALOG_FUNCTIONS, INFORMATION_SCHEMA, PG_CATALOG,
@@ -46,6 +47,12 @@ pub trait TableResolver: Send + Sync + std::fmt::Debug {
     fn roles(&self) -> Vec<(String, bool)> {
         Vec::new()
     }
+
+    /// The SQL functions queries may call (`CREATE FUNCTION … LANGUAGE
+    /// SQL`), inlined where they are called.
+    fn functions(&self) -> Vec<Arc<SqlFunction>> {
+        Vec::new()
+    }
 }
 
 /// A DataFusion session whose `public` schema is the given resolver.
@@ -74,12 +81,27 @@ pub fn new_context_in(
         options.sql_parser.enable_ident_normalization = true;
         options.execution.time_zone = Some("+00:00".to_string());
     }
-    // Integer literals, SUM and AVG get PostgreSQL's types before
-    // DataFusion's own rules coerce anything around them.
-    let mut analyzer_rules: Vec<Arc<dyn datafusion::optimizer::AnalyzerRule + Send + Sync>> = vec![
-        Arc::new(crate::pg_integer_literals::PostgresIntegerLiterals),
-        Arc::new(crate::pg_aggregates::PostgresAggregateTypes),
-    ];
+    // SQL functions are inlined before any rule gives their bodies
+    // PostgreSQL's semantics. Integer literals, SUM and AVG get
+    // PostgreSQL's types before DataFusion's own rules coerce anything
+    // around them.
+    let functions = resolver.functions();
+    let bodies = Arc::new(OnceLock::new());
+    let mut analyzer_rules: Vec<Arc<dyn datafusion::optimizer::AnalyzerRule + Send + Sync>> =
+        Vec::new();
+    if !functions.is_empty() {
+        analyzer_rules.push(Arc::new(InlineSqlFunctions {
+            functions: functions
+                .iter()
+                .map(|function| (function.name.clone(), function.clone()))
+                .collect(),
+            bodies: bodies.clone(),
+        }));
+    }
+    analyzer_rules.push(Arc::new(
+        crate::pg_integer_literals::PostgresIntegerLiterals,
+    ));
+    analyzer_rules.push(Arc::new(crate::pg_aggregates::PostgresAggregateTypes));
     analyzer_rules.extend(datafusion::optimizer::Analyzer::new().rules);
     let state = datafusion::execution::SessionStateBuilder::new()
         .with_config(config)
@@ -159,6 +181,9 @@ pub fn new_context_in(
     let schema: Arc<dyn SchemaProvider> = Arc::new(ResolverSchema { resolver });
     let _ = datafusion::catalog::CatalogProvider::register_schema(&catalog, "public", schema);
     context.register_catalog("rockstream", Arc::new(catalog));
+    if !functions.is_empty() {
+        crate::sql_functions::register(&context, &functions, &bodies);
+    }
     context
 }
 

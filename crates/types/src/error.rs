@@ -156,6 +156,12 @@ pub mod codes {
             "The database 'default' cannot be dropped; drop the objects in it instead (DROP TABLE ... CASCADE).");
         INDEX_OF_CONSTRAINT = (2069, "ddl.index_of_constraint", "2BP01",
             "The index backs a constraint: drop the constraint instead (ALTER TABLE <table> DROP CONSTRAINT <name>), which drops the index with it.");
+        DUPLICATE_FUNCTION = (2070, "ddl.duplicate_function", "42723",
+            "Pick another name, or replace the function with CREATE OR REPLACE FUNCTION.");
+        INVALID_FUNCTION_DEFINITION = (2071, "ddl.invalid_function_definition", "42P13",
+            "Write the body as one scalar expression over the arguments (LANGUAGE SQL AS $$SELECT expression$$, or RETURN expression), calling no function that calls it back.");
+        FUNCTION_WITH_DEPENDENTS = (2072, "ddl.function_with_dependents", "0A000",
+            "Materialized views computed their state with the function's current body: drop the views that call it, replace the function, and create them again.");
         CURSOR_SCANS_FORWARD = (2052, "session.cursor_scans_forward_only", "55000",
             "Cursors move forward only here (FETCH NEXT, FETCH n, FETCH FORWARD n, FETCH ALL); declare the query again to read from the start.");
         // Direct-write transactions: 2200–2299.

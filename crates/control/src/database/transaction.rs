@@ -137,6 +137,7 @@ impl Database {
         };
         self.before_ddl().await?;
         self.still_valid(namespace, &pending, &changes)?;
+        self.check_functions_stand(&pending.created)?;
         self.check_layouts(namespace, &pending, &changes, layouts)?;
         self.check_rewrites_complete(&pending, &changes).await?;
         self.attach_unique(namespace, &pending, &mut changes);
@@ -768,6 +769,7 @@ fn reads_alike(before: &CatalogEntry, after: &CatalogEntry) -> bool {
             .collect(),
         unique: Vec::new(),
         next_unique_id: 0,
+        functions: Vec::new(),
         rewritten: 0,
         ..entry.clone()
     };
