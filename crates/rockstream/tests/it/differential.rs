@@ -165,6 +165,9 @@ impl ViewSpec {
 pub struct Scenario {
     pub name: &'static str,
     pub tables: Vec<TableSpec>,
+    /// Statements both sides run after creating the tables and before the
+    /// views (`CREATE FUNCTION`).
+    pub setup: Vec<String>,
     pub views: Vec<ViewSpec>,
 }
 
@@ -295,6 +298,9 @@ async fn drive(
 async fn set_up(scenario: &Scenario, views: &[ViewSpec], side: &Side<'_>) -> Result<(), String> {
     for table in &scenario.tables {
         execute(side, &table.ddl()).await?;
+    }
+    for statement in &scenario.setup {
+        execute(side, statement).await?;
     }
     for view in views {
         let (keyword, query) = match side.view_kind {
@@ -517,6 +523,7 @@ pub fn orders_and_customers_scenario() -> Scenario {
     Scenario {
         name: "orders_and_customers",
         tables: orders_and_customers_tables(),
+        setup: Vec::new(),
         views: orders_and_customers_views(),
     }
 }

@@ -21,6 +21,7 @@ mod databases;
 mod differential;
 mod disk_full;
 mod fast_path;
+mod functions;
 mod fuzz_sql;
 mod interrupts;
 mod isolation;

@@ -74,6 +74,7 @@ fn self_check_scenario() -> Scenario {
     Scenario {
         name: "self_check",
         tables,
+        setup: Vec::new(),
         views,
     }
 }
@@ -443,6 +444,17 @@ fn constructs_scenario() -> Scenario {
              mode() WITHIN GROUP (ORDER BY region DESC) AS usual FROM orders",
         ),
         ("view_over_view", "SELECT region, revenue FROM revenue_by_region WHERE orders > 2"),
+        // SQL functions (`setup` below), inlined.
+        (
+            "sql_functions",
+            "SELECT id, taxed(amount, 0.2) AS gross, region_label(region, customer_id) AS label \
+             FROM orders WHERE is_big(amount)",
+        ),
+        (
+            "sql_function_groups",
+            "SELECT region_label(region, 1) AS label, COUNT(*) AS n, SUM(taxed(amount, 0.1)) AS total \
+             FROM orders GROUP BY 1",
+        ),
     ];
     // Time windows, which PostgreSQL spells with date_bin.
     let windows = [
@@ -467,6 +479,16 @@ fn constructs_scenario() -> Scenario {
     Scenario {
         name: "constructs",
         tables,
+        setup: vec![
+            "CREATE FUNCTION taxed(amount numeric, rate numeric) RETURNS numeric LANGUAGE SQL \
+             IMMUTABLE AS 'SELECT round(amount * (1 + rate), 2)'"
+                .to_owned(),
+            "CREATE FUNCTION region_label(r text, n bigint) RETURNS text LANGUAGE SQL STRICT \
+             AS $$SELECT upper(r) || '#' || n$$"
+                .to_owned(),
+            "CREATE FUNCTION is_big(a numeric(12,2)) RETURNS boolean LANGUAGE SQL RETURN a > 1000"
+                .to_owned(),
+        ],
         views: views
             .iter()
             .map(|(name, query)| ViewSpec::new(name, query))
