@@ -64,7 +64,10 @@ impl FunctionEntry {
     /// The function as the planner inlines it.
     pub fn planned(&self) -> RsResult<SqlFunction> {
         Ok(SqlFunction {
+            id: self.id,
             name: self.name.clone(),
+            returns_name: self.returns.clone(),
+            volatility: self.volatility,
             arguments: self
                 .arguments
                 .iter()
@@ -72,6 +75,7 @@ impl FunctionEntry {
                     Ok(SqlArgument {
                         name: argument.name.clone(),
                         data_type: declared_type(&argument.type_name)?,
+                        type_name: argument.type_name.clone(),
                     })
                 })
                 .collect::<RsResult<_>>()?,

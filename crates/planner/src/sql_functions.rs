@@ -37,7 +37,7 @@ use datafusion::sql::sqlparser::ast::{Expr as SqlExpr, ObjectNamePart, Visit, Vi
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 use rockstream_plan::arrow_types::{datafusion_error, sql_type_of};
-use rockstream_types::{codes, RsError, RsResult};
+use rockstream_types::{codes, ObjectId, RsError, RsResult};
 
 use crate::plan_rewrite::rewrite_exprs;
 
@@ -47,10 +47,16 @@ pub const SQL_FUNCTION_DEPTH_MAX: usize = 32;
 /// A SQL function as the planner inlines it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SqlFunction {
+    /// Its catalog id (`pg_proc.oid` is [`crate::relation_oid`] of it).
+    pub id: ObjectId,
     /// Lower-case unless it was quoted.
     pub name: String,
     pub arguments: Vec<SqlArgument>,
     pub returns: DeclaredType,
+    /// `returns` as declared, in PostgreSQL's spelling.
+    pub returns_name: String,
+    /// As declared (`pg_proc.provolatile`): `i`, `s` or `v`.
+    pub volatility: char,
     /// One scalar expression over the arguments (by name, or `$1`, `$2`, …),
     /// in SQL.
     pub body: String,
@@ -62,6 +68,8 @@ pub struct SqlFunction {
 pub struct SqlArgument {
     pub name: Option<String>,
     pub data_type: DeclaredType,
+    /// As declared, in PostgreSQL's spelling.
+    pub type_name: String,
 }
 
 /// An argument's or a result's declared type.
@@ -115,6 +123,20 @@ impl SqlFunction {
             .map(|argument| argument.data_type.pg_name())
             .collect();
         format!("{}({})", self.name, types.join(", "))
+    }
+
+    /// Its arguments as `pg_get_function_arguments` prints them:
+    /// `s character varying, n integer`.
+    pub fn arguments_text(&self) -> String {
+        let arguments: Vec<String> = self
+            .arguments
+            .iter()
+            .map(|argument| match &argument.name {
+                Some(name) => format!("{} {}", crate::quote_ident(name), argument.type_name),
+                None => argument.type_name.clone(),
+            })
+            .collect();
+        arguments.join(", ")
     }
 
     /// The schema its body is planned over: one column per named argument.

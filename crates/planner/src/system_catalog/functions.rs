@@ -31,8 +31,14 @@ use crate::resolver::TableResolver;
 enum Function {
     /// `pg_get_userbyid(oid)`: every object belongs to the one user.
     UserById,
-    /// `pg_table_is_visible(oid)`: `public` is always on the search path.
+    /// `pg_table_is_visible(oid)`: `public` is always on the search path;
+    /// `pg_function_is_visible(oid)` likewise.
     TableIsVisible,
+    FunctionIsVisible,
+    /// `pg_get_function_result(oid)` and `pg_get_function_arguments(oid)`
+    /// of a SQL function (`CREATE FUNCTION`).
+    FunctionResult,
+    FunctionArguments,
     /// `has_database_privilege` and friends: the one user holds every
     /// privilege (authentication is off).
     Granted(&'static str),
@@ -71,6 +77,9 @@ impl Function {
         match self {
             Function::UserById => "pg_get_userbyid",
             Function::TableIsVisible => "pg_table_is_visible",
+            Function::FunctionIsVisible => "pg_function_is_visible",
+            Function::FunctionResult => "pg_get_function_result",
+            Function::FunctionArguments => "pg_get_function_arguments",
             Function::Granted(name) => name,
             Function::FormatType => "format_type",
             Function::RegClass => "regclass",
@@ -146,6 +155,7 @@ pub(crate) static CATALOG_FUNCTIONS: LazyLock<Vec<ScalarUDF>> = LazyLock::new(||
     [
         Function::UserById,
         Function::TableIsVisible,
+        Function::FunctionIsVisible,
         Function::FormatType,
         Function::RegType,
         Function::RegNamespace,
@@ -178,6 +188,8 @@ pub(crate) fn catalog_functions(resolver: Arc<dyn TableResolver>) -> Vec<ScalarU
         Function::ConstraintDef,
         Function::ViewDef,
         Function::SerialSequence,
+        Function::FunctionResult,
+        Function::FunctionArguments,
     ]
     .into_iter()
     .map(|function| udf(function, Some(resolver.clone())))
@@ -202,7 +214,9 @@ impl ScalarUDFImpl for CatalogFunction {
 
     fn return_type(&self, arguments: &[DataType]) -> DataFusionResult<DataType> {
         Ok(match self.function {
-            Function::TableIsVisible | Function::Granted(_) => DataType::Boolean,
+            Function::TableIsVisible | Function::FunctionIsVisible | Function::Granted(_) => {
+                DataType::Boolean
+            }
             // A name converts to an oid.
             Function::RegClass | Function::RegType | Function::RegNamespace
                 if arguments.first().is_some_and(is_text) =>
@@ -235,7 +249,7 @@ impl ScalarUDFImpl for CatalogFunction {
         };
         let first = first.to_array(rows)?;
         let result: ArrayRef = match self.function {
-            Function::TableIsVisible | Function::Granted(_) => {
+            Function::TableIsVisible | Function::FunctionIsVisible | Function::Granted(_) => {
                 let visible = ScalarValue::Boolean(Some(true));
                 return Ok(ColumnarValue::Scalar(visible));
             }
@@ -246,6 +260,31 @@ impl ScalarUDFImpl for CatalogFunction {
             }
             Function::Nothing(_) => return Ok(ColumnarValue::Scalar(ScalarValue::Utf8(None))),
             Function::Expression => cast(&first, &DataType::Utf8)?,
+            Function::FunctionResult | Function::FunctionArguments => {
+                let functions = self
+                    .resolver
+                    .as_ref()
+                    .map(|resolver| resolver.functions())
+                    .unwrap_or_default();
+                let oids = cast(&first, &DataType::Int64)?;
+                let oids = oids
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .ok_or_else(|| DataFusionError::Internal("oids are numbers".into()))?;
+                let text: StringArray = oids
+                    .iter()
+                    .map(|oid| {
+                        let function = functions
+                            .iter()
+                            .find(|function| Some(crate::relation_oid(function.id)) == oid)?;
+                        Some(match self.function {
+                            Function::FunctionResult => function.returns_name.clone(),
+                            _ => function.arguments_text(),
+                        })
+                    })
+                    .collect();
+                Arc::new(text)
+            }
             Function::SerialSequence => {
                 let columns = match args.args.get(1) {
                     Some(columns) => cast(&columns.to_array(rows)?, &DataType::Utf8)?,
@@ -414,6 +453,9 @@ impl CatalogFunction {
                 .and_then(|relation| relation.definition.clone()),
             Function::UserById
             | Function::TableIsVisible
+            | Function::FunctionIsVisible
+            | Function::FunctionResult
+            | Function::FunctionArguments
             | Function::Granted(_)
             | Function::ToRegType
             | Function::Expression

@@ -214,7 +214,7 @@ pub(crate) const INFORMATION_SCHEMA: &str = "information_schema";
 const SCHEMA: &str = "public";
 /// The owner every relation reports: authentication is off.
 const OWNER: &str = "rockstream";
-const PG_CATALOG_TABLES: [&str; 14] = [
+const PG_CATALOG_TABLES: [&str; 15] = [
     "pg_tables",
     "pg_views",
     "pg_matviews",
@@ -229,6 +229,7 @@ const PG_CATALOG_TABLES: [&str; 14] = [
     "pg_roles",
     "pg_database",
     "pg_tablespace",
+    "pg_proc",
 ];
 /// Catalog columns of an array type (options, access-control lists) that
 /// RockStream always leaves NULL: it keeps no storage options and grants
@@ -360,6 +361,7 @@ pub(crate) fn system_table(
             ),
         ]),
         (PG_CATALOG, "pg_roles") => pg_roles(&resolver.roles()),
+        (PG_CATALOG, "pg_proc") => pg_proc(&resolver.functions()),
         (PG_CATALOG, "pg_database") => pg_database(&resolver.databases()),
         (PG_CATALOG, "pg_tablespace") => batch(vec![
             (
@@ -453,6 +455,87 @@ pub(crate) fn number_lists(values: impl Iterator<Item = Vec<i64>>) -> ArrayRef {
 /// `pg_roles`: the owner of everything (`rockstream`), then the roles
 /// `CREATE ROLE` made, each `(name, may log in)`. Every role has every
 /// privilege.
+/// `pg_language.oid` of `sql`.
+const SQL_LANGUAGE_OID: i64 = 14;
+
+/// `pg_proc`: the SQL functions `CREATE FUNCTION` made (the built-in
+/// functions are not listed).
+fn pg_proc(functions: &[Arc<crate::SqlFunction>]) -> DataFusionResult<RecordBatch> {
+    let count = functions.len();
+    let numbers = |value: i64| -> ArrayRef { Arc::new(Int64Array::from(vec![value; count])) };
+    let each = |value: &dyn Fn(&crate::SqlFunction) -> Option<String>| {
+        text(functions.iter().map(|function| value(function)))
+    };
+    batch(vec![
+        (
+            "oid",
+            Arc::new(Int64Array::from_iter_values(
+                functions.iter().map(|function| relation_oid(function.id)),
+            )),
+        ),
+        ("proname", each(&|function| Some(function.name.clone()))),
+        ("pronamespace", numbers(PUBLIC_OID)),
+        ("proowner", numbers(OWNER_OID)),
+        ("prolang", numbers(SQL_LANGUAGE_OID)),
+        ("prokind", repeated("f", count)),
+        (
+            "proisstrict",
+            Arc::new(datafusion::arrow::array::BooleanArray::from_iter(
+                functions.iter().map(|function| Some(function.strict)),
+            )),
+        ),
+        ("proretset", flags(false, count)),
+        (
+            "provolatile",
+            each(&|function| Some(function.volatility.to_string())),
+        ),
+        (
+            "pronargs",
+            Arc::new(Int64Array::from_iter_values(
+                functions
+                    .iter()
+                    .map(|function| function.arguments.len() as i64),
+            )),
+        ),
+        (
+            "prorettype",
+            Arc::new(Int64Array::from_iter(functions.iter().map(|function| {
+                types::type_oid(function.returns_name.split('(').next().unwrap_or_default())
+            }))),
+        ),
+        (
+            "proargtypes",
+            each(&|function| {
+                let oids: Vec<String> = function
+                    .arguments
+                    .iter()
+                    .map(|argument| {
+                        let base = argument.type_name.split('(').next().unwrap_or_default();
+                        types::type_oid(base).unwrap_or(0).to_string()
+                    })
+                    .collect();
+                Some(oids.join(" "))
+            }),
+        ),
+        (
+            "proargnames",
+            each(&|function| {
+                let names: Vec<String> = function
+                    .arguments
+                    .iter()
+                    .map(|argument| argument.name.clone().unwrap_or_default())
+                    .collect();
+                function
+                    .arguments
+                    .iter()
+                    .any(|argument| argument.name.is_some())
+                    .then(|| format!("{{{}}}", names.join(",")))
+            }),
+        ),
+        ("prosrc", each(&|function| Some(function.body.clone()))),
+    ])
+}
+
 fn pg_roles(roles: &[(String, bool)]) -> DataFusionResult<RecordBatch> {
     // The owner may log in unless its role (with passwords on) says not.
     let owner_login = roles
