@@ -98,10 +98,13 @@ pub(crate) fn declared_type(type_name: &str) -> RsResult<DeclaredType> {
 /// scale is stored.
 pub const ANY_NUMERIC: &str = "numeric";
 
+/// Functions by (namespace, name), each with its planned form.
+type ByName = BTreeMap<(String, String), (FunctionEntry, Arc<SqlFunction>)>;
+
 /// Every function, by namespace and name, each with its planned form.
 #[derive(Debug, Default)]
 pub(crate) struct Functions {
-    functions: std::sync::RwLock<BTreeMap<(String, String), (FunctionEntry, Arc<SqlFunction>)>>,
+    functions: std::sync::RwLock<ByName>,
 }
 
 impl Functions {
@@ -171,21 +174,13 @@ impl Functions {
             .collect()
     }
 
-    fn read(
-        &self,
-    ) -> std::sync::RwLockReadGuard<'_, BTreeMap<(String, String), (FunctionEntry, Arc<SqlFunction>)>>
-    {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, ByName> {
         self.functions
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn write(
-        &self,
-    ) -> std::sync::RwLockWriteGuard<
-        '_,
-        BTreeMap<(String, String), (FunctionEntry, Arc<SqlFunction>)>,
-    > {
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, ByName> {
         self.functions
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner())

@@ -34,11 +34,11 @@ enum Function {
     /// `pg_table_is_visible(oid)`: `public` is always on the search path;
     /// `pg_function_is_visible(oid)` likewise.
     TableIsVisible,
-    FunctionIsVisible,
+    ProcIsVisible,
     /// `pg_get_function_result(oid)` and `pg_get_function_arguments(oid)`
     /// of a SQL function (`CREATE FUNCTION`).
-    FunctionResult,
-    FunctionArguments,
+    ProcResult,
+    ProcArguments,
     /// `has_database_privilege` and friends: the one user holds every
     /// privilege (authentication is off).
     Granted(&'static str),
@@ -77,9 +77,9 @@ impl Function {
         match self {
             Function::UserById => "pg_get_userbyid",
             Function::TableIsVisible => "pg_table_is_visible",
-            Function::FunctionIsVisible => "pg_function_is_visible",
-            Function::FunctionResult => "pg_get_function_result",
-            Function::FunctionArguments => "pg_get_function_arguments",
+            Function::ProcIsVisible => "pg_function_is_visible",
+            Function::ProcResult => "pg_get_function_result",
+            Function::ProcArguments => "pg_get_function_arguments",
             Function::Granted(name) => name,
             Function::FormatType => "format_type",
             Function::RegClass => "regclass",
@@ -155,7 +155,7 @@ pub(crate) static CATALOG_FUNCTIONS: LazyLock<Vec<ScalarUDF>> = LazyLock::new(||
     [
         Function::UserById,
         Function::TableIsVisible,
-        Function::FunctionIsVisible,
+        Function::ProcIsVisible,
         Function::FormatType,
         Function::RegType,
         Function::RegNamespace,
@@ -188,8 +188,8 @@ pub(crate) fn catalog_functions(resolver: Arc<dyn TableResolver>) -> Vec<ScalarU
         Function::ConstraintDef,
         Function::ViewDef,
         Function::SerialSequence,
-        Function::FunctionResult,
-        Function::FunctionArguments,
+        Function::ProcResult,
+        Function::ProcArguments,
     ]
     .into_iter()
     .map(|function| udf(function, Some(resolver.clone())))
@@ -214,7 +214,7 @@ impl ScalarUDFImpl for CatalogFunction {
 
     fn return_type(&self, arguments: &[DataType]) -> DataFusionResult<DataType> {
         Ok(match self.function {
-            Function::TableIsVisible | Function::FunctionIsVisible | Function::Granted(_) => {
+            Function::TableIsVisible | Function::ProcIsVisible | Function::Granted(_) => {
                 DataType::Boolean
             }
             // A name converts to an oid.
@@ -249,7 +249,7 @@ impl ScalarUDFImpl for CatalogFunction {
         };
         let first = first.to_array(rows)?;
         let result: ArrayRef = match self.function {
-            Function::TableIsVisible | Function::FunctionIsVisible | Function::Granted(_) => {
+            Function::TableIsVisible | Function::ProcIsVisible | Function::Granted(_) => {
                 let visible = ScalarValue::Boolean(Some(true));
                 return Ok(ColumnarValue::Scalar(visible));
             }
@@ -260,7 +260,7 @@ impl ScalarUDFImpl for CatalogFunction {
             }
             Function::Nothing(_) => return Ok(ColumnarValue::Scalar(ScalarValue::Utf8(None))),
             Function::Expression => cast(&first, &DataType::Utf8)?,
-            Function::FunctionResult | Function::FunctionArguments => {
+            Function::ProcResult | Function::ProcArguments => {
                 let functions = self
                     .resolver
                     .as_ref()
@@ -278,7 +278,7 @@ impl ScalarUDFImpl for CatalogFunction {
                             .iter()
                             .find(|function| Some(crate::relation_oid(function.id)) == oid)?;
                         Some(match self.function {
-                            Function::FunctionResult => function.returns_name.clone(),
+                            Function::ProcResult => function.returns_name.clone(),
                             _ => function.arguments_text(),
                         })
                     })
@@ -453,9 +453,9 @@ impl CatalogFunction {
                 .and_then(|relation| relation.definition.clone()),
             Function::UserById
             | Function::TableIsVisible
-            | Function::FunctionIsVisible
-            | Function::FunctionResult
-            | Function::FunctionArguments
+            | Function::ProcIsVisible
+            | Function::ProcResult
+            | Function::ProcArguments
             | Function::Granted(_)
             | Function::ToRegType
             | Function::Expression
