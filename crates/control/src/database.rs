@@ -524,8 +524,15 @@ impl Database {
             ));
         }
         let id = self.allocate_id().await?;
+        // The ids of the functions it calls, from the same snapshot it is
+        // planned with: a replacement meanwhile fails its COMMIT.
         let functions = self.functions.planned(namespace);
         let called = rockstream_planner::called_functions(query, &functions);
+        let called: Vec<ObjectId> = functions
+            .iter()
+            .filter(|function| called.contains(&function.name))
+            .map(|function| function.id)
+            .collect();
         let resolver = CatalogResolver::new(catalog, functions);
         let (schema, output_key, state_layout) = if materialized {
             let context = new_context(resolver.clone());
@@ -588,7 +595,7 @@ impl Database {
             previous: None,
             unique: Vec::new(),
             next_unique_id: 0,
-            functions: self.function_ids(namespace, &called),
+            functions: called,
         }))
     }
 

@@ -389,6 +389,21 @@ pub(crate) async fn check_defaults(
             continue;
         }
         refuse_references(expr_query(&expr)?.as_ref(), &column.name)?;
+        // Not tracked as a dependency, so a DROP FUNCTION would break it.
+        let functions = gateway.database().functions(&session.namespace);
+        if let Some(function) =
+            rockstream_planner::called_functions(&format!("SELECT {expr}"), &functions)
+                .into_iter()
+                .next()
+        {
+            return Err(RsError::new(
+                &codes::UNSUPPORTED_STATEMENT,
+                format!(
+                    "the default of column \"{}\" calls SQL function {function}: SQL functions in column defaults are not supported",
+                    column.name
+                ),
+            ));
+        }
         let sql_type = column.sql_type()?;
         // What is checked is what INSERTs will evaluate: the stored text.
         let text = as_postgres_prints(&expr, column);

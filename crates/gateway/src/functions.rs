@@ -265,10 +265,13 @@ fn not_supported(what: impl std::fmt::Display) -> RsError {
 }
 
 /// An argument's or result's type as the catalog spells it: `numeric`
-/// without precision and scale stays any numeric, as PostgreSQL's does.
+/// (whatever precision and scale it declares) is any numeric, as
+/// PostgreSQL's is.
 fn function_type_name(data_type: &DataType) -> RsResult<String> {
+    // PostgreSQL ignores a function's precision and scale (typmods).
     let text = data_type.to_string().to_lowercase();
-    if matches!(text.trim(), "numeric" | "decimal") {
+    let base = text.split('(').next().unwrap_or_default().trim();
+    if matches!(base, "numeric" | "decimal") {
         return Ok(ANY_NUMERIC.to_string());
     }
     column_type_name(data_type)

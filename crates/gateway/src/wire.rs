@@ -955,6 +955,8 @@ impl Gateway {
                 ..Default::default()
             });
         };
+        // Before a query's SQL functions are inlined.
+        let function_arguments = rockstream_planner::sql_function_parameter_types(&plan);
         let plan = match statement {
             Statement::Query(_) => context.state().optimize(&plan).map_err(query_error)?,
             _ => plan,
@@ -974,6 +976,7 @@ impl Gateway {
                     .cloned()
                     .or(data_type)
                     .or_else(|| arrays.get(&name).cloned())
+                    .or_else(|| function_arguments.get(&name).cloned())
                     .or_else(|| casts.get(&index).cloned())
                     .unwrap_or(DataType::Utf8);
                 (index, data_type)

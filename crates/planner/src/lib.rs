@@ -52,8 +52,8 @@ pub use pg_compat::normalize_query;
 pub use resolver::{new_context, new_context_in, SchemaOnlyTable, TableResolver};
 pub use set_operations::uses_bag_set_operation;
 pub use sql_functions::{
-    called_functions, check_function, is_builtin_function, DeclaredType, SqlArgument, SqlFunction,
-    SQL_FUNCTION_DEPTH_MAX,
+    called_functions, check_function, is_builtin_function, sql_function_parameter_types,
+    DeclaredType, SqlArgument, SqlFunction, SQL_FUNCTION_DEPTH_MAX,
 };
 pub use system_catalog::{
     current_setting, quote_ident, regclass_name, relation_oid, session_constant, set_config,

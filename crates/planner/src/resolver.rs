@@ -1,6 +1,6 @@
 //! Name resolution: DataFusion asks our catalog for tables by name.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
@@ -86,17 +86,11 @@ pub fn new_context_in(
     // PostgreSQL's types before DataFusion's own rules coerce anything
     // around them.
     let functions = resolver.functions();
-    let bodies = Arc::new(OnceLock::new());
+    let inlining = (!functions.is_empty()).then(|| Arc::new(InlineSqlFunctions::new(&functions)));
     let mut analyzer_rules: Vec<Arc<dyn datafusion::optimizer::AnalyzerRule + Send + Sync>> =
         Vec::new();
-    if !functions.is_empty() {
-        analyzer_rules.push(Arc::new(InlineSqlFunctions {
-            functions: functions
-                .iter()
-                .map(|function| (function.name.clone(), function.clone()))
-                .collect(),
-            bodies: bodies.clone(),
-        }));
+    if let Some(inlining) = &inlining {
+        analyzer_rules.push(inlining.clone());
     }
     analyzer_rules.push(Arc::new(
         crate::pg_integer_literals::PostgresIntegerLiterals,
@@ -181,8 +175,8 @@ pub fn new_context_in(
     let schema: Arc<dyn SchemaProvider> = Arc::new(ResolverSchema { resolver });
     let _ = datafusion::catalog::CatalogProvider::register_schema(&catalog, "public", schema);
     context.register_catalog("rockstream", Arc::new(catalog));
-    if !functions.is_empty() {
-        crate::sql_functions::register(&context, &functions, &bodies);
+    if let Some(inlining) = &inlining {
+        crate::sql_functions::register(&context, &functions, inlining);
     }
     context
 }

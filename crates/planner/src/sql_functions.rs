@@ -16,9 +16,9 @@
 //! expanded in turn; a function that reaches itself is refused
 //! ([`check_function`] at `CREATE`).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::ControlFlow;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use datafusion::arrow::datatypes::{DataType, Field};
 use datafusion::common::config::ConfigOptions;
@@ -36,6 +36,7 @@ use datafusion::optimizer::AnalyzerRule;
 use datafusion::sql::sqlparser::ast::{Expr as SqlExpr, ObjectNamePart, Visit, Visitor};
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
+use parking_lot::RwLock;
 use rockstream_plan::arrow_types::{datafusion_error, sql_type_of};
 use rockstream_types::{codes, ObjectId, RsError, RsResult};
 
@@ -91,10 +92,15 @@ impl DeclaredType {
         }
     }
 
-    /// `expr` as a value of this type.
-    fn cast(&self, expr: Expr) -> Expr {
+    /// `expr`, of type `given` if known, as a value of this type. An
+    /// integer given for any numeric becomes a numeric (`5 / 3` in the
+    /// body divides numerics, as PostgreSQL's does).
+    fn cast(&self, expr: Expr, given: Option<&DataType>) -> Expr {
         match self {
             DeclaredType::Exact(data_type) => cast(expr, data_type.clone()),
+            DeclaredType::AnyNumeric if given.is_some_and(DataType::is_integer) => {
+                cast(expr, DataType::Decimal128(38, 0))
+            }
             DeclaredType::AnyNumeric => expr,
         }
     }
@@ -163,6 +169,7 @@ fn pg_type_name(data_type: &DataType) -> String {
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct SqlFunctionCall {
     name: String,
+    arguments: Vec<DeclaredType>,
     returns: DataType,
     signature: Signature,
     /// `name(type, …)`.
@@ -246,32 +253,28 @@ fn coerces_implicitly(given: &DataType, declared: &DataType) -> bool {
         || given.is_temporal() && declared.is_temporal()
 }
 
-/// Registers `functions` in `context`: a UDF per function, and the bodies
-/// that [`InlineSqlFunctions`] (first in the analyzer, given `bodies`)
-/// replaces their calls with.
+/// Registers `functions` in `context`: a UDF per function, which `rule`
+/// (first in the context's analyzer) replaces with the function's body,
+/// planned in `context` when a statement first calls it.
 pub(crate) fn register(
     context: &SessionContext,
     functions: &[Arc<SqlFunction>],
-    bodies: &Arc<OnceLock<Bodies>>,
+    rule: &InlineSqlFunctions,
 ) {
     for function in functions {
         context.register_udf(udf(function));
     }
-    let state = context.state();
-    let planned: HashMap<String, Arc<SqlFunction>> = functions
-        .iter()
-        .map(|function| (function.name.clone(), function.clone()))
-        .collect();
-    let mut expanded = Bodies::default();
-    for function in functions {
-        let _ = expand(&state, &planned, function, &mut Vec::new(), &mut expanded);
-    }
-    let _ = bodies.set(expanded);
+    let _ = rule.state.set(context.state_weak_ref());
 }
 
 fn udf(function: &SqlFunction) -> ScalarUDF {
     ScalarUDF::from(SqlFunctionCall {
         name: function.name.clone(),
+        arguments: function
+            .arguments
+            .iter()
+            .map(|argument| argument.data_type.clone())
+            .collect(),
         returns: function.returns.provisional(),
         // Whatever its body calls: a view is refused for that, once inlined.
         signature: Signature::user_defined(Volatility::Immutable),
@@ -334,6 +337,9 @@ fn expand_calls(
     calling: &mut Vec<String>,
     expanded: &mut Bodies,
 ) -> std::result::Result<Expr, RsError> {
+    let schema = function
+        .argument_schema()
+        .map_err(|error| in_body(function, datafusion_error(error)))?;
     calling.push(function.name.clone());
     let mut failure = None;
     let body = raw
@@ -342,7 +348,7 @@ fn expand_calls(
                 return Ok(Transformed::no(expr));
             };
             match expand(state, functions, &callee, calling, expanded) {
-                Ok(body) => Ok(Transformed::yes(substitute(&callee, body, args)?)),
+                Ok(body) => Ok(Transformed::yes(substitute(&callee, body, args, &schema)?)),
                 Err(error) => {
                     failure = Some(error);
                     Err(DataFusionError::Plan(String::new()))
@@ -430,30 +436,64 @@ fn sql_function_call(
     Some((function.clone(), args.clone()))
 }
 
-/// `body` of `function` with its arguments given by `args`.
-fn substitute(function: &SqlFunction, body: Expr, args: Vec<Expr>) -> Result<Expr> {
+/// Most expression nodes one inlined call may make: an argument is
+/// copied wherever the body reads it, so nested calls multiply.
+pub const INLINED_NODES_MAX: usize = 10_000;
+
+/// `body` of `function` with its arguments given by `args` (typed by
+/// `schema`): 42883 unless they fit its declared ones.
+fn substitute(
+    function: &SqlFunction,
+    body: Expr,
+    args: Vec<Expr>,
+    schema: &DFSchema,
+) -> Result<Expr> {
+    check_arguments(function, &args, schema)?;
+    let position = |expr: &Expr| match expr {
+        Expr::Column(column) if column.relation.is_none() => function
+            .arguments
+            .iter()
+            .position(|argument| argument.name.as_deref() == Some(column.name.as_str())),
+        Expr::Placeholder(placeholder) => placeholder
+            .id
+            .strip_prefix('$')
+            .and_then(|number| number.parse::<usize>().ok())
+            .and_then(|number| number.checked_sub(1)),
+        _ => None,
+    };
+    // PostgreSQL does not inline a call whose volatile argument the body
+    // reads more than once (each copy would draw its own value).
+    let mut reads = vec![usize::from(function.strict); args.len()];
+    let _ = body.apply(|expr| {
+        if let Some(count) = position(expr).and_then(|index| reads.get_mut(index)) {
+            *count += 1;
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    if let Some((arg, _)) = args
+        .iter()
+        .zip(&reads)
+        .find(|(arg, reads)| **reads > 1 && arg.is_volatile())
+    {
+        return Err(DataFusionError::External(Box::new(RsError::new(
+            &codes::UNSUPPORTED_STATEMENT,
+            format!(
+                "a volatile argument ({arg}) of SQL function {}, which reads it more than once, is not supported",
+                function.name
+            ),
+        ))));
+    }
     let args: Vec<Expr> = args
         .into_iter()
         .zip(&function.arguments)
-        .map(|(arg, declared)| declared.data_type.cast(arg))
+        .map(|(arg, declared)| {
+            let given = arg.get_type(schema).ok();
+            declared.data_type.cast(arg, given.as_ref())
+        })
         .collect();
-    let position = |name: &str| {
-        function
-            .arguments
-            .iter()
-            .position(|argument| argument.name.as_deref() == Some(name))
-    };
     let body = body
         .transform_up(|expr| {
-            let index = match &expr {
-                Expr::Column(column) if column.relation.is_none() => position(&column.name),
-                Expr::Placeholder(placeholder) => placeholder
-                    .id
-                    .strip_prefix('$')
-                    .and_then(|number| number.parse::<usize>().ok())
-                    .and_then(|number| number.checked_sub(1)),
-                _ => None,
-            };
+            let index = position(&expr);
             match index.and_then(|index| args.get(index)) {
                 Some(arg) => Ok(Transformed::yes(arg.clone())),
                 None if matches!(expr, Expr::Placeholder(_)) => {
@@ -477,22 +517,86 @@ fn substitute(function: &SqlFunction, body: Expr, args: Vec<Expr>) -> Result<Exp
                 Box::new(
                     function
                         .returns
-                        .cast(lit(datafusion::common::ScalarValue::Null)),
+                        .cast(lit(datafusion::common::ScalarValue::Null), None),
                 ),
             )],
             else_expr: Some(Box::new(body)),
         }),
         _ => body,
     };
-    Ok(function.returns.cast(result))
+    let result = function.returns.cast(result, None);
+    let mut nodes = 0usize;
+    let _ = result.apply(|_| {
+        nodes += 1;
+        Ok(if nodes > INLINED_NODES_MAX {
+            TreeNodeRecursion::Stop
+        } else {
+            TreeNodeRecursion::Continue
+        })
+    });
+    if nodes > INLINED_NODES_MAX {
+        return Err(DataFusionError::External(Box::new(RsError::new(
+            &codes::STATEMENT_TOO_COMPLEX,
+            format!(
+                "a call of SQL function {} inlines to more than {INLINED_NODES_MAX} expression nodes (its arguments are copied wherever its body reads them)",
+                function.name
+            ),
+        ))));
+    }
+    Ok(result)
 }
 
 /// Replaces every call of a SQL function with its body: the first rule of
 /// the analyzer.
 #[derive(Debug)]
 pub(crate) struct InlineSqlFunctions {
-    pub(crate) functions: HashMap<String, Arc<SqlFunction>>,
-    pub(crate) bodies: Arc<OnceLock<Bodies>>,
+    functions: HashMap<String, Arc<SqlFunction>>,
+    /// The session bodies are planned in, set once it exists (weakly: the
+    /// session holds this rule).
+    state: OnceLock<Weak<RwLock<SessionState>>>,
+    /// The bodies planned so far, each with the calls it makes expanded.
+    bodies: Mutex<Bodies>,
+}
+
+impl InlineSqlFunctions {
+    pub(crate) fn new(functions: &[Arc<SqlFunction>]) -> InlineSqlFunctions {
+        InlineSqlFunctions {
+            functions: functions
+                .iter()
+                .map(|function| (function.name.clone(), function.clone()))
+                .collect(),
+            state: OnceLock::new(),
+            bodies: Mutex::new(Bodies::new()),
+        }
+    }
+
+    /// `function`'s body, expanded.
+    fn body(&self, function: &SqlFunction) -> Result<Expr> {
+        let mut bodies = self
+            .bodies
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let expanded = match bodies.get(&function.name) {
+            Some(expanded) => expanded.clone(),
+            None => {
+                let Some(state) = self.state.get().and_then(Weak::upgrade) else {
+                    return Err(DataFusionError::Internal(format!(
+                        "SQL function {} is called outside its session",
+                        function.name
+                    )));
+                };
+                let state = state.read();
+                expand(
+                    &state,
+                    &self.functions,
+                    function,
+                    &mut Vec::new(),
+                    &mut bodies,
+                )
+            }
+        };
+        expanded.map_err(|error| DataFusionError::External(Box::new(error)))
+    }
 }
 
 impl AnalyzerRule for InlineSqlFunctions {
@@ -501,22 +605,12 @@ impl AnalyzerRule for InlineSqlFunctions {
     }
 
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
-        let Some(bodies) = self.bodies.get() else {
-            return Ok(plan);
-        };
         rewrite_exprs(plan, &|expr, schema| {
             let Some((function, args)) = sql_function_call(&expr, &self.functions) else {
                 return Ok(Transformed::no(expr));
             };
-            check_arguments(&function, &args, schema)?;
-            match bodies.get(&function.name) {
-                Some(Ok(body)) => Ok(Transformed::yes(substitute(&function, body.clone(), args)?)),
-                Some(Err(error)) => Err(DataFusionError::External(Box::new(error.clone()))),
-                None => Err(DataFusionError::Internal(format!(
-                    "SQL function {} has no planned body",
-                    function.name
-                ))),
-            }
+            let body = self.body(&function)?;
+            Ok(Transformed::yes(substitute(&function, body, args, schema)?))
         })
     }
 }
@@ -542,6 +636,34 @@ pub async fn check_function(context: &SessionContext, function: &SqlFunction) ->
         .map_err(datafusion_error)?;
     state.optimize(&plan).map_err(datafusion_error)?;
     Ok(())
+}
+
+/// The types of the parameters (`$n`) that `plan`, not yet analyzed, passes
+/// as arguments of SQL functions: their declared types (DataFusion leaves
+/// them untyped, which clients would take for text).
+pub fn sql_function_parameter_types(plan: &LogicalPlan) -> BTreeMap<String, DataType> {
+    let mut types = BTreeMap::new();
+    let _ = plan.apply_with_subqueries(|node| {
+        for expr in node.expressions() {
+            let _ = expr.apply(|expr| {
+                let Expr::ScalarFunction(ScalarFunction { func, args }) = expr else {
+                    return Ok(TreeNodeRecursion::Continue);
+                };
+                if let Some(call) = func.inner().downcast_ref::<SqlFunctionCall>() {
+                    for (arg, declared) in args.iter().zip(&call.arguments) {
+                        if let Expr::Placeholder(placeholder) = arg {
+                            if placeholder.field.is_none() {
+                                types.insert(placeholder.id.clone(), declared.provisional());
+                            }
+                        }
+                    }
+                }
+                Ok(TreeNodeRecursion::Continue)
+            });
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    types
 }
 
 /// The SQL functions among `known` that `sql` calls, directly or through
@@ -571,7 +693,7 @@ fn function_names(sql: &str) -> BTreeSet<String> {
                 if let Some(ObjectNamePart::Identifier(ident)) = function.name.0.last() {
                     let name = match ident.quote_style {
                         Some(_) => ident.value.clone(),
-                        None => ident.value.to_lowercase(),
+                        None => ident.value.to_ascii_lowercase(),
                     };
                     self.0.insert(name);
                 }

@@ -171,19 +171,6 @@ impl Database {
         Ok(true)
     }
 
-    /// The ids of the functions (of `namespace`) named `names`.
-    pub(super) fn function_ids<'a>(
-        &self,
-        namespace: &str,
-        names: impl IntoIterator<Item = &'a String>,
-    ) -> Vec<ObjectId> {
-        names
-            .into_iter()
-            .filter_map(|name| self.functions.get(namespace, name))
-            .map(|function| function.id)
-            .collect()
-    }
-
     /// 42883 when a view `created` calls a function that is gone (dropped,
     /// or replaced, since the view was planned in a transaction block).
     pub(super) fn check_functions_stand(&self, created: &[CatalogEntry]) -> RsResult<()> {

@@ -132,3 +132,44 @@ async fn function_ddl_rockstream_keeps_stricter_is_refused_with_a_code() {
     // outer_f still calls inner_f, which is gone: as in PostgreSQL, a call fails.
     assert_eq!(failure(&client, "SELECT outer_f(1)").await, "42883");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inlining_stays_bounded_and_evaluates_volatile_arguments_once() {
+    let server = TestServer::start().await;
+    let client = server.client().await;
+    // A volatile argument read twice would draw two values where PostgreSQL draws one.
+    execute(
+        &client,
+        "CREATE FUNCTION square(x float8) RETURNS float8 LANGUAGE SQL AS 'SELECT x * x';
+         CREATE FUNCTION twice(x float8) RETURNS float8 LANGUAGE SQL AS 'SELECT x * 2'",
+    )
+    .await;
+    assert_eq!(failure(&client, "SELECT square(random())").await, "0A000");
+    assert_eq!(
+        rows(&client, "SELECT twice(random()) < 2, square(3)").await,
+        ["t 9"]
+    );
+    // Each level doubles its body: the definition that would inline past the bound is refused
+    // when it is created, before any statement pays for it.
+    execute(
+        &client,
+        "CREATE FUNCTION level0(x int) RETURNS int LANGUAGE SQL AS 'SELECT x'",
+    )
+    .await;
+    let mut refused = None;
+    for level in 1..=20 {
+        let sql = format!(
+            "CREATE FUNCTION level{level}(x int) RETURNS int LANGUAGE SQL \
+             AS 'SELECT level{below}(x) + level{below}(x)'",
+            below = level - 1
+        );
+        if let Err(error) = client.batch_execute(&sql).await {
+            refused = Some((level, crate::harness::sqlstate(&error)));
+            break;
+        }
+    }
+    let (level, code) = refused.expect("a level past the bound is refused");
+    assert_eq!(code, "54001", "level {level}");
+    assert!(level > 8, "refused already at level {level}");
+    assert_eq!(rows(&client, "SELECT level8(1)").await, ["256"]);
+}
