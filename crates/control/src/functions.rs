@@ -167,9 +167,10 @@ impl Functions {
         namespace: &str,
         map: impl Fn(&(FunctionEntry, Arc<SqlFunction>)) -> T,
     ) -> Vec<T> {
+        let first = (namespace.to_string(), String::new());
         self.read()
-            .iter()
-            .filter(|((of, _), _)| of == namespace)
+            .range(first..)
+            .take_while(|((of, _), _)| of == namespace)
             .map(|(_, function)| map(function))
             .collect()
     }

@@ -51,6 +51,18 @@ pub(crate) async fn create_function(
             })
         })
         .collect::<RsResult<Vec<_>>>()?;
+    if let Some(repeated) = arguments.iter().enumerate().find_map(|(index, argument)| {
+        let name = argument.name.as_ref()?;
+        arguments[..index]
+            .iter()
+            .any(|earlier| earlier.name.as_ref() == Some(name))
+            .then_some(name)
+    }) {
+        return Err(RsError::new(
+            &codes::INVALID_FUNCTION_DEFINITION,
+            format!("parameter name \"{repeated}\" used more than once (function {name})"),
+        ));
+    }
     let returns = match &create.return_type {
         Some(FunctionReturnType::DataType(data_type)) => function_type_name(data_type)?,
         Some(FunctionReturnType::SetOf(_)) => {
