@@ -390,13 +390,16 @@ mod tests {
 
     #[test]
     fn planning_errors_keep_their_class_under_a_diagnostic() {
-        let error = DataFusionError::Diagnostic(
-            Box::new(datafusion::common::Diagnostic::new_error(
-                "Invalid function 'nope'",
-                None,
-            )),
-            Box::new(DataFusionError::Plan("Invalid function 'nope'".into())),
-        );
-        assert_eq!(datafusion_error(error).code, &codes::PLAN_ERROR);
+        let diagnosed = |message: &str| {
+            DataFusionError::Diagnostic(
+                Box::new(datafusion::common::Diagnostic::new_error(message, None)),
+                Box::new(DataFusionError::Plan(message.into())),
+            )
+        };
+        let unknown = datafusion_error(diagnosed("Invalid function 'nope'.\nDid you mean 'now'?"));
+        assert_eq!(unknown.code, &codes::UNDEFINED_FUNCTION);
+        assert_eq!(unknown.message, "function nope does not exist");
+        let other = datafusion_error(diagnosed("No field named x"));
+        assert_eq!(other.code, &codes::PLAN_ERROR);
     }
 }
