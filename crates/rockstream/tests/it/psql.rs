@@ -1,6 +1,6 @@
 //! Goal: psql's describe commands show RockStream's relations as they show PostgreSQL's. Method:
 //! the same schema on a server and on the oracle, then the real `psql` client (installed with
-//! the oracle) runs `\d NAME`, `\dp NAME` and, for tables, `\d+ NAME` against both (nine catalog queries
+//! the oracle) runs `\d NAME`, `\dp NAME`, for tables `\d+ NAME`, and `\df` against both (nine catalog queries
 //! each, with `OPERATOR(...)`, `COLLATE`, `regclass` casts, array functions over catalog columns
 //! and catalog tables RockStream leaves empty); the printed text must be the same. (`\d+` of a
 //! view prints its definition, which PostgreSQL reformats; the oracle's own databases differ from
@@ -24,6 +24,9 @@ CREATE VIEW eu_orders AS SELECT id, region FROM orders WHERE region = 'eu';
 CREATE MATERIALIZED VIEW revenue_by_region AS
   SELECT region, COUNT(*) AS orders, SUM(amount) AS revenue, AVG(amount) AS avg_amount
   FROM orders GROUP BY region;
+CREATE FUNCTION count_char(s varchar, c varchar) RETURNS int LANGUAGE SQL
+  AS $$SELECT LENGTH(s) - LENGTH(REPLACE(s, c, ''))$$;
+CREATE FUNCTION add_one(int) RETURNS numeric LANGUAGE SQL STRICT IMMUTABLE RETURN $1 + 1;
 ";
 
 const DESCRIBED: [&str; 7] = [
@@ -108,6 +111,7 @@ async fn psql_describes_relations_as_postgresql_does() {
         .map(|name| format!("\\d {name}"))
         .chain(tables.iter().map(|name| format!("\\d+ {name}")))
         .chain(DESCRIBED.iter().map(|name| format!("\\dp {name}")))
+        .chain(["\\df".to_string()])
         .collect();
     let ours = run_psql(&server.config(), &commands);
     let theirs = run_psql(oracle.config(), &commands);
