@@ -11,10 +11,12 @@
 //! a function is maintained exactly like one writing its body, and refused
 //! for what its body does (`now()`, `random()`).
 //!
-//! Bodies are planned when a session context is built, each over a schema
-//! of its arguments, with the calls it makes to other SQL functions
-//! expanded in turn; a function that reaches itself is refused
-//! ([`check_function`] at `CREATE`).
+//! A body is planned when a statement first calls its function, in the
+//! statement's session, over a schema of its arguments, with the calls it
+//! makes to other SQL functions expanded in turn (their arguments checked
+//! as any call's); a function that reaches itself, or whose inlined calls
+//! grow past [`INLINED_NODES_MAX`], is refused ([`check_function`] at
+//! `CREATE`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::ControlFlow;
@@ -78,8 +80,9 @@ pub struct SqlArgument {
 pub enum DeclaredType {
     /// Values are cast to it.
     Exact(DataType),
-    /// `numeric` without precision and scale: a number keeps its own (an
-    /// integer stays one, which computes and prints alike).
+    /// `numeric`, whose precision and scale PostgreSQL ignores in a
+    /// function's signature: an integer becomes a numeric, another number
+    /// keeps its own precision and scale.
     AnyNumeric,
 }
 
