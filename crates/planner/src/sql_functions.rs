@@ -172,6 +172,8 @@ fn pg_type_name(data_type: &DataType) -> String {
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct SqlFunctionCall {
     name: String,
+    /// `public.name`: DataFusion looks a qualified call up by its text.
+    aliases: Vec<String>,
     arguments: Vec<DeclaredType>,
     returns: DataType,
     signature: Signature,
@@ -182,6 +184,10 @@ struct SqlFunctionCall {
 impl ScalarUDFImpl for SqlFunctionCall {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn aliases(&self) -> &[String] {
+        &self.aliases
     }
 
     fn signature(&self) -> &Signature {
@@ -273,6 +279,7 @@ pub(crate) fn register(
 fn udf(function: &SqlFunction) -> ScalarUDF {
     ScalarUDF::from(SqlFunctionCall {
         name: function.name.clone(),
+        aliases: vec![format!("public.{}", crate::quote_ident(&function.name))],
         arguments: function
             .arguments
             .iter()
