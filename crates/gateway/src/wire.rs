@@ -62,6 +62,43 @@ pub(crate) enum Command {
     },
 }
 
+/// Clauses of streaming engines' SQL (RisingWave, Flink) that PostgreSQL's
+/// grammar lacks, each with what to call it in the error that refuses it.
+const STREAMING_CLAUSES: &[(&[&str], &str)] = &[
+    (
+        &["WATERMARK", "FOR"],
+        "WATERMARK FOR (event-time watermarks; without one, windows stay open and keep their state)",
+    ),
+    (
+        &["EMIT", "ON", "WINDOW", "CLOSE"],
+        "EMIT ON WINDOW CLOSE (a windowed view shows each window as it changes)",
+    ),
+    (&["APPEND", "ONLY"], "APPEND ONLY tables"),
+];
+
+/// The first streaming clause among `tokens` (unquoted words, in order).
+fn streaming_clause(tokens: &[TokenWithSpan]) -> Option<&'static str> {
+    let words: Vec<&str> = tokens
+        .iter()
+        .filter(|token| !matches!(token.token, Token::Whitespace(_)))
+        .map(|token| match &token.token {
+            Token::Word(word) if word.quote_style.is_none() => word.value.as_str(),
+            _ => "",
+        })
+        .collect();
+    STREAMING_CLAUSES.iter().find_map(|(clause, described)| {
+        words
+            .windows(clause.len())
+            .any(|window| {
+                window
+                    .iter()
+                    .zip(clause.iter())
+                    .all(|(word, expected)| word.eq_ignore_ascii_case(expected))
+            })
+            .then_some(*described)
+    })
+}
+
 /// The statements of `sql`, with interval literals in the forms DataFusion
 /// reads ([`normalize_interval_literals`]); refused when they nest too
 /// deeply ([`check_nesting`]).
@@ -76,6 +113,7 @@ pub(crate) fn parse(sql: &str) -> RsResult<Vec<Command>> {
     truncate_identifiers(&mut tokens);
     check_nesting(&tokens)?;
     check_parameter_numbers(&tokens)?;
+    let streaming = streaming_clause(&tokens);
     let mut parser = Parser::new(&dialect).with_tokens_with_locations(tokens);
     let mut commands = Vec::new();
     // `Parser::parse_statements`, with the statements it lacks.
@@ -120,7 +158,14 @@ pub(crate) fn parse(sql: &str) -> RsResult<Vec<Command>> {
                 into: None,
             }))
         } else {
-            let mut statement = parser.parse_statement().map_err(syntax_error)?;
+            let mut statement = parser.parse_statement().map_err(|error| match streaming {
+                // What fails to parse is a streaming engine's clause: say so.
+                Some(clause) => RsError::new(
+                    &codes::UNSUPPORTED_STATEMENT,
+                    format!("{clause} is not supported yet"),
+                ),
+                None => syntax_error(error),
+            })?;
             check_select_lists(&statement)?;
             normalize_interval_literals(&mut statement);
             normalize_type_spellings(&mut statement);
