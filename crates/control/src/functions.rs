@@ -98,8 +98,10 @@ pub(crate) fn declared_type(type_name: &str) -> RsResult<DeclaredType> {
 /// scale is stored.
 pub const ANY_NUMERIC: &str = "numeric";
 
-/// Functions by (namespace, name), each with its planned form.
-type ByName = BTreeMap<(String, String), (FunctionEntry, Arc<SqlFunction>)>;
+/// Functions by (namespace, name), each with its planned form (`None` for
+/// one stored by a version whose types this one cannot read: it can be
+/// dropped, and calls of it fail as calls of an unknown function).
+type ByName = BTreeMap<(String, String), (FunctionEntry, Option<Arc<SqlFunction>>)>;
 
 /// Every function, by namespace and name, each with its planned form.
 #[derive(Debug, Default)]
@@ -121,7 +123,18 @@ impl Functions {
         {
             let entry: FunctionEntry = serde_json::from_slice(&stored.value)
                 .map_err(|error| RsError::internal(format!("corrupt function entry: {error}")))?;
-            functions.insert(entry)?;
+            // One unreadable function does not keep the database closed.
+            let planned = match entry.planned() {
+                Ok(planned) => Some(Arc::new(planned)),
+                Err(error) => {
+                    tracing::error!(function = %entry.name, namespace = %entry.namespace, %error, "SQL function cannot be planned; drop it and create it again");
+                    None
+                }
+            };
+            functions.write().insert(
+                (entry.namespace.clone(), entry.name.clone()),
+                (entry, planned),
+            );
         }
         Ok(functions)
     }
@@ -131,7 +144,7 @@ impl Functions {
         let planned = Arc::new(entry.planned()?);
         self.write().insert(
             (entry.namespace.clone(), entry.name.clone()),
-            (entry, planned),
+            (entry, Some(planned)),
         );
         Ok(())
     }
@@ -141,7 +154,7 @@ impl Functions {
             .remove(&(namespace.to_string(), name.to_string()));
     }
 
-    /// Removes every function of `namespace`, returning their keys.
+    /// Removes every function of `namespace`.
     pub(crate) fn remove_namespace(&self, namespace: &str) {
         self.write().retain(|(of, _), _| of != namespace);
     }
@@ -160,12 +173,15 @@ impl Functions {
     /// `namespace`'s functions as the planner inlines them.
     pub(crate) fn planned(&self, namespace: &str) -> Vec<Arc<SqlFunction>> {
         self.of(namespace, |(_, planned)| planned.clone())
+            .into_iter()
+            .flatten()
+            .collect()
     }
 
     fn of<T>(
         &self,
         namespace: &str,
-        map: impl Fn(&(FunctionEntry, Arc<SqlFunction>)) -> T,
+        map: impl Fn(&(FunctionEntry, Option<Arc<SqlFunction>>)) -> T,
     ) -> Vec<T> {
         let first = (namespace.to_string(), String::new());
         self.read()
