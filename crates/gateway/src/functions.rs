@@ -18,7 +18,7 @@ use rockstream_planner::{
 };
 use rockstream_types::{codes, RsError, RsResult};
 
-use crate::ddl::{column_type_name, ident_name};
+use crate::ddl::column_type_name;
 use rockstream_pgwire::StatementResult;
 
 /// `CREATE [OR REPLACE] FUNCTION name(args) RETURNS type LANGUAGE SQL AS
@@ -46,7 +46,7 @@ pub(crate) async fn create_function(
                 )));
             }
             Ok(FunctionArgument {
-                name: argument.name.as_ref().map(ident_name),
+                name: argument.name.as_ref().map(folded),
                 type_name: function_type_name(&argument.data_type)?,
             })
         })
@@ -100,7 +100,7 @@ pub(crate) async fn create_function(
 }
 
 fn refuse_unsupported(create: &CreateFunction) -> RsResult<()> {
-    let language = create.language.as_ref().map(ident_name);
+    let language = create.language.as_ref().map(folded);
     let refused = if create.temporary {
         Some("CREATE TEMPORARY FUNCTION".to_string())
     } else if create.or_alter {
@@ -139,7 +139,7 @@ fn function_name(name: &ObjectName) -> RsResult<String> {
     let parts: Vec<String> = name
         .0
         .iter()
-        .map(|part| part.as_ident().map(ident_name))
+        .map(|part| part.as_ident().map(folded))
         .collect::<Option<_>>()
         .ok_or_else(|| {
             RsError::new(
@@ -280,11 +280,26 @@ fn not_supported(what: impl std::fmt::Display) -> RsError {
 /// (whatever precision and scale it declares) is any numeric, as
 /// PostgreSQL's is.
 fn function_type_name(data_type: &DataType) -> RsResult<String> {
-    // PostgreSQL ignores a function's precision and scale (typmods).
+    // PostgreSQL ignores a function's precision, scale and lengths
+    // (typmods).
     let text = data_type.to_string().to_lowercase();
     let base = text.split('(').next().unwrap_or_default().trim();
     if matches!(base, "numeric" | "decimal") {
         return Ok(ANY_NUMERIC.to_string());
     }
-    column_type_name(data_type)
+    let name = column_type_name(data_type)?;
+    Ok(match name.split_once('(') {
+        Some((varchar, _)) if varchar == "character varying" => varchar.to_string(),
+        _ => name,
+    })
+}
+
+/// A name as PostgreSQL (in UTF-8) and DataFusion fold it: ASCII letters
+/// to lower case unless quoted; the planner looks calls and parameters up
+/// so.
+fn folded(ident: &datafusion::sql::sqlparser::ast::Ident) -> String {
+    match ident.quote_style {
+        Some(_) => ident.value.clone(),
+        None => ident.value.to_ascii_lowercase(),
+    }
 }

@@ -76,27 +76,60 @@ const STREAMING_CLAUSES: &[(&[&str], &str)] = &[
     (&["APPEND", "ONLY"], "APPEND ONLY tables"),
 ];
 
-/// The first streaming clause among `tokens` (unquoted words, in order).
-fn streaming_clause(tokens: &[TokenWithSpan]) -> Option<&'static str> {
-    let words: Vec<&str> = tokens
+/// A streaming clause found in a statement's tokens.
+struct StreamingClause {
+    /// The index of its first token.
+    at: usize,
+    /// The index just past the significant token before it.
+    after: usize,
+    described: &'static str,
+}
+
+/// RS-2024 naming the first of `clauses` that `failed_at` says the parse
+/// failed on, if any.
+fn streaming_refusal(
+    clauses: &[StreamingClause],
+    failed_at: impl Fn(&StreamingClause) -> bool,
+) -> Option<RsError> {
+    let clause = clauses.iter().find(|clause| failed_at(clause))?;
+    Some(RsError::new(
+        &codes::UNSUPPORTED_STATEMENT,
+        format!("{} is not supported yet", clause.described),
+    ))
+}
+
+/// The streaming clauses in `tokens` (unquoted words in order).
+fn streaming_clauses(tokens: &[TokenWithSpan]) -> Vec<StreamingClause> {
+    let words: Vec<(usize, &str)> = tokens
         .iter()
-        .filter(|token| !matches!(token.token, Token::Whitespace(_)))
-        .map(|token| match &token.token {
-            Token::Word(word) if word.quote_style.is_none() => word.value.as_str(),
-            _ => "",
+        .enumerate()
+        .filter(|(_, token)| !matches!(token.token, Token::Whitespace(_)))
+        .map(|(index, token)| match &token.token {
+            Token::Word(word) if word.quote_style.is_none() => (index, word.value.as_str()),
+            _ => (index, ""),
         })
         .collect();
-    STREAMING_CLAUSES.iter().find_map(|(clause, described)| {
-        words
-            .windows(clause.len())
-            .any(|window| {
-                window
-                    .iter()
-                    .zip(clause.iter())
-                    .all(|(word, expected)| word.eq_ignore_ascii_case(expected))
-            })
-            .then_some(*described)
-    })
+    let mut found = Vec::new();
+    for (clause, described) in STREAMING_CLAUSES {
+        for (position, window) in words.windows(clause.len()).enumerate() {
+            let matches = window
+                .iter()
+                .zip(clause.iter())
+                .all(|((_, word), expected)| word.eq_ignore_ascii_case(expected));
+            if matches {
+                let after = match position.checked_sub(1) {
+                    Some(before) => words[before].0 + 1,
+                    None => 0,
+                };
+                found.push(StreamingClause {
+                    at: window[0].0,
+                    after,
+                    described,
+                });
+            }
+        }
+    }
+    found
 }
 
 /// The statements of `sql`, with interval literals in the forms DataFusion
@@ -113,7 +146,7 @@ pub(crate) fn parse(sql: &str) -> RsResult<Vec<Command>> {
     truncate_identifiers(&mut tokens);
     check_nesting(&tokens)?;
     check_parameter_numbers(&tokens)?;
-    let streaming = streaming_clause(&tokens);
+    let streaming = streaming_clauses(&tokens);
     let mut parser = Parser::new(&dialect).with_tokens_with_locations(tokens);
     let mut commands = Vec::new();
     // `Parser::parse_statements`, with the statements it lacks.
@@ -122,6 +155,7 @@ pub(crate) fn parse(sql: &str) -> RsResult<Vec<Command>> {
         if parser.peek_token_ref().token == Token::EOF {
             break;
         }
+        let start = parser.index();
         let command = if parser.parse_keyword(Keyword::REFRESH) {
             parse_refresh(&mut parser).map_err(syntax_error)?
         } else if parser.parse_keywords(&[Keyword::CREATE, Keyword::USER]) {
@@ -158,13 +192,10 @@ pub(crate) fn parse(sql: &str) -> RsResult<Vec<Command>> {
                 into: None,
             }))
         } else {
-            let mut statement = parser.parse_statement().map_err(|error| match streaming {
-                // What fails to parse is a streaming engine's clause: say so.
-                Some(clause) => RsError::new(
-                    &codes::UNSUPPORTED_STATEMENT,
-                    format!("{clause} is not supported yet"),
-                ),
-                None => syntax_error(error),
+            let mut statement = parser.parse_statement().map_err(|error| {
+                let end = parser.index();
+                streaming_refusal(&streaming, |clause| (start..=end).contains(&clause.at))
+                    .unwrap_or_else(|| syntax_error(error))
             })?;
             check_select_lists(&statement)?;
             normalize_interval_literals(&mut statement);
@@ -174,10 +205,16 @@ pub(crate) fn parse(sql: &str) -> RsResult<Vec<Command>> {
         };
         commands.push(command);
         if !parser.consume_token(&Token::SemiColon) && parser.peek_token_ref().token != Token::EOF {
-            return Err(syntax_error(ParserError::ParserError(format!(
+            let error = syntax_error(ParserError::ParserError(format!(
                 "Expected: end of statement, found: {}",
                 parser.peek_token_ref()
-            ))));
+            )));
+            // The statement ended where a streaming clause begins.
+            let end = parser.index();
+            let refusal = streaming_refusal(&streaming, |clause| {
+                (clause.after..=clause.at).contains(&end)
+            });
+            return Err(refusal.unwrap_or(error));
         }
     }
     Ok(commands)

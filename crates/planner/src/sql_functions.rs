@@ -42,7 +42,7 @@ use parking_lot::RwLock;
 use rockstream_plan::arrow_types::{datafusion_error, sql_type_of};
 use rockstream_types::{codes, ObjectId, RsError, RsResult};
 
-use crate::plan_rewrite::rewrite_exprs;
+use crate::plan_rewrite::{has_subquery, rewrite_exprs};
 
 /// How deep calls of SQL functions within SQL functions may nest.
 pub const SQL_FUNCTION_DEPTH_MAX: usize = 32;
@@ -104,14 +104,26 @@ impl DeclaredType {
             DeclaredType::AnyNumeric if given.is_some_and(DataType::is_integer) => {
                 cast(expr, DataType::Decimal128(38, 0))
             }
-            DeclaredType::AnyNumeric => expr,
+            // An untyped literal (`'1.50'`) is read with the scale it is
+            // written with, as PostgreSQL reads it.
+            DeclaredType::AnyNumeric => match literal_scale(&expr) {
+                Some(scale) => cast(expr, DataType::Decimal128(38, scale)),
+                None => expr,
+            },
         }
     }
 
     fn accepts(&self, given: &DataType) -> bool {
         match self {
             DeclaredType::Exact(declared) => coerces_implicitly(given, declared),
-            DeclaredType::AnyNumeric => given.is_numeric() || given.is_null(),
+            DeclaredType::AnyNumeric => {
+                given.is_numeric()
+                    || given.is_null()
+                    || matches!(
+                        given,
+                        DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8
+                    )
+            }
         }
     }
 
@@ -121,6 +133,23 @@ impl DeclaredType {
             DeclaredType::AnyNumeric => "numeric".to_string(),
         }
     }
+}
+
+/// The scale of a string literal written as a number (`'1.50'`: 2), at
+/// most 38.
+fn literal_scale(expr: &Expr) -> Option<i8> {
+    let Expr::Literal(
+        datafusion::common::ScalarValue::Utf8(Some(text))
+        | datafusion::common::ScalarValue::Utf8View(Some(text)),
+        _,
+    ) = expr
+    else {
+        return None;
+    };
+    let digits = text.trim().split_once('.').map_or(0, |(_, fraction)| {
+        fraction.chars().take_while(char::is_ascii_digit).count()
+    });
+    i8::try_from(digits.min(38)).ok()
 }
 
 impl SqlFunction {
@@ -321,6 +350,7 @@ fn expand(
     let raw = function
         .argument_schema()
         .and_then(|schema| state.create_logical_expr(&function.body, &schema))
+        .and_then(|raw| typed_parameters(function, raw))
         .map_err(|error| in_body(function, datafusion_error(error)));
     let expansion = match raw.map(|raw| (stray_column(function, &raw), raw)) {
         Err(error) => Err(error),
@@ -352,13 +382,23 @@ fn expand_calls(
         .map_err(|error| in_body(function, datafusion_error(error)))?;
     calling.push(function.name.clone());
     let mut failure = None;
+    // Nodes the body's calls inlined so far: many calls, each within the
+    // bound, must not add up past it either.
+    let mut spent = 0usize;
     let body = raw
         .transform_up(|expr| {
             let Some((callee, args)) = sql_function_call(&expr, functions) else {
                 return Ok(Transformed::no(expr));
             };
             match expand(state, functions, &callee, calling, expanded) {
-                Ok(body) => Ok(Transformed::yes(substitute(&callee, body, args, &schema)?)),
+                Ok(body) => {
+                    let inlined = substitute(&callee, body, args, &schema)?;
+                    spent = spent.saturating_add(expr_nodes(&inlined));
+                    if spent > INLINED_NODES_MAX {
+                        return Err(too_large(function));
+                    }
+                    Ok(Transformed::yes(inlined))
+                }
                 Err(error) => {
                     failure = Some(error);
                     Err(DataFusionError::Plan(String::new()))
@@ -383,6 +423,36 @@ fn expand_calls(
         }
         (Err(error), None) => Err(in_body(function, datafusion_error(error))),
     }
+}
+
+/// `body` with each `$n` typed as argument `n` is (untyped, it would read
+/// as NULL to the checks of the calls it is passed to).
+fn typed_parameters(function: &SqlFunction, body: Expr) -> Result<Expr> {
+    Ok(body
+        .transform_up(|expr| {
+            let Expr::Placeholder(placeholder) = &expr else {
+                return Ok(Transformed::no(expr));
+            };
+            let argument = placeholder
+                .id
+                .strip_prefix('$')
+                .and_then(|number| number.parse::<usize>().ok())
+                .and_then(|number| number.checked_sub(1))
+                .and_then(|index| function.arguments.get(index));
+            match (argument, &placeholder.field) {
+                (Some(argument), None) => {
+                    let field = Field::new(&placeholder.id, argument.data_type.provisional(), true);
+                    Ok(Transformed::yes(Expr::Placeholder(
+                        datafusion::logical_expr::expr::Placeholder::new_with_field(
+                            placeholder.id.clone(),
+                            Some(Arc::new(field)),
+                        ),
+                    )))
+                }
+                _ => Ok(Transformed::no(expr)),
+            }
+        })?
+        .data)
 }
 
 /// A column `body` reads that is none of `function`'s arguments: the body
@@ -446,9 +516,13 @@ fn sql_function_call(
     Some((function.clone(), args.clone()))
 }
 
-/// Most expression nodes one inlined call may make: an argument is
-/// copied wherever the body reads it, so nested calls multiply.
+/// Most expression nodes one inlined call (or one body's calls together)
+/// may make: an argument is copied wherever the body reads it, so nested
+/// calls multiply.
 pub const INLINED_NODES_MAX: usize = 10_000;
+
+/// Most expression nodes one statement's calls may inline together.
+pub const STATEMENT_INLINED_NODES_MAX: usize = 100_000;
 
 /// `body` of `function` with its arguments given by `args` (typed by
 /// `schema`): 42883 unless they fit its declared ones.
@@ -480,10 +554,11 @@ fn substitute(
         }
         Ok(TreeNodeRecursion::Continue)
     });
+    // A subquery's volatility is not the expression's: count it as one.
     if let Some((arg, _)) = args
         .iter()
         .zip(&reads)
-        .find(|(arg, reads)| **reads > 1 && arg.is_volatile())
+        .find(|(arg, reads)| **reads > 1 && (arg.is_volatile() || has_subquery(arg)))
     {
         return Err(DataFusionError::External(Box::new(RsError::new(
             &codes::UNSUPPORTED_STATEMENT,
@@ -492,6 +567,17 @@ fn substitute(
                 function.name
             ),
         ))));
+    }
+    // What the call will make, before it is made: each argument copied
+    // where the body reads it.
+    let inlined = args
+        .iter()
+        .zip(&reads)
+        .fold(expr_nodes(&body), |nodes, (arg, reads)| {
+            nodes.saturating_add(reads.saturating_mul(expr_nodes(arg)))
+        });
+    if inlined > INLINED_NODES_MAX {
+        return Err(too_large(function));
     }
     let args: Vec<Expr> = args
         .into_iter()
@@ -534,9 +620,14 @@ fn substitute(
         }),
         _ => body,
     };
-    let result = function.returns.cast(result, None);
+    let given = result.get_type(schema).ok();
+    Ok(function.returns.cast(result, given.as_ref()))
+}
+
+/// How many nodes `expr` has (subqueries count as one).
+fn expr_nodes(expr: &Expr) -> usize {
     let mut nodes = 0usize;
-    let _ = result.apply(|_| {
+    let _ = expr.apply(|_| {
         nodes += 1;
         Ok(if nodes > INLINED_NODES_MAX {
             TreeNodeRecursion::Stop
@@ -544,16 +635,17 @@ fn substitute(
             TreeNodeRecursion::Continue
         })
     });
-    if nodes > INLINED_NODES_MAX {
-        return Err(DataFusionError::External(Box::new(RsError::new(
-            &codes::STATEMENT_TOO_COMPLEX,
-            format!(
-                "a call of SQL function {} inlines to more than {INLINED_NODES_MAX} expression nodes (its arguments are copied wherever its body reads them)",
-                function.name
-            ),
-        ))));
-    }
-    Ok(result)
+    nodes
+}
+
+fn too_large(function: &SqlFunction) -> DataFusionError {
+    DataFusionError::External(Box::new(RsError::new(
+        &codes::STATEMENT_TOO_COMPLEX,
+        format!(
+            "calls of SQL function {} inline to more than {INLINED_NODES_MAX} expression nodes (its arguments are copied wherever its body reads them)",
+            function.name
+        ),
+    )))
 }
 
 /// Replaces every call of a SQL function with its body: the first rule of
@@ -615,12 +707,24 @@ impl AnalyzerRule for InlineSqlFunctions {
     }
 
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
+        // Nodes this statement's calls inlined so far.
+        let spent = std::cell::Cell::new(0usize);
         rewrite_exprs(plan, &|expr, schema| {
             let Some((function, args)) = sql_function_call(&expr, &self.functions) else {
                 return Ok(Transformed::no(expr));
             };
             let body = self.body(&function)?;
-            Ok(Transformed::yes(substitute(&function, body, args, schema)?))
+            let inlined = substitute(&function, body, args, schema)?;
+            spent.set(spent.get().saturating_add(expr_nodes(&inlined)));
+            if spent.get() > STATEMENT_INLINED_NODES_MAX {
+                return Err(DataFusionError::External(Box::new(RsError::new(
+                    &codes::STATEMENT_TOO_COMPLEX,
+                    format!(
+                        "the statement's calls of SQL functions inline to more than {STATEMENT_INLINED_NODES_MAX} expression nodes"
+                    ),
+                ))));
+            }
+            Ok(Transformed::yes(inlined))
         })
     }
 }

@@ -47,7 +47,10 @@ impl Database {
                     format!(
                         "function \"{}\" already exists (as {})",
                         existing.name,
-                        existing.planned()?.signature()
+                        existing
+                            .planned()
+                            .map(|planned| planned.signature())
+                            .unwrap_or_else(|_| existing.name.clone())
                     ),
                 ));
             }
@@ -111,16 +114,20 @@ impl Database {
             });
         };
         if let Some(types) = argument_types {
-            let declared: Vec<_> = existing
+            let declared: Vec<&String> = existing
                 .arguments
                 .iter()
-                .map(|argument| declared_type(&argument.type_name))
-                .collect::<RsResult<_>>()?;
-            let given: Vec<_> = types
-                .iter()
-                .map(|type_name| declared_type(type_name))
-                .collect::<RsResult<_>>()?;
-            if declared != given {
+                .map(|argument| &argument.type_name)
+                .collect();
+            // By type, or by name where a stored type no longer parses.
+            let same = |(declared, given): (&&String, &String)| match (
+                declared_type(declared),
+                declared_type(given),
+            ) {
+                (Ok(declared), Ok(given)) => declared == given,
+                _ => *declared == given,
+            };
+            if declared.len() != types.len() || !declared.iter().zip(types).all(same) {
                 if if_exists {
                     return Ok(false);
                 }

@@ -452,9 +452,6 @@ pub(crate) fn number_lists(values: impl Iterator<Item = Vec<i64>>) -> ArrayRef {
     Arc::new(lists.finish())
 }
 
-/// `pg_roles`: the owner of everything (`rockstream`), then the roles
-/// `CREATE ROLE` made, each `(name, may log in)`. Every role has every
-/// privilege.
 /// `pg_language.oid` of `sql`.
 const SQL_LANGUAGE_OID: i64 = 14;
 
@@ -523,7 +520,7 @@ fn pg_proc(functions: &[Arc<crate::SqlFunction>]) -> DataFusionResult<RecordBatc
                 let names: Vec<String> = function
                     .arguments
                     .iter()
-                    .map(|argument| argument.name.clone().unwrap_or_default())
+                    .map(|argument| argument.name.clone().unwrap_or_else(|| "\"\"".to_string()))
                     .collect();
                 function
                     .arguments
@@ -536,6 +533,9 @@ fn pg_proc(functions: &[Arc<crate::SqlFunction>]) -> DataFusionResult<RecordBatc
     ])
 }
 
+/// `pg_roles`: the owner of everything (`rockstream`), then the roles
+/// `CREATE ROLE` made, each `(name, may log in)`. Every role has every
+/// privilege.
 fn pg_roles(roles: &[(String, bool)]) -> DataFusionResult<RecordBatch> {
     // The owner may log in unless its role (with passwords on) says not.
     let owner_login = roles

@@ -211,3 +211,43 @@ async fn unsupported_statements_get_a_coded_error_and_the_connection_goes_on() {
         .expect("the table's rows");
     assert_eq!(rows[0][0].as_deref(), Some("0"), "a refused write wrote");
 }
+
+/// Streaming engines' clauses PostgreSQL's grammar lacks are refused by name (0A000), not as
+/// syntax errors, wherever they stand in the statement; a statement only mentioning the words
+/// keeps its own error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streaming_clauses_are_refused_by_name() {
+    let server = TestServer::start().await;
+    let client = server.client().await;
+    client
+        .batch_execute("CREATE TABLE t (id BIGINT PRIMARY KEY, k TEXT, at TIMESTAMP)")
+        .await
+        .expect("the table");
+    for (statement, clause) in [
+        (
+            "CREATE TABLE w (ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '5 seconds')",
+            "WATERMARK FOR",
+        ),
+        ("CREATE TABLE w (ts TIMESTAMP)\n  APPEND ONLY", "APPEND ONLY"),
+        (
+            "CREATE MATERIALIZED VIEW w AS SELECT k, COUNT(*) AS n FROM t GROUP BY k EMIT ON WINDOW CLOSE",
+            "EMIT ON WINDOW CLOSE",
+        ),
+    ] {
+        let error = client
+            .batch_execute(statement)
+            .await
+            .expect_err("refused");
+        let message = error.as_db_error().map(|db| db.message().to_string());
+        assert_eq!(sqlstate(&error), "0A000", "{statement}: {message:?}");
+        assert!(
+            message.as_deref().is_some_and(|message| message.contains(clause)),
+            "{statement}: {message:?}"
+        );
+    }
+    let error = client
+        .batch_execute("SELECT 'APPEND ONLY' FROM t WHERE")
+        .await
+        .expect_err("a syntax error");
+    assert_eq!(sqlstate(&error), "42601");
+}
