@@ -248,23 +248,28 @@ pub(crate) async fn drop_functions(
     drop: &DropFunction,
 ) -> RsResult<StatementResult> {
     let cascade = matches!(drop.drop_behavior, Some(DropBehavior::Cascade));
-    for function in &drop.func_desc {
-        let name = function_name(&function.name)?;
-        let types = function
-            .args
-            .as_ref()
-            .map(|arguments| {
-                arguments
-                    .iter()
-                    .filter(|argument| !matches!(argument.mode, Some(ArgMode::Out)))
-                    .map(|argument| function_type_name(&argument.data_type))
-                    .collect::<RsResult<Vec<_>>>()
-            })
-            .transpose()?;
-        database
-            .drop_function(namespace, &name, types.as_deref(), drop.if_exists, cascade)
-            .await?;
-    }
+    let named = drop
+        .func_desc
+        .iter()
+        .map(|function| {
+            let name = function_name(&function.name)?;
+            let types = function
+                .args
+                .as_ref()
+                .map(|arguments| {
+                    arguments
+                        .iter()
+                        .filter(|argument| !matches!(argument.mode, Some(ArgMode::Out)))
+                        .map(|argument| function_type_name(&argument.data_type))
+                        .collect::<RsResult<Vec<_>>>()
+                })
+                .transpose()?;
+            Ok((name, types))
+        })
+        .collect::<RsResult<Vec<_>>>()?;
+    database
+        .drop_functions(namespace, &named, drop.if_exists, cascade)
+        .await?;
     Ok(StatementResult::command("DROP FUNCTION"))
 }
 

@@ -86,25 +86,97 @@ impl Database {
         self.functions.insert(entry)
     }
 
-    /// `DROP FUNCTION [IF EXISTS] name [(types)] [CASCADE]`: with `CASCADE`
-    /// the views calling it (and what depends on them) go too, in the same
-    /// atomic write; without, 2BP01 while views call it. Returns false if
-    /// it is absent and `if_exists`.
-    pub async fn drop_function(
+    /// `DROP FUNCTION [IF EXISTS] name [(types)], … [CASCADE]`: every named
+    /// function is checked before any goes, and all go in one atomic write.
+    /// With `CASCADE` the views calling them (and what depends on those) go
+    /// too, in that write; without, 2BP01 while views call one. Functions
+    /// absent with `if_exists` are skipped.
+    pub async fn drop_functions(
+        &self,
+        namespace: &str,
+        named: &[(String, Option<Vec<String>>)],
+        if_exists: bool,
+        cascade: bool,
+    ) -> RsResult<()> {
+        let _guard = self.ddl.lock().await;
+        self.before_ddl().await?;
+        let mut dropped: Vec<FunctionEntry> = Vec::new();
+        for (name, argument_types) in named {
+            match self.named_function(namespace, name, argument_types.as_deref()) {
+                Ok(function) if !dropped.iter().any(|other| other.id == function.id) => {
+                    dropped.push(function)
+                }
+                Ok(_) => {}
+                Err(_) if if_exists => {}
+                Err(error) => return Err(error),
+            }
+        }
+        let catalog = self.entries(namespace);
+        let mut doomed: Vec<ObjectId> = Vec::new();
+        for function in &dropped {
+            let calling: Vec<&CatalogEntry> = callers(&catalog, function.id).collect();
+            if !calling.is_empty() && !cascade {
+                let names: Vec<String> = calling
+                    .iter()
+                    .map(|caller| format!("{} {}", caller.kind.describe(), caller.name))
+                    .collect();
+                return Err(RsError::new(
+                    &codes::DEPENDENT_OBJECTS_EXIST,
+                    format!(
+                        "cannot drop function {} because other objects depend on it",
+                        function.name
+                    ),
+                )
+                .with_detail(names.join(", ")));
+            }
+            for caller in calling {
+                let drop = DropObject {
+                    name: &caller.name,
+                    kind: caller.kind,
+                    cascade: true,
+                    if_exists: true,
+                };
+                for entry in doomed_by(&catalog, drop)?.unwrap_or_default() {
+                    if !doomed.contains(&entry.id) {
+                        doomed.push(entry.id);
+                    }
+                }
+            }
+        }
+        if dropped.is_empty() {
+            return Ok(());
+        }
+        // Creation order is dependency order.
+        let doomed: Vec<CatalogEntry> = catalog
+            .into_iter()
+            .filter(|entry| doomed.contains(&entry.id))
+            .collect();
+        let mut batch = dropping_marks(&doomed)?;
+        for function in &dropped {
+            batch.delete(function_key(namespace, &function.name));
+        }
+        self.control.write(batch).await?;
+        for function in &dropped {
+            self.functions.remove(namespace, &function.name);
+        }
+        self.catalog_mut()
+            .retain(|existing| !doomed.iter().any(|gone| gone.id == existing.id));
+        // Dependents first, as DROP ... CASCADE removes them.
+        self.drop_in_background(doomed.into_iter().rev().collect())
+            .await;
+        Ok(())
+    }
+
+    /// The function `DROP FUNCTION name [(types)]` names: 42883 if there is
+    /// none, or if its arguments are not `argument_types`.
+    fn named_function(
         &self,
         namespace: &str,
         name: &str,
         argument_types: Option<&[String]>,
-        if_exists: bool,
-        cascade: bool,
-    ) -> RsResult<bool> {
-        let _guard = self.ddl.lock().await;
-        self.before_ddl().await?;
+    ) -> RsResult<FunctionEntry> {
         let named = |types: &[String]| format!("{name}({})", types.join(", "));
         let Some(existing) = self.functions.get(namespace, name) else {
-            if if_exists {
-                return Ok(false);
-            }
             return Err(match argument_types {
                 Some(types) => undefined_function(&named(types)),
                 None => RsError::new(
@@ -128,54 +200,10 @@ impl Database {
                 _ => *declared == given,
             };
             if declared.len() != types.len() || !declared.iter().zip(types).all(same) {
-                if if_exists {
-                    return Ok(false);
-                }
                 return Err(undefined_function(&named(types)));
             }
         }
-        let catalog = self.entries(namespace);
-        let calling: Vec<&CatalogEntry> = callers(&catalog, existing.id).collect();
-        if !calling.is_empty() && !cascade {
-            let names: Vec<String> = calling
-                .iter()
-                .map(|caller| format!("{} {}", caller.kind.describe(), caller.name))
-                .collect();
-            return Err(RsError::new(
-                &codes::DEPENDENT_OBJECTS_EXIST,
-                format!("cannot drop function {name} because other objects depend on it"),
-            )
-            .with_detail(names.join(", ")));
-        }
-        let mut doomed: Vec<ObjectId> = Vec::new();
-        for caller in calling {
-            let drop = DropObject {
-                name: &caller.name,
-                kind: caller.kind,
-                cascade: true,
-                if_exists: true,
-            };
-            for entry in doomed_by(&catalog, drop)?.unwrap_or_default() {
-                if !doomed.contains(&entry.id) {
-                    doomed.push(entry.id);
-                }
-            }
-        }
-        // Creation order is dependency order.
-        let doomed: Vec<CatalogEntry> = catalog
-            .into_iter()
-            .filter(|entry| doomed.contains(&entry.id))
-            .collect();
-        let mut batch = dropping_marks(&doomed)?;
-        batch.delete(function_key(namespace, name));
-        self.control.write(batch).await?;
-        self.functions.remove(namespace, name);
-        self.catalog_mut()
-            .retain(|existing| !doomed.iter().any(|gone| gone.id == existing.id));
-        // Dependents first, as DROP ... CASCADE removes them.
-        self.drop_in_background(doomed.into_iter().rev().collect())
-            .await;
-        Ok(true)
+        Ok(existing)
     }
 
     /// 42883 when a view `created` calls a function that is gone (dropped,

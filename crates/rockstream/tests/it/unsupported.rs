@@ -164,14 +164,20 @@ const UNSUPPORTED_STATEMENTS: &[&str] = &[
     "SELECT pg_sleep(0)",
 ];
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unsupported_statements_get_a_coded_error_and_the_connection_goes_on() {
+/// A server with one table, `t`, and a client of it.
+async fn server_with_table() -> (TestServer, tokio_postgres::Client) {
     let server = TestServer::start().await;
     let client = server.client().await;
     client
         .batch_execute("CREATE TABLE t (id BIGINT PRIMARY KEY, k TEXT, at TIMESTAMP)")
         .await
         .expect("the table");
+    (server, client)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsupported_statements_get_a_coded_error_and_the_connection_goes_on() {
+    let (server, client) = server_with_table().await;
     let mut wrong = Vec::new();
     for statement in UNSUPPORTED_STATEMENTS {
         match client.batch_execute(statement).await {
@@ -217,12 +223,7 @@ async fn unsupported_statements_get_a_coded_error_and_the_connection_goes_on() {
 /// keeps its own error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streaming_clauses_are_refused_by_name() {
-    let server = TestServer::start().await;
-    let client = server.client().await;
-    client
-        .batch_execute("CREATE TABLE t (id BIGINT PRIMARY KEY, k TEXT, at TIMESTAMP)")
-        .await
-        .expect("the table");
+    let (_server, client) = server_with_table().await;
     for (statement, clause) in [
         (
             "CREATE TABLE w (ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '5 seconds')",
