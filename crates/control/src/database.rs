@@ -1027,21 +1027,29 @@ pub(super) fn doomed_by(
     }
     let doomed = dependents_closure(catalog, entry.id);
     if doomed.len() > 1 && !cascade {
-        let names: Vec<String> = doomed
-            .iter()
-            .skip(1)
-            .map(|e| format!("{} {}", e.kind.describe(), e.name))
-            .collect();
-        return Err(RsError::new(
-            &codes::DEPENDENT_OBJECTS_EXIST,
-            format!(
-                "cannot drop {} {name} because other objects depend on it",
-                entry.kind.describe()
-            ),
-        )
-        .with_detail(names.join(", ")));
+        return Err(dependents_exist(
+            &format!("{} {name}", entry.kind.describe()),
+            &doomed[1..],
+        ));
     }
     Ok(Some(doomed))
+}
+
+/// 2BP01: `what` (e.g. `table t`) cannot be dropped without `CASCADE`,
+/// since `dependents` depend on it (named in the detail).
+pub(super) fn dependents_exist<'a>(
+    what: &str,
+    dependents: impl IntoIterator<Item = &'a CatalogEntry>,
+) -> RsError {
+    let names: Vec<String> = dependents
+        .into_iter()
+        .map(|entry| format!("{} {}", entry.kind.describe(), entry.name))
+        .collect();
+    RsError::new(
+        &codes::DEPENDENT_OBJECTS_EXIST,
+        format!("cannot drop {what} because other objects depend on it"),
+    )
+    .with_detail(names.join(", "))
 }
 
 /// The entry `id` of `catalog` (in creation order, which is dependency

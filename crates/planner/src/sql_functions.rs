@@ -114,17 +114,7 @@ impl DeclaredType {
     }
 
     fn accepts(&self, given: &DataType) -> bool {
-        match self {
-            DeclaredType::Exact(declared) => coerces_implicitly(given, declared),
-            DeclaredType::AnyNumeric => {
-                given.is_numeric()
-                    || given.is_null()
-                    || matches!(
-                        given,
-                        DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8
-                    )
-            }
-        }
+        coerces_implicitly(given, &self.provisional())
     }
 
     fn pg_name(&self) -> String {
@@ -425,6 +415,15 @@ fn expand_calls(
     }
 }
 
+/// The argument `$n` names (0-based), if it is a positional parameter.
+fn parameter_index(placeholder: &datafusion::logical_expr::expr::Placeholder) -> Option<usize> {
+    placeholder
+        .id
+        .strip_prefix('$')
+        .and_then(|number| number.parse::<usize>().ok())
+        .and_then(|number| number.checked_sub(1))
+}
+
 /// `body` with each `$n` typed as argument `n` is (untyped, it would read
 /// as NULL to the checks of the calls it is passed to).
 fn typed_parameters(function: &SqlFunction, body: Expr) -> Result<Expr> {
@@ -433,12 +432,8 @@ fn typed_parameters(function: &SqlFunction, body: Expr) -> Result<Expr> {
             let Expr::Placeholder(placeholder) = &expr else {
                 return Ok(Transformed::no(expr));
             };
-            let argument = placeholder
-                .id
-                .strip_prefix('$')
-                .and_then(|number| number.parse::<usize>().ok())
-                .and_then(|number| number.checked_sub(1))
-                .and_then(|index| function.arguments.get(index));
+            let argument =
+                parameter_index(placeholder).and_then(|index| function.arguments.get(index));
             match (argument, &placeholder.field) {
                 (Some(argument), None) => {
                     let field = Field::new(&placeholder.id, argument.data_type.provisional(), true);
@@ -538,11 +533,7 @@ fn substitute(
             .arguments
             .iter()
             .position(|argument| argument.name.as_deref() == Some(column.name.as_str())),
-        Expr::Placeholder(placeholder) => placeholder
-            .id
-            .strip_prefix('$')
-            .and_then(|number| number.parse::<usize>().ok())
-            .and_then(|number| number.checked_sub(1)),
+        Expr::Placeholder(placeholder) => parameter_index(placeholder),
         _ => None,
     };
     // PostgreSQL does not inline a call whose volatile argument the body

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use rockstream_planner::{check_function, is_builtin_function, new_context, SqlFunction};
 use rockstream_types::{codes, ObjectId, RsError, RsResult};
 
-use super::{doomed_by, dropping_marks, Database, DropObject};
+use super::{dependents_exist, doomed_by, dropping_marks, Database, DropObject};
 use crate::catalog::CatalogEntry;
 use crate::functions::{declared_type, function_key, FunctionEntry};
 use crate::resolver::CatalogResolver;
@@ -116,18 +116,10 @@ impl Database {
         for function in &dropped {
             let calling: Vec<&CatalogEntry> = callers(&catalog, function.id).collect();
             if !calling.is_empty() && !cascade {
-                let names: Vec<String> = calling
-                    .iter()
-                    .map(|caller| format!("{} {}", caller.kind.describe(), caller.name))
-                    .collect();
-                return Err(RsError::new(
-                    &codes::DEPENDENT_OBJECTS_EXIST,
-                    format!(
-                        "cannot drop function {} because other objects depend on it",
-                        function.name
-                    ),
-                )
-                .with_detail(names.join(", ")));
+                return Err(dependents_exist(
+                    &format!("function {}", function.name),
+                    calling.iter().copied(),
+                ));
             }
             for caller in calling {
                 let drop = DropObject {
