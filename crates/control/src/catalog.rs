@@ -176,14 +176,19 @@ pub struct CatalogEntry {
     /// commit (RFC 0004).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous: Option<Box<CatalogEntry>>,
-    /// A table's UNIQUE constraints besides its primary key (RFC 0006).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub unique: Vec<UniqueConstraint>,
-    /// The number the table's next UNIQUE constraint gets: numbers are
-    /// never reused, so a new constraint never meets a dropped one's
-    /// entries.
-    #[serde(default, skip_serializing_if = "is_zero_u16")]
-    pub next_unique_id: u16,
+    /// A table's indexes besides its primary key's: its UNIQUE
+    /// constraints (RFC 0006), unique indexes and plain indexes (RFC 0014).
+    /// Stored under the name it had when only UNIQUE constraints existed.
+    #[serde(default, rename = "unique", skip_serializing_if = "Vec::is_empty")]
+    pub indexes: Vec<TableIndex>,
+    /// The number the table's next index gets: numbers are never reused,
+    /// so a new index never meets a dropped one's entries.
+    #[serde(
+        default,
+        rename = "next_unique_id",
+        skip_serializing_if = "is_zero_u16"
+    )]
+    pub next_index_id: u16,
     /// The SQL functions a view's definition calls, directly or through
     /// other functions' bodies (RFC 0012): they are neither dropped nor
     /// replaced while it exists.
@@ -191,22 +196,43 @@ pub struct CatalogEntry {
     pub functions: Vec<ObjectId>,
 }
 
-/// A UNIQUE constraint of a table: no two rows hold equal values in its
-/// columns, NULLs apart (RFC 0006).
+/// An index of a table besides its primary key's: a UNIQUE constraint
+/// (no two rows hold equal values in its columns, NULLs apart; RFC 0006),
+/// a unique index, or a plain index (RFC 0014).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct UniqueConstraint {
+pub struct TableIndex {
     /// Its number within the table, part of its entries' storage keys.
     pub id: u16,
-    /// Unique among the namespace's relations, sequences and constraints
-    /// (PostgreSQL names the index that backs it so).
+    /// Unique among the namespace's relations, sequences and indexes
+    /// (PostgreSQL names the index that backs a constraint so).
     pub name: String,
     /// Column positions, in declaration order.
     pub columns: Vec<usize>,
-    /// Made by `CREATE UNIQUE INDEX`: an index without a constraint, as
+    /// Whether no two rows may hold equal non-NULL values in `columns`.
+    /// Entries written before plain indexes existed are all unique.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub unique: bool,
+    /// Made by `CREATE [UNIQUE] INDEX`: an index without a constraint, as
     /// PostgreSQL keeps it (`DROP INDEX` removes it, `pg_constraint` does
     /// not list it).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub index_only: bool,
+    /// `INCLUDE (…)` columns: listed by the catalog, not stored (a lookup
+    /// reads the row).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub include: Vec<usize>,
+    /// `USING hash` rather than the default `btree` (both are kept as the
+    /// same ordered entries).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hash: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_true(value: &bool) -> bool {
+    *value
 }
 
 fn is_zero_u16(value: &u16) -> bool {
@@ -272,8 +298,13 @@ impl CatalogEntry {
         (!self.primary_key.is_empty()).then(|| format!("{}_pkey", self.name))
     }
 
-    /// The names of the sequences its columns own and of its UNIQUE
-    /// constraints, which share the namespace of relations.
+    /// Its UNIQUE constraints and unique indexes, which commits check.
+    pub fn unique_indexes(&self) -> impl Iterator<Item = &TableIndex> {
+        self.indexes.iter().filter(|index| index.unique)
+    }
+
+    /// The names of the sequences its columns own and of its indexes,
+    /// which share the namespace of relations.
     pub fn owned_names(&self) -> impl Iterator<Item = &str> {
         self.columns
             .iter()
@@ -283,11 +314,7 @@ impl CatalogEntry {
                     .as_ref()
                     .map(|sequence| sequence.name.as_str())
             })
-            .chain(
-                self.unique
-                    .iter()
-                    .map(|constraint| constraint.name.as_str()),
-            )
+            .chain(self.indexes.iter().map(|index| index.name.as_str()))
     }
 }
 

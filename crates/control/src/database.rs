@@ -12,8 +12,8 @@ use slatedb::{Db, WriteBatch};
 use tokio::sync::{oneshot, Mutex, RwLock};
 
 use crate::catalog::{
-    nextval_expression, CatalogEntry, ColumnDef, Identity, ObjectKind, OwnedSequence,
-    UniqueConstraint, NEXT_ID_KEY,
+    nextval_expression, CatalogEntry, ColumnDef, Identity, ObjectKind, OwnedSequence, TableIndex,
+    NEXT_ID_KEY,
 };
 use crate::control_db::{ControlDb, CONTROL_PATH};
 use crate::follower::{self, CatalogChange, FollowerSender};
@@ -396,12 +396,12 @@ impl Database {
             transaction: None,
             rewritten: 0,
             previous: None,
-            unique: Vec::new(),
-            next_unique_id: 0,
+            indexes: Vec::new(),
+            next_index_id: 0,
             functions: Vec::new(),
         };
         for declared in unique {
-            add_unique(catalog, &mut entry, declared)?;
+            add_index(catalog, &mut entry, declared)?;
         }
         Ok(Some(entry))
     }
@@ -593,8 +593,8 @@ impl Database {
             transaction: None,
             rewritten: 0,
             previous: None,
-            unique: Vec::new(),
-            next_unique_id: 0,
+            indexes: Vec::new(),
+            next_index_id: 0,
             functions: called,
         }))
     }
@@ -868,33 +868,53 @@ pub struct NewTable<'a> {
     /// Columns a new sequence of their own generates.
     pub generated: Vec<Generated>,
     /// Its UNIQUE constraints besides the primary key.
-    pub unique: Vec<DeclaredUnique>,
+    pub unique: Vec<DeclaredIndex>,
     pub if_not_exists: bool,
 }
 
 /// The longest identifier PostgreSQL keeps, in bytes (`NAMEDATALEN - 1`).
 const IDENTIFIER_BYTES_MAX: usize = 63;
 
-/// A UNIQUE constraint as `CREATE TABLE`, `ALTER TABLE … ADD CONSTRAINT`
-/// or `CREATE UNIQUE INDEX` declares it.
+/// An index as `CREATE TABLE` or `ALTER TABLE … ADD CONSTRAINT` (a UNIQUE
+/// constraint) or `CREATE [UNIQUE] INDEX` declares it.
 #[derive(Debug, Clone)]
-pub struct DeclaredUnique {
-    /// Its name, if given; else PostgreSQL's (`t_a_b_key`).
+pub struct DeclaredIndex {
+    /// Its name, if given; else PostgreSQL's (`t_a_b_key`, `t_a_idx`).
     pub name: Option<String>,
     /// Column positions.
     pub columns: Vec<usize>,
-    /// `CREATE UNIQUE INDEX`: an index, no constraint.
+    /// A UNIQUE constraint or unique index.
+    pub unique: bool,
+    /// `CREATE [UNIQUE] INDEX`: an index, no constraint.
     pub index_only: bool,
+    /// `INCLUDE (…)` column positions.
+    pub include: Vec<usize>,
+    /// `USING hash`.
+    pub hash: bool,
 }
 
-/// Gives table `entry` (in `catalog`) the UNIQUE constraint `declared`,
-/// named as given or as PostgreSQL names it (`t_a_key`, else `t_a_key1`,
-/// …; an index `t_a_idx`); a given name must be free among relations and
-/// constraints (42P07).
-pub(crate) fn add_unique(
+impl DeclaredIndex {
+    /// A UNIQUE constraint on `columns`.
+    pub fn unique_constraint(name: Option<String>, columns: Vec<usize>) -> DeclaredIndex {
+        DeclaredIndex {
+            name,
+            columns,
+            unique: true,
+            index_only: false,
+            include: Vec::new(),
+            hash: false,
+        }
+    }
+}
+
+/// Gives table `entry` (in `catalog`) the index `declared`, named as given
+/// or as PostgreSQL names it (`t_a_key`, else `t_a_key1`, …; an index
+/// `t_a_idx`); a given name must be free among relations and indexes
+/// (42P07).
+pub(crate) fn add_index(
     catalog: &[CatalogEntry],
     entry: &mut CatalogEntry,
-    declared: DeclaredUnique,
+    declared: DeclaredIndex,
 ) -> RsResult<()> {
     let taken = |candidate: &str| {
         !name_is_free(catalog, candidate, true).unwrap_or(false)
@@ -906,11 +926,19 @@ pub(crate) fn add_unique(
         Some(name) if taken(&name) => return Err(already_exists(&name)),
         Some(name) => name,
         None => {
-            let columns: Vec<&str> = declared
-                .columns
-                .iter()
-                .map(|column| entry.columns[*column].name.as_str())
-                .collect();
+            // As PostgreSQL: every column, `INCLUDE` ones too, a repeated
+            // name numbered (`x`, `x1`).
+            let mut columns: Vec<String> = Vec::new();
+            for column in declared.columns.iter().chain(&declared.include) {
+                let name = &entry.columns[*column].name;
+                let mut candidate = name.clone();
+                let mut number = 0;
+                while columns.contains(&candidate) {
+                    number += 1;
+                    candidate = format!("{name}{number}");
+                }
+                columns.push(candidate);
+            }
             let suffix = if declared.index_only { "idx" } else { "key" };
             // PostgreSQL's names fit an identifier (63 bytes), with room
             // for a number that makes one unique.
@@ -926,22 +954,25 @@ pub(crate) fn add_unique(
             free_name(&format!("{base}_{suffix}"), taken)
         }
     };
-    let id = entry.next_unique_id;
-    if id >= rockstream_planner::UNIQUE_IDS_PER_TABLE {
+    let id = entry.next_index_id;
+    if id >= rockstream_planner::INDEX_IDS_PER_TABLE {
         return Err(RsError::new(
             &codes::PROGRAM_LIMIT_EXCEEDED,
             format!(
-                "table \"{}\" has had {id} UNIQUE constraints, the most a table can have over its life",
+                "table \"{}\" has had {id} indexes, the most a table can have over its life",
                 entry.name
             ),
         ));
     }
-    entry.next_unique_id = id + 1;
-    entry.unique.push(UniqueConstraint {
+    entry.next_index_id = id + 1;
+    entry.indexes.push(TableIndex {
         id,
         name,
         columns: declared.columns,
+        unique: declared.unique,
         index_only: declared.index_only,
+        include: declared.include,
+        hash: declared.hash,
     });
     Ok(())
 }

@@ -14,11 +14,11 @@ mod roles;
 mod sequences;
 
 pub use catalog::{
-    nextval_expression, CatalogEntry, ColumnDef, Identity, ObjectKind, OwnedSequence,
-    UniqueConstraint, DEFAULT_NAMESPACE, REWRITTEN_BY_PENDING,
+    nextval_expression, CatalogEntry, ColumnDef, Identity, ObjectKind, OwnedSequence, TableIndex,
+    DEFAULT_NAMESPACE, REWRITTEN_BY_PENDING,
 };
 pub use database::{
-    Alteration, Altered, Database, DeclaredUnique, DropObject, Generated, NewTable, NewView,
+    Alteration, Altered, Database, DeclaredIndex, DropObject, Generated, NewTable, NewView,
     OpenOptions, PendingCatalog, Rename, TableLayouts, FAILPOINT_DDL_TRANSACTION,
 };
 pub use functions::{FunctionArgument, FunctionEntry, ANY_NUMERIC};

@@ -10,13 +10,14 @@ use datafusion::sql::sqlparser::ast::{
     AlterColumnOperation, AlterTable, AlterTableOperation, CreateIndex, DropBehavior, Ident,
     ObjectName, RenameTableNameKind, TableConstraint,
 };
-use rockstream_control::{Alteration, Altered, ColumnDef, DeclaredUnique, Rename};
+use rockstream_control::{Alteration, Altered, ColumnDef, DeclaredIndex, Rename};
 use rockstream_pgwire::StatementResult;
 use rockstream_types::{codes, Row, RsError, RsResult};
 
 use crate::backend::{object_name, Gateway};
 use crate::ddl::{
-    declared_column, ident_name, refuse_unique_options, unique_columns, TableDefinition,
+    declared_column, ident_name, index_columns, refuse_unique_options, unique_columns,
+    TableDefinition,
 };
 use crate::defaults;
 use crate::dml::{
@@ -162,11 +163,10 @@ async fn alter_once(
                 Err(_) if if_exists => return Ok(()),
                 Err(error) => return Err(error),
             };
-            Alteration::AddUnique(DeclaredUnique {
-                name: constraint.name.as_ref().map(ident_name),
-                columns: unique_columns(&entry.columns, &constraint.columns)?,
-                index_only: false,
-            })
+            Alteration::AddIndex(DeclaredIndex::unique_constraint(
+                constraint.name.as_ref().map(ident_name),
+                unique_columns(&entry.columns, &constraint.columns)?,
+            ))
         }
         AlterTableOperation::DropConstraint {
             if_exists: constraint_if_exists,
@@ -187,16 +187,15 @@ async fn alter_once(
             )))
         }
     };
-    let adds_unique = matches!(alteration, Alteration::AddUnique(_)) || column_unique.is_some();
+    let adds_unique = matches!(alteration, Alteration::AddIndex(_)) || column_unique.is_some();
     let Some(columns) = apply(gateway, session, name, alteration, if_exists).await? else {
         return Ok(());
     };
     if let Some(constraint) = column_unique {
-        let unique = Alteration::AddUnique(DeclaredUnique {
-            name: constraint,
-            columns: vec![columns - 1],
-            index_only: false,
-        });
+        let unique = Alteration::AddIndex(DeclaredIndex::unique_constraint(
+            constraint,
+            vec![columns - 1],
+        ));
         apply(gateway, session, name, unique, false).await?;
     }
     if adds_unique {
@@ -351,40 +350,55 @@ fn action_name(operation: &AlterTableOperation) -> String {
         .join(" ")
 }
 
-/// `CREATE UNIQUE INDEX [name] ON t (columns)`: a UNIQUE constraint that
-/// is only an index, as PostgreSQL keeps one (RFC 0006); plain indexes
-/// are not built.
-pub(crate) async fn create_unique_index(
+/// `CREATE [UNIQUE] INDEX [CONCURRENTLY] [IF NOT EXISTS] [name] ON t
+/// [USING btree|hash] (columns) [INCLUDE (columns)]`: an index of table
+/// `t`'s columns, kept by every commit (RFC 0014); a unique one is a
+/// UNIQUE constraint that is only an index, as PostgreSQL keeps one (RFC
+/// 0006). Expression and partial indexes are refused.
+pub(crate) async fn create_index(
     gateway: &Gateway,
     session: &mut GatewaySession,
     create: &CreateIndex,
 ) -> RsResult<StatementResult> {
-    let refused = if !create.unique {
-        Some("CREATE INDEX is not supported: RockStream keeps no secondary indexes yet (CREATE UNIQUE INDEX is)")
-    } else if create.predicate.is_some() {
-        Some("partial unique indexes (CREATE UNIQUE INDEX ... WHERE) are not supported")
-    } else if !create.include.is_empty()
-        || !create.with.is_empty()
+    let method = create
+        .using
+        .as_ref()
+        .map(|using| using.to_string().to_ascii_lowercase());
+    let refused = if create.predicate.is_some() {
+        Some("partial indexes (CREATE INDEX ... WHERE) are not supported".to_string())
+    } else if !create.with.is_empty()
         || !create.index_options.is_empty()
         || !create.alter_options.is_empty()
     {
-        Some("CREATE UNIQUE INDEX ... INCLUDE / WITH (...) is not supported")
+        Some("CREATE INDEX ... WITH (...) and index options are not supported".to_string())
     } else if create.nulls_distinct == Some(false) {
-        Some("UNIQUE NULLS NOT DISTINCT is not supported: NULLs are distinct, as by default")
-    } else if create
-        .using
-        .as_ref()
-        .is_some_and(|using| !using.to_string().eq_ignore_ascii_case("btree"))
+        Some(
+            "UNIQUE NULLS NOT DISTINCT is not supported: NULLs are distinct, as by default"
+                .to_string(),
+        )
+    } else if let Some(method) = method
+        .as_deref()
+        .filter(|method| !matches!(*method, "btree" | "hash"))
     {
-        Some("CREATE UNIQUE INDEX ... USING is supported for btree only")
+        Some(format!(
+            "index access method \"{method}\" is not supported: RockStream keeps btree (and hash) indexes"
+        ))
+    } else if create.unique && method.as_deref() == Some("hash") {
+        Some("access method \"hash\" does not support unique indexes".to_string())
     } else {
         None
     };
     if let Some(message) = refused {
-        return Err(unsupported(message));
+        return Err(unsupported(&message));
     }
     let table = object_name(&create.table_name.to_string());
     let entry = gateway.entry(session, &table, None)?;
+    if entry.kind != rockstream_control::ObjectKind::Table {
+        return Err(unsupported(&format!(
+            "cannot create index on {} \"{table}\": indexes on tables only are supported (a materialized view's rows are read by its key)",
+            entry.kind.describe()
+        )));
+    }
     let name = create
         .name
         .as_ref()
@@ -399,24 +413,46 @@ pub(crate) async fn create_unique_index(
     {
         return Ok(StatementResult::command("CREATE INDEX"));
     }
-    let declared = DeclaredUnique {
+    let include = create
+        .include
+        .iter()
+        .map(|column| {
+            let column = ident_name(column);
+            entry
+                .columns
+                .iter()
+                .position(|existing| existing.name == column)
+                .ok_or_else(|| {
+                    RsError::new(
+                        &codes::UNDEFINED_COLUMN,
+                        format!("column \"{column}\" does not exist"),
+                    )
+                })
+        })
+        .collect::<RsResult<Vec<usize>>>()?;
+    let declared = DeclaredIndex {
         name,
-        columns: unique_columns(&entry.columns, &create.columns)?,
+        columns: index_columns(&entry.columns, &create.columns, create.unique)?,
+        unique: create.unique,
         index_only: true,
+        include,
+        hash: method.as_deref() == Some("hash"),
     };
     apply(
         gateway,
         session,
         &table,
-        Alteration::AddUnique(declared),
+        Alteration::AddIndex(declared),
         false,
     )
     .await?;
-    crate::unique::check_added(gateway, session, &table)?;
+    if create.unique {
+        crate::unique::check_added(gateway, session, &table)?;
+    }
     Ok(StatementResult::command("CREATE INDEX"))
 }
 
-/// `DROP INDEX [IF EXISTS] name, …` of indexes `CREATE UNIQUE INDEX`
+/// `DROP INDEX [IF EXISTS] name, …` of indexes `CREATE [UNIQUE] INDEX`
 /// made.
 pub(crate) async fn drop_indexes(
     gateway: &Gateway,
@@ -428,7 +464,7 @@ pub(crate) async fn drop_indexes(
         let name = object_name(&name.to_string());
         let entries = gateway.entries(session);
         let table = entries.iter().find(|entry| {
-            entry.unique.iter().any(|unique| unique.name == name)
+            entry.indexes.iter().any(|index| index.name == name)
                 || (!entry.primary_key.is_empty() && format!("{}_pkey", entry.name) == name)
         });
         let Some(table) = table else {
@@ -440,7 +476,7 @@ pub(crate) async fn drop_indexes(
                 format!("index \"{name}\" does not exist"),
             ));
         };
-        if !table.unique.iter().any(|unique| unique.name == name) {
+        if !table.indexes.iter().any(|index| index.name == name) {
             return Err(RsError::new(
                 &codes::INDEX_OF_CONSTRAINT,
                 format!(

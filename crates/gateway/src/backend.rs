@@ -514,7 +514,7 @@ impl Gateway {
             }
             Statement::Set(_) => command("SET"),
             Statement::CreateIndex(create) => {
-                let result = crate::alter::create_unique_index(self, session, create).await?;
+                let result = crate::alter::create_index(self, session, create).await?;
                 self.autocommit(session, in_explicit).await?;
                 Ok(result)
             }
@@ -965,7 +965,7 @@ impl Gateway {
                     table_id,
                     table_name: pending.name.clone(),
                     // The catalog's, attached under its lock at commit.
-                    unique: Vec::new(),
+                    indexes: Vec::new(),
                     rows: pending
                         .into_rows()
                         .into_iter()

@@ -6,7 +6,7 @@ use datafusion::sql::sqlparser::ast::{
     Expr as SqlExpr, GeneratedAs, Ident, IndexColumn, NullsDistinctOption, ObjectName,
     TableConstraint, UniqueConstraint,
 };
-use rockstream_control::{ColumnDef, DeclaredUnique, Generated, Identity};
+use rockstream_control::{ColumnDef, DeclaredIndex, Generated, Identity};
 use rockstream_types::{codes, RsError, RsResult, SqlType};
 
 /// The declared type's name and its numeric arguments (`numeric(12,2)`:
@@ -149,7 +149,7 @@ pub struct TableDefinition {
     /// columns) by [`crate::defaults::check_defaults`].
     pub defaults: Vec<(usize, SqlExpr)>,
     /// `UNIQUE` constraints besides the primary key (RFC 0006).
-    pub unique: Vec<DeclaredUnique>,
+    pub unique: Vec<DeclaredIndex>,
 }
 
 /// `SERIAL` and its kin: the integer type they stand for.
@@ -307,11 +307,7 @@ pub fn table_columns(create: &CreateTable) -> RsResult<TableDefinition> {
             defaults.push((index, expr));
         }
         if let Some(name) = declared.unique {
-            unique.push(DeclaredUnique {
-                name,
-                columns: vec![index],
-                index_only: false,
-            });
+            unique.push(DeclaredIndex::unique_constraint(name, vec![index]));
         }
         columns.push(declared.column);
     }
@@ -331,11 +327,10 @@ pub fn table_columns(create: &CreateTable) -> RsResult<TableDefinition> {
             }
             TableConstraint::Unique(constraint) => {
                 refuse_unique_options(constraint)?;
-                unique.push(DeclaredUnique {
-                    name: constraint.name.as_ref().map(ident_name),
-                    columns: unique_columns(&columns, &constraint.columns)?,
-                    index_only: false,
-                });
+                unique.push(DeclaredIndex::unique_constraint(
+                    constraint.name.as_ref().map(ident_name),
+                    unique_columns(&columns, &constraint.columns)?,
+                ));
             }
             other => {
                 return Err(RsError::new(
@@ -353,7 +348,7 @@ pub fn table_columns(create: &CreateTable) -> RsResult<TableDefinition> {
     // As PostgreSQL: a constraint on the primary key's columns, or on
     // those of an earlier one, is the same constraint (the first name
     // given stands).
-    let mut distinct: Vec<DeclaredUnique> = Vec::new();
+    let mut distinct: Vec<DeclaredIndex> = Vec::new();
     for declared in unique {
         if declared.columns == primary_key {
             continue;
@@ -401,18 +396,27 @@ fn key_column(columns: &[ColumnDef], column: &IndexColumn) -> RsResult<usize> {
 
 /// The positions of a UNIQUE constraint's columns, each named once.
 pub(crate) fn unique_columns(columns: &[ColumnDef], named: &[IndexColumn]) -> RsResult<Vec<usize>> {
+    index_columns(columns, named, true)
+}
+
+/// The positions of an index's columns; a unique one's named once each.
+pub(crate) fn index_columns(
+    columns: &[ColumnDef],
+    named: &[IndexColumn],
+    unique: bool,
+) -> RsResult<Vec<usize>> {
     let mut positions = Vec::with_capacity(named.len());
     for column in named {
-        // An ordering (ASC, NULLS FIRST) changes no uniqueness; an
-        // operator class would.
+        // An ordering (ASC, NULLS FIRST) changes no uniqueness nor which
+        // rows a lookup finds; an operator class would.
         if column.operator_class.is_some() {
             return Err(RsError::new(
                 &codes::UNSUPPORTED_STATEMENT,
-                format!("UNIQUE key column {column}: operator classes are not supported; name the column alone"),
+                format!("index column {column}: operator classes are not supported; name the column alone"),
             ));
         }
         let position = key_column(columns, column)?;
-        if positions.contains(&position) {
+        if unique && positions.contains(&position) {
             return Err(RsError::new(
                 &codes::DUPLICATE_COLUMN,
                 format!(

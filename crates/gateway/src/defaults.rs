@@ -552,7 +552,7 @@ mod tests {
             rewritten: 0,
             previous: None,
             unique: Vec::new(),
-            next_unique_id: 0,
+            next_index_id: 0,
             functions: Vec::new(),
         }
     }

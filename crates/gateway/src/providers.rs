@@ -6,7 +6,8 @@
 //! changes. Scans stream: each poll of a scan reads one bounded storage
 //! chunk, so a scan's memory does not grow with the relation, a `LIMIT`
 //! stops the reads, and an equality on the leading key column reads only
-//! the rows under that key. A materialized view's rows are its stored output (a row with
+//! the rows under that key; one on an index's leading column, only the
+//! rows its entries name (RFC 0014). A materialized view's rows are its stored output (a row with
 //! weight `n` appears `n` times); reading a failed view returns its error.
 //! For UPDATE/DELETE the table also exposes its storage key as a hidden
 //! trailing column, [`ROW_KEY_COLUMN`].
@@ -29,12 +30,14 @@ use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::physical_plan::ExecutionPlan;
 use rockstream_control::{inline_view, CatalogEntry, ObjectKind, REWRITTEN_BY_PENDING};
 use rockstream_ops::arrow_rows::{array_to_datums, rows_to_batch};
-use rockstream_ops::keys::{decode_weight, leading_value_prefix, RowStorage};
+use rockstream_ops::keys::{
+    decode_weight, index_value_prefix, leading_value_prefix, unique_prefix, RowStorage,
+};
 use rockstream_planner::{
-    ColumnInfo, RelationInfo, RelationKind, SequenceInfo, TableResolver, UniqueInfo,
+    ColumnInfo, RelationInfo, RelationKind, SequenceInfo, TableIndexInfo, TableResolver,
 };
 use rockstream_runtime::{Engine, ViewStatus};
-use rockstream_storage::{RowCursor, SnapshotSet};
+use rockstream_storage::{IndexEntries, IndexRowCursor, RowCursor, SnapshotSet};
 use rockstream_types::encoding::decode_row;
 use rockstream_types::{Datum, ObjectId, Row, RsError, RsResult, SqlType};
 
@@ -175,14 +178,17 @@ impl TableResolver for SnapshotResolver {
                 .collect(),
             definition: entry.definition.clone(),
             primary_key: entry.primary_key.clone(),
-            unique: entry
-                .unique
+            indexes: entry
+                .indexes
                 .iter()
-                .map(|constraint| UniqueInfo {
-                    id: constraint.id,
-                    name: constraint.name.clone(),
-                    columns: constraint.columns.clone(),
-                    index_only: constraint.index_only,
+                .map(|index| TableIndexInfo {
+                    id: index.id,
+                    name: index.name.clone(),
+                    columns: index.columns.clone(),
+                    unique: index.unique,
+                    index_only: index.index_only,
+                    include: index.include.clone(),
+                    hash: index.hash,
                 })
                 .collect(),
             populated: self.context.engine.view_status(entry.id).is_populated(),
@@ -310,9 +316,9 @@ impl SnapshotTable {
         }
     }
 
-    /// `leading_key_column = literal`: the value, if `filter` is that shape.
-    fn key_equality(&self, filter: &Expr) -> Option<Datum> {
-        let column = self.leading_key_column()?;
+    /// `column = literal` with a non-NULL literal: the column's position
+    /// and the value, if `filter` is that shape.
+    fn column_equality(&self, filter: &Expr) -> Option<(usize, Datum)> {
         let Expr::BinaryExpr(binary) = filter else {
             return None;
         };
@@ -324,12 +330,71 @@ impl SnapshotTable {
             | (Expr::Literal(value, _), Expr::Column(name)) => (name, value),
             _ => return None,
         };
-        if name.name != self.entry.columns[column].name || value.is_null() {
+        let column = self
+            .entry
+            .columns
+            .iter()
+            .position(|column| column.name == name.name)?;
+        if value.is_null() {
             return None;
         }
         let array = value.to_array().ok()?;
         let datum = array_to_datums(&array, self.types[column]).ok()?.pop()?;
-        (!datum.is_null()).then_some(datum)
+        (!datum.is_null()).then_some((column, datum))
+    }
+
+    /// How a scan under `filters` reads the stored rows: the rows under
+    /// one value of the leading key column, else those an index names for
+    /// one value of its leading column, else all.
+    fn access(&self, filters: &[&Expr]) -> Access {
+        let equalities: Vec<(usize, Datum)> = filters
+            .iter()
+            .filter_map(|filter| self.column_equality(filter))
+            .collect();
+        let leading_key = self.leading_key_column();
+        if let Some((_, value)) = equalities
+            .iter()
+            .find(|(column, _)| Some(*column) == leading_key)
+        {
+            return Access::KeyPrefix(leading_value_prefix(value));
+        }
+        if self.entry.kind != ObjectKind::Table {
+            return Access::All;
+        }
+        // A UNIQUE constraint of several columns has no entry for a row
+        // with a NULL in any of them: a lookup by its first column would
+        // miss such rows.
+        let usable = self
+            .entry
+            .indexes
+            .iter()
+            .filter(|index| !index.unique || index.columns.len() == 1);
+        for index in usable {
+            let Some((_, value)) = equalities
+                .iter()
+                .find(|(column, _)| index.columns.first() == Some(column))
+            else {
+                continue;
+            };
+            // Either kind of entry is placed by this value.
+            let leading = leading_value_prefix(value);
+            let (prefix, entries) = if index.unique {
+                let mut prefix = unique_prefix(self.entry.id);
+                prefix.extend_from_slice(&index.id.to_be_bytes());
+                prefix.extend_from_slice(&leading);
+                (prefix, IndexEntries::Unique)
+            } else {
+                let prefix = index_value_prefix(self.entry.id, index.id, &leading);
+                let columns = index.columns.len();
+                (prefix, IndexEntries::Plain { columns })
+            };
+            return Access::Index {
+                prefix,
+                partition: leading,
+                entries,
+            };
+        }
+        Access::All
     }
 
     /// The visible rows of one storage chunk of the scan (row keys and
@@ -447,14 +512,15 @@ impl TableProvider for SnapshotTable {
         &self,
         filters: &[&Expr],
     ) -> DataFusionResult<Vec<TableProviderFilterPushDown>> {
-        // Inexact: the scan narrows to the key range, DataFusion still filters.
+        // Inexact: the scan narrows to a key range or an index's rows,
+        // DataFusion still filters.
         Ok(filters
             .iter()
             .map(|filter| {
-                if self.key_equality(filter).is_some() {
-                    TableProviderFilterPushDown::Inexact
-                } else {
+                if self.access(&[filter]) == Access::All {
                     TableProviderFilterPushDown::Unsupported
+                } else {
+                    TableProviderFilterPushDown::Inexact
                 }
             })
             .collect())
@@ -494,14 +560,10 @@ impl TableProvider for SnapshotTable {
                 )));
             }
         }
-        let key_prefix = filters
-            .iter()
-            .find_map(|filter| self.key_equality(filter))
-            .map(|value| leading_value_prefix(&value))
-            .unwrap_or_default();
+        let filters: Vec<&Expr> = filters.iter().collect();
         let scan = SnapshotScan {
             table: self.clone(),
-            key_prefix,
+            access: self.access(&filters),
         };
         let exec = StreamingTableExec::try_new(
             self.schema.clone(),
@@ -515,23 +577,55 @@ impl TableProvider for SnapshotTable {
     }
 }
 
+/// Which stored rows a scan reads.
+#[derive(Debug, Clone, PartialEq)]
+enum Access {
+    All,
+    /// The rows whose leading key column holds the value encoded so.
+    KeyPrefix(Vec<u8>),
+    /// The rows an index's entries under `prefix` name (RFC 0014), read
+    /// from the shard of `partition` alone.
+    Index {
+        prefix: Vec<u8>,
+        partition: Vec<u8>,
+        entries: IndexEntries,
+    },
+}
+
 /// One scan of a table's or view's rows at the pinned snapshot, streamed:
 /// each poll reads one bounded storage chunk, so a scan holds at most a
 /// chunk's rows whatever the relation's size, and a consumer that stops
 /// early (`LIMIT`) stops the reads. With a key prefix (the encoded value of
-/// the leading key column), only the rows under it are read.
+/// the leading key column), only the rows under it are read; through an
+/// index, only the rows its entries for one value name.
 #[derive(Debug)]
 struct SnapshotScan {
     table: SnapshotTable,
-    key_prefix: Vec<u8>,
+    access: Access,
+}
+
+/// The stored rows a [`SnapshotScan`] reads, over the shards that may hold
+/// them.
+enum StoredRows {
+    Scan(RowCursor),
+    Index(IndexRowCursor),
+}
+
+impl StoredRows {
+    async fn next_chunk(&mut self) -> RsResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        match self {
+            StoredRows::Scan(cursor) => cursor.next_chunk().await,
+            StoredRows::Index(cursor) => cursor.next_chunk().await,
+        }
+    }
 }
 
 /// Where a [`SnapshotScan`]'s stream is.
 struct ScanCursor {
     table: SnapshotTable,
+    /// The session's own rows to add: those under this key prefix.
     key_prefix: Vec<u8>,
-    /// The stored rows, over the shards that may hold them.
-    stored: RowCursor,
+    stored: StoredRows,
     stored_done: bool,
     overlay_done: bool,
     /// Batches decoded and not yet handed on.
@@ -568,15 +662,45 @@ impl PartitionStream for SnapshotScan {
     }
 
     fn execute(&self, _context: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let snapshot = &self.table.context.snapshot;
+        let (key_prefix, stored) = match &self.access {
+            Access::All => (
+                Vec::new(),
+                StoredRows::Scan(snapshot.scan_rows(
+                    &self.table.storage,
+                    self.table.entry.id,
+                    &[],
+                    false,
+                )),
+            ),
+            Access::KeyPrefix(prefix) => (
+                prefix.clone(),
+                StoredRows::Scan(snapshot.scan_rows(
+                    &self.table.storage,
+                    self.table.entry.id,
+                    prefix,
+                    self.table.leading_column_partitions(),
+                )),
+            ),
+            // The session's rows are all added: DataFusion filters them.
+            Access::Index {
+                prefix,
+                partition,
+                entries,
+            } => (
+                Vec::new(),
+                StoredRows::Index(snapshot.index_rows(
+                    self.table.entry.id,
+                    prefix.clone(),
+                    partition,
+                    *entries,
+                )),
+            ),
+        };
         let cursor = ScanCursor {
             table: self.table.clone(),
-            key_prefix: self.key_prefix.clone(),
-            stored: self.table.context.snapshot.scan_rows(
-                &self.table.storage,
-                self.table.entry.id,
-                &self.key_prefix,
-                self.table.leading_column_partitions(),
-            ),
+            key_prefix,
+            stored,
             stored_done: false,
             overlay_done: false,
             ready: std::collections::VecDeque::new(),

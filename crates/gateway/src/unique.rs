@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 
-use rockstream_control::{CatalogEntry, UniqueConstraint};
+use rockstream_control::{CatalogEntry, TableIndex};
 use rockstream_ops::keys::unique_entry_key;
 use rockstream_storage::SnapshotSet;
 use rockstream_types::{Row, RsError, RsResult};
@@ -31,7 +31,9 @@ pub(crate) async fn check_statement(
     let constrained: Vec<CatalogEntry> = gateway
         .entries(session)
         .into_iter()
-        .filter(|entry| !entry.unique.is_empty() && transaction.tables.contains_key(&entry.id))
+        .filter(|entry| {
+            entry.unique_indexes().next().is_some() && transaction.tables.contains_key(&entry.id)
+        })
         .collect();
     if constrained.is_empty() {
         return Ok(());
@@ -50,7 +52,7 @@ pub(crate) async fn check_statement(
         if changed.is_empty() {
             continue;
         }
-        for constraint in &entry.unique {
+        for constraint in entry.unique_indexes() {
             check_constraint(entry, constraint, table, &changed, &snapshot).await?;
         }
     }
@@ -59,7 +61,7 @@ pub(crate) async fn check_statement(
 
 async fn check_constraint(
     entry: &CatalogEntry,
-    constraint: &UniqueConstraint,
+    constraint: &TableIndex,
     table: &PendingTable,
     changed: &[(&[u8], &Row)],
     snapshot: &SnapshotSet,
@@ -95,7 +97,7 @@ async fn check_constraint(
 /// index.
 fn check_held(
     entry: &CatalogEntry,
-    constraint: &UniqueConstraint,
+    constraint: &TableIndex,
     table: &PendingTable,
     adding: bool,
 ) -> RsResult<()> {
@@ -120,7 +122,11 @@ fn check_held(
 pub(crate) fn check_added(gateway: &Gateway, session: &GatewaySession, name: &str) -> RsResult<()> {
     let entry = gateway.entry(session, name, None)?;
     let (Some(constraint), Some(table)) = (
-        entry.unique.iter().max_by_key(|constraint| constraint.id),
+        entry
+            .indexes
+            .iter()
+            .max_by_key(|constraint| constraint.id)
+            .filter(|index| index.unique),
         session
             .transaction
             .as_ref()
@@ -136,7 +142,7 @@ pub(crate) fn check_added(gateway: &Gateway, session: &GatewaySession, name: &st
 /// for building the index.
 pub(crate) fn violation(
     entry: &CatalogEntry,
-    constraint: &UniqueConstraint,
+    constraint: &TableIndex,
     row: &Row,
     adding: bool,
 ) -> RsError {

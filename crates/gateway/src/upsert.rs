@@ -28,7 +28,7 @@ use datafusion::sql::sqlparser::ast::{
     AssignmentTarget, ConflictTarget, Expr as SqlExpr, Ident, Insert, OnConflict, OnConflictAction,
     OnInsert, TableObject, Value, ValueWithSpan, VisitMut, VisitorMut,
 };
-use rockstream_control::{CatalogEntry, UniqueConstraint};
+use rockstream_control::{CatalogEntry, TableIndex};
 use rockstream_ops::arrow_rows::{array_to_datums, rows_to_batch};
 use rockstream_ops::keys::{keyless_row_key, table_row_key, unique_entry_key};
 use rockstream_storage::SnapshotSet;
@@ -48,7 +48,7 @@ use crate::session::{GatewaySession, PendingTable};
 #[derive(Debug, Clone)]
 pub(crate) enum Arbiter {
     PrimaryKey,
-    Unique(UniqueConstraint),
+    Unique(TableIndex),
     /// No target (`DO NOTHING` only): the primary key and every UNIQUE
     /// constraint.
     Every,
@@ -67,7 +67,7 @@ enum Probe {
 impl Arbiter {
     /// The values `row` (keyed `key`) of `entry` may conflict on.
     fn probes(&self, entry: &CatalogEntry, key: &[u8], row: &Row) -> Vec<Probe> {
-        let unique = |constraint: &UniqueConstraint| {
+        let unique = |constraint: &TableIndex| {
             unique_entry_key(entry.id, constraint.id, &constraint.columns, row)
                 .map(|value| Probe::Unique(constraint.id, value))
         };
@@ -77,7 +77,7 @@ impl Arbiter {
             Arbiter::Unique(constraint) => unique(constraint).into_iter().collect(),
             Arbiter::Every => primary
                 .into_iter()
-                .chain(entry.unique.iter().filter_map(unique))
+                .chain(entry.unique_indexes().filter_map(unique))
                 .collect(),
         }
     }
@@ -122,8 +122,7 @@ pub(crate) fn on_conflict<'a>(
                 Arbiter::PrimaryKey
             } else {
                 let constraint = entry
-                    .unique
-                    .iter()
+                    .unique_indexes()
                     .find(|constraint| named == names(&constraint.columns))
                     .ok_or_else(no_match)?;
                 Arbiter::Unique(constraint.clone())
@@ -132,8 +131,7 @@ pub(crate) fn on_conflict<'a>(
         Some(ConflictTarget::OnConstraint(name)) => {
             let name = crate::backend::object_name(&name.to_string());
             match entry
-                .unique
-                .iter()
+                .unique_indexes()
                 // An index `CREATE UNIQUE INDEX` made is no constraint.
                 .find(|constraint| constraint.name == name && !constraint.index_only)
             {
@@ -364,7 +362,7 @@ impl Holders {
             let Some(row) = current else {
                 continue;
             };
-            for constraint in &entry.unique {
+            for constraint in entry.unique_indexes() {
                 if let Some(value) =
                     unique_entry_key(entry.id, constraint.id, &constraint.columns, row)
                 {

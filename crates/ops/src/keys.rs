@@ -20,6 +20,7 @@
 //! 0x07 table_id(16) row_key                   -> row         table rows
 //! 0x08 view_id(16) key                        -> row         view output (keyed)
 //! 0x09 table_id(16) constraint(2) values      -> row_key     UNIQUE constraint entries
+//! 0x0A table_id(16) index(2) values row_key    -> ()          plain index entries
 //! 0x0B transaction(8) segment(4) row_key       -> change      a large transaction's staged rows
 //! 0x06 'F' 'V'                                -> version     storage format version
 //! 0x06 'E' 'P'                                -> epoch       last committed epoch
@@ -29,8 +30,8 @@
 //! 0x06 'R' 'C' object_id(16)                  -> ()          a dropped object's keys not yet compacted away (RFC 0008)
 //! ```
 //! Every shard holds its own `0x01` operator state and `0x06` metadata;
-//! table rows, view output and UNIQUE entries (RFC 0006) live on the
-//! shard of their partition key ([`partition_key`]); installed markers, log records,
+//! table rows, view output, UNIQUE entries (RFC 0006) and index entries
+//! (RFC 0014) live on the shard of their partition key ([`partition_key`]); installed markers, log records,
 //! staged rows and staged-commit markers (RFC 0007) only on the coordinator, shard 0;
 //! drop markers on every shard.
 //! A view whose rows have a unique key (`PlanNode::unique_key`, recorded
@@ -56,6 +57,7 @@ pub const SHARD_META: u8 = 0x06;
 pub const TABLE_ROWS: u8 = 0x07;
 pub const KEYED_OUTPUT: u8 = 0x08;
 pub const UNIQUE_ENTRIES: u8 = 0x09;
+pub const INDEX_ENTRIES: u8 = 0x0A;
 pub const STAGED_ROWS: u8 = 0x0B;
 
 pub const JOIN_LEFT: [u8; 2] = *b"JL";
@@ -81,13 +83,18 @@ pub fn op_prefix(kind: [u8; 2], op_id: ObjectId) -> Vec<u8> {
 
 /// The partition key of a stored row: the bytes after its object's prefix
 /// (a table row's primary key or hidden row id, a keyed view row's key, a
-/// counted view row's whole row, a UNIQUE entry's values), whose bucket
-/// decides the shard that holds it. `None` for other keys: operator state lives on the shard that
-/// computes it, and metadata on the coordinator.
+/// counted view row's whole row, a UNIQUE entry's values), or an index
+/// entry's leading value, whose bucket decides the shard that holds it.
+/// `None` for other keys: operator state lives on the shard that computes
+/// it, and metadata on the coordinator.
 pub fn partition_key(key: &[u8]) -> Option<&[u8]> {
     match key.first() {
         Some(&(TABLE_ROWS | OUTPUT | KEYED_OUTPUT)) => key.get(17..),
         Some(&UNIQUE_ENTRIES) => key.get(19..),
+        Some(&INDEX_ENTRIES) => {
+            let values = key.get(19..)?;
+            values.get(..datum_len(values)?)
+        }
         _ => None,
     }
 }
@@ -197,6 +204,50 @@ pub fn unique_entry_key(
     Some(key)
 }
 
+/// `0x0A table_id`: the prefix of all plain index entries of a table.
+pub fn index_prefix(table_id: ObjectId) -> Vec<u8> {
+    object_prefix(INDEX_ENTRIES, table_id)
+}
+
+/// The prefix of index `index`'s entries whose leading column holds the
+/// value encoded as `leading` ([`leading_value_prefix`]): they all live on
+/// the shard of `leading`.
+pub fn index_value_prefix(table_id: ObjectId, index: u16, leading: &[u8]) -> Vec<u8> {
+    let mut key = index_prefix(table_id);
+    key.extend_from_slice(&index.to_be_bytes());
+    key.extend_from_slice(leading);
+    key
+}
+
+/// The key of the entry of plain index `index` of table `table_id` for
+/// `row` (its `columns`, NULLs included), whose row key is `row_key`.
+pub fn index_entry_key(
+    table_id: ObjectId,
+    index: u16,
+    columns: &[usize],
+    row: &[Datum],
+    row_key: &[u8],
+) -> Vec<u8> {
+    let mut key = index_prefix(table_id);
+    key.extend_from_slice(&index.to_be_bytes());
+    for column in columns {
+        encode_datum(&row[*column], &mut key);
+    }
+    key.extend_from_slice(row_key);
+    key
+}
+
+/// The row key an index entry's key ([`index_entry_key`]) ends with,
+/// given the number of the index's columns; `None` if the key is not
+/// such an entry.
+pub fn index_entry_row_key(entry: &[u8], columns: usize) -> Option<&[u8]> {
+    let mut rest = entry.get(19..)?;
+    for _ in 0..columns {
+        rest = rest.get(datum_len(rest)?..)?;
+    }
+    Some(rest)
+}
+
 /// The prefix of the row keys (within their relation) whose leading key
 /// column holds `value` ([`RowStorage::leading_column`]).
 pub fn leading_value_prefix(value: &Datum) -> Vec<u8> {
@@ -296,6 +347,7 @@ pub fn push_order_key(row: &[Datum], order_by: &[SortKey], out: &mut Vec<u8>) {
 pub fn leading_prefix_len(key: &[u8]) -> Option<usize> {
     let header = match *key.first()? {
         OUTPUT | TABLE_ROWS | KEYED_OUTPUT => 17,
+        INDEX_ENTRIES => 19,
         OP_STATE => match key.get(1..3)? {
             kind if kind == MIN_MAX || kind == AGGREGATE_DISTINCT => 21,
             _ => 19,
@@ -393,6 +445,22 @@ mod tests {
         assert!(!holds_count(&keyed_output_prefix(id)));
         assert!(!holds_count(&table_prefix(id)));
         assert!(!holds_count(&global_group));
+    }
+
+    #[test]
+    fn an_index_entry_is_placed_by_its_leading_value_and_ends_with_its_row_key() {
+        let row = [Datum::Text("x".into()), Datum::Null, Datum::Int64(9)];
+        let row_key = table_row_key(&[2], &row);
+        let entry = index_entry_key(5, 3, &[0, 1], &row, &row_key);
+        let leading = leading_value_prefix(&row[0]);
+        assert!(entry.starts_with(&index_value_prefix(5, 3, &leading)));
+        assert_eq!(partition_key(&entry), Some(leading.as_slice()));
+        assert_eq!(index_entry_row_key(&entry, 2), Some(row_key.as_slice()));
+        assert_eq!(leading_prefix_len(&entry), Some(19 + leading.len()));
+        // Another row with the same values has another entry.
+        let other = index_entry_key(5, 3, &[0, 1], &row, &[1]);
+        assert_ne!(other, entry);
+        assert_eq!(partition_key(&other), partition_key(&entry));
     }
 
     #[test]

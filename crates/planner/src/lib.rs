@@ -57,7 +57,7 @@ pub use sql_functions::{
 };
 pub use system_catalog::{
     current_setting, quote_ident, regclass_name, relation_oid, session_constant, set_config,
-    ColumnInfo, RelationInfo, RelationKind, SequenceInfo, UniqueInfo, UNIQUE_IDS_PER_TABLE,
+    ColumnInfo, RelationInfo, RelationKind, SequenceInfo, TableIndexInfo, INDEX_IDS_PER_TABLE,
     USER_FUNCTION,
 };
 pub use time_windows::rewrite_time_windows;

@@ -55,17 +55,20 @@ pub struct TableChange {
     pub table_id: ObjectId,
     pub table_name: String,
     pub rows: Vec<RowChange>,
-    /// The table's UNIQUE constraints, which the commit checks and whose
-    /// entries it maintains (RFC 0006).
-    pub unique: Vec<UniqueIndex>,
+    /// The table's indexes besides its primary key's, whose entries the
+    /// commit maintains, checking the unique ones (RFC 0006, RFC 0014).
+    pub indexes: Vec<MaintainedIndex>,
 }
 
-/// A UNIQUE constraint as a commit checks it (RFC 0006).
+/// An index as a commit maintains it: a UNIQUE constraint or unique index
+/// (RFC 0006), which it also checks, or a plain index (RFC 0014).
 #[derive(Debug, Clone, PartialEq)]
-pub struct UniqueIndex {
+pub struct MaintainedIndex {
     /// Its number within the table, part of its entries' keys.
     pub id: u16,
     pub name: String,
+    /// No two rows may hold equal non-NULL values in its columns.
+    pub unique: bool,
     /// Its columns' positions in the rows a change writes (`new`).
     pub columns: Vec<usize>,
     /// Its columns' positions in the rows a change replaces (`old`): they

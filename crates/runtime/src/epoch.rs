@@ -38,11 +38,11 @@ use crate::engine::{
 };
 
 mod backfill;
+mod indexes;
 mod log;
 mod reclaim;
 mod recovery;
 mod staged;
-mod unique;
 
 pub use backfill::installed_marker;
 pub(crate) use log::repair;
@@ -540,7 +540,7 @@ impl EpochLoop {
             // Checked on the whole change (a row and its entries may live
             // on different shards); its outcome counts only for rows that
             // are as the transaction read them.
-            let entry_writes = unique::check(&stores, &self.map, &request.changes).await;
+            let entry_writes = indexes::check(&stores, &self.map, &request.changes).await;
             let parts = split_by_shard(request.changes, &self.map);
             let mut valid = Ok(());
             for (store, (changes, keys)) in stores.iter_mut().zip(&parts) {
@@ -567,7 +567,7 @@ impl EpochLoop {
                     continue;
                 }
             };
-            unique::apply(&mut stores, entry_writes);
+            indexes::apply(&mut stores, entry_writes);
             for (key, write) in request.coordinator_writes {
                 match write {
                     Write::Put(value) => stores[0].put(key, value),
@@ -1415,7 +1415,7 @@ fn split_by_shard(changes: Vec<TableChange>, map: &BucketMap) -> Vec<ShardChange
                         table_id: change.table_id,
                         table_name: change.table_name.clone(),
                         rows,
-                        unique: Vec::new(),
+                        indexes: Vec::new(),
                     });
                 }
             }

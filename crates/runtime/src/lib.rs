@@ -27,7 +27,7 @@ mod engine;
 mod epoch;
 
 pub use engine::{
-    Engine, InstallView, Published, RowChange, StagedTable, TableChange, UniqueIndex, ViewBuild,
-    ViewStatus,
+    Engine, InstallView, MaintainedIndex, Published, RowChange, StagedTable, TableChange,
+    ViewBuild, ViewStatus,
 };
 pub use epoch::installed_marker;

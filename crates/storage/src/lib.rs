@@ -49,7 +49,7 @@ use dropped::{Dropped, Removable, StateSchedulerSupplier};
 pub use epoch_store::EpochStore;
 pub use rockstream_common::object_store_for;
 use rockstream_common::BackgroundRuntime;
-pub use set::{RowCursor, SetCursor, SnapshotSet};
+pub use set::{IndexEntries, IndexRowCursor, RowCursor, SetCursor, SnapshotSet};
 
 /// The on-disk format this binary writes.
 ///

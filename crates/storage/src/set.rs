@@ -115,6 +115,98 @@ impl SnapshotSet {
     }
 }
 
+/// How an index's entries name their rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IndexEntries {
+    /// A UNIQUE constraint's (RFC 0006): the entry's value is the row key.
+    Unique,
+    /// A plain index's (RFC 0014): the entry's key ends with the row key,
+    /// after this many encoded values.
+    Plain { columns: usize },
+}
+
+impl SnapshotSet {
+    /// The values of `keys`, each read from its shard: one `get_many` per
+    /// shard.
+    pub async fn get_many(&self, keys: &[Vec<u8>]) -> RsResult<Vec<Option<Vec<u8>>>> {
+        let mut by_shard: Vec<Vec<usize>> = vec![Vec::new(); self.shards.len()];
+        for (position, key) in keys.iter().enumerate() {
+            by_shard[usize::from(self.shard_of_key(key))].push(position);
+        }
+        let mut values = vec![None; keys.len()];
+        for (shard, positions) in by_shard.into_iter().enumerate() {
+            if positions.is_empty() {
+                continue;
+            }
+            let asked: Vec<&[u8]> = positions.iter().map(|at| keys[*at].as_slice()).collect();
+            let found = self.shards[shard].get_many(&asked).await?;
+            for (position, value) in positions.into_iter().zip(found) {
+                values[position] = value;
+            }
+        }
+        Ok(values)
+    }
+
+    /// A cursor over the rows of table `table_id` that the index entries
+    /// under `prefix` name, in the entries' order, as `(row key, stored
+    /// row)`; the entries are read from the shard of `partition`, the
+    /// leading value every entry under `prefix` is placed by.
+    pub fn index_rows(
+        &self,
+        table_id: ObjectId,
+        prefix: Vec<u8>,
+        partition: &[u8],
+        entries: IndexEntries,
+    ) -> IndexRowCursor {
+        IndexRowCursor {
+            table_id,
+            kind: entries,
+            entries: self.scan(prefix, Some(partition)),
+        }
+    }
+}
+
+/// The rows an index's entries name ([`SnapshotSet::index_rows`]).
+pub struct IndexRowCursor {
+    table_id: ObjectId,
+    kind: IndexEntries,
+    entries: SetCursor,
+}
+
+impl IndexRowCursor {
+    /// The rows of the next chunk of entries, as `(row key, stored row)`;
+    /// empty at the end. An entry whose row is not stored at the same
+    /// snapshot is an error: entries and rows commit in one epoch.
+    pub async fn next_chunk(&mut self) -> RsResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        let chunk = self.entries.next_chunk().await?;
+        let mut row_keys = Vec::with_capacity(chunk.len());
+        for (key, value) in chunk {
+            let row_key = match self.kind {
+                IndexEntries::Unique => value,
+                IndexEntries::Plain { columns } => keys::index_entry_row_key(&key, columns)
+                    .ok_or_else(|| RsError::internal("an index entry's key is corrupt"))?
+                    .to_vec(),
+            };
+            row_keys.push(row_key);
+        }
+        let storage_keys: Vec<Vec<u8>> = row_keys
+            .iter()
+            .map(|row_key| keys::table_row_storage_key(self.table_id, row_key))
+            .collect();
+        let rows = self.entries.set.get_many(&storage_keys).await?;
+        row_keys
+            .into_iter()
+            .zip(rows)
+            .map(|(row_key, row)| {
+                let row = row.ok_or_else(|| {
+                    RsError::internal("an index entry names a row that is not stored")
+                })?;
+                Ok((row_key, row))
+            })
+            .collect()
+    }
+}
+
 /// A [`SetCursor`] over one relation's rows, handing out row keys.
 pub struct RowCursor {
     base_len: usize,

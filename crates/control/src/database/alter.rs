@@ -9,9 +9,7 @@
 
 use rockstream_types::{codes, RsError, RsResult};
 
-use super::{
-    add_unique, name_is_free, Database, DeclaredUnique, Generated, PendingCatalog, Rename,
-};
+use super::{add_index, name_is_free, Database, DeclaredIndex, Generated, PendingCatalog, Rename};
 use crate::catalog::{CatalogEntry, ColumnDef, Identity, ObjectKind, REWRITTEN_BY_PENDING};
 
 /// What an `ALTER TABLE` changes.
@@ -43,12 +41,12 @@ pub enum Alteration<'a> {
         column: &'a str,
         not_null: bool,
     },
-    /// `ADD [CONSTRAINT name] UNIQUE (…)` / `CREATE UNIQUE INDEX`: goes
-    /// through every row, so that the commit checks them all and writes
-    /// their entries (RFC 0006).
-    AddUnique(DeclaredUnique),
+    /// `ADD [CONSTRAINT name] UNIQUE (…)` / `CREATE [UNIQUE] INDEX`: goes
+    /// through every row, so that the commit checks them all (if unique)
+    /// and writes their entries (RFC 0006, RFC 0014).
+    AddIndex(DeclaredIndex),
     /// `DROP CONSTRAINT name`, or (`index`) `DROP INDEX name` of an
-    /// index `CREATE UNIQUE INDEX` made.
+    /// index `CREATE [UNIQUE] INDEX` made.
     DropConstraint {
         name: &'a str,
         index: bool,
@@ -156,11 +154,12 @@ impl Database {
             ));
         }
         let renames = matches!(alteration, Alteration::Rename(_));
-        // A default and a UNIQUE constraint matter to writes only.
+        // A default, a UNIQUE constraint and an index matter to writes
+        // only.
         let reads_unchanged = matches!(
             alteration,
             Alteration::SetDefault { .. }
-                | Alteration::AddUnique(_)
+                | Alteration::AddIndex(_)
                 | Alteration::DropConstraint { .. }
         );
         if let Some(dependent) = catalog
@@ -293,13 +292,13 @@ impl Database {
                         *key_column -= 1;
                     }
                 }
-                // As PostgreSQL: the UNIQUE constraints on the column go
-                // with it.
-                after
-                    .unique
-                    .retain(|constraint| !constraint.columns.contains(&position));
-                for constraint in &mut after.unique {
-                    for key_column in &mut constraint.columns {
+                // As PostgreSQL: the UNIQUE constraints and indexes on the
+                // column go with it.
+                after.indexes.retain(|index| {
+                    !index.columns.contains(&position) && !index.include.contains(&position)
+                });
+                for index in &mut after.indexes {
+                    for key_column in index.columns.iter_mut().chain(&mut index.include) {
                         if *key_column > position {
                             *key_column -= 1;
                         }
@@ -312,8 +311,8 @@ impl Database {
                         .collect(),
                 )
             }
-            Alteration::AddUnique(declared) => {
-                add_unique(&catalog, &mut after, declared)?;
+            Alteration::AddIndex(declared) => {
+                add_index(&catalog, &mut after, declared)?;
                 Some((0..before.columns.len()).map(Some).collect())
             }
             Alteration::DropConstraint {
@@ -322,11 +321,11 @@ impl Database {
                 if_exists,
             } => {
                 let found = after
-                    .unique
+                    .indexes
                     .iter()
                     .position(|unique| unique.name == constraint);
                 if let (Some(position), true) = (found, index) {
-                    if !after.unique[position].index_only {
+                    if !after.indexes[position].index_only {
                         return Err(RsError::new(
                             &codes::INDEX_OF_CONSTRAINT,
                             format!("cannot drop index {constraint} because constraint {constraint} on table {name} requires it"),
@@ -335,7 +334,7 @@ impl Database {
                     }
                 }
                 let Some(position) =
-                    found.filter(|position| after.unique[*position].index_only == index)
+                    found.filter(|position| after.indexes[*position].index_only == index)
                 else {
                     if if_exists {
                         return Ok(None);
@@ -359,7 +358,7 @@ impl Database {
                         )
                     });
                 };
-                after.unique.remove(position);
+                after.indexes.remove(position);
                 None
             }
         };

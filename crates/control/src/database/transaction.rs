@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use rockstream_ops::keys::table_prefix;
-use rockstream_runtime::{StagedTable, TableChange, UniqueIndex};
+use rockstream_runtime::{MaintainedIndex, StagedTable, TableChange};
 use rockstream_types::{codes, ObjectId, RsError, RsResult};
 use slatedb::WriteBatch;
 
@@ -123,7 +123,7 @@ impl Database {
             if !changes.is_empty() {
                 let _layouts_stand = self.layouts.read().await;
                 self.check_layouts(namespace, &pending, &changes, layouts)?;
-                self.attach_unique(namespace, &pending, &mut changes);
+                self.attach_indexes(namespace, &pending, &mut changes);
                 self.engine.commit(changes).await?;
             }
             return Ok(());
@@ -140,7 +140,7 @@ impl Database {
         self.check_functions_stand(&pending.created)?;
         self.check_layouts(namespace, &pending, &changes, layouts)?;
         self.check_rewrites_complete(&pending, &changes).await?;
-        self.attach_unique(namespace, &pending, &mut changes);
+        self.attach_indexes(namespace, &pending, &mut changes);
         let transaction = self.next_counter().await?;
         for table in pending.altered.iter_mut() {
             if table.after.rewritten == REWRITTEN_BY_PENDING {
@@ -214,7 +214,7 @@ impl Database {
             table_id,
             table_name: table_name.to_owned(),
             rows: Vec::new(),
-            unique: Vec::new(),
+            indexes: Vec::new(),
         };
         let layouts: TableLayouts = [(table_id, layout)].into();
         let _layouts_stand = self.layouts.read().await;
@@ -226,7 +226,7 @@ impl Database {
             )));
         }
         self.check_layouts(namespace, &pending, std::slice::from_ref(&change), &layouts)?;
-        self.attach_unique(namespace, &pending, std::slice::from_mut(&mut change));
+        self.attach_indexes(namespace, &pending, std::slice::from_mut(&mut change));
         self.engine
             .commit_staged(
                 transaction,
@@ -253,11 +253,11 @@ impl Database {
             .any(|entry| version_at(entry, watermark).is_some())
     }
 
-    /// Gives each of `changes` the UNIQUE constraints its table has as the
-    /// transaction commits (RFC 0006): the committed catalog's, or the
-    /// transaction's own version of a table it created or altered. Called
-    /// under the layouts lock, which adding a constraint takes alone.
-    fn attach_unique(
+    /// Gives each of `changes` the indexes its table has as the
+    /// transaction commits (RFC 0006, RFC 0014): the committed catalog's,
+    /// or the transaction's own version of a table it created or altered.
+    /// Called under the layouts lock, which adding an index takes alone.
+    fn attach_indexes(
         &self,
         namespace: &str,
         pending: &PendingCatalog,
@@ -285,8 +285,8 @@ impl Database {
             let Some(entry) = own.or_else(committed) else {
                 continue;
             };
-            if entry.unique.is_empty() {
-                change.unique.clear();
+            if entry.indexes.is_empty() {
+                change.indexes.clear();
                 continue;
             }
             let before = pending
@@ -294,24 +294,25 @@ impl Database {
                 .iter()
                 .find(|table| table.after.id == change.table_id)
                 .map(|table| &table.before);
-            change.unique = entry
-                .unique
+            change.indexes = entry
+                .indexes
                 .iter()
-                .map(|constraint| UniqueIndex {
-                    id: constraint.id,
-                    name: constraint.name.clone(),
-                    columns: constraint.columns.clone(),
+                .map(|index| MaintainedIndex {
+                    id: index.id,
+                    name: index.name.clone(),
+                    unique: index.unique,
+                    columns: index.columns.clone(),
                     // Where the stored rows hold its columns; none when
                     // this transaction added it.
                     old_columns: match before {
                         Some(before) => before
-                            .unique
+                            .indexes
                             .iter()
-                            .find(|old| old.id == constraint.id)
+                            .find(|old| old.id == index.id)
                             .map(|old| old.columns.clone()),
-                        None => Some(constraint.columns.clone()),
+                        None => Some(index.columns.clone()),
                     },
-                    column_names: constraint
+                    column_names: index
                         .columns
                         .iter()
                         .map(|column| entry.columns[*column].name.clone())
@@ -767,8 +768,8 @@ fn reads_alike(before: &CatalogEntry, after: &CatalogEntry) -> bool {
                 ..column.clone()
             })
             .collect(),
-        unique: Vec::new(),
-        next_unique_id: 0,
+        indexes: Vec::new(),
+        next_index_id: 0,
         functions: Vec::new(),
         rewritten: 0,
         ..entry.clone()

@@ -350,6 +350,9 @@ impl ScalarUDFImpl for CatalogFunction {
                 let modifiers = modifiers
                     .as_ref()
                     .and_then(|array| array.as_any().downcast_ref::<Int64Array>());
+                // `pg_get_indexdef(oid, column, pretty)`: pretty-printed,
+                // a relation on the search path is not qualified.
+                let pretty = args.args.len() >= 3;
                 let text: StringArray = (0..rows)
                     .map(|row| {
                         if oids.is_null(row) {
@@ -358,7 +361,7 @@ impl ScalarUDFImpl for CatalogFunction {
                         let modifier = modifiers
                             .filter(|array| !array.is_null(row))
                             .map(|array| array.value(row));
-                        self.describe(oids.value(row), modifier, &relations)
+                        self.describe(oids.value(row), modifier, pretty, &relations)
                     })
                     .collect();
                 Arc::new(text)
@@ -381,6 +384,7 @@ impl CatalogFunction {
         &self,
         oid: i64,
         modifier: Option<i64>,
+        pretty: bool,
         relations: &[RelationInfo],
     ) -> Option<String> {
         let relation = |oid: i64| relations.iter().find(|relation| relation.oid() == oid);
@@ -427,16 +431,9 @@ impl CatalogFunction {
                 PUBLIC_OID => SCHEMA.to_string(),
                 other => other.to_string(),
             }),
-            Function::IndexDef => index(|index| index.index_oid).map(|index| {
-                // Unqualified, as PostgreSQL prints a relation on the
-                // search path.
-                format!(
-                    "CREATE UNIQUE INDEX {} ON {} USING btree ({})",
-                    index.name,
-                    index.table.name,
-                    index.column_list()
-                )
-            }),
+            Function::IndexDef => {
+                index(|index| index.index_oid).map(|index| index.definition(!pretty))
+            }
             Function::ConstraintDef => indexes
                 .iter()
                 .find(|index| index.constraint && index.constraint_oid == oid)

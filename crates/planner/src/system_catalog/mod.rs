@@ -56,32 +56,44 @@ pub struct RelationInfo {
     /// PostgreSQL reports as a unique index and a constraint named
     /// `<table>_pkey`.
     pub primary_key: Vec<usize>,
-    /// A table's UNIQUE constraints, each also a unique index.
-    pub unique: Vec<UniqueInfo>,
+    /// A table's indexes besides its primary key's: UNIQUE constraints
+    /// (each also a unique index), unique and plain indexes.
+    pub indexes: Vec<TableIndexInfo>,
     /// False while a materialized view is being built (PostgreSQL's
     /// `pg_matviews.ispopulated`).
     pub populated: bool,
 }
 
-/// A UNIQUE constraint of a table.
+/// An index of a table besides its primary key's.
 #[derive(Debug, Clone)]
-pub struct UniqueInfo {
+pub struct TableIndexInfo {
     /// Its number within the table, from which its oids derive.
     pub id: u16,
     pub name: String,
     /// Column positions.
     pub columns: Vec<usize>,
-    /// Made by `CREATE UNIQUE INDEX`: an index without a constraint.
+    /// A UNIQUE constraint or unique index.
+    pub unique: bool,
+    /// Made by `CREATE [UNIQUE] INDEX`: an index without a constraint.
     pub index_only: bool,
+    /// `INCLUDE (…)` column positions.
+    pub include: Vec<usize>,
+    /// `USING hash` (else btree).
+    pub hash: bool,
 }
 
-/// A unique index with its constraint, as `pg_index`, `pg_constraint` and
-/// `pg_class` list them: a table's primary key or a UNIQUE constraint.
+/// An index, with its constraint if it has one, as `pg_index`,
+/// `pg_constraint` and `pg_class` list them: a table's primary key, a
+/// UNIQUE constraint, a unique or a plain index.
 #[derive(Debug, Clone)]
 pub(crate) struct IndexInfo<'a> {
     pub table: &'a RelationInfo,
     pub name: String,
     pub columns: &'a [usize],
+    /// `INCLUDE (…)` column positions.
+    pub include: &'a [usize],
+    pub unique: bool,
+    pub hash: bool,
     pub primary: bool,
     /// A constraint goes with it (`pg_constraint` lists it).
     pub constraint: bool,
@@ -89,16 +101,47 @@ pub(crate) struct IndexInfo<'a> {
     pub constraint_oid: i64,
 }
 
-/// UNIQUE constraints' oids: two each (index, constraint), from here,
-/// stable across DDL as relations' are.
-const FIRST_UNIQUE_OID: i64 = 1_000_000_000;
-/// Numbers of UNIQUE constraints a table's oids leave room for.
-pub const UNIQUE_IDS_PER_TABLE: u16 = 1024;
+/// Indexes' oids: two each (index, constraint), from here, stable across
+/// DDL as relations' are.
+const FIRST_INDEX_OID: i64 = 1_000_000_000;
+/// Numbers of indexes a table's oids leave room for.
+pub const INDEX_IDS_PER_TABLE: u16 = 1024;
 
 impl IndexInfo<'_> {
     /// Its column names, comma-separated.
     pub(crate) fn column_list(&self) -> String {
-        self.columns
+        self.names(self.columns)
+    }
+
+    /// The statement that creates it, as `pg_get_indexdef` prints it:
+    /// its table qualified by the schema, unless pretty-printed.
+    pub(crate) fn definition(&self, qualified: bool) -> String {
+        format!(
+            "CREATE {}INDEX {} ON {}{} USING {} ({}){}",
+            if self.unique { "UNIQUE " } else { "" },
+            self.name,
+            if qualified {
+                format!("{SCHEMA}.")
+            } else {
+                String::new()
+            },
+            self.table.name,
+            if self.hash { "hash" } else { "btree" },
+            self.column_list(),
+            match self.include_list() {
+                Some(include) => format!(" INCLUDE ({include})"),
+                None => String::new(),
+            }
+        )
+    }
+
+    /// Its `INCLUDE` column names, comma-separated, if it has any.
+    pub(crate) fn include_list(&self) -> Option<String> {
+        (!self.include.is_empty()).then(|| self.names(self.include))
+    }
+
+    fn names(&self, columns: &[usize]) -> String {
+        columns
             .iter()
             .filter_map(|index| self.table.columns.get(*index))
             .map(|column| column.name.as_str())
@@ -106,9 +149,18 @@ impl IndexInfo<'_> {
             .join(", ")
     }
 
-    /// Its column numbers (from 1).
+    /// Its key column numbers (from 1).
     pub(crate) fn column_numbers(&self) -> Vec<i64> {
         self.columns.iter().map(|index| *index as i64 + 1).collect()
+    }
+
+    /// Its key column numbers, then its `INCLUDE` columns' (`indkey`).
+    pub(crate) fn all_column_numbers(&self) -> Vec<i64> {
+        self.columns
+            .iter()
+            .chain(self.include)
+            .map(|index| *index as i64 + 1)
+            .collect()
     }
 }
 
@@ -176,37 +228,46 @@ impl RelationInfo {
             .filter_map(|column| column.sequence.as_ref())
     }
 
-    /// Its unique indexes: the primary key's (`<table>_pkey`, with the
-    /// relation's second and third oids), then its UNIQUE constraints'.
-    pub(crate) fn indexes(&self) -> impl Iterator<Item = IndexInfo<'_>> {
+    /// Its indexes: the primary key's (`<table>_pkey`, with the
+    /// relation's second and third oids), then the others.
+    pub(crate) fn index_infos(&self) -> impl Iterator<Item = IndexInfo<'_>> {
         let primary = (!self.primary_key.is_empty()).then(|| IndexInfo {
             table: self,
             name: format!("{}_pkey", self.name),
             columns: &self.primary_key,
+            include: &[],
+            unique: true,
+            hash: false,
             primary: true,
             constraint: true,
             index_oid: self.oid() + 1,
             constraint_oid: self.oid() + 2,
         });
-        let first = FIRST_UNIQUE_OID
-            + 2 * i64::from(UNIQUE_IDS_PER_TABLE) * i64::try_from(self.object_id).unwrap_or(0);
+        let first = FIRST_INDEX_OID
+            + 2 * i64::from(INDEX_IDS_PER_TABLE) * i64::try_from(self.object_id).unwrap_or(0);
         primary
             .into_iter()
-            .chain(self.unique.iter().map(move |unique| IndexInfo {
+            .chain(self.indexes.iter().map(move |index| IndexInfo {
                 table: self,
-                name: unique.name.clone(),
-                columns: &unique.columns,
+                name: index.name.clone(),
+                columns: &index.columns,
+                include: &index.include,
+                unique: index.unique,
+                hash: index.hash,
                 primary: false,
-                constraint: !unique.index_only,
-                index_oid: first + 2 * i64::from(unique.id),
-                constraint_oid: first + 2 * i64::from(unique.id) + 1,
+                constraint: !index.index_only,
+                index_oid: first + 2 * i64::from(index.id),
+                constraint_oid: first + 2 * i64::from(index.id) + 1,
             }))
     }
 }
 
-/// Every unique index of `relations` ([`RelationInfo::indexes`]).
+/// Every index of `relations` ([`RelationInfo::index_infos`]).
 pub(crate) fn all_indexes(relations: &[RelationInfo]) -> Vec<IndexInfo<'_>> {
-    relations.iter().flat_map(RelationInfo::indexes).collect()
+    relations
+        .iter()
+        .flat_map(RelationInfo::index_infos)
+        .collect()
 }
 
 pub(crate) const PG_CATALOG: &str = "pg_catalog";
@@ -214,8 +275,9 @@ pub(crate) const INFORMATION_SCHEMA: &str = "information_schema";
 const SCHEMA: &str = "public";
 /// The owner every relation reports: authentication is off.
 const OWNER: &str = "rockstream";
-const PG_CATALOG_TABLES: [&str; 15] = [
+const PG_CATALOG_TABLES: [&str; 16] = [
     "pg_tables",
+    "pg_indexes",
     "pg_views",
     "pg_matviews",
     "pg_class",
@@ -249,6 +311,7 @@ const OWNER_OID: i64 = 10;
 const ROLE_OID_BASE: i64 = 12_000;
 const HEAP_AM_OID: i64 = 2;
 const BTREE_AM_OID: i64 = 403;
+const HASH_AM_OID: i64 = 405;
 const DEFAULT_TABLESPACE_OID: i64 = 1663;
 const GLOBAL_TABLESPACE_OID: i64 = 1664;
 /// PostgreSQL's fixed oids of the catalog tables clients name as
@@ -327,6 +390,7 @@ pub(crate) fn system_table(
     let relations = relations.as_slice();
     let batch = match (schema, name) {
         (PG_CATALOG, "pg_tables") => tables::pg_tables(relations),
+        (PG_CATALOG, "pg_indexes") => tables::pg_indexes(relations),
         (PG_CATALOG, "pg_views") => tables::pg_views(relations, RelationKind::View),
         (PG_CATALOG, "pg_matviews") => tables::pg_views(relations, RelationKind::MaterializedView),
         (PG_CATALOG, "pg_class") => tables::pg_class(relations),
@@ -349,15 +413,19 @@ pub(crate) fn system_table(
         (PG_CATALOG, "pg_am") => batch(vec![
             (
                 "oid",
-                Arc::new(Int64Array::from(vec![HEAP_AM_OID, BTREE_AM_OID])),
+                Arc::new(Int64Array::from(vec![
+                    HEAP_AM_OID,
+                    BTREE_AM_OID,
+                    HASH_AM_OID,
+                ])),
             ),
             (
                 "amname",
-                text(["heap", "btree"].map(|name| Some(name.to_string()))),
+                text(["heap", "btree", "hash"].map(|name| Some(name.to_string()))),
             ),
             (
                 "amtype",
-                text(["t", "i"].map(|kind| Some(kind.to_string()))),
+                text(["t", "i", "i"].map(|kind| Some(kind.to_string()))),
             ),
         ]),
         (PG_CATALOG, "pg_roles") => pg_roles(&resolver.roles()),
@@ -610,11 +678,14 @@ mod tests {
                 ],
                 definition: None,
                 primary_key: vec![0],
-                unique: vec![UniqueInfo {
+                indexes: vec![TableIndexInfo {
                     id: 0,
                     name: "orders_amount_key".into(),
                     columns: vec![1],
+                    unique: true,
                     index_only: false,
+                    include: Vec::new(),
+                    hash: false,
                 }],
                 populated: true,
             },
@@ -625,7 +696,7 @@ mod tests {
                 columns: vec![column("total", "numeric(38,2)", false)],
                 definition: Some("SELECT SUM(amount) AS total FROM orders".into()),
                 primary_key: Vec::new(),
-                unique: Vec::new(),
+                indexes: Vec::new(),
                 populated: false,
             },
         ]

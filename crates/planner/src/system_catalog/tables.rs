@@ -11,7 +11,8 @@ use datafusion::error::Result as DataFusionResult;
 use super::types::{type_identity, type_length, type_storage};
 use super::{
     all_indexes, batch, booleans, flags, number_lists, repeated, text, ColumnInfo, IndexInfo,
-    RelationInfo, RelationKind, BTREE_AM_OID, HEAP_AM_OID, OWNER, OWNER_OID, PUBLIC_OID, SCHEMA,
+    RelationInfo, RelationKind, BTREE_AM_OID, HASH_AM_OID, HEAP_AM_OID, OWNER, OWNER_OID,
+    PUBLIC_OID, SCHEMA,
 };
 
 /// The oid and type modifier a relation's column reports. A view's numeric
@@ -44,6 +45,8 @@ struct ClassRow {
     attributes: i64,
     /// `relhasindex`.
     indexed: bool,
+    /// `relam`.
+    access_method: i64,
 }
 
 /// `pg_class`: every relation, then every primary-key index, then every
@@ -58,14 +61,23 @@ pub(crate) fn pg_class(relations: &[RelationInfo]) -> DataFusionResult<RecordBat
             RelationKind::MaterializedView => "m",
         },
         attributes: relation.columns.len() as i64,
-        indexed: relation.indexes().next().is_some(),
+        indexed: relation.index_infos().next().is_some(),
+        access_method: match relation.kind {
+            RelationKind::View => 0,
+            RelationKind::Table | RelationKind::MaterializedView => HEAP_AM_OID,
+        },
     });
     let index_rows = all_indexes(relations).into_iter().map(|index| ClassRow {
         oid: index.index_oid,
         name: index.name.clone(),
         kind: "i",
-        attributes: index.columns.len() as i64,
+        attributes: (index.columns.len() + index.include.len()) as i64,
         indexed: false,
+        access_method: if index.hash {
+            HASH_AM_OID
+        } else {
+            BTREE_AM_OID
+        },
     });
     // PostgreSQL's sequences have three columns (last_value, log_cnt,
     // is_called).
@@ -78,6 +90,7 @@ pub(crate) fn pg_class(relations: &[RelationInfo]) -> DataFusionResult<RecordBat
             kind: "S",
             attributes: 3,
             indexed: false,
+            access_method: 0,
         });
     let rows: Vec<ClassRow> = relation_rows
         .chain(index_rows)
@@ -93,14 +106,7 @@ pub(crate) fn pg_class(relations: &[RelationInfo]) -> DataFusionResult<RecordBat
         ("relnamespace", oids(vec![PUBLIC_OID; count])),
         ("reltype", oids(vec![0; count])),
         ("relowner", oids(vec![OWNER_OID; count])),
-        (
-            "relam",
-            oids(rows.iter().map(|row| match row.kind {
-                "i" => BTREE_AM_OID,
-                "v" | "S" => 0,
-                _ => HEAP_AM_OID,
-            })),
-        ),
+        ("relam", oids(rows.iter().map(|row| row.access_method))),
         ("reltablespace", oids(vec![0; count])),
         ("reltoastrelid", oids(vec![0; count])),
         ("relhasindex", bools(rows.iter().map(|row| row.indexed))),
@@ -262,15 +268,19 @@ pub(crate) fn pg_attrdef(relations: &[RelationInfo]) -> DataFusionResult<RecordB
     ])
 }
 
-/// `pg_index`: one unique index per primary key and UNIQUE constraint.
+/// `pg_index`: one index per primary key, UNIQUE constraint and index.
 /// `indkey` (PostgreSQL's `int2vector`), `indclass` and `indoption` are
 /// arrays here, so that clients can `unnest` them as they do in
 /// PostgreSQL.
 pub(crate) fn pg_index(relations: &[RelationInfo]) -> DataFusionResult<RecordBatch> {
     let indexes = all_indexes(relations);
     let count = indexes.len();
-    let zeros = |index: &IndexInfo| vec![0; index.columns.len()];
-    let widths = || oids(indexes.iter().map(|index| index.columns.len() as i64));
+    let zeros = |index: &IndexInfo| vec![0; index.columns.len() + index.include.len()];
+    let widths = |include: bool| {
+        oids(indexes.iter().map(|index| {
+            (index.columns.len() + if include { index.include.len() } else { 0 }) as i64
+        }))
+    };
     batch(vec![
         (
             "indexrelid",
@@ -280,9 +290,12 @@ pub(crate) fn pg_index(relations: &[RelationInfo]) -> DataFusionResult<RecordBat
             "indrelid",
             oids(indexes.iter().map(|index| index.table.oid())),
         ),
-        ("indnatts", widths()),
-        ("indnkeyatts", widths()),
-        ("indisunique", flags(true, count)),
+        ("indnatts", widths(true)),
+        ("indnkeyatts", widths(false)),
+        (
+            "indisunique",
+            bools(indexes.iter().map(|index| index.unique)),
+        ),
         ("indnullsnotdistinct", flags(false, count)),
         (
             "indisprimary",
@@ -298,7 +311,7 @@ pub(crate) fn pg_index(relations: &[RelationInfo]) -> DataFusionResult<RecordBat
         ("indisreplident", flags(false, count)),
         (
             "indkey",
-            number_lists(indexes.iter().map(IndexInfo::column_numbers)),
+            number_lists(indexes.iter().map(IndexInfo::all_column_numbers)),
         ),
         // Operator classes and per-column options are not kept: the
         // default class, no options.
@@ -372,7 +385,7 @@ pub(crate) fn pg_tables(relations: &[RelationInfo]) -> DataFusionResult<RecordBa
     let count = tables.len();
     let indexed: BooleanArray = tables
         .iter()
-        .map(|table| Some(table.indexes().next().is_some()))
+        .map(|table| Some(table.index_infos().next().is_some()))
         .collect();
     batch(vec![
         ("schemaname", repeated(SCHEMA, count)),
@@ -386,6 +399,28 @@ pub(crate) fn pg_tables(relations: &[RelationInfo]) -> DataFusionResult<RecordBa
         ("hasrules", flags(false, count)),
         ("hastriggers", flags(false, count)),
         ("rowsecurity", flags(false, count)),
+    ])
+}
+
+/// `pg_indexes`: every index, with the statement that creates it.
+pub(crate) fn pg_indexes(relations: &[RelationInfo]) -> DataFusionResult<RecordBatch> {
+    let indexes = all_indexes(relations);
+    let count = indexes.len();
+    batch(vec![
+        ("schemaname", repeated(SCHEMA, count)),
+        (
+            "tablename",
+            text(indexes.iter().map(|index| Some(index.table.name.clone()))),
+        ),
+        (
+            "indexname",
+            text(indexes.iter().map(|index| Some(index.name.clone()))),
+        ),
+        ("tablespace", text(vec![None; count])),
+        (
+            "indexdef",
+            text(indexes.iter().map(|index| Some(index.definition(true)))),
+        ),
     ])
 }
 

@@ -118,13 +118,14 @@ fn mark_dropped(stores: &mut [EpochStore], gone: &[ObjectId], dropped: &[ObjectI
     }
 }
 
-/// Every prefix any object's keys may live under: a table's rows and
-/// UNIQUE entries, or a view's output, operator state, held-back input and
-/// installed marker.
+/// Every prefix any object's keys may live under: a table's rows, UNIQUE
+/// and index entries, or a view's output, operator state, held-back input
+/// and installed marker.
 fn object_prefixes(object_id: ObjectId) -> Vec<Vec<u8>> {
     let mut prefixes = view_prefixes(object_id);
     prefixes.push(keys::table_prefix(object_id));
     prefixes.push(keys::unique_prefix(object_id));
+    prefixes.push(keys::index_prefix(object_id));
     prefixes
 }
 

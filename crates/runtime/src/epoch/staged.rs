@@ -39,7 +39,7 @@ use rockstream_types::{codes, Epoch, ObjectId, Row, RsError, RsResult};
 use tokio::sync::oneshot;
 
 use super::{EpochLoop, Failpoint};
-use crate::engine::{CommitRequest, RowChange, StagedTable, TableChange, UniqueIndex};
+use crate::engine::{CommitRequest, MaintainedIndex, RowChange, StagedTable, TableChange};
 
 /// A step's rows: at most this many (and at most the transaction's
 /// [`StagedTable::step_rows`])…
@@ -102,7 +102,9 @@ struct Progress {
 impl Progress {
     fn encode(&self) -> Vec<u8> {
         let mut out = Encoder::default();
-        out.u8(1); // the marker's format
+        // The marker's format: 2 records whether each index is unique; 1,
+        // written before plain indexes (RFC 0014), had unique ones only.
+        out.u8(2);
         out.u8(match self.direction {
             Direction::Forward => 0,
             Direction::Back => 1,
@@ -114,10 +116,11 @@ impl Progress {
         let change = &self.table.change;
         out.bytes(&change.table_id.to_be_bytes());
         out.bytes(change.table_name.as_bytes());
-        out.u32(change.unique.len() as u32);
-        for index in &change.unique {
+        out.u32(change.indexes.len() as u32);
+        for index in &change.indexes {
             out.u32(u32::from(index.id));
             out.bytes(index.name.as_bytes());
+            out.u8(u8::from(index.unique));
             out.positions(&index.columns);
             match &index.old_columns {
                 Some(columns) => {
@@ -136,7 +139,8 @@ impl Progress {
 
     fn decode(transaction: u64, bytes: &[u8]) -> RsResult<Progress> {
         let mut input = Decoder(bytes);
-        if input.u8()? != 1 {
+        let format = input.u8()?;
+        if !matches!(format, 1 | 2) {
             return Err(corrupt_marker());
         }
         let direction = match input.u8()? {
@@ -154,10 +158,11 @@ impl Progress {
             .try_into()
             .map_err(|_| corrupt_marker())?;
         let table_name = input.string()?;
-        let mut unique = Vec::new();
+        let mut indexes = Vec::new();
         for _ in 0..input.u32()? {
             let id = u16::try_from(input.u32()?).map_err(|_| corrupt_marker())?;
             let name = input.string()?;
+            let unique = format == 1 || input.u8()? != 0;
             let columns = input.positions()?;
             let old_columns = match input.u8()? {
                 0 => None,
@@ -167,9 +172,10 @@ impl Progress {
             for _ in 0..input.u32()? {
                 column_names.push(input.string()?);
             }
-            unique.push(UniqueIndex {
+            indexes.push(MaintainedIndex {
                 id,
                 name,
+                unique,
                 columns,
                 old_columns,
                 column_names,
@@ -182,7 +188,7 @@ impl Progress {
                     table_id: ObjectId::from_be_bytes(table_id),
                     table_name,
                     rows: Vec::new(),
-                    unique,
+                    indexes,
                 },
                 segments,
                 step_rows,
@@ -815,10 +821,18 @@ impl EpochLoop {
 
 /// `table`'s change inserting `rows` (or, `inverse`, deleting them).
 fn inserts(table: &StagedTable, rows: Vec<(Vec<u8>, Row)>, inverse: bool) -> TableChange {
+    let mut indexes = table.change.indexes.clone();
+    if inverse {
+        // The rows undone were inserted by this commit's steps, which gave
+        // them entries in every index, also one the transaction added.
+        for index in &mut indexes {
+            index.old_columns = Some(index.columns.clone());
+        }
+    }
     TableChange {
         table_id: table.change.table_id,
         table_name: table.change.table_name.clone(),
-        unique: table.change.unique.clone(),
+        indexes,
         rows: rows
             .into_iter()
             .map(|(key, row)| {
@@ -883,7 +897,7 @@ mod tests {
                 table_id: ObjectId::from_be_bytes([1; 16]),
                 table_name: "t".into(),
                 rows: Vec::new(),
-                unique: Vec::new(),
+                indexes: Vec::new(),
             },
             segments: segments as u32,
             step_rows,
@@ -978,12 +992,21 @@ mod tests {
     #[test]
     fn a_marker_reads_back_as_written() {
         let mut table = table(12, 3_000);
-        table.change.unique.push(UniqueIndex {
+        table.change.indexes.push(MaintainedIndex {
             id: 2,
             name: "t_serial_key".into(),
+            unique: true,
             columns: vec![1],
             old_columns: Some(vec![1]),
             column_names: vec!["serial".into()],
+        });
+        table.change.indexes.push(MaintainedIndex {
+            id: 3,
+            name: "t_note_idx".into(),
+            unique: false,
+            columns: vec![2],
+            old_columns: None,
+            column_names: vec!["note".into()],
         });
         let progress = Progress {
             transaction: 9,
@@ -1000,7 +1023,7 @@ mod tests {
         assert_eq!(read.table.segments, 12);
         assert_eq!(read.table.step_rows, 3_000);
         assert_eq!(read.table.change.table_id, progress.table.change.table_id);
-        assert_eq!(read.table.change.unique, progress.table.change.unique);
+        assert_eq!(read.table.change.indexes, progress.table.change.indexes);
         assert!(Progress::decode(9, &progress.encode()[..10]).is_err());
     }
 }

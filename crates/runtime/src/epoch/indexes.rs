@@ -1,22 +1,27 @@
-//! UNIQUE constraints at commit (RFC 0006).
+//! Index entries at commit: UNIQUE constraints checked (RFC 0006), plain
+//! indexes kept in step (RFC 0014).
 //!
-//! Each constraint keeps one entry per row whose constrained columns are
-//! all non-NULL, `0x09 table constraint values -> row key`, on the shard of
-//! its values. Commits run one at a time, each over the state its
-//! predecessors in the epoch left, so a commit that finds every entry it
-//! adds free, or held by a row it removes the entry of, cannot race
+//! Each UNIQUE constraint keeps one entry per row whose constrained
+//! columns are all non-NULL, `0x09 table constraint values -> row key`, on
+//! the shard of its values. Commits run one at a time, each over the state
+//! its predecessors in the epoch left, so a commit that finds every entry
+//! it adds free, or held by a row it removes the entry of, cannot race
 //! another: this check is the constraint's authority. The gateway's
 //! statement-time probes only report a violation earlier.
+//!
+//! A plain index keeps one entry per row, `0x0A table index values row_key
+//! -> ()`, on the shard of its leading value. Its entries hold their row's
+//! key, so two rows never share one: keeping them needs no read.
 
 use std::collections::HashMap;
 
-use rockstream_ops::keys::{self, UNIQUE_ENTRIES};
+use rockstream_ops::keys::{self, INDEX_ENTRIES, UNIQUE_ENTRIES};
 use rockstream_ops::{StateRead, StateStore};
 use rockstream_storage::EpochStore;
 use rockstream_types::partition::BucketMap;
 use rockstream_types::{Datum, RsError, RsResult};
 
-use crate::engine::{TableChange, UniqueIndex};
+use crate::engine::{MaintainedIndex, TableChange};
 
 /// The entry writes a transaction's changes make, per shard: `Some(row
 /// key)` to put, `None` to delete.
@@ -24,7 +29,7 @@ pub(super) type EntryWrites = Vec<(usize, Vec<u8>, Option<Vec<u8>>)>;
 
 /// Checks that `changes` leave every UNIQUE constraint of their tables
 /// holding, against `stores` (the epoch's state so far); returns the entry
-/// writes that keep the constraints' entries in step. Reads only.
+/// writes that keep their indexes' entries in step. Reads only.
 pub(super) async fn check(
     stores: &[EpochStore],
     map: &BucketMap,
@@ -32,11 +37,47 @@ pub(super) async fn check(
 ) -> RsResult<EntryWrites> {
     let mut writes = EntryWrites::new();
     for change in changes {
-        for index in &change.unique {
-            check_index(stores, map, change, index, &mut writes).await?;
+        for index in &change.indexes {
+            if index.unique {
+                check_index(stores, map, change, index, &mut writes).await?;
+            } else {
+                plain_entries(map, change, index, &mut writes);
+            }
         }
     }
     Ok(writes)
+}
+
+/// The entry writes of one table's rows for plain index `index`: a row's
+/// old entry goes and its new one comes, unless they are the same.
+fn plain_entries(
+    map: &BucketMap,
+    change: &TableChange,
+    index: &MaintainedIndex,
+    writes: &mut EntryWrites,
+) {
+    let entry = |columns: &[usize], row: &[Datum], row_key: &[u8]| {
+        keys::index_entry_key(change.table_id, index.id, columns, row, row_key)
+    };
+    for row in &change.rows {
+        let old = match (&row.old, &index.old_columns) {
+            (Some(old), Some(columns)) => Some(entry(columns, old, &row.key)),
+            _ => None,
+        };
+        let new = row
+            .new
+            .as_ref()
+            .map(|new| entry(&index.columns, new, &row.key));
+        if old == new {
+            continue;
+        }
+        if let Some(old) = old {
+            writes.push((shard_of(map, &old), old, None));
+        }
+        if let Some(new) = new {
+            writes.push((shard_of(map, &new), new, Some(Vec::new())));
+        }
+    }
 }
 
 /// An entry a row takes: its key, the row's key, and the row.
@@ -49,7 +90,7 @@ struct EntryChanges<'a> {
     added: Vec<Added<'a>>,
 }
 
-fn entry_changes<'a>(change: &'a TableChange, index: &UniqueIndex) -> EntryChanges<'a> {
+fn entry_changes<'a>(change: &'a TableChange, index: &MaintainedIndex) -> EntryChanges<'a> {
     let mut entries = EntryChanges {
         removed: HashMap::new(),
         added: Vec::new(),
@@ -82,7 +123,7 @@ async fn check_index(
     stores: &[EpochStore],
     map: &BucketMap,
     change: &TableChange,
-    index: &UniqueIndex,
+    index: &MaintainedIndex,
     writes: &mut EntryWrites,
 ) -> RsResult<()> {
     let EntryChanges { removed, added } = entry_changes(change, index);
@@ -135,13 +176,16 @@ pub(super) fn apply(stores: &mut [EpochStore], writes: EntryWrites) {
 }
 
 fn shard_of(map: &BucketMap, key: &[u8]) -> usize {
-    debug_assert_eq!(key.first(), Some(&UNIQUE_ENTRIES));
+    debug_assert!(matches!(
+        key.first(),
+        Some(&(UNIQUE_ENTRIES | INDEX_ENTRIES))
+    ));
     keys::partition_key(key).map_or(0, |partition| usize::from(map.shard_of(partition)))
 }
 
 /// PostgreSQL's error for a row whose values another row holds; for a
 /// constraint being added, its error for building the index.
-pub(crate) fn violation(table: &str, index: &UniqueIndex, row: &[Datum]) -> RsError {
+pub(crate) fn violation(table: &str, index: &MaintainedIndex, row: &[Datum]) -> RsError {
     let values: Vec<String> = index
         .columns
         .iter()
