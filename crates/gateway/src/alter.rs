@@ -432,7 +432,7 @@ pub(crate) async fn create_index(
         .collect::<RsResult<Vec<usize>>>()?;
     let declared = DeclaredIndex {
         name,
-        columns: index_columns(&entry.columns, &create.columns, create.unique)?,
+        columns: index_columns(&entry.columns, &create.columns, create.unique, false)?,
         unique: create.unique,
         index_only: true,
         include,

@@ -320,7 +320,7 @@ pub fn table_columns(create: &CreateTable) -> RsResult<TableDefinition> {
                     ));
                 }
                 for column in &key.columns {
-                    let position = key_column(&columns, column)?;
+                    let position = key_column(&columns, column, true)?;
                     columns[position].not_null = true;
                     primary_key.push(position);
                 }
@@ -373,7 +373,9 @@ pub fn table_columns(create: &CreateTable) -> RsResult<TableDefinition> {
 }
 
 /// The position of a key's column among `columns`.
-fn key_column(columns: &[ColumnDef], column: &IndexColumn) -> RsResult<usize> {
+/// The position of a key's column; `constraint`: a constraint's key,
+/// whose missing column PostgreSQL names so.
+fn key_column(columns: &[ColumnDef], column: &IndexColumn, constraint: bool) -> RsResult<usize> {
     let name = match &column.column.expr {
         SqlExpr::Identifier(ident) => ident_name(ident),
         other => {
@@ -387,23 +389,26 @@ fn key_column(columns: &[ColumnDef], column: &IndexColumn) -> RsResult<usize> {
         .iter()
         .position(|existing| existing.name == name)
         .ok_or_else(|| {
+            let named_in = if constraint { " named in key" } else { "" };
             RsError::new(
                 &codes::UNDEFINED_COLUMN,
-                format!("column \"{name}\" named in key does not exist"),
+                format!("column \"{name}\"{named_in} does not exist"),
             )
         })
 }
 
 /// The positions of a UNIQUE constraint's columns, each named once.
 pub(crate) fn unique_columns(columns: &[ColumnDef], named: &[IndexColumn]) -> RsResult<Vec<usize>> {
-    index_columns(columns, named, true)
+    index_columns(columns, named, true, true)
 }
 
-/// The positions of an index's columns; a unique one's named once each.
+/// The positions of an index's columns; a unique one's named once each;
+/// `constraint`: the index of a constraint.
 pub(crate) fn index_columns(
     columns: &[ColumnDef],
     named: &[IndexColumn],
     unique: bool,
+    constraint: bool,
 ) -> RsResult<Vec<usize>> {
     let mut positions = Vec::with_capacity(named.len());
     for column in named {
@@ -415,7 +420,7 @@ pub(crate) fn index_columns(
                 format!("index column {column}: operator classes are not supported; name the column alone"),
             ));
         }
-        let position = key_column(columns, column)?;
+        let position = key_column(columns, column, constraint)?;
         if unique && positions.contains(&position) {
             return Err(RsError::new(
                 &codes::DUPLICATE_COLUMN,

@@ -20,6 +20,9 @@ CREATE TABLE customers (id BIGINT PRIMARY KEY, name TEXT NOT NULL, tier TEXT);
 CREATE TABLE orders (id BIGINT PRIMARY KEY, customer_id BIGINT, amount NUMERIC(12,2), region TEXT, created_at TIMESTAMP);
 CREATE TABLE events (kind VARCHAR(20) NOT NULL, at TIMESTAMPTZ, weight DOUBLE PRECISION, ok BOOLEAN, n INT, s SMALLINT, r REAL, d DATE, note VARCHAR);
 CREATE TABLE pairs (a INT, b TEXT, PRIMARY KEY (b, a));
+CREATE INDEX orders_customer ON orders (customer_id);
+CREATE INDEX ON orders USING hash (region);
+CREATE INDEX ON events (kind, at) INCLUDE (note);
 CREATE VIEW eu_orders AS SELECT id, region FROM orders WHERE region = 'eu';
 CREATE MATERIALIZED VIEW revenue_by_region AS
   SELECT region, COUNT(*) AS orders, SUM(amount) AS revenue, AVG(amount) AS avg_amount
