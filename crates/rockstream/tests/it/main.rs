@@ -22,6 +22,7 @@ mod differential;
 mod disk_full;
 mod fast_path;
 mod functions;
+mod indexes;
 mod fuzz_sql;
 mod interrupts;
 mod isolation;
