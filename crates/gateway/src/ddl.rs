@@ -413,8 +413,16 @@ pub(crate) fn index_columns(
     let mut positions = Vec::with_capacity(named.len());
     for column in named {
         // An ordering (ASC, NULLS FIRST) changes no uniqueness nor which
-        // rows a lookup finds; an operator class would.
-        if column.operator_class.is_some() {
+        // rows a lookup finds; an operator class could, except the pattern
+        // classes (which serve `LIKE 'x%'` and compare as the default
+        // does): ORMs declare those for text columns.
+        let pattern_class = column.operator_class.as_ref().is_some_and(|class| {
+            matches!(
+                class.to_string().to_ascii_lowercase().as_str(),
+                "text_pattern_ops" | "varchar_pattern_ops" | "bpchar_pattern_ops"
+            )
+        });
+        if column.operator_class.is_some() && !pattern_class {
             return Err(RsError::new(
                 &codes::UNSUPPORTED_STATEMENT,
                 format!("index column {column}: operator classes are not supported; name the column alone"),

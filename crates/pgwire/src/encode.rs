@@ -459,6 +459,14 @@ fn array_binary(
 /// or white space; nested lists nest braces.
 fn array_text(array: &dyn Array, column: &Column<'_>, row: usize) -> Result<String, RsError> {
     let elements = list_elements(array, row)?;
+    if crate::types::is_int2vector(array.data_type()) {
+        // `int2vectorout`: the numbers, space-separated (never NULL).
+        let mut numbers = Vec::with_capacity(elements.len());
+        for element in elements {
+            numbers.push(column.text(element)?);
+        }
+        return Ok(numbers.join(" "));
+    }
     let mut out = String::from("{");
     for (position, element) in elements.enumerate() {
         if position > 0 {

@@ -249,3 +249,25 @@ fn lists_go_out_as_postgresql_arrays() {
     }
     assert_eq!(binary[1].as_deref(), Some(empty.as_slice()));
 }
+
+#[test]
+fn int2vectors_go_out_space_separated() {
+    use datafusion::arrow::array::{Int16Builder, ListBuilder};
+    use datafusion::arrow::datatypes::{DataType, Field};
+    let element = Field::new("item", DataType::Int16, true).with_metadata(
+        [(
+            rockstream_types::pg_array::ELEMENT_INT2VECTOR.to_string(),
+            String::new(),
+        )]
+        .into(),
+    );
+    let mut lists = ListBuilder::new(Int16Builder::new()).with_field(Arc::new(element));
+    lists.append_value([Some(3), Some(1)]);
+    lists.append_value([]);
+    let array: ArrayRef = Arc::new(lists.finish());
+    assert_eq!(
+        crate::types::pg_type(array.data_type()),
+        pgwire::api::Type::INT2_VECTOR
+    );
+    assert_eq!(text_of(array), some(&["3 1", ""]));
+}

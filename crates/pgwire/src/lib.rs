@@ -65,7 +65,9 @@ pub use auth::{is_scram_verifier, scram_verifier, tls_acceptor, Passwords, Secur
 pub use copy::{parse_copy_data, CopyParser, COPY_BUFFER_BYTES_MAX, COPY_PART_BYTES};
 pub use interrupt::Interrupt;
 pub use server::serve;
-pub use types::{pg_type, FIELD_COLUMN_NUMBER, FIELD_TABLE_OID, FIELD_VARCHAR_LENGTH};
+pub use types::{
+    is_int2vector, pg_type, FIELD_COLUMN_NUMBER, FIELD_TABLE_OID, FIELD_VARCHAR_LENGTH,
+};
 
 /// What one executed statement produced.
 #[derive(Debug, Clone)]

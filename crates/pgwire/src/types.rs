@@ -11,6 +11,7 @@ use datafusion::arrow::datatypes::{DataType, Schema};
 use pgwire::api::portal::Format;
 use pgwire::api::results::{FieldFormat, FieldInfo};
 use pgwire::api::Type;
+use rockstream_types::pg_array::ELEMENT_INT2VECTOR;
 
 /// Field metadata naming, for a result column that is a table's column, its
 /// table's oid (`RowDescription`'s table OID; clients such as pgjdbc read
@@ -22,8 +23,19 @@ pub const FIELD_COLUMN_NUMBER: &str = "rockstream.attnum";
 /// unbounded). The column then travels as `varchar` (1043), not `text`.
 pub const FIELD_VARCHAR_LENGTH: &str = "rockstream.varchar_length";
 
+/// Whether a list type is an `int2vector` ([`ELEMENT_INT2VECTOR`]).
+pub fn is_int2vector(data_type: &DataType) -> bool {
+    matches!(
+        data_type,
+        DataType::List(element) if element.metadata().contains_key(ELEMENT_INT2VECTOR)
+    )
+}
+
 /// The PostgreSQL type an Arrow type travels as.
 pub fn pg_type(data_type: &DataType) -> Type {
+    if is_int2vector(data_type) {
+        return Type::INT2_VECTOR;
+    }
     match data_type {
         DataType::Boolean => Type::BOOL,
         DataType::Int16 => Type::INT2,

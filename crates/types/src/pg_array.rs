@@ -4,6 +4,13 @@
 //! Clients send array parameters in it (node-postgres always; others for
 //! text-format parameters), and the binary form is rendered into it.
 
+/// Metadata of an Arrow list's element field marking the list as an
+/// `int2vector` (a catalog column such as `pg_index.indkey`): it travels as
+/// that type, whose text form is the numbers separated by spaces (clients
+/// split it: SQLAlchemy's reflection reads `indoption` so), while SQL
+/// still indexes and unnests it as an array, as PostgreSQL's.
+pub const ELEMENT_INT2VECTOR: &str = "rockstream.int2vector";
+
 /// An element as `array_out` writes it: quoted when it is empty, is `NULL`
 /// spelled as text, or holds a delimiter, brace, quote, backslash or white
 /// space; `None` is the NULL element.

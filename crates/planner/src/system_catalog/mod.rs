@@ -19,9 +19,10 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::arrow::array::{
-    ArrayRef, BooleanArray, Int64Array, Int64Builder, ListBuilder, RecordBatch, StringArray,
+    ArrayRef, BooleanArray, Int16Builder, Int64Array, Int64Builder, ListBuilder, RecordBatch,
+    StringArray,
 };
-use datafusion::arrow::datatypes::{Field, Schema};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::catalog::{MemTable, SchemaProvider, TableProvider};
 use datafusion::error::Result as DataFusionResult;
 use rockstream_types::ObjectId;
@@ -515,6 +516,28 @@ pub(crate) fn number_lists(values: impl Iterator<Item = Vec<i64>>) -> ArrayRef {
     let mut lists = ListBuilder::new(Int64Builder::new());
     for list in values {
         lists.values().append_slice(&list);
+        lists.append(true);
+    }
+    Arc::new(lists.finish())
+}
+
+/// An `int2vector` column ([`rockstream_types::pg_array::ELEMENT_INT2VECTOR`]):
+/// lists of small numbers that travel as PostgreSQL's space-separated text.
+pub(crate) fn int2vectors(values: impl Iterator<Item = Vec<i64>>) -> ArrayRef {
+    let element = Field::new("item", DataType::Int16, true).with_metadata(
+        [(
+            rockstream_types::pg_array::ELEMENT_INT2VECTOR.to_string(),
+            String::new(),
+        )]
+        .into(),
+    );
+    let mut lists = ListBuilder::new(Int16Builder::new()).with_field(Arc::new(element));
+    for list in values {
+        for value in list {
+            lists
+                .values()
+                .append_value(i16::try_from(value).unwrap_or(i16::MAX));
+        }
         lists.append(true);
     }
     Arc::new(lists.finish())

@@ -10,9 +10,9 @@ use datafusion::error::Result as DataFusionResult;
 
 use super::types::{type_identity, type_length, type_storage};
 use super::{
-    all_indexes, batch, booleans, flags, number_lists, repeated, text, ColumnInfo, IndexInfo,
-    RelationInfo, RelationKind, BTREE_AM_OID, HASH_AM_OID, HEAP_AM_OID, OWNER, OWNER_OID,
-    PUBLIC_OID, SCHEMA,
+    all_indexes, batch, booleans, flags, int2vectors, number_lists, repeated, text, ColumnInfo,
+    IndexInfo, RelationInfo, RelationKind, BTREE_AM_OID, HASH_AM_OID, HEAP_AM_OID, OWNER,
+    OWNER_OID, PUBLIC_OID, SCHEMA,
 };
 
 /// The oid and type modifier a relation's column reports. A view's numeric
@@ -311,12 +311,12 @@ pub(crate) fn pg_index(relations: &[RelationInfo]) -> DataFusionResult<RecordBat
         ("indisreplident", flags(false, count)),
         (
             "indkey",
-            number_lists(indexes.iter().map(IndexInfo::all_column_numbers)),
+            int2vectors(indexes.iter().map(IndexInfo::all_column_numbers)),
         ),
         // Operator classes and per-column options are not kept: the
         // default class, no options.
         ("indclass", number_lists(indexes.iter().map(zeros))),
-        ("indoption", number_lists(indexes.iter().map(zeros))),
+        ("indoption", int2vectors(indexes.iter().map(zeros))),
         ("indexprs", text(vec![None; count])),
         ("indpred", text(vec![None; count])),
     ])

@@ -65,7 +65,11 @@ impl Workload {
                     .collect();
                 format!("INSERT INTO t VALUES {}", rows.join(", "))
             }
-            3 => format!("UPDATE t SET a = {} WHERE id = {}", self.a(), self.existing_id()),
+            3 => format!(
+                "UPDATE t SET a = {} WHERE id = {}",
+                self.a(),
+                self.existing_id()
+            ),
             4 => format!(
                 "UPDATE t SET b = {}, a = {} WHERE a = {}",
                 self.b(),
@@ -122,7 +126,11 @@ impl Workload {
     }
 }
 
-async fn run_everywhere(rockstream: &tokio_postgres::Client, oracle: &tokio_postgres::Client, sql: &str) {
+async fn run_everywhere(
+    rockstream: &tokio_postgres::Client,
+    oracle: &tokio_postgres::Client,
+    sql: &str,
+) {
     oracle
         .batch_execute(sql)
         .await
@@ -140,7 +148,9 @@ async fn compare_lookups(
     context: &str,
 ) {
     for lookup in lookups {
-        if let Err(diff) = compare_query("PostgreSQL", oracle, "RockStream", rockstream, lookup).await {
+        if let Err(diff) =
+            compare_query("PostgreSQL", oracle, "RockStream", rockstream, lookup).await
+        {
             panic!("{context}: {diff}");
         }
     }
@@ -198,5 +208,11 @@ async fn index_lookups_agree_with_postgresql_through_random_dml_and_a_restart() 
     server.restart().await;
     rockstream = server.client().await;
     let lookups = workload.lookups();
-    compare_lookups(&rockstream, &oracle, &lookups, &format!("seed {seed}, after a restart")).await;
+    compare_lookups(
+        &rockstream,
+        &oracle,
+        &lookups,
+        &format!("seed {seed}, after a restart"),
+    )
+    .await;
 }
