@@ -5,7 +5,7 @@
 //! at restart (or, while it was being undone, undone), and a crash before it leaves nothing.
 //!
 //! Method: a server with `--transaction-memory 16MB` (rows are staged every 4 MB counted, about
-//! 5,500 rows here), a keyed table with a UNIQUE column and two views; loads of 60,000 rows in
+//! 5,500 rows here), a keyed table with a UNIQUE column, an index and two views; loads of 60,000 rows in
 //! shuffled key order (so every segment spans the whole key range and the commit merges them);
 //! after every load the table's count and both views are compared with their definitions.
 
@@ -32,13 +32,19 @@ const RECLAIM_TIMEOUT: Duration = Duration::from_secs(60);
 const SCHEMA: &str = "
     CREATE TABLE orders (id bigint PRIMARY KEY, serial bigint UNIQUE, region text,
                          amount numeric(10,2), note text);
+    CREATE INDEX orders_region ON orders (region);
     CREATE MATERIALIZED VIEW by_region AS
       SELECT region, count(*) AS n, sum(amount) AS total FROM orders GROUP BY region;
     CREATE MATERIALIZED VIEW big_orders AS
       SELECT id, region, amount FROM orders WHERE amount > 900";
 
-/// The definitions the views must equal, each with its view's query.
+/// The definitions the views must equal, each with its view's query; and a
+/// lookup through the index, which must find what a scan finds.
 const CHECKS: &[(&str, &str)] = &[
+    (
+        "SELECT count(*), sum(amount) FROM orders WHERE region = 'north'",
+        "SELECT count(*), sum(amount) FROM orders WHERE region || '' = 'north'",
+    ),
     (
         "SELECT region, n, total FROM by_region ORDER BY region",
         "SELECT region, count(*), sum(amount) FROM orders GROUP BY region ORDER BY region",
