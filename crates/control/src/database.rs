@@ -1313,7 +1313,7 @@ mod tests {
         let change = TableChange {
             table_id: table.id,
             table_name: table.name.clone(),
-            unique: Vec::new(),
+            indexes: Vec::new(),
             rows,
         };
         database.engine().commit(vec![change]).await.map(|_| ())
@@ -1998,7 +1998,7 @@ mod tests {
             .commit(vec![TableChange {
                 table_id: table.id,
                 table_name: table.name.clone(),
-                unique: Vec::new(),
+                indexes: Vec::new(),
                 rows,
             }])
             .await

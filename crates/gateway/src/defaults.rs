@@ -551,7 +551,7 @@ mod tests {
             transaction: None,
             rewritten: 0,
             previous: None,
-            unique: Vec::new(),
+            indexes: Vec::new(),
             next_index_id: 0,
             functions: Vec::new(),
         }
