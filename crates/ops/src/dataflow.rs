@@ -33,6 +33,7 @@
 
 use std::collections::HashMap;
 
+use datafusion::arrow::array::{Array, ListArray};
 use datafusion::arrow::compute::cast;
 use datafusion::logical_expr::Expr;
 use rockstream_plan::arrow_types::{arrow_error, datafusion_error};
@@ -82,6 +83,12 @@ enum Operator {
     },
     Filter {
         predicate: CompiledExprs,
+    },
+    /// Each row once per element of its list, followed by the element, of
+    /// type `element`.
+    Unnest {
+        list: CompiledExprs,
+        element: SqlType,
     },
     Join(Box<JoinOperator>),
     Aggregate(Box<AggregateOperator>),
@@ -290,6 +297,23 @@ impl Operator {
                     input.schema().types(),
                 )?,
             },
+            PlanNode::Unnest {
+                input,
+                list,
+                input_schema,
+                schema,
+            } => Operator::Unnest {
+                list: CompiledExprs::compile(
+                    std::slice::from_ref(list),
+                    input_schema,
+                    input.schema().types(),
+                )?,
+                element: schema
+                    .types()
+                    .last()
+                    .copied()
+                    .ok_or_else(|| RsError::internal("an unnest without its element column"))?,
+            },
             PlanNode::Join { .. } => Operator::Join(Box::new(JoinOperator::compile(plan)?)),
             PlanNode::Aggregate {
                 op_id,
@@ -400,6 +424,10 @@ impl Operator {
                 let [input] = exactly(inputs)?;
                 filter(predicate, input)
             }
+            Operator::Unnest { list, element } => {
+                let [input] = exactly(inputs)?;
+                unnest(list, *element, input)
+            }
             Operator::Join(join) => {
                 let [left, right] = exactly(inputs)?;
                 join.step(store, left, right).await
@@ -509,6 +537,46 @@ fn map(exprs: &CompiledExprs, output_types: &[SqlType], delta: ZSet) -> RsResult
         .collect();
     // Not consolidated: rows mapped alike stay apart until an operator that
     // groups its input (or the dataflow's output) sums them.
+    Ok(ZSet::from_updates(updates))
+}
+
+/// Elements one input row's list may have: a longer one fails the view
+/// (54000) rather than holding that many rows in memory at once.
+pub const UNNEST_ELEMENTS_MAX: usize = 1_000_000;
+
+/// Each row of `delta` once per element of its list, with the row's weight.
+fn unnest(list: &CompiledExprs, element: SqlType, delta: ZSet) -> RsResult<ZSet> {
+    if delta.is_empty() {
+        return Ok(delta);
+    }
+    let rows: Vec<&Row> = delta.updates.iter().map(|(row, _)| row).collect();
+    let lists = list.evaluate_array(&rows)?;
+    let lists = lists
+        .as_any()
+        .downcast_ref::<ListArray>()
+        .ok_or_else(|| RsError::internal("an unnested value is not a list"))?;
+    let mut updates = Vec::new();
+    for (index, (row, weight)) in delta.updates.iter().enumerate() {
+        if lists.is_null(index) {
+            continue;
+        }
+        let values = lists.value(index);
+        if values.len() > UNNEST_ELEMENTS_MAX {
+            return Err(RsError::new(
+                &rockstream_types::codes::PROGRAM_LIMIT_EXCEEDED,
+                format!(
+                    "a set-returning function in a materialized view gave {} rows for one row; at most {UNNEST_ELEMENTS_MAX} are supported",
+                    values.len()
+                ),
+            ));
+        }
+        for value in array_to_datums(&values, element)? {
+            let mut out = Vec::with_capacity(row.len() + 1);
+            out.extend(row.iter().cloned());
+            out.push(value);
+            updates.push((out, *weight));
+        }
+    }
     Ok(ZSet::from_updates(updates))
 }
 

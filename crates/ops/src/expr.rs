@@ -148,6 +148,20 @@ impl CompiledExprs {
         Ok(out)
     }
 
+    /// Evaluates the single expression as one array over `rows`, whatever
+    /// its type (a list, for a series).
+    pub fn evaluate_array(&self, rows: &[&Row]) -> RsResult<ArrayRef> {
+        match self.bare_columns.first() {
+            Some(Some(column)) => column_to_array(rows, *column, self.input_types[*column]),
+            _ => self
+                .evaluate_computed(rows)?
+                .into_iter()
+                .next()
+                .flatten()
+                .ok_or_else(|| RsError::internal("no expression to evaluate")),
+        }
+    }
+
     /// Evaluates the single predicate: true only where it is TRUE (not NULL).
     pub fn evaluate_predicate(&self, rows: &[&Row]) -> RsResult<Vec<bool>> {
         let arrays = match self.bare_columns.first() {

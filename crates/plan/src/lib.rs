@@ -192,6 +192,17 @@ pub enum PlanNode {
         input_schema: DFSchemaRef,
         schema: Schema,
     },
+    /// `unnest(list)` of a list computed from each row (a set-returning
+    /// `generate_series(…)`, `unnest(string_to_array(…))`, a constant
+    /// array): each input row followed, once per element of `list` (a
+    /// DataFusion expression over `input_schema`), by that element; no row
+    /// for an empty or NULL list. Stateless and linear.
+    Unnest {
+        input: Box<PlanNode>,
+        list: Expr,
+        input_schema: DFSchemaRef,
+        schema: Schema,
+    },
     /// Keeps rows where the predicate is true.
     Filter {
         input: Box<PlanNode>,
@@ -304,6 +315,7 @@ impl PlanNode {
             PlanNode::Source { schema, .. }
             | PlanNode::Constant { schema, .. }
             | PlanNode::Map { schema, .. }
+            | PlanNode::Unnest { schema, .. }
             | PlanNode::Join { schema, .. }
             | PlanNode::Aggregate { schema, .. }
             | PlanNode::TopK { schema, .. }
@@ -322,6 +334,7 @@ impl PlanNode {
         match self {
             PlanNode::Source { .. } | PlanNode::Constant { .. } => vec![],
             PlanNode::Map { input, .. }
+            | PlanNode::Unnest { input, .. }
             | PlanNode::Filter { input, .. }
             | PlanNode::TemporalFilter { input, .. }
             | PlanNode::Aggregate { input, .. }
@@ -341,6 +354,7 @@ impl PlanNode {
         match self {
             PlanNode::Source { .. } | PlanNode::Constant { .. } => vec![],
             PlanNode::Map { input, .. }
+            | PlanNode::Unnest { input, .. }
             | PlanNode::Filter { input, .. }
             | PlanNode::TemporalFilter { input, .. }
             | PlanNode::Aggregate { input, .. }
@@ -573,6 +587,9 @@ impl PlanNode {
             PlanNode::Filter { predicate, .. } => {
                 let _ = write!(out, "filter {}; ", layout_text(predicate));
             }
+            PlanNode::Unnest { list, .. } => {
+                let _ = write!(out, "unnest {} [{}]; ", layout_text(list), types(node));
+            }
             PlanNode::TemporalFilter { op_id, bounds, .. } => {
                 let _ = write!(out, "temporal {op_id} [{}]", types(node));
                 for bound in bounds {
@@ -619,6 +636,7 @@ impl PlanNode {
                 )
             }
             PlanNode::Filter { predicate, .. } => format!("Filter {predicate}"),
+            PlanNode::Unnest { list, .. } => format!("Unnest {list}"),
             PlanNode::TemporalFilter { bounds, .. } => format!(
                 "TemporalFilter {}",
                 bounds

@@ -153,7 +153,10 @@ fn output(
                 .map_or(Partitioning::Arbitrary, Partitioning::Hash),
             Partitioning::Arbitrary => Partitioning::Arbitrary,
         },
-        PlanNode::Filter { .. } | PlanNode::TemporalFilter { .. } => inputs_have[0].clone(),
+        // Each output row starts with its input row.
+        PlanNode::Filter { .. } | PlanNode::TemporalFilter { .. } | PlanNode::Unnest { .. } => {
+            inputs_have[0].clone()
+        }
         PlanNode::Join {
             kind,
             left_keys,

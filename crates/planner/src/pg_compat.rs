@@ -1078,6 +1078,88 @@ fn exists_as_counts(projection: &mut [SelectItem]) {
     }
 }
 
+/// In a materialized view's definition: each `FROM generate_series(args)
+/// [AS] g[(col)]` whose arguments read no column becomes `FROM (SELECT
+/// unnest(generate_series(args)) AS col) g`, the set-returning form the
+/// view translator expands (DataFusion's table function has no incremental
+/// counterpart). PostgreSQL's column names are kept: `col`, else `g`, else
+/// `generate_series`.
+pub fn series_relations_as_selects(query: &mut Query) {
+    struct Rewriter;
+    impl VisitorMut for Rewriter {
+        type Break = ();
+        fn post_visit_table_factor(&mut self, relation: &mut TableFactor) -> ControlFlow<()> {
+            if let Some(rewritten) = series_as_select(relation) {
+                *relation = rewritten;
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let _ = query.visit(&mut Rewriter);
+}
+
+fn series_as_select(relation: &TableFactor) -> Option<TableFactor> {
+    let TableFactor::Table {
+        name,
+        alias,
+        args: Some(args),
+        with_ordinality: false,
+        ..
+    } = relation
+    else {
+        return None;
+    };
+    if !matches!(name_parts(name), Some((function, true)) if function == "generate_series") {
+        return None;
+    }
+    let mut reads_columns = false;
+    let _ = datafusion::sql::sqlparser::ast::visit_expressions(&args.args, |expr| {
+        reads_columns |= matches!(expr, Expr::Identifier(_) | Expr::CompoundIdentifier(_));
+        ControlFlow::<()>::Continue(())
+    });
+    if reads_columns {
+        return None;
+    }
+    let column = alias
+        .as_ref()
+        .map(|alias| {
+            alias
+                .columns
+                .first()
+                .map_or_else(|| alias.name.clone(), |column| column.name.clone())
+        })
+        .unwrap_or_else(|| Ident::new("generate_series"));
+    let arguments: Vec<String> = args.args.iter().map(ToString::to_string).collect();
+    let sql = format!(
+        "SELECT unnest(generate_series({})) AS {column}",
+        arguments.join(", ")
+    );
+    let Ok(mut statements) = Parser::parse_sql(&PostgreSqlDialect {}, &sql) else {
+        return None;
+    };
+    let Some(Statement::Query(subquery)) = statements.pop() else {
+        return None;
+    };
+    let alias = alias.clone().map_or_else(
+        || datafusion::sql::sqlparser::ast::TableAlias {
+            explicit: false,
+            name: Ident::new("generate_series"),
+            columns: Vec::new(),
+            at: None,
+        },
+        |mut alias| {
+            alias.columns.clear();
+            alias
+        },
+    );
+    Some(TableFactor::Derived {
+        lateral: false,
+        subquery,
+        alias: Some(alias),
+        sample: None,
+    })
+}
+
 /// `generate_series(…) g` without column names: its one column is `g`.
 fn name_series_column(relation: &mut TableFactor) {
     let TableFactor::Table {

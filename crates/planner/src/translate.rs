@@ -56,6 +56,10 @@ pub async fn plan_view(
         .map_err(|e| RsError::new(&codes::SYNTAX_ERROR, e.to_string()))?;
     let mut query = query.to_string();
     if let [Statement::Query(parsed)] = statements.as_mut_slice() {
+        // As ad-hoc queries are read (set-returning functions, PostgreSQL's
+        // column names, …), then the view-only forms.
+        crate::pg_compat::normalize_query(parsed);
+        crate::pg_compat::series_relations_as_selects(parsed);
         rewrite_time_windows(parsed)?;
         rewrite_using_joins(context, parsed)
             .await
@@ -446,12 +450,83 @@ impl Translator {
                 },
                 schema: schema_of(&empty.schema)?,
             }),
-            LogicalPlan::Unnest(_) => Err(RsError::unsupported("UNNEST")),
+            LogicalPlan::Unnest(unnest) => self.unnest(unnest),
             other => Err(RsError::unsupported(format!(
                 "the plan node {}",
                 other.display()
             ))),
         }
+    }
+
+    /// `unnest(list)` of a list computed from the row (DataFusion's plan of
+    /// a set-returning `generate_series(…)`, of `unnest(string_to_array(…))`
+    /// or of a constant array), the list computed by the projection below:
+    /// a [`PlanNode::Unnest`] over the projection's input, then the
+    /// `Unnest`'s columns computed over its rows and the element. Several
+    /// lists at once, structs and `WITH ORDINALITY`-like options are
+    /// refused.
+    fn unnest(&mut self, unnest: &datafusion::logical_expr::Unnest) -> RsResult<PlanNode> {
+        let refused = || RsError::unsupported("this UNNEST (one list per SELECT, not nested)");
+        let ([(list, depth)], []) = (
+            unnest.list_type_columns.as_slice(),
+            unnest.struct_type_columns.as_slice(),
+        ) else {
+            return Err(refused());
+        };
+        if depth.depth != 1
+            || unnest.options.null_handling != datafusion::common::NullHandling::Drop
+        {
+            return Err(refused());
+        }
+        let LogicalPlan::Projection(projection) = unnest.input.as_ref() else {
+            return Err(refused());
+        };
+        let list_expr = projection
+            .expr
+            .get(*list)
+            .map(|expr| expr.clone().unalias())
+            .ok_or_else(|| RsError::internal("an unnest of a column its input lacks"))?;
+        let element = unnest
+            .dependency_indices
+            .iter()
+            .position(|input| input == list)
+            .map(|output| unnest.schema.field(output).clone())
+            .ok_or_else(|| RsError::internal("an unnest without its unnested column"))?;
+        let input = self.translate(&projection.input)?;
+        let input_schema = projection.input.schema().clone();
+        let value = format!("__rs_unnested_{}", self.next_op);
+        let value_schema = DFSchema::try_from(datafusion::arrow::datatypes::Schema::new(vec![
+            datafusion::arrow::datatypes::Field::new(&value, element.data_type().clone(), true),
+        ]))
+        .map_err(datafusion_error)?;
+        let extended = Arc::new(input_schema.join(&value_schema).map_err(datafusion_error)?);
+        let unnested = PlanNode::Unnest {
+            input: Box::new(input),
+            list: list_expr,
+            input_schema,
+            schema: schema_of(&extended)?,
+        };
+        let exprs = unnest
+            .dependency_indices
+            .iter()
+            .map(|input| {
+                if input == list {
+                    Ok(col(datafusion::common::Column::from_name(&value)))
+                } else {
+                    projection
+                        .expr
+                        .get(*input)
+                        .map(|expr| expr.clone().unalias())
+                        .ok_or_else(|| RsError::internal("an unnest column without its input"))
+                }
+            })
+            .collect::<RsResult<Vec<_>>>()?;
+        Ok(PlanNode::Map {
+            input: Box::new(unnested),
+            exprs,
+            input_schema: extended,
+            schema: schema_of(&unnest.schema)?,
+        })
     }
 
     /// The rows at positions `offset..offset + count` of `plan`'s rows: a

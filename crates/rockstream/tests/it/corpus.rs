@@ -24,6 +24,7 @@ const PASSING: &[&str] = &[
     "bug_fixes/issue_12299.slt",
     "bug_fixes/issue_13094.slt",
     "bug_fixes/issue_15302.slt",
+    "bug_fixes/issue_5285.slt",
     "bug_fixes/issue_7698.slt",
     "bug_fixes/issue_8570.slt",
     "bug_fixes/mv_on_singleton_mv_4153.slt",
