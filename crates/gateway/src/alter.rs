@@ -383,8 +383,12 @@ pub(crate) async fn create_index(
         Some(format!(
             "index access method \"{method}\" is not supported: RockStream keeps btree (and hash) indexes"
         ))
-    } else if create.unique && method.as_deref() == Some("hash") {
+    } else if method.as_deref() == Some("hash") && create.unique {
         Some("access method \"hash\" does not support unique indexes".to_string())
+    } else if method.as_deref() == Some("hash") && create.columns.len() > 1 {
+        Some("access method \"hash\" does not support multicolumn indexes".to_string())
+    } else if method.as_deref() == Some("hash") && !create.include.is_empty() {
+        Some("access method \"hash\" does not support included columns".to_string())
     } else {
         None
     };

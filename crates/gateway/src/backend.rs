@@ -449,11 +449,12 @@ impl Gateway {
                 crate::ddl::refuse_in_transaction_block(in_explicit, "ALTER ROLE")?;
                 crate::roles::alter_role(&self.database, &ident_name(name), operation).await
             }
+            // No object depends on an index: CASCADE drops what RESTRICT
+            // does.
             Statement::Drop {
                 object_type: ObjectType::Index,
                 if_exists,
                 names,
-                cascade: false,
                 ..
             } => {
                 let result = crate::alter::drop_indexes(self, session, names, *if_exists).await?;
@@ -514,6 +515,12 @@ impl Gateway {
             }
             Statement::Set(_) => command("SET"),
             Statement::CreateIndex(create) => {
+                if create.concurrently {
+                    crate::ddl::refuse_in_transaction_block(
+                        in_explicit,
+                        "CREATE INDEX CONCURRENTLY",
+                    )?;
+                }
                 let result = crate::alter::create_index(self, session, create).await?;
                 self.autocommit(session, in_explicit).await?;
                 Ok(result)

@@ -335,7 +335,17 @@ impl SnapshotTable {
             .columns
             .iter()
             .position(|column| column.name == name.name)?;
-        if value.is_null() {
+        // Only a literal of the column's own type: a conversion could
+        // change the value looked up (DataFusion's coercion leaves such
+        // a filter's literal in the column's type).
+        if value.is_null()
+            || Some(&value.data_type())
+                != self
+                    .schema
+                    .fields()
+                    .get(column)
+                    .map(|field| field.data_type())
+        {
             return None;
         }
         let array = value.to_array().ok()?;
@@ -358,7 +368,11 @@ impl SnapshotTable {
         {
             return Access::KeyPrefix(leading_value_prefix(value));
         }
-        if self.entry.kind != ObjectKind::Table {
+        // A table this transaction is rewriting (adding an index among
+        // others) has every row it can read in the overlay, and its new
+        // indexes no entries yet: a scan finds what another transaction
+        // committed meanwhile (and fails, 40001), a lookup would not.
+        if self.entry.kind != ObjectKind::Table || self.entry.rewritten == REWRITTEN_BY_PENDING {
             return Access::All;
         }
         // A UNIQUE constraint of several columns has no entry for a row

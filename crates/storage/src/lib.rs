@@ -60,7 +60,10 @@ pub use set::{IndexEntries, IndexRowCursor, RowCursor, SetCursor, SnapshotSet};
 /// Version 4 may split a storage into shards (`shards/<id>`, with the
 /// bucket map in the control database): `shards/0` alone is no longer the
 /// whole storage, so binaries that read only it must refuse it.
-pub const FORMAT_VERSION: u8 = 4;
+/// Version 5 adds plain index entries (`0x0A`, RFC 0014), whose catalog
+/// records an older binary would read as UNIQUE constraints and whose
+/// keys its storage's prefix filters would not cover: it must refuse them.
+pub const FORMAT_VERSION: u8 = 5;
 /// Oldest format this binary reads.
 pub const FORMAT_VERSION_MIN: u8 = 2;
 

@@ -342,7 +342,11 @@ impl ScalarUDFImpl for CatalogFunction {
                     .downcast_ref::<Int64Array>()
                     .ok_or_else(|| DataFusionError::Internal("oids are numbers".into()))?;
                 let modifiers = match args.args.get(1) {
-                    Some(modifiers) if self.function == Function::FormatType => {
+                    // `format_type`'s type modifier, `pg_get_indexdef`'s
+                    // column number.
+                    Some(modifiers)
+                        if matches!(self.function, Function::FormatType | Function::IndexDef) =>
+                    {
                         Some(cast(&modifiers.to_array(rows)?, &DataType::Int64)?)
                     }
                     _ => None,
@@ -431,9 +435,16 @@ impl CatalogFunction {
                 PUBLIC_OID => SCHEMA.to_string(),
                 other => other.to_string(),
             }),
-            Function::IndexDef => {
-                index(|index| index.index_oid).map(|index| index.definition(!pretty))
-            }
+            // With a column number, that column's name (psql's `\d index`).
+            Function::IndexDef => index(|index| index.index_oid).map(|index| match modifier {
+                Some(column) if column > 0 => index
+                    .all_column_numbers()
+                    .get(usize::try_from(column - 1).unwrap_or(usize::MAX))
+                    .and_then(|number| index.table.columns.get(usize::try_from(number - 1).ok()?))
+                    .map(|column| column.name.clone())
+                    .unwrap_or_default(),
+                _ => index.definition(!pretty),
+            }),
             Function::ConstraintDef => indexes
                 .iter()
                 .find(|index| index.constraint && index.constraint_oid == oid)

@@ -444,6 +444,17 @@ fn constructs_scenario() -> Scenario {
              mode() WITHIN GROUP (ORDER BY region DESC) AS usual FROM orders",
         ),
         ("view_over_view", "SELECT region, revenue FROM revenue_by_region WHERE orders > 2"),
+        // Set-returning functions: a series per row, a constant one joined,
+        // a computed array unnested.
+        ("order_units", "SELECT id, generate_series(1, customer_id % 4) AS unit FROM orders"),
+        (
+            "orders_per_day_slot",
+            "SELECT d, COUNT(*) AS n FROM generate_series(1, 3) d JOIN orders o              ON o.customer_id % 3 + 1 = d GROUP BY d",
+        ),
+        (
+            "region_letters",
+            "SELECT id, unnest(string_to_array(region, 'u')) AS part FROM orders WHERE region <> ''",
+        ),
         // SQL functions (`setup` below), inlined.
         (
             "sql_functions",
