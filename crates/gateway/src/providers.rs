@@ -316,18 +316,53 @@ impl SnapshotTable {
         }
     }
 
-    /// `column = literal` with a non-NULL literal: the column's position
-    /// and the value, if `filter` is that shape.
-    fn column_equality(&self, filter: &Expr) -> Option<(usize, Datum)> {
-        let Expr::BinaryExpr(binary) = filter else {
-            return None;
-        };
-        if binary.op != Operator::Eq {
-            return None;
+    /// `column = literal`, `column IN (literals)`, or such conditions on
+    /// one column joined by `OR` (DataFusion writes a short `IN` list so):
+    /// the column's position and its non-NULL values (each once), if
+    /// `filter` is that shape.
+    fn column_values(&self, filter: &Expr) -> Option<(usize, Vec<Datum>)> {
+        if let Expr::BinaryExpr(binary) = filter {
+            if binary.op == Operator::Or {
+                let (left, mut values) = self.column_values(&binary.left)?;
+                let (right, more) = self.column_values(&binary.right)?;
+                if left != right {
+                    return None;
+                }
+                for value in more {
+                    if !values.contains(&value) {
+                        values.push(value);
+                    }
+                }
+                return (values.len() <= LOOKUP_VALUES_MAX).then_some((left, values));
+            }
         }
-        let (name, value) = match (binary.left.as_ref(), binary.right.as_ref()) {
-            (Expr::Column(name), Expr::Literal(value, _))
-            | (Expr::Literal(value, _), Expr::Column(name)) => (name, value),
+        let (name, literals): (
+            &datafusion::common::Column,
+            Vec<&datafusion::common::ScalarValue>,
+        ) = match filter {
+            Expr::BinaryExpr(binary) if binary.op == Operator::Eq => {
+                match (binary.left.as_ref(), binary.right.as_ref()) {
+                    (Expr::Column(name), Expr::Literal(value, _))
+                    | (Expr::Literal(value, _), Expr::Column(name)) => (name, vec![value]),
+                    _ => return None,
+                }
+            }
+            Expr::InList(in_list)
+                if !in_list.negated && in_list.list.len() <= LOOKUP_VALUES_MAX =>
+            {
+                let Expr::Column(name) = in_list.expr.as_ref() else {
+                    return None;
+                };
+                let literals = in_list
+                    .list
+                    .iter()
+                    .map(|item| match item {
+                        Expr::Literal(value, _) => Some(value),
+                        _ => None,
+                    })
+                    .collect::<Option<Vec<_>>>()?;
+                (name, literals)
+            }
             _ => return None,
         };
         let column = self
@@ -335,38 +370,48 @@ impl SnapshotTable {
             .columns
             .iter()
             .position(|column| column.name == name.name)?;
-        // Only a literal of the column's own type: a conversion could
+        // Only literals of the column's own type: a conversion could
         // change the value looked up (DataFusion's coercion leaves such
-        // a filter's literal in the column's type).
-        if value.is_null()
-            || Some(&value.data_type())
-                != self
-                    .schema
-                    .fields()
-                    .get(column)
-                    .map(|field| field.data_type())
-        {
-            return None;
+        // a filter's literals in the column's type).
+        let column_type = self.schema.fields().get(column)?.data_type();
+        let mut values = Vec::with_capacity(literals.len());
+        for literal in literals {
+            if literal.is_null() {
+                continue;
+            }
+            if &literal.data_type() != column_type {
+                return None;
+            }
+            let array = literal.to_array().ok()?;
+            let datum = array_to_datums(&array, self.types[column]).ok()?.pop()?;
+            if !datum.is_null() && !values.contains(&datum) {
+                values.push(datum);
+            }
         }
-        let array = value.to_array().ok()?;
-        let datum = array_to_datums(&array, self.types[column]).ok()?.pop()?;
-        (!datum.is_null()).then_some((column, datum))
+        (!values.is_empty()).then_some((column, values))
     }
 
     /// How a scan under `filters` reads the stored rows: the rows under
-    /// one value of the leading key column, else those an index names for
-    /// one value of its leading column, else all.
+    /// some values of the leading key column, else those an index names
+    /// for some values of its leading column, else all.
     fn access(&self, filters: &[&Expr]) -> Access {
-        let equalities: Vec<(usize, Datum)> = filters
+        let restricted: Vec<(usize, Vec<Datum>)> = filters
             .iter()
-            .filter_map(|filter| self.column_equality(filter))
+            .filter_map(|filter| self.column_values(filter))
             .collect();
+        // Each value's encoding, in order: rows come in key order.
+        let prefixes = |values: &[Datum]| -> Vec<Vec<u8>> {
+            let mut prefixes: Vec<Vec<u8>> = values.iter().map(leading_value_prefix).collect();
+            prefixes.sort();
+            prefixes.dedup();
+            prefixes
+        };
         let leading_key = self.leading_key_column();
-        if let Some((_, value)) = equalities
+        if let Some((_, values)) = restricted
             .iter()
             .find(|(column, _)| Some(*column) == leading_key)
         {
-            return Access::KeyPrefix(leading_value_prefix(value));
+            return Access::KeyPrefixes(prefixes(values));
         }
         // A table this transaction is rewriting (adding an index among
         // others) has every row it can read in the overlay, and its new
@@ -384,29 +429,35 @@ impl SnapshotTable {
             .iter()
             .filter(|index| !index.unique || index.columns.len() == 1);
         for index in usable {
-            let Some((_, value)) = equalities
+            let Some((_, values)) = restricted
                 .iter()
                 .find(|(column, _)| index.columns.first() == Some(column))
             else {
                 continue;
             };
-            // Either kind of entry is placed by this value.
-            let leading = leading_value_prefix(value);
-            let (prefix, entries) = if index.unique {
-                let mut prefix = unique_prefix(self.entry.id);
-                prefix.extend_from_slice(&index.id.to_be_bytes());
-                prefix.extend_from_slice(&leading);
-                (prefix, IndexEntries::Unique)
+            let entries = if index.unique {
+                IndexEntries::Unique
             } else {
-                let prefix = index_value_prefix(self.entry.id, index.id, &leading);
-                let columns = index.columns.len();
-                (prefix, IndexEntries::Plain { columns })
+                IndexEntries::Plain {
+                    columns: index.columns.len(),
+                }
             };
-            return Access::Index {
-                prefix,
-                partition: leading,
-                entries,
-            };
+            // Either kind of entry is placed by its leading value.
+            let lookups = prefixes(values)
+                .into_iter()
+                .map(|leading| {
+                    let prefix = if index.unique {
+                        let mut prefix = unique_prefix(self.entry.id);
+                        prefix.extend_from_slice(&index.id.to_be_bytes());
+                        prefix.extend_from_slice(&leading);
+                        prefix
+                    } else {
+                        index_value_prefix(self.entry.id, index.id, &leading)
+                    };
+                    (prefix, leading)
+                })
+                .collect();
+            return Access::Index { lookups, entries };
         }
         Access::All
     }
@@ -591,17 +642,21 @@ impl TableProvider for SnapshotTable {
     }
 }
 
+/// Values of an `IN` list a scan looks up one by one; a longer list reads
+/// every row.
+const LOOKUP_VALUES_MAX: usize = 1024;
+
 /// Which stored rows a scan reads.
 #[derive(Debug, Clone, PartialEq)]
 enum Access {
     All,
-    /// The rows whose leading key column holds the value encoded so.
-    KeyPrefix(Vec<u8>),
-    /// The rows an index's entries under `prefix` name (RFC 0014), read
-    /// from the shard of `partition` alone.
+    /// The rows whose leading key column holds one of the values encoded
+    /// so (ascending).
+    KeyPrefixes(Vec<Vec<u8>>),
+    /// The rows an index's entries name (RFC 0014), per value: the entries
+    /// under the prefix, read from the shard of the value (the second).
     Index {
-        prefix: Vec<u8>,
-        partition: Vec<u8>,
+        lookups: Vec<(Vec<u8>, Vec<u8>)>,
         entries: IndexEntries,
     },
 }
@@ -609,17 +664,17 @@ enum Access {
 /// One scan of a table's or view's rows at the pinned snapshot, streamed:
 /// each poll reads one bounded storage chunk, so a scan holds at most a
 /// chunk's rows whatever the relation's size, and a consumer that stops
-/// early (`LIMIT`) stops the reads. With a key prefix (the encoded value of
-/// the leading key column), only the rows under it are read; through an
-/// index, only the rows its entries for one value name.
+/// early (`LIMIT`) stops the reads. With key prefixes (encoded values of
+/// the leading key column), only the rows under them are read; through an
+/// index, only the rows its entries for those values name.
 #[derive(Debug)]
 struct SnapshotScan {
     table: SnapshotTable,
     access: Access,
 }
 
-/// The stored rows a [`SnapshotScan`] reads, over the shards that may hold
-/// them.
+/// One lookup of the stored rows a [`SnapshotScan`] reads, over the shards
+/// that may hold them.
 enum StoredRows {
     Scan(RowCursor),
     Index(IndexRowCursor),
@@ -634,12 +689,29 @@ impl StoredRows {
     }
 }
 
+/// A scan's lookups, read one after the other.
+struct Lookups(std::collections::VecDeque<StoredRows>);
+
+impl Lookups {
+    /// The next chunk of rows; empty once every lookup is done.
+    async fn next_chunk(&mut self) -> RsResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        while let Some(lookup) = self.0.front_mut() {
+            let chunk = lookup.next_chunk().await?;
+            if !chunk.is_empty() {
+                return Ok(chunk);
+            }
+            self.0.pop_front();
+        }
+        Ok(Vec::new())
+    }
+}
+
 /// Where a [`SnapshotScan`]'s stream is.
 struct ScanCursor {
     table: SnapshotTable,
-    /// The session's own rows to add: those under this key prefix.
-    key_prefix: Vec<u8>,
-    stored: StoredRows,
+    /// The session's own rows to add: those under these key prefixes.
+    overlay_prefixes: Vec<Vec<u8>>,
+    stored: Lookups,
     stored_done: bool,
     overlay_done: bool,
     /// Batches decoded and not yet handed on.
@@ -661,7 +733,10 @@ impl ScanCursor {
                 self.table.decode_chunk(chunk)?
             } else if !self.overlay_done {
                 self.overlay_done = true;
-                self.table.overlay_rows(&self.key_prefix)
+                self.overlay_prefixes
+                    .iter()
+                    .flat_map(|prefix| self.table.overlay_rows(prefix))
+                    .collect()
             } else {
                 return Ok(None);
             };
@@ -677,44 +752,50 @@ impl PartitionStream for SnapshotScan {
 
     fn execute(&self, _context: Arc<TaskContext>) -> SendableRecordBatchStream {
         let snapshot = &self.table.context.snapshot;
-        let (key_prefix, stored) = match &self.access {
+        let (overlay_prefixes, lookups): (Vec<Vec<u8>>, Vec<StoredRows>) = match &self.access {
             Access::All => (
-                Vec::new(),
-                StoredRows::Scan(snapshot.scan_rows(
+                vec![Vec::new()],
+                vec![StoredRows::Scan(snapshot.scan_rows(
                     &self.table.storage,
                     self.table.entry.id,
                     &[],
                     false,
-                )),
+                ))],
             ),
-            Access::KeyPrefix(prefix) => (
-                prefix.clone(),
-                StoredRows::Scan(snapshot.scan_rows(
-                    &self.table.storage,
-                    self.table.entry.id,
-                    prefix,
-                    self.table.leading_column_partitions(),
-                )),
+            Access::KeyPrefixes(prefixes) => (
+                prefixes.clone(),
+                prefixes
+                    .iter()
+                    .map(|prefix| {
+                        StoredRows::Scan(snapshot.scan_rows(
+                            &self.table.storage,
+                            self.table.entry.id,
+                            prefix,
+                            self.table.leading_column_partitions(),
+                        ))
+                    })
+                    .collect(),
             ),
             // The session's rows are all added: DataFusion filters them.
-            Access::Index {
-                prefix,
-                partition,
-                entries,
-            } => (
-                Vec::new(),
-                StoredRows::Index(snapshot.index_rows(
-                    self.table.entry.id,
-                    prefix.clone(),
-                    partition,
-                    *entries,
-                )),
+            Access::Index { lookups, entries } => (
+                vec![Vec::new()],
+                lookups
+                    .iter()
+                    .map(|(prefix, partition)| {
+                        StoredRows::Index(snapshot.index_rows(
+                            self.table.entry.id,
+                            prefix.clone(),
+                            partition,
+                            *entries,
+                        ))
+                    })
+                    .collect(),
             ),
         };
         let cursor = ScanCursor {
             table: self.table.clone(),
-            key_prefix,
-            stored,
+            overlay_prefixes,
+            stored: Lookups(lookups.into()),
             stored_done: false,
             overlay_done: false,
             ready: std::collections::VecDeque::new(),

@@ -1,8 +1,9 @@
 //! Goal: a lookup through an index (RFC 0014) finds exactly the rows PostgreSQL finds, after every
 //! transaction of a random workload: inserts, updates moving rows between values and between
 //! keys, deletes, NULLs, a composite index, a UNIQUE column, a table without a primary key, an
-//! index created over stored rows and one dropped, and again after a restart; and such a lookup
-//! reads the index (its equality is pushed into the scan). Catalog behaviour against PostgreSQL is
+//! index created over stored rows and one dropped, and again after a restart; by one value and by
+//! an `IN` list (also of primary keys); and such a lookup reads the index (its condition is pushed
+//! into the scan). Catalog behaviour against PostgreSQL is
 //! `tests/slt/indexes.slt`. Method: the same transactions on RockStream and on the PostgreSQL
 //! oracle, then every lookup on both, compared as multisets; ids are fresh so that no statement
 //! fails on either side.
@@ -122,6 +123,16 @@ impl Workload {
             let c = self.random.random_range(0..self.next_c.max(1));
             lookups.push(format!("SELECT id, a FROM t WHERE c = {c}"));
         }
+        // IN lists, through an index and through the primary key.
+        let a = self.random.random_range(0..A_VALUES);
+        lookups.push(format!(
+            "SELECT id, b FROM t WHERE a IN ({a}, {}, NULL)",
+            a + 2
+        ));
+        lookups.push(format!("SELECT a, b FROM k WHERE a IN ({a}, {a})"));
+        lookups.push("SELECT id FROM t WHERE b IN ('z', 'x')".to_string());
+        let ids: Vec<String> = (0..4).map(|_| self.existing_id().to_string()).collect();
+        lookups.push(format!("SELECT * FROM t WHERE id IN ({})", ids.join(", ")));
         lookups
     }
 }
@@ -194,6 +205,18 @@ async fn index_lookups_agree_with_postgresql_through_random_dml_and_a_restart() 
         ("SELECT * FROM t WHERE a = 1", "a = Int32(1)"),
         ("SELECT * FROM t WHERE c = 1", "c = Int32(1)"),
         ("SELECT * FROM k WHERE a = 1", "a = Int32(1)"),
+        (
+            "SELECT * FROM t WHERE a IN (1, 2)",
+            "a = Int32(1) OR t.a = Int32(2)",
+        ),
+        (
+            "SELECT * FROM t WHERE id IN (1, 2)",
+            "id = Int32(1) OR t.id = Int32(2)",
+        ),
+        (
+            "SELECT * FROM t WHERE a IN (0, 1, 2, 3)",
+            "a IN ([Int32(0), Int32(1), Int32(2), Int32(3)])",
+        ),
     ] {
         let plan = fetch_text_rows(&rockstream, &format!("EXPLAIN {lookup}"))
             .await
