@@ -42,6 +42,7 @@ use rockstream_types::{ObjectId, Row, RsError, RsResult, SqlType, ZSet};
 
 use crate::aggregate::AggregateOperator;
 use crate::arrow_rows::{array_to_datums, arrow_type};
+use crate::clock_series::ClockSeries;
 use crate::distinct;
 use crate::exchange::{Exchange, Unsharded};
 use crate::expr::CompiledExprs;
@@ -98,6 +99,7 @@ enum Operator {
     TopK(Box<TopKOperator>),
     Window(Box<WindowOperator>),
     TemporalFilter(Box<TemporalFilter>),
+    ClockSeries(Box<ClockSeries>),
     UnionAll,
     SetOperation {
         op_id: ObjectId,
@@ -158,21 +160,27 @@ impl Dataflow {
     /// temporal filter): then the view must also be stepped, without
     /// input, when [`Dataflow::next_event`] comes.
     pub fn reads_clock(&self) -> bool {
-        self.operators
-            .iter()
-            .any(|entry| matches!(entry.operator, Operator::TemporalFilter(_)))
+        self.operators.iter().any(|entry| {
+            matches!(
+                entry.operator,
+                Operator::TemporalFilter(_) | Operator::ClockSeries(_)
+            )
+        })
     }
 
     /// The earliest clock time at which a step without input changes the
     /// output on the shard of `store`, if any: the head of its temporal
-    /// filters' schedules.
+    /// filters' schedules, its clock series' next values.
     pub async fn next_event<S: StateRead>(&self, store: &S) -> RsResult<Option<i64>> {
         let mut next: Option<i64> = None;
         for entry in &self.operators {
-            if let Operator::TemporalFilter(filter) = &entry.operator {
-                if let Some(time) = filter.next_event(store).await? {
-                    next = Some(next.map_or(time, |next| next.min(time)));
-                }
+            let time = match &entry.operator {
+                Operator::TemporalFilter(filter) => filter.next_event(store).await?,
+                Operator::ClockSeries(series) => series.next_event(store).await?,
+                _ => None,
+            };
+            if let Some(time) = time {
+                next = Some(next.map_or(time, |next| next.min(time)));
             }
         }
         Ok(next)
@@ -378,6 +386,21 @@ impl Operator {
                 input_schema,
                 input.schema().types(),
             )?)),
+            PlanNode::ClockSeries {
+                op_id,
+                start_micros,
+                step_micros,
+                offset_micros,
+                schema,
+            } => Operator::ClockSeries(Box::new(ClockSeries::new(
+                *op_id,
+                (*start_micros, *step_micros, *offset_micros),
+                schema
+                    .types()
+                    .first()
+                    .copied()
+                    .ok_or_else(|| RsError::internal("a clock series without its column"))?,
+            )?)),
             PlanNode::UnionAll { .. } => Operator::UnionAll,
             PlanNode::SetOperation {
                 op_id,
@@ -452,6 +475,11 @@ impl Operator {
                 let [input] = exactly(inputs)?;
                 filter.step(store, input, step.now_micros).await
             }
+            Operator::ClockSeries(series) => {
+                series
+                    .step(store, step.now_micros, exchange.owns(&[]))
+                    .await
+            }
             Operator::UnionAll => {
                 let mut out = ZSet::new();
                 for input in inputs {
@@ -484,7 +512,7 @@ impl Operator {
             // Its input is what the other shards sent.
             Operator::Source { .. } | Operator::Exchange { .. } => true,
             // Rows enter and leave as the clock passes.
-            Operator::TemporalFilter(_) => true,
+            Operator::TemporalFilter(_) | Operator::ClockSeries(_) => true,
             Operator::Constant { .. } => initial,
             Operator::Aggregate(aggregate) => initial && aggregate.is_global(),
             _ => false,

@@ -16,6 +16,7 @@
 //!                                              -> count       window-function multiset
 //! 0x01 'T' 'F' op_id(16) time(8) row          -> count       temporal filter's schedule
 //! 0x01 'T' 'C' op_id(16)                      -> clock(8)    temporal filter's last clock
+//! 0x01 'C' 'S' op_id(16)                      -> next(8)     clock series' next value
 //! 0x03 view_id(16) row                        -> weight      view output (counted)
 //! 0x07 table_id(16) row_key                   -> row         table rows
 //! 0x08 view_id(16) key                        -> row         view output (keyed)
@@ -71,6 +72,7 @@ pub const TOP_K: [u8; 2] = *b"TK";
 pub const WINDOW: [u8; 2] = *b"WF";
 pub const TEMPORAL_FILTER: [u8; 2] = *b"TF";
 pub const TEMPORAL_CLOCK: [u8; 2] = *b"TC";
+pub const CLOCK_SERIES: [u8; 2] = *b"CS";
 
 /// `0x01 kind op_id`: the prefix of all of one operator's state of one kind.
 pub fn op_prefix(kind: [u8; 2], op_id: ObjectId) -> Vec<u8> {

@@ -15,6 +15,7 @@
 
 pub mod aggregate;
 pub mod arrow_rows;
+mod clock_series;
 pub mod dataflow;
 mod distinct;
 pub mod exchange;

@@ -185,6 +185,17 @@ pub enum PlanNode {
         rows: Vec<Vec<Expr>>,
         schema: Schema,
     },
+    /// `generate_series(start, now() + offset, step)`: the timestamps
+    /// `start + k * step` (microseconds, `step > 0`), each emitted once the
+    /// clock plus `offset` reaches it; one column, `timestamp` or
+    /// `timestamptz`.
+    ClockSeries {
+        op_id: ObjectId,
+        start_micros: i64,
+        step_micros: i64,
+        offset_micros: i64,
+        schema: Schema,
+    },
     /// Projection: one expression per output column.
     Map {
         input: Box<PlanNode>,
@@ -316,6 +327,7 @@ impl PlanNode {
             | PlanNode::Constant { schema, .. }
             | PlanNode::Map { schema, .. }
             | PlanNode::Unnest { schema, .. }
+            | PlanNode::ClockSeries { schema, .. }
             | PlanNode::Join { schema, .. }
             | PlanNode::Aggregate { schema, .. }
             | PlanNode::TopK { schema, .. }
@@ -332,7 +344,9 @@ impl PlanNode {
     /// The children, left to right.
     pub fn inputs(&self) -> Vec<&PlanNode> {
         match self {
-            PlanNode::Source { .. } | PlanNode::Constant { .. } => vec![],
+            PlanNode::Source { .. } | PlanNode::Constant { .. } | PlanNode::ClockSeries { .. } => {
+                vec![]
+            }
             PlanNode::Map { input, .. }
             | PlanNode::Unnest { input, .. }
             | PlanNode::Filter { input, .. }
@@ -352,7 +366,9 @@ impl PlanNode {
     /// The children, left to right, to change in place.
     pub fn inputs_mut(&mut self) -> Vec<&mut PlanNode> {
         match self {
-            PlanNode::Source { .. } | PlanNode::Constant { .. } => vec![],
+            PlanNode::Source { .. } | PlanNode::Constant { .. } | PlanNode::ClockSeries { .. } => {
+                vec![]
+            }
             PlanNode::Map { input, .. }
             | PlanNode::Unnest { input, .. }
             | PlanNode::Filter { input, .. }
@@ -590,6 +606,19 @@ impl PlanNode {
             PlanNode::Unnest { list, .. } => {
                 let _ = write!(out, "unnest {} [{}]; ", layout_text(list), types(node));
             }
+            PlanNode::ClockSeries {
+                op_id,
+                start_micros,
+                step_micros,
+                offset_micros,
+                ..
+            } => {
+                let _ = write!(
+                    out,
+                    "clock_series {op_id} {start_micros} {step_micros} {offset_micros} [{}]; ",
+                    types(node)
+                );
+            }
             PlanNode::TemporalFilter { op_id, bounds, .. } => {
                 let _ = write!(out, "temporal {op_id} [{}]", types(node));
                 for bound in bounds {
@@ -637,6 +666,14 @@ impl PlanNode {
             }
             PlanNode::Filter { predicate, .. } => format!("Filter {predicate}"),
             PlanNode::Unnest { list, .. } => format!("Unnest {list}"),
+            PlanNode::ClockSeries {
+                start_micros,
+                step_micros,
+                offset_micros,
+                ..
+            } => format!(
+                "ClockSeries from {start_micros} µs by {step_micros} µs up to now() + {offset_micros} µs"
+            ),
             PlanNode::TemporalFilter { bounds, .. } => format!(
                 "TemporalFilter {}",
                 bounds

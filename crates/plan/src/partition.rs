@@ -135,7 +135,7 @@ fn output(
 ) -> Partitioning {
     match plan {
         PlanNode::Source { object_id, .. } => source(*object_id),
-        PlanNode::Constant { .. } => Partitioning::Hash(Vec::new()),
+        PlanNode::Constant { .. } | PlanNode::ClockSeries { .. } => Partitioning::Hash(Vec::new()),
         // Kept when every key column is passed on unchanged.
         PlanNode::Map {
             exprs,

@@ -10,6 +10,7 @@
 
 mod aggregate_casts;
 mod ast_walk;
+mod clock_series;
 mod column_names;
 mod columnar;
 mod exists_left_joins;

@@ -213,7 +213,7 @@ fn is_clock(call: &ScalarFunction) -> bool {
     matches!(call.func.name(), "now" | "localtimestamp")
 }
 
-fn reads_clock(expr: &Expr) -> bool {
+pub(crate) fn reads_clock(expr: &Expr) -> bool {
     expr.exists(|expr| Ok(matches!(expr, Expr::ScalarFunction(call) if is_clock(call))))
         .unwrap_or(false)
 }
@@ -241,6 +241,35 @@ fn is_constant(expr: &Expr) -> bool {
             })
         })
         .unwrap_or(true)
+}
+
+/// When `expr` is the clock plus or minus constant intervals: their sum in
+/// microseconds; `None` for another expression of the clock.
+pub(crate) fn clock_offset_micros(state: &SessionState, expr: &Expr) -> RsResult<Option<i64>> {
+    let mut terms = Vec::new();
+    if !clock_terms(expr, 1, &mut terms) {
+        return Ok(None);
+    }
+    let mut offset: i128 = 0;
+    for (sign, term) in terms {
+        let micros = interval_micros(state, term)?
+            .ok_or_else(|| RsError::unsupported("a NULL interval added to now()"))?;
+        offset += sign * micros;
+    }
+    i64::try_from(offset)
+        .map(Some)
+        .map_err(|_| RsError::unsupported("an interval added to now() beyond the timestamp range"))
+}
+
+/// The constant interval `term` (without months) in microseconds; `None`
+/// when it is NULL.
+pub(crate) fn constant_interval_micros(state: &SessionState, term: &Expr) -> RsResult<Option<i64>> {
+    interval_micros(state, term)?
+        .map(|micros| {
+            i64::try_from(micros)
+                .map_err(|_| RsError::unsupported("an interval beyond the timestamp range"))
+        })
+        .transpose()
 }
 
 /// The constant interval `term` in microseconds; `None` when it is NULL.

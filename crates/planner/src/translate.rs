@@ -98,6 +98,7 @@ async fn plan_branch(
         .optimizer
         .enable_physical_uncorrelated_scalar_subquery = false;
     let logical = state.create_logical_plan(query).await.map_err(plan_error)?;
+    let logical = crate::clock_series::plan_clock_series(&state, logical)?;
     let logical = mark_clock_bounds(&state, logical)?;
     refuse_as_written(&logical)?;
     let logical = distinct_on_as_row_number(logical)?;
@@ -451,6 +452,25 @@ impl Translator {
                 schema: schema_of(&empty.schema)?,
             }),
             LogicalPlan::Unnest(unnest) => self.unnest(unnest),
+            LogicalPlan::Extension(extension) => {
+                let Some(series) = extension
+                    .node
+                    .as_any()
+                    .downcast_ref::<crate::clock_series::ClockSeriesNode>()
+                else {
+                    return Err(RsError::unsupported(format!(
+                        "the plan node {}",
+                        extension.node.name()
+                    )));
+                };
+                Ok(PlanNode::ClockSeries {
+                    op_id: self.op_id(),
+                    start_micros: series.start_micros,
+                    step_micros: series.step_micros,
+                    offset_micros: series.offset_micros,
+                    schema: schema_of(&series.schema)?,
+                })
+            }
             other => Err(RsError::unsupported(format!(
                 "the plan node {}",
                 other.display()

@@ -13,6 +13,7 @@ mod auth;
 mod backfill;
 mod cache;
 mod clients;
+mod clock_series;
 mod consistency;
 mod copy;
 mod corpus;
