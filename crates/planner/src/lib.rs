@@ -16,6 +16,7 @@ mod columnar;
 mod exists_left_joins;
 mod interval_literals;
 mod lateral_top_k;
+mod lateral_unnest;
 mod number_literals;
 mod ordered_set_aggregates;
 mod pg_aggregates;

@@ -91,6 +91,7 @@ impl VisitorMut for Normalizer {
 
     fn pre_visit_table_factor(&mut self, relation: &mut TableFactor) -> ControlFlow<()> {
         name_series_column(relation);
+        lateral_set_returning(relation);
         ControlFlow::Continue(())
     }
 
@@ -1083,13 +1084,14 @@ fn exists_as_counts(projection: &mut [SelectItem]) {
 /// unnest(generate_series(args)) AS col) g`, the set-returning form the
 /// view translator expands (DataFusion's table function has no incremental
 /// counterpart). PostgreSQL's column names are kept: `col`, else `g`, else
-/// `generate_series`.
+/// `generate_series`. (One reading columns is rewritten for every query,
+/// by [`normalize_query`].)
 pub fn series_relations_as_selects(query: &mut Query) {
     struct Rewriter;
     impl VisitorMut for Rewriter {
         type Break = ();
         fn post_visit_table_factor(&mut self, relation: &mut TableFactor) -> ControlFlow<()> {
-            if let Some(rewritten) = series_as_select(relation) {
+            if let Some(rewritten) = series_as_select(relation, false) {
                 *relation = rewritten;
             }
             ControlFlow::Continue(())
@@ -1098,7 +1100,85 @@ pub fn series_relations_as_selects(query: &mut Query) {
     let _ = query.visit(&mut Rewriter);
 }
 
-fn series_as_select(relation: &TableFactor) -> Option<TableFactor> {
+/// Set-returning functions in `FROM` over an earlier item's columns, as
+/// DataFusion can plan them (`crate::lateral_unnest` decorrelates them):
+/// `LATERAL unnest(x)` as the `UNNEST` relation, `generate_series(…)`
+/// reading columns (`LATERAL` or not, as PostgreSQL allows) as `LATERAL
+/// (SELECT unnest(generate_series(…)) AS g) AS g`; an `unnest(x) [AS] u`
+/// without column names names its column `u` (else `unnest`).
+fn lateral_set_returning(relation: &mut TableFactor) {
+    if let TableFactor::Function {
+        lateral: true,
+        name,
+        args,
+        with_ordinality: false,
+        alias,
+    } = relation
+    {
+        match name_parts(name) {
+            Some((function, true)) if function == "unnest" => {
+                if let [FunctionArg::Unnamed(FunctionArgExpr::Expr(array))] = args.as_slice() {
+                    *relation = TableFactor::UNNEST {
+                        alias: alias.take(),
+                        array_exprs: vec![array.clone()],
+                        with_offset: false,
+                        with_offset_alias: None,
+                        with_ordinality: false,
+                    };
+                }
+            }
+            Some((function, true)) if function == "generate_series" => {
+                *relation = TableFactor::Table {
+                    name: name.clone(),
+                    alias: alias.take(),
+                    args: Some(datafusion::sql::sqlparser::ast::TableFunctionArgs {
+                        args: std::mem::take(args),
+                        settings: None,
+                    }),
+                    with_hints: Vec::new(),
+                    version: None,
+                    with_ordinality: false,
+                    partitions: Vec::new(),
+                    json_path: None,
+                    sample: None,
+                    index_hints: Vec::new(),
+                };
+            }
+            _ => {}
+        }
+    }
+    if let Some(rewritten) = series_as_select(relation, true) {
+        *relation = rewritten;
+    }
+    if let TableFactor::UNNEST {
+        alias,
+        array_exprs,
+        with_offset: false,
+        with_ordinality: false,
+        ..
+    } = relation
+    {
+        if array_exprs.len() == 1 {
+            let alias = alias.get_or_insert_with(|| datafusion::sql::sqlparser::ast::TableAlias {
+                explicit: false,
+                name: Ident::new("unnest"),
+                columns: Vec::new(),
+                at: None,
+            });
+            if alias.columns.is_empty() {
+                alias.columns = vec![TableAliasColumnDef {
+                    name: alias.name.clone(),
+                    data_type: None,
+                }];
+            }
+        }
+    }
+}
+
+/// `relation` as a subquery unnesting its series, if it is a
+/// `generate_series(…)` reading columns (`reading_columns`: a `LATERAL`
+/// subquery) or not (a plain one, for views).
+fn series_as_select(relation: &TableFactor, reading_columns: bool) -> Option<TableFactor> {
     let TableFactor::Table {
         name,
         alias,
@@ -1117,7 +1197,7 @@ fn series_as_select(relation: &TableFactor) -> Option<TableFactor> {
         reads_columns |= matches!(expr, Expr::Identifier(_) | Expr::CompoundIdentifier(_));
         ControlFlow::<()>::Continue(())
     });
-    if reads_columns {
+    if reads_columns != reading_columns {
         return None;
     }
     let column = alias
@@ -1153,27 +1233,35 @@ fn series_as_select(relation: &TableFactor) -> Option<TableFactor> {
         },
     );
     Some(TableFactor::Derived {
-        lateral: false,
+        lateral: reading_columns,
         subquery,
         alias: Some(alias),
         sample: None,
     })
 }
 
-/// `generate_series(…) g` without column names: its one column is `g`.
+/// `generate_series(…) g` without column names: its one column is `g`;
+/// without an alias, `generate_series`.
 fn name_series_column(relation: &mut TableFactor) {
     let TableFactor::Table {
         name,
         args: Some(_),
-        alias: Some(alias),
+        alias,
         ..
     } = relation
     else {
         return;
     };
-    if alias.columns.is_empty()
-        && matches!(name_parts(name), Some((function, _)) if function == "generate_series")
-    {
+    if !matches!(name_parts(name), Some((function, _)) if function == "generate_series") {
+        return;
+    }
+    let alias = alias.get_or_insert_with(|| datafusion::sql::sqlparser::ast::TableAlias {
+        explicit: false,
+        name: Ident::new("generate_series"),
+        columns: Vec::new(),
+        at: None,
+    });
+    if alias.columns.is_empty() {
         alias.columns = vec![TableAliasColumnDef {
             name: alias.name.clone(),
             data_type: None,

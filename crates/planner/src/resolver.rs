@@ -117,6 +117,7 @@ pub fn new_context_in(
         crate::pg_datetime_literals::PostgresDatetimeLiterals,
     ));
     context.add_analyzer_rule(Arc::new(crate::lateral_top_k::LateralTopK));
+    context.add_analyzer_rule(Arc::new(crate::lateral_unnest::LateralUnnest));
     context.add_analyzer_rule(Arc::new(crate::exists_left_joins::ExistsLeftJoins));
     context.add_analyzer_rule(Arc::new(crate::theta_subqueries::ThetaSubqueries));
     // The rules above change some result types (a quotient's scale) after

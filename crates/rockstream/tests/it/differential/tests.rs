@@ -448,6 +448,10 @@ fn constructs_scenario() -> Scenario {
         // a computed array unnested.
         ("order_units", "SELECT id, generate_series(1, customer_id % 4) AS unit FROM orders"),
         (
+            "order_units_lateral",
+            "SELECT o.id, u FROM orders o, generate_series(1, o.customer_id % 3) u WHERE o.region <> 'us'",
+        ),
+        (
             "orders_per_day_slot",
             "SELECT d, COUNT(*) AS n FROM generate_series(1, 3) d JOIN orders o              ON o.customer_id % 3 + 1 = d GROUP BY d",
         ),
