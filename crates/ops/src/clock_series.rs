@@ -14,9 +14,9 @@ use rockstream_types::{Datum, ObjectId, RsError, RsResult, SqlType, ZSet};
 use crate::keys::{op_prefix, CLOCK_SERIES};
 use crate::state::{StateRead, StateStore};
 
-/// Values one step may emit: a series starting long before the clock
-/// (a second's step from 1970) fails the view rather than holding them
-/// all in memory at once.
+/// Values one step emits at most: a series starting long before the clock
+/// (a second's step from 1970, a restart after weeks down) catches up over
+/// several steps rather than holding them all in memory at once.
 pub const CLOCK_SERIES_VALUES_MAX: usize = 1_000_000;
 
 #[derive(Debug)]
@@ -82,15 +82,9 @@ impl ClockSeries {
         let until = now.saturating_add(self.offset);
         let mut updates = Vec::new();
         let first = next;
-        while next <= until {
-            if updates.len() == CLOCK_SERIES_VALUES_MAX {
-                return Err(RsError::new(
-                    &rockstream_types::codes::PROGRAM_LIMIT_EXCEEDED,
-                    format!(
-                        "a generate_series up to now() in a materialized view reached more than {CLOCK_SERIES_VALUES_MAX} values at once"
-                    ),
-                ));
-            }
+        // At most so many at once: the rest are due at once, at the next
+        // step (the next event is already past).
+        while next <= until && updates.len() < CLOCK_SERIES_VALUES_MAX {
             let value = match self.value_type {
                 SqlType::TimestampTz => Datum::TimestampTz(next),
                 _ => Datum::Timestamp(next),
@@ -178,6 +172,16 @@ mod tests {
     }
 
     async fn nothing_yet() {
+        let capped = ClockSeries::new(3, (0, 1, 0), SqlType::Timestamp).unwrap();
+        let mut store = MemoryStore::default();
+        let first = capped.step(&mut store, i64::MAX / 2, true).await.unwrap();
+        assert_eq!(first.len(), CLOCK_SERIES_VALUES_MAX);
+        assert_eq!(
+            capped.next_event(&store).await.unwrap(),
+            Some(CLOCK_SERIES_VALUES_MAX as i64),
+            "the rest is due at once"
+        );
+
         let series = ClockSeries::new(2, (1_000, 1, 0), SqlType::Timestamp).unwrap();
         let mut store = MemoryStore::default();
         assert!(series.step(&mut store, 10, true).await.unwrap().is_empty());

@@ -33,7 +33,6 @@
 
 use std::collections::HashMap;
 
-use datafusion::arrow::array::{Array, ListArray};
 use datafusion::arrow::compute::cast;
 use datafusion::logical_expr::Expr;
 use rockstream_plan::arrow_types::{arrow_error, datafusion_error};
@@ -50,6 +49,7 @@ use crate::join::JoinOperator;
 use crate::state::{StateRead, StateStore};
 use crate::temporal_filter::TemporalFilter;
 use crate::top_k::TopKOperator;
+use crate::unnest::UnnestOperator;
 use crate::window::WindowOperator;
 
 /// A view's plan, compiled for execution.
@@ -85,12 +85,7 @@ enum Operator {
     Filter {
         predicate: CompiledExprs,
     },
-    /// Each row once per element of its list, followed by the element, of
-    /// type `element`.
-    Unnest {
-        list: CompiledExprs,
-        element: SqlType,
-    },
+    Unnest(Box<UnnestOperator>),
     Join(Box<JoinOperator>),
     Aggregate(Box<AggregateOperator>),
     Distinct {
@@ -310,18 +305,16 @@ impl Operator {
                 list,
                 input_schema,
                 schema,
-            } => Operator::Unnest {
-                list: CompiledExprs::compile(
-                    std::slice::from_ref(list),
-                    input_schema,
-                    input.schema().types(),
-                )?,
-                element: schema
+            } => Operator::Unnest(Box::new(UnnestOperator::new(
+                list,
+                input_schema,
+                input.schema().types(),
+                schema
                     .types()
                     .last()
                     .copied()
                     .ok_or_else(|| RsError::internal("an unnest without its element column"))?,
-            },
+            )?)),
             PlanNode::Join { .. } => Operator::Join(Box::new(JoinOperator::compile(plan)?)),
             PlanNode::Aggregate {
                 op_id,
@@ -447,9 +440,9 @@ impl Operator {
                 let [input] = exactly(inputs)?;
                 filter(predicate, input)
             }
-            Operator::Unnest { list, element } => {
+            Operator::Unnest(unnest) => {
                 let [input] = exactly(inputs)?;
-                unnest(list, *element, input)
+                unnest.step(input)
             }
             Operator::Join(join) => {
                 let [left, right] = exactly(inputs)?;
@@ -565,46 +558,6 @@ fn map(exprs: &CompiledExprs, output_types: &[SqlType], delta: ZSet) -> RsResult
         .collect();
     // Not consolidated: rows mapped alike stay apart until an operator that
     // groups its input (or the dataflow's output) sums them.
-    Ok(ZSet::from_updates(updates))
-}
-
-/// Elements one input row's list may have: a longer one fails the view
-/// (54000) rather than holding that many rows in memory at once.
-pub const UNNEST_ELEMENTS_MAX: usize = 1_000_000;
-
-/// Each row of `delta` once per element of its list, with the row's weight.
-fn unnest(list: &CompiledExprs, element: SqlType, delta: ZSet) -> RsResult<ZSet> {
-    if delta.is_empty() {
-        return Ok(delta);
-    }
-    let rows: Vec<&Row> = delta.updates.iter().map(|(row, _)| row).collect();
-    let lists = list.evaluate_array(&rows)?;
-    let lists = lists
-        .as_any()
-        .downcast_ref::<ListArray>()
-        .ok_or_else(|| RsError::internal("an unnested value is not a list"))?;
-    let mut updates = Vec::new();
-    for (index, (row, weight)) in delta.updates.iter().enumerate() {
-        if lists.is_null(index) {
-            continue;
-        }
-        let values = lists.value(index);
-        if values.len() > UNNEST_ELEMENTS_MAX {
-            return Err(RsError::new(
-                &rockstream_types::codes::PROGRAM_LIMIT_EXCEEDED,
-                format!(
-                    "a set-returning function in a materialized view gave {} rows for one row; at most {UNNEST_ELEMENTS_MAX} are supported",
-                    values.len()
-                ),
-            ));
-        }
-        for value in array_to_datums(&values, element)? {
-            let mut out = Vec::with_capacity(row.len() + 1);
-            out.extend(row.iter().cloned());
-            out.push(value);
-            updates.push((out, *weight));
-        }
-    }
     Ok(ZSet::from_updates(updates))
 }
 

@@ -74,6 +74,24 @@ pub const TEMPORAL_FILTER: [u8; 2] = *b"TF";
 pub const TEMPORAL_CLOCK: [u8; 2] = *b"TC";
 pub const CLOCK_SERIES: [u8; 2] = *b"CS";
 
+/// Every kind of operator state: a view's state is these kinds under its
+/// operators' ids ([`view_op_prefixes`]). A new kind must be listed here,
+/// or a dropped view or a restarted build would leave its keys behind.
+pub const OPERATOR_STATE_KINDS: [[u8; 2]; 12] = [
+    JOIN_LEFT,
+    JOIN_RIGHT,
+    AGGREGATE,
+    MIN_MAX,
+    AGGREGATE_DISTINCT,
+    DISTINCT,
+    SET_OPERATION,
+    TOP_K,
+    WINDOW,
+    TEMPORAL_FILTER,
+    TEMPORAL_CLOCK,
+    CLOCK_SERIES,
+];
+
 /// `0x01 kind op_id`: the prefix of all of one operator's state of one kind.
 pub fn op_prefix(kind: [u8; 2], op_id: ObjectId) -> Vec<u8> {
     let mut key = Vec::with_capacity(19 + 32);
@@ -289,27 +307,15 @@ pub fn view_output_prefixes(view_id: ObjectId) -> [Vec<u8>; 2] {
 /// share their first 12 bytes ([`rockstream_plan::op_id`]).
 pub fn view_op_prefixes(view_id: ObjectId) -> Vec<Vec<u8>> {
     let shared = rockstream_plan::op_id(view_id, 0).to_be_bytes();
-    [
-        JOIN_LEFT,
-        JOIN_RIGHT,
-        AGGREGATE,
-        MIN_MAX,
-        AGGREGATE_DISTINCT,
-        DISTINCT,
-        SET_OPERATION,
-        TOP_K,
-        WINDOW,
-        TEMPORAL_FILTER,
-        TEMPORAL_CLOCK,
-    ]
-    .into_iter()
-    .map(|kind| {
-        let mut prefix = vec![OP_STATE];
-        prefix.extend_from_slice(&kind);
-        prefix.extend_from_slice(&shared[..12]);
-        prefix
-    })
-    .collect()
+    OPERATOR_STATE_KINDS
+        .into_iter()
+        .map(|kind| {
+            let mut prefix = vec![OP_STATE];
+            prefix.extend_from_slice(&kind);
+            prefix.extend_from_slice(&shared[..12]);
+            prefix
+        })
+        .collect()
 }
 
 /// Appends the encoding of `row`'s `order_by` keys, under which entries
@@ -470,7 +476,7 @@ mod tests {
         let view = 41;
         let prefixes = view_op_prefixes(view);
         for n in [1, 2, 7, u32::MAX] {
-            for kind in [JOIN_LEFT, MIN_MAX, SET_OPERATION] {
+            for kind in OPERATOR_STATE_KINDS {
                 let own = op_prefix(kind, rockstream_plan::op_id(view, n));
                 assert!(prefixes.iter().any(|prefix| own.starts_with(prefix)));
                 let other = op_prefix(kind, rockstream_plan::op_id(view + 1, n));

@@ -26,6 +26,7 @@ pub mod layered;
 pub mod state;
 mod temporal_filter;
 mod top_k;
+mod unnest;
 mod window;
 
 pub use dataflow::{Dataflow, Step};

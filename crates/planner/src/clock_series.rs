@@ -22,7 +22,9 @@ use datafusion::logical_expr::{
 };
 use rockstream_types::{RsError, RsResult};
 
-use crate::temporal_filters::{clock_offset_micros, constant_interval_micros, reads_clock};
+use crate::temporal_filters::{
+    clock_offset_micros, constant_interval_micros, is_constant, reads_clock,
+};
 
 /// A growing series of timestamps, planned ([`plan_clock_series`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -138,9 +140,11 @@ fn clock_series(state: &SessionState, node: &LogicalPlan) -> RsResult<Option<Clo
     if !reads_clock(stop) {
         return Ok(None);
     }
-    if reads_clock(start) || reads_clock(step) {
+    // A stable function (`current_date`) would be folded into the value it
+    // has at CREATE.
+    if !is_constant(start) || !is_constant(step) {
         return Err(RsError::unsupported(
-            "generate_series with now() in its start or step",
+            "generate_series up to now() from a start or by a step that is not constant",
         ));
     }
     let offset_micros = clock_offset_micros(state, stop)?.ok_or_else(|| {

@@ -50,7 +50,7 @@ mod using_joins;
 pub use column_names::{alias_select_items, pg_column_names};
 pub use interval_literals::{normalize_interval_literals, readable_interval};
 pub use number_literals::normalize_number_literals;
-pub use pg_compat::{normalize_query, series_relations_as_selects};
+pub use pg_compat::normalize_query;
 pub use resolver::{new_context, new_context_in, SchemaOnlyTable, TableResolver};
 pub use set_operations::uses_bag_set_operation;
 pub use sql_functions::{

@@ -39,7 +39,11 @@
 //!   PostgreSQL names a one-column function's output after its alias
 //!   (DataFusion names it `value`).
 //!
-//! Only queries are rewritten, never the definition of a materialized view.
+//! A materialized view's definition is read the same way
+//! ([`normalize_view_definition`]), except the rewrite of scalar subqueries
+//! into row-checking aggregates (a view refuses a subquery that may return
+//! several rows at `CREATE`), and with its `FROM generate_series(…)` over
+//! constants as a set-returning select ([`series_relations_as_selects`]).
 
 use std::collections::HashSet;
 use std::ops::ControlFlow;
@@ -66,12 +70,25 @@ pub fn normalize_query(query: &mut Query) {
     let _ = query.visit(&mut Normalizer::default());
 }
 
+/// Rewrites a materialized view's definition in place (see the module
+/// documentation).
+pub fn normalize_view_definition(query: &mut Query) {
+    let _ = query.visit(&mut Normalizer {
+        view: true,
+        ..Normalizer::default()
+    });
+    series_relations_as_selects(query);
+}
+
 #[derive(Default)]
 struct Normalizer {
     /// For each query being visited, outermost first: the names (aliases)
     /// its FROM clause gives its relations, each with whether it is a
     /// `pg_catalog` table.
     scope: Vec<Vec<(String, bool)>>,
+    /// A materialized view's definition: scalar subqueries stay as they
+    /// are written.
+    view: bool,
 }
 
 impl VisitorMut for Normalizer {
@@ -172,7 +189,7 @@ impl VisitorMut for Normalizer {
             return ControlFlow::Continue(());
         }
         match expr {
-            Expr::Subquery(subquery) if returns_rows_as_they_are(subquery) => {
+            Expr::Subquery(subquery) if !self.view && returns_rows_as_they_are(subquery) => {
                 if let SetExpr::Select(select) = subquery.body.as_mut() {
                     for item in &mut select.projection {
                         if let SelectItem::UnnamedExpr(value)
@@ -186,7 +203,9 @@ impl VisitorMut for Normalizer {
                 let subquery = std::mem::replace(expr, Expr::value(Value::Null));
                 *expr = function_call(VALUE_FUNCTION, subquery);
             }
-            Expr::AnyOp { right, .. } | Expr::AllOp { right, .. } => uncount_rows(right),
+            Expr::AnyOp { right, .. } | Expr::AllOp { right, .. } if !self.view => {
+                uncount_rows(right)
+            }
             // Function names resolve unqualified.
             Expr::Function(function) => {
                 if let Some((_, true)) = name_parts(&function.name) {

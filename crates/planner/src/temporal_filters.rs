@@ -224,7 +224,7 @@ fn reads_columns(expr: &Expr) -> bool {
 }
 
 /// No column, subquery, parameter or function whose value may change.
-fn is_constant(expr: &Expr) -> bool {
+pub(crate) fn is_constant(expr: &Expr) -> bool {
     !expr
         .exists(|expr| {
             Ok(match expr {

@@ -57,9 +57,8 @@ pub async fn plan_view(
     let mut query = query.to_string();
     if let [Statement::Query(parsed)] = statements.as_mut_slice() {
         // As ad-hoc queries are read (set-returning functions, PostgreSQL's
-        // column names, …), then the view-only forms.
-        crate::pg_compat::normalize_query(parsed);
-        crate::pg_compat::series_relations_as_selects(parsed);
+        // column names, …).
+        crate::pg_compat::normalize_view_definition(parsed);
         rewrite_time_windows(parsed)?;
         rewrite_using_joins(context, parsed)
             .await
@@ -501,6 +500,13 @@ impl Translator {
         let LogicalPlan::Projection(projection) = unnest.input.as_ref() else {
             return Err(refused());
         };
+        // The operator reads Arrow's `List` (not large or fixed-size lists).
+        if !matches!(
+            projection.schema.field(*list).data_type(),
+            DataType::List(_)
+        ) {
+            return Err(refused());
+        }
         let list_expr = projection
             .expr
             .get(*list)

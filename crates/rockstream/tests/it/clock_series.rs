@@ -84,3 +84,38 @@ async fn a_series_up_to_now_grows_with_the_clock_and_across_a_restart() {
         .expect_err("a step of months");
     assert_eq!(crate::harness::sqlstate(&error), "0A000", "{error}");
 }
+
+/// A row asking a view's series for two billion values fails the view (54000, named), in
+/// bounded memory, before any list is built; the table and the server go on, and deleting the
+/// row heals the view.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_series_too_long_for_one_row_fails_the_view_not_the_server() {
+    let server = TestServer::start().await;
+    let client = server.client().await;
+    client
+        .batch_execute(
+            "CREATE TABLE t (id INT PRIMARY KEY, n BIGINT);
+             CREATE MATERIALIZED VIEW s AS SELECT id, generate_series(1, n) AS k FROM t;
+             INSERT INTO t VALUES (1, 3);
+             INSERT INTO t VALUES (2, 2000000000)",
+        )
+        .await
+        .expect("the rows commit");
+    let error = client
+        .batch_execute("SELECT count(*) FROM s")
+        .await
+        .expect_err("the view failed");
+    let message = error.as_db_error().expect("a server error").message().to_string();
+    assert!(message.contains("at most 1000000"), "{message}");
+    if let Some((_, peak)) = server.resident_memory() {
+        assert!(peak < 2 << 30, "peak RSS {peak} bytes");
+    }
+    client
+        .batch_execute("DELETE FROM t WHERE id = 2")
+        .await
+        .expect("delete");
+    let rows = fetch_text_rows(&client, "SELECT count(*) FROM s")
+        .await
+        .expect("the view healed");
+    assert_eq!(rows[0][0].as_deref(), Some("3"));
+}
