@@ -17,13 +17,11 @@ use std::sync::Arc;
 use datafusion::common::tree_node::Transformed;
 use datafusion::common::{DFSchemaRef, ScalarValue};
 use datafusion::execution::SessionState;
-use datafusion::logical_expr::{
-    Expr, Extension, LogicalPlan, LogicalPlanBuilder, UserDefinedLogicalNodeCore,
-};
+use datafusion::logical_expr::{Expr, Extension, LogicalPlan, UserDefinedLogicalNodeCore};
 use rockstream_types::{RsError, RsResult};
 
 use crate::temporal_filters::{
-    clock_offset_micros, constant_interval_micros, is_constant, reads_clock,
+    clock_offset_micros, constant_interval_micros, constant_value, is_constant, reads_clock,
 };
 
 /// A growing series of timestamps, planned ([`plan_clock_series`]).
@@ -178,19 +176,7 @@ fn constant_timestamp_micros(state: &SessionState, start: &Expr) -> RsResult<i64
             "generate_series up to now() from a start other than a constant timestamp",
         )
     };
-    let plan = LogicalPlanBuilder::empty(true)
-        .project(vec![start.clone().alias("start")])
-        .and_then(LogicalPlanBuilder::build)
-        .and_then(|plan| state.optimize(&plan))
-        .map_err(|_| not_a_timestamp())?;
-    let LogicalPlan::Projection(projection) = &plan else {
-        return Err(not_a_timestamp());
-    };
-    let Some(Expr::Literal(value, _)) = projection.expr.first().map(|expr| expr.clone().unalias())
-    else {
-        return Err(not_a_timestamp());
-    };
-    let micros = match value {
+    let micros = match constant_value(state, start).ok_or_else(not_a_timestamp)? {
         ScalarValue::TimestampSecond(Some(seconds), _) => seconds.checked_mul(1_000_000),
         ScalarValue::TimestampMillisecond(Some(millis), _) => millis.checked_mul(1_000),
         ScalarValue::TimestampMicrosecond(Some(micros), _) => Some(micros),

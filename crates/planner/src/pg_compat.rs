@@ -1178,18 +1178,7 @@ fn lateral_set_returning(relation: &mut TableFactor) {
     } = relation
     {
         if array_exprs.len() == 1 {
-            let alias = alias.get_or_insert_with(|| datafusion::sql::sqlparser::ast::TableAlias {
-                explicit: false,
-                name: Ident::new("unnest"),
-                columns: Vec::new(),
-                at: None,
-            });
-            if alias.columns.is_empty() {
-                alias.columns = vec![TableAliasColumnDef {
-                    name: alias.name.clone(),
-                    data_type: None,
-                }];
-            }
+            name_one_column(alias, "unnest");
         }
     }
 }
@@ -1274,9 +1263,18 @@ fn name_series_column(relation: &mut TableFactor) {
     if !matches!(name_parts(name), Some((function, _)) if function == "generate_series") {
         return;
     }
+    name_one_column(alias, "generate_series");
+}
+
+/// A one-column function's relation names its column as PostgreSQL does:
+/// after its alias (`f(…) AS g` → `g`), else after the function.
+fn name_one_column(
+    alias: &mut Option<datafusion::sql::sqlparser::ast::TableAlias>,
+    function: &str,
+) {
     let alias = alias.get_or_insert_with(|| datafusion::sql::sqlparser::ast::TableAlias {
         explicit: false,
-        name: Ident::new("generate_series"),
+        name: Ident::new(function),
         columns: Vec::new(),
         at: None,
     });

@@ -243,6 +243,23 @@ pub(crate) fn is_constant(expr: &Expr) -> bool {
         .unwrap_or(true)
 }
 
+/// The value of the constant `expr`, evaluated by planning `SELECT expr`
+/// over no rows; `None` when it does not plan to a literal.
+pub(crate) fn constant_value(state: &SessionState, expr: &Expr) -> Option<ScalarValue> {
+    let plan = LogicalPlanBuilder::empty(true)
+        .project(vec![expr.clone().alias("constant")])
+        .and_then(LogicalPlanBuilder::build)
+        .and_then(|plan| state.optimize(&plan))
+        .ok()?;
+    let LogicalPlan::Projection(projection) = &plan else {
+        return None;
+    };
+    match projection.expr.first().map(|expr| expr.clone().unalias()) {
+        Some(Expr::Literal(value, _)) => Some(value),
+        _ => None,
+    }
+}
+
 /// When `expr` is the clock plus or minus constant intervals: their sum in
 /// microseconds; `None` for another expression of the clock.
 pub(crate) fn clock_offset_micros(state: &SessionState, expr: &Expr) -> RsResult<Option<i64>> {
@@ -279,22 +296,7 @@ fn interval_micros(state: &SessionState, term: &Expr) -> RsResult<Option<i128>> 
             "a value other than a constant interval added to now() in a materialized view",
         )
     };
-    let plan = LogicalPlanBuilder::empty(true)
-        .project(vec![term.clone().alias("offset")])
-        .and_then(LogicalPlanBuilder::build)
-        .and_then(|plan| state.optimize(&plan))
-        .map_err(|_| not_an_interval())?;
-    let value = match &plan {
-        LogicalPlan::Projection(projection) => match projection.expr.first() {
-            Some(Expr::Alias(alias)) => match alias.expr.as_ref() {
-                Expr::Literal(value, _) => value.clone(),
-                _ => return Err(not_an_interval()),
-            },
-            Some(Expr::Literal(value, _)) => value.clone(),
-            _ => return Err(not_an_interval()),
-        },
-        _ => return Err(not_an_interval()),
-    };
+    let value = constant_value(state, term).ok_or_else(not_an_interval)?;
     let months = || {
         RsError::unsupported(
             "an interval of months or years added to now() in a materialized view (a month's \
