@@ -1523,7 +1523,7 @@ mod tests {
         for sql in [
             "SELECT array_to_string(t.reloptions, ',') FROM t",
             "SELECT array_to_string(reloptions, ',') FROM pg_class",
-            "SELECT x FROM pg_class c, UNNEST(t.datacl) x",
+            "SELECT x FROM pg_class c, UNNEST(t.datacl) x (x)",
             "SELECT ARRAY(SELECT x FROM pg_catalog.unnest(t.relacl) x) FROM t",
             // An inner alias hides an outer catalog table of the same name.
             "SELECT 1 FROM pg_class c WHERE EXISTS (SELECT 1 FROM mine c WHERE array_to_string(c.relacl, ',') = '')",
