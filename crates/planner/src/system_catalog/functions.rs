@@ -441,7 +441,7 @@ impl CatalogFunction {
                     .all_column_numbers()
                     .get(usize::try_from(column - 1).unwrap_or(usize::MAX))
                     .and_then(|number| index.table.columns.get(usize::try_from(number - 1).ok()?))
-                    .map(|column| column.name.clone())
+                    .map(|column| quote_ident(&column.name))
                     .unwrap_or_default(),
                 _ => index.definition(!pretty),
             }),

@@ -120,13 +120,13 @@ impl IndexInfo<'_> {
         format!(
             "CREATE {}INDEX {} ON {}{} USING {} ({}){}",
             if self.unique { "UNIQUE " } else { "" },
-            self.name,
+            functions::quote_ident(&self.name),
             if qualified {
                 format!("{SCHEMA}.")
             } else {
                 String::new()
             },
-            self.table.name,
+            functions::quote_ident(&self.table.name),
             if self.hash { "hash" } else { "btree" },
             self.column_list(),
             match self.include_list() {
@@ -141,11 +141,13 @@ impl IndexInfo<'_> {
         (!self.include.is_empty()).then(|| self.names(self.include))
     }
 
+    /// Column names as PostgreSQL prints them in a definition (quoted where
+    /// needed), comma-separated.
     fn names(&self, columns: &[usize]) -> String {
         columns
             .iter()
             .filter_map(|index| self.table.columns.get(*index))
-            .map(|column| column.name.as_str())
+            .map(|column| functions::quote_ident(&column.name))
             .collect::<Vec<_>>()
             .join(", ")
     }
