@@ -303,10 +303,11 @@ impl Operator {
             PlanNode::Unnest {
                 input,
                 list,
+                keep_empty,
                 input_schema,
                 schema,
             } => Operator::Unnest(Box::new(UnnestOperator::new(
-                list,
+                (list, *keep_empty),
                 input_schema,
                 input.schema().types(),
                 schema

@@ -27,6 +27,8 @@ const MONTH_MICROS: i128 = 30 * 86_400_000_000;
 #[derive(Debug)]
 pub(crate) struct UnnestOperator {
     list: CompiledExprs,
+    /// An empty or NULL list gives the row once, followed by NULL.
+    keep_empty: bool,
     element: SqlType,
     /// A `generate_series`' arguments (start, stop, step), when the list
     /// is one: its length is known before the list is built.
@@ -35,7 +37,7 @@ pub(crate) struct UnnestOperator {
 
 impl UnnestOperator {
     pub fn new(
-        list: &Expr,
+        (list, keep_empty): (&Expr, bool),
         input_schema: &DFSchema,
         input_types: Vec<SqlType>,
         element: SqlType,
@@ -61,6 +63,7 @@ impl UnnestOperator {
         };
         Ok(UnnestOperator {
             list: CompiledExprs::compile(std::slice::from_ref(list), input_schema, input_types)?,
+            keep_empty,
             element,
             series,
         })
@@ -124,7 +127,13 @@ impl UnnestOperator {
             .downcast_ref::<ListArray>()
             .ok_or_else(|| RsError::internal("an unnested value is not a list"))?;
         for (index, (row, weight)) in updates.iter().enumerate() {
-            if lists.is_null(index) {
+            if lists.is_null(index) || lists.value_length(index) == 0 {
+                if self.keep_empty {
+                    let mut kept = Vec::with_capacity(row.len() + 1);
+                    kept.extend(row.iter().cloned());
+                    kept.push(Datum::Null);
+                    out.push((kept, *weight));
+                }
                 continue;
             }
             let values = lists.value(index);

@@ -206,11 +206,13 @@ pub enum PlanNode {
     /// `unnest(list)` of a list computed from each row (a set-returning
     /// `generate_series(…)`, `unnest(string_to_array(…))`, a constant
     /// array): each input row followed, once per element of `list` (a
-    /// DataFusion expression over `input_schema`), by that element; no row
-    /// for an empty or NULL list. Stateless and linear.
+    /// DataFusion expression over `input_schema`), by that element; for an
+    /// empty or NULL list no row, or with `keep_empty` (`LEFT JOIN LATERAL
+    /// … ON true`) the row once, followed by NULL. Stateless and linear.
     Unnest {
         input: Box<PlanNode>,
         list: Expr,
+        keep_empty: bool,
         input_schema: DFSchemaRef,
         schema: Schema,
     },
@@ -603,8 +605,16 @@ impl PlanNode {
             PlanNode::Filter { predicate, .. } => {
                 let _ = write!(out, "filter {}; ", layout_text(predicate));
             }
-            PlanNode::Unnest { list, .. } => {
-                let _ = write!(out, "unnest {} [{}]; ", layout_text(list), types(node));
+            PlanNode::Unnest {
+                list, keep_empty, ..
+            } => {
+                let _ = write!(
+                    out,
+                    "unnest {}{} [{}]; ",
+                    layout_text(list),
+                    if *keep_empty { " keep_empty" } else { "" },
+                    types(node)
+                );
             }
             PlanNode::ClockSeries {
                 op_id,

@@ -10,14 +10,15 @@
 //! computed on each row of the outer side: this rule plans them so, the
 //! outer side's columns passed through and the subquery's column named as
 //! the subquery's alias names it. A row whose list is empty or NULL gives no
-//! row, as PostgreSQL's cross join with an empty set does. Any other shape
-//! is left as it was.
+//! row, as PostgreSQL's cross join with an empty set does; with `LEFT JOIN
+//! LATERAL … ON true`, the row once, followed by NULL. Any other shape is
+//! left as it was.
 
 use std::sync::Arc;
 
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::common::{Column, JoinType, Result, UnnestOptions};
+use datafusion::common::{Column, JoinType, NullHandling, Result, ScalarValue, UnnestOptions};
 use datafusion::logical_expr::{Expr, Join, LogicalPlan, LogicalPlanBuilder};
 use datafusion::optimizer::AnalyzerRule;
 
@@ -49,7 +50,19 @@ const LIST: &str = "__lateral_list";
 /// correlated one-row unnest (`Projection… → Unnest → Projection → one
 /// row`, under an alias) and it joins them without condition.
 fn unnested(join: &Join) -> Result<Option<LogicalPlan>> {
-    if join.join_type != JoinType::Inner || !join.on.is_empty() || join.filter.is_some() {
+    // `LEFT JOIN LATERAL … ON true` keeps a row whose list is empty, once,
+    // with NULL.
+    let always = match &join.filter {
+        None => true,
+        Some(Expr::Literal(ScalarValue::Boolean(Some(true)), _)) => true,
+        Some(_) => false,
+    };
+    let null_handling = match join.join_type {
+        JoinType::Inner => NullHandling::Drop,
+        JoinType::Left => NullHandling::PreserveAndExpandEmpty,
+        _ => return Ok(None),
+    };
+    if !join.on.is_empty() || !always {
         return Ok(None);
     }
     let LogicalPlan::SubqueryAlias(alias) = join.right.as_ref() else {
@@ -111,7 +124,7 @@ fn unnested(join: &Join) -> Result<Option<LogicalPlan>> {
         Expr::Column(Column::from_name(LIST)).alias_qualified(qualifier.cloned(), field.name());
     let plan = LogicalPlanBuilder::from(Arc::clone(&join.left))
         .project(left_columns.iter().cloned().chain([list.alias(LIST)]))?
-        .unnest_column_with_options(LIST, UnnestOptions::new().with_preserve_nulls(false))?
+        .unnest_column_with_options(LIST, UnnestOptions::new().with_null_handling(null_handling))?
         .project(left_columns.into_iter().chain([value]))?
         .build()?;
     Ok(Some(plan))

@@ -492,9 +492,12 @@ impl Translator {
         ) else {
             return Err(refused());
         };
-        if depth.depth != 1
-            || unnest.options.null_handling != datafusion::common::NullHandling::Drop
-        {
+        let keep_empty = match unnest.options.null_handling {
+            datafusion::common::NullHandling::Drop => false,
+            datafusion::common::NullHandling::PreserveAndExpandEmpty => true,
+            datafusion::common::NullHandling::Preserve => return Err(refused()),
+        };
+        if depth.depth != 1 {
             return Err(refused());
         }
         let LogicalPlan::Projection(projection) = unnest.input.as_ref() else {
@@ -529,6 +532,7 @@ impl Translator {
         let unnested = PlanNode::Unnest {
             input: Box::new(input),
             list: list_expr,
+            keep_empty,
             input_schema,
             schema: schema_of(&extended)?,
         };

@@ -448,6 +448,10 @@ fn constructs_scenario() -> Scenario {
         // a computed array unnested.
         ("order_units", "SELECT id, generate_series(1, customer_id % 4) AS unit FROM orders"),
         (
+            "order_units_kept",
+            "SELECT o.id, u FROM orders o LEFT JOIN LATERAL generate_series(1, o.customer_id % 3) AS u ON true",
+        ),
+        (
             "order_units_lateral",
             "SELECT o.id, u FROM orders o, generate_series(1, o.customer_id % 3) u WHERE o.region <> 'us'",
         ),
