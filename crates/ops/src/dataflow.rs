@@ -202,6 +202,7 @@ impl Dataflow {
                 .collect::<RsResult<Vec<ZSet>>>()?;
             let idle = batches.iter().all(ZSet::is_empty);
             let point = outputs.len();
+            exchange.at_operator(Some(point));
             let output = entry
                 .operator
                 .step(store, inputs, batches, step, (point, &mut *exchange))
@@ -214,6 +215,7 @@ impl Dataflow {
             }
             outputs.push(Some(output));
         }
+        exchange.at_operator(None);
         // Maps and filters pass their input's repeats on; the output is
         // consolidated here (cheaply when already in order).
         let output = outputs

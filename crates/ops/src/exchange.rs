@@ -18,6 +18,7 @@
 //! instead of waiting for it.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use futures::channel::mpsc;
@@ -42,6 +43,66 @@ pub trait Exchange: Send {
         key: &[usize],
         batch: ZSet,
     ) -> impl Future<Output = RsResult<ZSet>> + Send;
+
+    /// The step is at operator `index` (its exchange point, if it is one);
+    /// `None` once it is done. Only recorded, for [`StepProgress`].
+    fn at_operator(&mut self, _index: Option<usize>) {}
+}
+
+/// Where each shard's part of one dataflow step is, for the warning a step
+/// that stops making progress logs: the operator it runs, and whether it
+/// waits to send to or to receive from a peer at an exchange.
+#[derive(Debug)]
+pub struct StepProgress {
+    /// Per shard: `operator << 32 | phase << 16 | peer`.
+    shards: Vec<AtomicU64>,
+}
+
+const PHASE_RUNNING: u64 = 0;
+const PHASE_SENDING: u64 = 1;
+const PHASE_RECEIVING: u64 = 2;
+const PHASE_DONE: u64 = 3;
+
+impl StepProgress {
+    fn new(shards: usize) -> StepProgress {
+        StepProgress {
+            shards: (0..shards).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    fn set(&self, shard: ShardId, operator: usize, phase: u64, peer: usize) {
+        let value = (operator as u64) << 32 | phase << 16 | (peer as u64 & 0xFFFF);
+        self.shards[usize::from(shard)].store(value, Ordering::Relaxed);
+    }
+
+    fn operator_of(&self, shard: ShardId) -> usize {
+        (self.shards[usize::from(shard)].load(Ordering::Relaxed) >> 32) as usize
+    }
+}
+
+impl std::fmt::Display for StepProgress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (shard, value) in self.shards.iter().enumerate() {
+            let value = value.load(Ordering::Relaxed);
+            let (operator, phase, peer) = (value >> 32, (value >> 16) & 0xFFFF, value & 0xFFFF);
+            if shard > 0 {
+                f.write_str("; ")?;
+            }
+            match phase {
+                PHASE_SENDING => write!(
+                    f,
+                    "shard {shard} at operator {operator}, sending to shard {peer}"
+                )?,
+                PHASE_RECEIVING => write!(
+                    f,
+                    "shard {shard} at operator {operator}, receiving from shard {peer}"
+                )?,
+                PHASE_DONE => write!(f, "shard {shard} done")?,
+                _ => write!(f, "shard {shard} running operator {operator}")?,
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The encoded partition key of `row`: its `key` columns, in order.
@@ -83,6 +144,8 @@ pub struct ChannelExchange {
     senders: Vec<Option<mpsc::Sender<Frame>>>,
     /// From each shard; `None` at this shard's own index.
     receivers: Vec<Option<mpsc::Receiver<Frame>>>,
+    /// Where every shard of the step is, shared by the mesh.
+    progress: Arc<StepProgress>,
 }
 
 impl ChannelExchange {
@@ -90,12 +153,14 @@ impl ChannelExchange {
     /// channel holds at most `capacity` batches beyond the one in flight.
     pub fn mesh(map: Arc<BucketMap>, capacity: usize) -> Vec<ChannelExchange> {
         let shards = usize::from(map.shard_count());
+        let progress = Arc::new(StepProgress::new(shards));
         let mut exchanges: Vec<ChannelExchange> = (0..shards)
             .map(|shard| ChannelExchange {
                 shard: shard as ShardId,
                 map: Arc::clone(&map),
                 senders: (0..shards).map(|_| None).collect(),
                 receivers: (0..shards).map(|_| None).collect(),
+                progress: Arc::clone(&progress),
             })
             .collect();
         for from in 0..shards {
@@ -111,6 +176,11 @@ impl ChannelExchange {
     pub fn shard(&self) -> ShardId {
         self.shard
     }
+
+    /// Where every shard of this mesh's step is.
+    pub fn progress(&self) -> Arc<StepProgress> {
+        Arc::clone(&self.progress)
+    }
 }
 
 impl Exchange for ChannelExchange {
@@ -118,7 +188,15 @@ impl Exchange for ChannelExchange {
         self.map.shard_of(encoded_key) == self.shard
     }
 
+    fn at_operator(&mut self, index: Option<usize>) {
+        match index {
+            Some(index) => self.progress.set(self.shard, index, PHASE_RUNNING, 0),
+            None => self.progress.set(self.shard, 0, PHASE_DONE, 0),
+        }
+    }
+
     async fn exchange(&mut self, point: usize, key: &[usize], batch: ZSet) -> RsResult<ZSet> {
+        let operator = self.progress.operator_of(self.shard);
         let mut parts: Vec<ZSet> = (0..self.senders.len()).map(|_| ZSet::new()).collect();
         for (row, weight) in batch.updates {
             let shard = self.map.shard_of(&partition_key(&row, key));
@@ -129,6 +207,7 @@ impl Exchange for ChannelExchange {
             let Some(sender) = self.senders[to].as_mut() else {
                 continue;
             };
+            self.progress.set(self.shard, operator, PHASE_SENDING, to);
             sender
                 .send(Frame { point, rows })
                 .await
@@ -138,6 +217,8 @@ impl Exchange for ChannelExchange {
             let Some(receiver) = receiver.as_mut() else {
                 continue;
             };
+            self.progress
+                .set(self.shard, operator, PHASE_RECEIVING, from);
             let frame = receiver
                 .next()
                 .await
@@ -150,6 +231,7 @@ impl Exchange for ChannelExchange {
             }
             home.extend(frame.rows);
         }
+        self.progress.set(self.shard, operator, PHASE_RUNNING, 0);
         Ok(home)
     }
 }

@@ -30,7 +30,7 @@ mod unnest;
 mod window;
 
 pub use dataflow::{Dataflow, Step};
-pub use exchange::{ChannelExchange, Exchange, Unsharded};
+pub use exchange::{ChannelExchange, Exchange, StepProgress, Unsharded};
 pub use layered::{LayeredStore, OverlayStore};
 pub use state::{add_to_count, MemoryStore, ScanOrder, StateRead, StateStore, Write};
 

@@ -24,7 +24,7 @@ use rockstream_common::Runtime;
 use rockstream_ops::exchange::first_cause;
 use rockstream_ops::keys::{self, decode_weight, encode_weight, RowStorage};
 use rockstream_ops::{
-    ChannelExchange, OverlayStore, ScanOrder, StateRead, StateStore, Step, Write,
+    ChannelExchange, OverlayStore, ScanOrder, StateRead, StateStore, Step, StepProgress, Write,
 };
 use rockstream_storage::{EpochStore, ShardDb, SnapshotSet};
 use rockstream_types::encoding::{decode_row, encode_datum, encode_row, encode_row_into};
@@ -837,18 +837,26 @@ impl EpochLoop {
         let tasks = wave.len() * stores.len();
         let spawn = tasks > 1 && input_rows >= PARALLEL_STEP_ROWS_MIN;
         let shared_stores: Vec<Arc<EpochStore>> = stores.into_iter().map(Arc::new).collect();
-        let steps: Vec<_> = wave
-            .iter()
-            .zip(&own_inputs)
-            .flat_map(|(&index, own)| {
-                let inputs = own.as_deref().unwrap_or(&shared_deltas);
-                self.shard_steps(index, &shared_stores, inputs, false)
-            })
-            .collect();
+        let mut steps = Vec::new();
+        let mut progress = Vec::new();
+        for (&index, own) in wave.iter().zip(&own_inputs) {
+            let inputs = own.as_deref().unwrap_or(&shared_deltas);
+            let (view_steps, view_progress) =
+                self.shard_steps(index, &shared_stores, inputs, false);
+            steps.extend(view_steps);
+            progress.push(view_progress);
+        }
         let names = || {
-            let names: Vec<&str> = wave
+            let names: Vec<String> = wave
                 .iter()
-                .map(|&index| self.views[index].view.name.as_str())
+                .zip(&progress)
+                .map(|(&index, progress)| {
+                    let name = &self.views[index].view.name;
+                    match progress {
+                        Some(progress) => format!("{name} ({progress})"),
+                        None => name.clone(),
+                    }
+                })
                 .collect();
             format!("the step of views {}", names.join(", "))
         };
@@ -884,21 +892,27 @@ impl EpochLoop {
     }
 
     /// The steps of view `index` on every shard, each over its shard's
-    /// state (`bases`) and input, the view's exchanges connecting them.
-    /// Every one must run for any to finish.
+    /// state (`bases`) and input, the view's exchanges connecting them, and
+    /// where each is (for the warning a step that stops logs). Every one
+    /// must run for any to finish.
     fn shard_steps(
         &self,
         index: usize,
         bases: &[Arc<EpochStore>],
         inputs: &[SharedInput],
         initial: bool,
-    ) -> Vec<BoxFuture<'static, StepResult>> {
+    ) -> (
+        Vec<BoxFuture<'static, StepResult>>,
+        Option<Arc<StepProgress>>,
+    ) {
         let dataflow = &self.views[index].view.dataflow;
         let step = Step {
             initial,
             now_micros: self.clock,
         };
-        ChannelExchange::mesh(self.map.clone(), 1)
+        let mesh = ChannelExchange::mesh(self.map.clone(), 1);
+        let progress = mesh.first().map(ChannelExchange::progress);
+        let steps = mesh
             .into_iter()
             .zip(bases)
             .zip(inputs)
@@ -919,7 +933,8 @@ impl EpochLoop {
                 }
                 .boxed()
             })
-            .collect()
+            .collect();
+        (steps, progress)
     }
 
     /// Runs steps to completion, on tasks of their own when `spawn` (for

@@ -360,14 +360,15 @@ impl EpochLoop {
     ) -> RsResult<(Stores, RsResult<()>)> {
         let inputs: Vec<Arc<HashMap<ObjectId, ZSet>>> = inputs.into_iter().map(Arc::new).collect();
         let bases: Vec<Arc<EpochStore>> = stores.into_iter().map(Arc::new).collect();
-        let steps = self.shard_steps(index, &bases, &inputs, initial);
+        let (steps, progress) = self.shard_steps(index, &bases, &inputs, initial);
         let spawn = steps.len() > 1;
         let stepped = self.run_steps(steps, spawn);
         let name = &self.views[index].view.name;
-        let results = self
-            .runtime
-            .watched(|| format!("a backfill step of view {name}"), stepped)
-            .await;
+        let where_ = || match &progress {
+            Some(progress) => format!("a backfill step of view {name} ({progress})"),
+            None => format!("a backfill step of view {name}"),
+        };
+        let results = self.runtime.watched(where_, stepped).await;
         let mut stores = bases
             .into_iter()
             .map(|base| {
