@@ -12,10 +12,10 @@
 //!
 //! [`Unsharded`] is the one-shard case (every row is already home);
 //! [`ChannelExchange`] connects the shards of one step by bounded channels,
-//! one per ordered pair of shards: a sender whose peer has not taken its
-//! previous batch waits (backpressure, never loss). A shard whose step
-//! fails drops its side of the mesh, and its peers' exchanges then fail
-//! instead of waiting for it.
+//! one per ordered pair of shards, sized so that a send never waits (the
+//! protocol bounds what is in flight; the wait for a peer is the receive,
+//! never loss). A shard whose step fails drops its side of the mesh, and
+//! its peers' exchanges then fail instead of waiting for it.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -128,6 +128,10 @@ impl Exchange for Unsharded {
     }
 }
 
+/// Frames a channel of the mesh may hold: this exchange's and the next
+/// one's ([`ChannelExchange::mesh`]).
+const FRAMES_IN_FLIGHT_MAX: usize = 2;
+
 /// A batch one shard sends another at an exchange point.
 #[derive(Debug)]
 struct Frame {
@@ -149,9 +153,20 @@ pub struct ChannelExchange {
 }
 
 impl ChannelExchange {
-    /// The connected exchanges of every shard of `map`, by shard id. Each
-    /// channel holds at most `capacity` batches beyond the one in flight.
-    pub fn mesh(map: Arc<BucketMap>, capacity: usize) -> Vec<ChannelExchange> {
+    /// The connected exchanges of every shard of `map`, by shard id.
+    ///
+    /// A send must never wait: each shard sends to every peer before it
+    /// receives from any, so a send waiting for its peer to receive can
+    /// close a cycle of shards each waiting for the next (seen at 4 shards:
+    /// shard 0 sending to 2, 2 to 3, 3 receiving from 0). A channel never
+    /// holds more than two frames — a shard passes an exchange only once
+    /// every peer sent it that exchange's frame, so it is at most one
+    /// exchange ahead of any peer — and a buffer of two holds them without
+    /// parking the sender. (With a buffer of one, `futures`' channel parks
+    /// a sender whose second frame fills it until a frame is taken, and
+    /// when the receiver takes the older one between the send and the
+    /// park, until its own frame is taken: a rendezvous.)
+    pub fn mesh(map: Arc<BucketMap>) -> Vec<ChannelExchange> {
         let shards = usize::from(map.shard_count());
         let progress = Arc::new(StepProgress::new(shards));
         let mut exchanges: Vec<ChannelExchange> = (0..shards)
@@ -165,7 +180,7 @@ impl ChannelExchange {
             .collect();
         for from in 0..shards {
             for to in (0..shards).filter(|to| *to != from) {
-                let (sender, receiver) = mpsc::channel(capacity);
+                let (sender, receiver) = mpsc::channel(FRAMES_IN_FLIGHT_MAX);
                 exchanges[from].senders[to] = Some(sender);
                 exchanges[to].receivers[from] = Some(receiver);
             }

@@ -405,7 +405,7 @@ fn run_on(plan: &PlanNode, history: &[Vec<(ObjectId, Row, i64)>], map: &BucketMa
     let mut accumulated = ZSet::new();
     let mut step =
         |stores: &mut Vec<MemoryStore>, inputs: Vec<HashMap<ObjectId, ZSet>>, initial| {
-            let exchanges = ChannelExchange::mesh(Arc::new(map.clone()), 1);
+            let exchanges = ChannelExchange::mesh(Arc::new(map.clone()));
             let steps = stores.iter_mut().zip(inputs).zip(exchanges).map(
                 |((store, inputs), mut exchange)| {
                     let dataflow = &dataflow;

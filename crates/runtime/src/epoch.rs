@@ -910,7 +910,7 @@ impl EpochLoop {
             initial,
             now_micros: self.clock,
         };
-        let mesh = ChannelExchange::mesh(self.map.clone(), 1);
+        let mesh = ChannelExchange::mesh(self.map.clone());
         let progress = mesh.first().map(ChannelExchange::progress);
         let steps = mesh
             .into_iter()
