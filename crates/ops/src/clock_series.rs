@@ -78,7 +78,8 @@ impl ClockSeries {
         if !emits {
             return Ok(ZSet::new());
         }
-        let mut next = self.stored_next(store).await?.unwrap_or(self.start);
+        let stored = self.stored_next(store).await?;
+        let mut next = stored.unwrap_or(self.start);
         let until = now.saturating_add(self.offset);
         let mut updates = Vec::new();
         let first = next;
@@ -99,7 +100,7 @@ impl ClockSeries {
                 }
             }
         }
-        if next != first || self.stored_next(store).await?.is_none() {
+        if next != first || stored.is_none() {
             store.put(self.key(), next.to_be_bytes().to_vec());
         }
         Ok(ZSet::from_updates(updates))
