@@ -350,6 +350,15 @@ pub fn parse_type(name: &str) -> RsResult<SqlType> {
         "timestamp without time zone" => SqlType::Timestamp,
         "timestamp with time zone" => SqlType::TimestampTz,
         "interval" => SqlType::Interval,
+        array if array.ends_with("[]") => {
+            let element = parse_type(&array[..array.len() - 2])?;
+            SqlType::array_of(element).ok_or_else(|| {
+                RsError::new(
+                    &codes::UNSUPPORTED_TYPE,
+                    format!("type {array} (a multidimensional array) is not supported"),
+                )
+            })?
+        }
         other => {
             let inner = other
                 .strip_prefix("numeric(")
@@ -404,6 +413,12 @@ mod tests {
             SqlType::Timestamp,
             SqlType::TimestampTz,
             SqlType::Interval,
+            SqlType::array_of(SqlType::Text).expect("an element type"),
+            SqlType::array_of(SqlType::Numeric {
+                precision: 12,
+                scale: 2,
+            })
+            .expect("an element type"),
         ] {
             assert_eq!(parse_type(&sql_type.pg_name()).expect("parses"), sql_type);
         }

@@ -252,15 +252,7 @@ pub(crate) fn change_bytes(key_bytes: usize, old: Option<&Row>, new: Option<&Row
     /// A map entry's share of its node, the key's and the rows' headers.
     const ENTRY_BYTES: usize = 128;
     let row_bytes = |row: &Row| {
-        row.len() * std::mem::size_of::<Datum>()
-            + row
-                .iter()
-                .map(|datum| match datum {
-                    // Each allocation with its allocator overhead.
-                    Datum::Text(text) => text.capacity() + 16,
-                    _ => 0,
-                })
-                .sum::<usize>()
+        row.len() * std::mem::size_of::<Datum>() + row.iter().map(Datum::heap_bytes).sum::<usize>()
     };
     let held = ENTRY_BYTES + key_bytes + old.map_or(0, row_bytes) + new.map_or(0, row_bytes);
     held * COMMIT_FACTOR

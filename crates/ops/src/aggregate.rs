@@ -16,9 +16,12 @@
 //! (MIN) or descending (MAX) order — one short scan, never the whole group.
 //! Calls over the same argument (`MIN(x)` and `MAX(x)`) share one multiset,
 //! stored under the first such call's `agg`.
-//! `string_agg` keeps its values in the same kind of multiset, keyed by
-//! their `ORDER BY` keys first; after a change the group's result is joined
-//! again from the whole multiset (one scan of the group).
+//! `string_agg` and `array_agg` keep their values in the same kind of
+//! multiset, keyed by their `ORDER BY` keys first; after a change the
+//! group's result is joined (or collected, NULLs included) again from the
+//! whole multiset (one scan of the group). Without `ORDER BY` the values
+//! come in the order of their encodings, where PostgreSQL's follow its
+//! input.
 //! So do the ordered-set aggregates (`percentile_cont`, `percentile_disc`,
 //! `mode() WITHIN GROUP (ORDER BY value)`), keyed by value: after a change
 //! the group's result is read again from its values in order (one scan of
@@ -261,10 +264,18 @@ impl AggregateOperator {
                     Some(column) => &row[column],
                     None => &Datum::Null,
                 };
-                if call.function != AggregateFunction::CountStar && value.is_null() {
+                if value.is_null()
+                    && !matches!(
+                        call.function,
+                        AggregateFunction::CountStar | AggregateFunction::ArrayAgg
+                    )
+                {
                     continue;
                 }
-                if call.function == AggregateFunction::StringAgg {
+                if matches!(
+                    call.function,
+                    AggregateFunction::StringAgg | AggregateFunction::ArrayAgg
+                ) {
                     // DISTINCT applies when the values are joined.
                     concatenation_changes[index]
                         .push((self.concatenation_key(index, key, call, row), *weight));
@@ -339,7 +350,9 @@ impl AggregateOperator {
                 }
             }
             let result = match self.calls[index].function {
-                AggregateFunction::StringAgg => self.concatenation(store, index, key).await?,
+                AggregateFunction::StringAgg | AggregateFunction::ArrayAgg => {
+                    self.concatenation(store, index, key).await?
+                }
                 _ => self.ordered_set_value(store, index, key).await?,
             };
             state.partials[index] = Partial::Recomputed(result);
@@ -462,10 +475,12 @@ impl AggregateOperator {
         entry
     }
 
-    /// A `string_agg` call's result over its group's multiset: each value
-    /// (as often as it occurs, or each distinct pair once), each after the first
-    /// preceded by its own delimiter (none when that is NULL). NULL when the
-    /// group has no values. Reads the whole group's multiset.
+    /// A `string_agg` or `array_agg` call's result over its group's
+    /// multiset: each value (as often as it occurs, or each distinct pair
+    /// once), in order. `string_agg` joins them, each after the first
+    /// preceded by its own delimiter (none when that is NULL); `array_agg`
+    /// makes them an array, NULLs included. NULL when the group has no
+    /// values. Reads the whole group's multiset.
     async fn concatenation<S: StateStore>(
         &self,
         store: &mut S,
@@ -476,23 +491,34 @@ impl AggregateOperator {
         let entries = store
             .scan_prefix(&prefix, ScanOrder::Ascending, usize::MAX)
             .await?;
-        let corrupt = || RsError::internal("corrupt string_agg multiset entry");
+        let corrupt = || RsError::internal("corrupt string_agg/array_agg multiset entry");
+        let call = &self.calls[index];
         let mut joined: Option<String> = None;
+        let mut elements: Vec<Datum> = Vec::new();
         for (entry, count) in entries {
             let suffix = entry.get(prefix.len()..).ok_or_else(corrupt)?;
             let split = suffix.len().checked_sub(4).ok_or_else(corrupt)?;
             let order_len = u32::from_be_bytes(suffix[split..].try_into().map_err(|_| corrupt())?);
-            let row = decode_row(suffix.get(order_len as usize..split).ok_or_else(corrupt)?)?;
-            let (Some(Datum::Text(value)), Some(delimiter)) = (row.first(), row.get(1)) else {
-                return Err(corrupt());
-            };
+            let mut row = decode_row(suffix.get(order_len as usize..split).ok_or_else(corrupt)?)?;
             // Under DISTINCT the ORDER BY keys are the value or the
             // delimiter (the planner checks), so an entry is one distinct
             // (value, delimiter) pair.
-            let repeats = if self.calls[index].distinct {
+            let repeats = if call.distinct {
                 1
             } else {
                 decode_weight(&count)
+            };
+            if call.function == AggregateFunction::ArrayAgg {
+                if row.len() != 2 {
+                    return Err(corrupt());
+                }
+                let value = row.swap_remove(0);
+                let repeats = usize::try_from(repeats).map_err(|_| corrupt())?;
+                elements.extend(std::iter::repeat_n(value, repeats));
+                continue;
+            }
+            let (Some(Datum::Text(value)), Some(delimiter)) = (row.first(), row.get(1)) else {
+                return Err(corrupt());
             };
             for _ in 0..repeats {
                 match &mut joined {
@@ -505,6 +531,13 @@ impl AggregateOperator {
                     }
                 }
             }
+        }
+        if call.function == AggregateFunction::ArrayAgg {
+            return Ok(if elements.is_empty() {
+                Datum::Null
+            } else {
+                Datum::Array(elements)
+            });
         }
         Ok(joined.map_or(Datum::Null, Datum::Text))
     }
@@ -605,6 +638,7 @@ impl AggregateOperator {
                 AggregateFunction::Sum | AggregateFunction::Avg => Partial::ExactSum(0, 0),
                 AggregateFunction::Min | AggregateFunction::Max => Partial::Extremum(Datum::Null),
                 AggregateFunction::StringAgg
+                | AggregateFunction::ArrayAgg
                 | AggregateFunction::PercentileCont
                 | AggregateFunction::PercentileDisc
                 | AggregateFunction::Mode => Partial::Recomputed(Datum::Null),

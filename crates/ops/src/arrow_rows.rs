@@ -13,9 +13,10 @@ use datafusion::arrow::array::{
     Array, ArrayRef, BooleanArray, BooleanBuilder, Date32Array, Date32Builder, Decimal128Array,
     Decimal128Builder, Float32Array, Float32Builder, Float64Array, Float64Builder, Int16Array,
     Int16Builder, Int32Array, Int32Builder, Int64Array, Int64Builder, IntervalMonthDayNanoArray,
-    IntervalMonthDayNanoBuilder, StringArray, StringBuilder, TimestampMicrosecondArray,
+    IntervalMonthDayNanoBuilder, ListArray, StringArray, StringBuilder, TimestampMicrosecondArray,
     TimestampMicrosecondBuilder,
 };
+use datafusion::arrow::buffer::{NullBuffer, OffsetBuffer};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, IntervalMonthDayNano};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
@@ -85,6 +86,39 @@ pub fn column_to_array(rows: &[&Row], column: usize, sql_type: SqlType) -> RsRes
                 }
             }
             Arc::new(builder.finish())
+        }
+        SqlType::Array(element) => {
+            // The elements of every row, one after the other, as one column
+            // of the element type; each row's list is a range of them.
+            let mut offsets = Vec::with_capacity(rows.len() + 1);
+            offsets.push(0i32);
+            let mut valid = Vec::with_capacity(rows.len());
+            let mut elements: Vec<Row> = Vec::new();
+            for row in rows {
+                match &row[column] {
+                    Datum::Array(values) => {
+                        elements.extend(values.iter().map(|value| vec![value.clone()]));
+                        valid.push(true);
+                    }
+                    Datum::Null => valid.push(false),
+                    other => return Err(type_mismatch(other, sql_type)),
+                }
+                let end = i32::try_from(elements.len())
+                    .map_err(|_| RsError::internal("more than 2^31 array elements in one batch"))?;
+                offsets.push(end);
+            }
+            let element_rows: Vec<&Row> = elements.iter().collect();
+            let values = column_to_array(&element_rows, 0, *element)?;
+            let field = Arc::new(Field::new_list_field(arrow_type(*element), true));
+            Arc::new(
+                ListArray::try_new(
+                    field,
+                    OffsetBuffer::new(offsets.into()),
+                    values,
+                    Some(NullBuffer::from(valid)),
+                )
+                .map_err(arrow_error)?,
+            )
         }
     };
     Ok(array)
@@ -194,6 +228,26 @@ pub fn array_to_datums(array: &ArrayRef, sql_type: SqlType) -> RsResult<Vec<Datu
                 });
             }
         }
+        SqlType::Array(element) => {
+            let typed = array
+                .as_any()
+                .downcast_ref::<ListArray>()
+                .ok_or_else(|| downcast_error(&canonical))?;
+            let offsets = typed.value_offsets();
+            let first = offsets.first().copied().unwrap_or(0) as usize;
+            let last = offsets.last().copied().unwrap_or(0) as usize;
+            let values = typed.values().slice(first, last - first);
+            let mut elements = array_to_datums(&values, *element)?.into_iter();
+            for index in 0..length {
+                let count = (offsets[index + 1] - offsets[index]) as usize;
+                let list: Vec<Datum> = elements.by_ref().take(count).collect();
+                out.push(if typed.is_null(index) {
+                    Datum::Null
+                } else {
+                    Datum::Array(list)
+                });
+            }
+        }
     }
     Ok(out)
 }
@@ -239,6 +293,8 @@ mod tests {
             SqlType::Timestamp,
             SqlType::TimestampTz,
             SqlType::Interval,
+            SqlType::array_of(SqlType::Text).expect("an element type"),
+            SqlType::array_of(SqlType::Int32).expect("an element type"),
         ];
         let row: Row = vec![
             Datum::Bool(true),
@@ -257,6 +313,8 @@ mod tests {
                 days: 2,
                 nanoseconds: 3,
             }),
+            Datum::Array(vec![Datum::Text("a".into()), Datum::Null]),
+            Datum::Array(Vec::new()),
         ];
         let nulls: Row = vec![Datum::Null; types.len()];
         let schema = Arc::new(datafusion::arrow::datatypes::Schema::new(

@@ -184,6 +184,49 @@ pub(crate) fn aggregate_of(group_count: usize, input: PlanNode) -> PlanNode {
     }
 }
 
+/// `SELECT k, array_agg(v ORDER BY v DESC NULLS FIRST), array_agg(DISTINCT
+/// v ORDER BY v), array_agg(v) FROM t GROUP BY k` (grouped when
+/// `group_count` is 1, else global): NULL values kept.
+fn array_aggregate(group_count: usize) -> PlanNode {
+    let array = SqlType::array_of(SqlType::Int64).expect("an element type");
+    let call = |order_by: Option<bool>, distinct| AggregateCall {
+        function: AggregateFunction::ArrayAgg,
+        argument: Some(1),
+        distinct,
+        input_type: Some(SqlType::Int64),
+        output_type: array,
+        delimiter: None,
+        order_by: order_by
+            .map(|descending| SortKey {
+                column: 1,
+                descending,
+                nulls_first: descending,
+            })
+            .into_iter()
+            .collect(),
+        fraction: None,
+    };
+    let mut columns = int_schema(&["k"]).columns;
+    columns.truncate(group_count);
+    for name in ["by_value_desc", "distinct", "unordered"] {
+        columns.push(Column {
+            name: name.to_string(),
+            sql_type: array,
+        });
+    }
+    PlanNode::Aggregate {
+        op_id: 61,
+        input: Box::new(source(LEFT)),
+        group_count,
+        aggregates: vec![
+            call(Some(true), false),
+            call(Some(false), true),
+            call(None, false),
+        ],
+        schema: Schema { columns },
+    }
+}
+
 /// `SELECT k, string_agg(v::text, k::text ORDER BY v DESC NULLS FIRST),
 /// string_agg(DISTINCT v::text, ',' ORDER BY v::text) FROM t GROUP BY k`
 /// (grouped when `group_count` is 1, else global).
@@ -570,6 +613,11 @@ proptest! {
         Just(JoinKind::LeftSemi), Just(JoinKind::LeftAnti)]) {
         let side = if folded { folded_keyed_source } else { keyed_source };
         check(join_of(kind, side(LEFT), side(RIGHT)), history, seed)?;
+    }
+
+    #[test]
+    fn array_agg_matches_recomputation(seed: u64, history in history(), grouped: bool) {
+        check(array_aggregate(usize::from(grouped)), history, seed)?;
     }
 
     #[test]

@@ -8,7 +8,7 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{
-    DataType, Decimal128Type, Float32Type, Float64Type, IntervalMonthDayNano, IntervalUnit,
+    DataType, Decimal128Type, Field, Float32Type, Float64Type, IntervalMonthDayNano, IntervalUnit,
     TimeUnit,
 };
 use datafusion::common::DataFusionError;
@@ -30,6 +30,9 @@ pub fn arrow_type(sql_type: SqlType) -> DataType {
         SqlType::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, None),
         SqlType::TimestampTz => DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into())),
         SqlType::Interval => DataType::Interval(IntervalUnit::MonthDayNano),
+        SqlType::Array(element) => {
+            DataType::List(Arc::new(Field::new_list_field(arrow_type(*element), true)))
+        }
     }
 }
 
@@ -62,6 +65,18 @@ pub fn sql_type_of(data_type: &DataType) -> RsResult<SqlType> {
         DataType::Timestamp(_, Some(_)) => SqlType::TimestampTz,
         DataType::Interval(_) | DataType::Duration(_) => SqlType::Interval,
         DataType::Dictionary(_, value) => sql_type_of(value)?,
+        DataType::List(element)
+        | DataType::LargeList(element)
+        | DataType::FixedSizeList(element, _) => {
+            SqlType::array_of(sql_type_of(element.data_type())?).ok_or_else(|| {
+                RsError::new(
+                    &codes::UNSUPPORTED_TYPE,
+                    format!(
+                        "multidimensional arrays ({data_type}) cannot be stored in a view column"
+                    ),
+                )
+            })?
+        }
         other => {
             return Err(RsError::new(
                 &codes::UNSUPPORTED_TYPE,

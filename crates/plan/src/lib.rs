@@ -80,6 +80,8 @@ pub enum AggregateFunction {
     Max,
     /// `string_agg(value, delimiter [ORDER BY ...])`.
     StringAgg,
+    /// `array_agg(value [ORDER BY ...])`: NULL values included.
+    ArrayAgg,
     /// `bit_xor(integer)`: its own inverse, so retractions just apply again.
     BitXor,
     /// `percentile_cont(fraction) WITHIN GROUP (ORDER BY value)`: the value
@@ -159,7 +161,7 @@ pub struct AggregateCall {
     pub output_type: SqlType,
     /// `string_agg`: the input column holding each value's delimiter.
     pub delimiter: Option<usize>,
-    /// `string_agg ... ORDER BY`: the order of the values; an ordered-set
+    /// `string_agg`/`array_agg ... ORDER BY`: the order of the values; an ordered-set
     /// aggregate's `WITHIN GROUP (ORDER BY …)`: whether the values are
     /// taken descending (one key, over the argument).
     pub order_by: Vec<SortKey>,

@@ -405,6 +405,8 @@ impl ScalarUDFImpl for TypeOf {
                 Ok(sql_type) => {
                     let spelled = sql_type.pg_name();
                     match spelled.split_once('(') {
+                        // `numeric(38,6)[]` is `numeric[]`.
+                        Some((base, _)) if spelled.ends_with("[]") => format!("{base}[]"),
                         Some((base, _)) => base.to_string(),
                         None => spelled,
                     }

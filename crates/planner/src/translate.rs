@@ -1170,6 +1170,7 @@ impl Translator {
                 "min" | "bool_and" => AggregateFunction::Min,
                 "max" | "bool_or" => AggregateFunction::Max,
                 "string_agg" => AggregateFunction::StringAgg,
+                "array_agg" => AggregateFunction::ArrayAgg,
                 "bit_xor" => AggregateFunction::BitXor,
                 "percentile_cont" => AggregateFunction::PercentileCont,
                 "percentile_disc" => AggregateFunction::PercentileDisc,
@@ -1201,14 +1202,17 @@ impl Translator {
                 (None, None)
             } else {
                 let arguments = match (function, params.args.as_slice()) {
-                    (AggregateFunction::StringAgg, [value, separator]) => {
-                        delimiter = Some(push_column(
-                            &mut exprs,
-                            &mut columns,
-                            format!("__delimiter_{index}"),
-                            separator.clone(),
-                            &input_schema,
-                        )?);
+                    (AggregateFunction::StringAgg, [value, _])
+                    | (AggregateFunction::ArrayAgg, [value]) => {
+                        if let [_, separator] = params.args.as_slice() {
+                            delimiter = Some(push_column(
+                                &mut exprs,
+                                &mut columns,
+                                format!("__delimiter_{index}"),
+                                separator.clone(),
+                                &input_schema,
+                            )?);
+                        }
                         for (position, sort) in params.order_by.iter().enumerate() {
                             order_by.push(SortKey {
                                 column: push_column(
@@ -1241,7 +1245,10 @@ impl Translator {
                     )));
                 };
                 // These aggregates skip NULLs, so `agg(x) FILTER (WHERE c)`
-                // is `agg(CASE WHEN c THEN x END)`.
+                // is `agg(CASE WHEN c THEN x END)`; `array_agg` keeps them.
+                if function == AggregateFunction::ArrayAgg && params.filter.is_some() {
+                    return Err(RsError::unsupported("array_agg(…) FILTER (WHERE …)"));
+                }
                 let arg = match &params.filter {
                     Some(filter) => when(filter.as_ref().clone(), arg.clone())
                         .end()

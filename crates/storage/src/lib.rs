@@ -63,7 +63,9 @@ pub use set::{IndexEntries, IndexRowCursor, RowCursor, SetCursor, SnapshotSet};
 /// Version 5 adds plain index entries (`0x0A`, RFC 0014), whose catalog
 /// records an older binary would read as UNIQUE constraints and whose
 /// keys its storage's prefix filters would not cover: it must refuse them.
-pub const FORMAT_VERSION: u8 = 5;
+/// Version 6 may hold arrays (`array_agg` results, RFC 0016), a datum tag
+/// older binaries cannot decode.
+pub const FORMAT_VERSION: u8 = 6;
 /// Oldest format this binary reads.
 pub const FORMAT_VERSION_MIN: u8 = 2;
 

@@ -7,6 +7,7 @@
 //! the epoch for `TIMESTAMP[TZ]` (UTC for `TIMESTAMPTZ`).
 
 use std::fmt;
+use std::sync::Mutex;
 
 /// Largest precision a NUMERIC column may declare (Arrow `Decimal128`).
 pub const NUMERIC_PRECISION_MAX: u8 = 38;
@@ -32,6 +33,10 @@ pub enum SqlType {
     Timestamp,
     TimestampTz,
     Interval,
+    /// A one-dimensional array of the element type (never itself an array:
+    /// multidimensional arrays are refused). Interned by [`SqlType::array_of`],
+    /// so that the type stays `Copy`.
+    Array(&'static SqlType),
 }
 
 /// The declared length of a column type spelled `character varying(n)`
@@ -45,6 +50,29 @@ pub fn varchar_length(type_name: &str) -> Option<usize> {
 }
 
 impl SqlType {
+    /// The array type of `element`: one interned value per element type (a
+    /// bounded set: the scalar types and their numeric precisions), so that
+    /// `SqlType` stays `Copy`. `None` for an array element, since arrays of
+    /// arrays are not a type of their own.
+    pub fn array_of(element: SqlType) -> Option<SqlType> {
+        static INTERNED: Mutex<Vec<&'static SqlType>> = Mutex::new(Vec::new());
+        if matches!(element, SqlType::Array(_)) {
+            return None;
+        }
+        let mut interned = INTERNED
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let element = match interned.iter().find(|known| ***known == element) {
+            Some(known) => *known,
+            None => {
+                let leaked: &'static SqlType = Box::leak(Box::new(element));
+                interned.push(leaked);
+                leaked
+            }
+        };
+        Some(SqlType::Array(element))
+    }
+
     /// The PostgreSQL spelling, as `\d` shows it.
     pub fn pg_name(&self) -> String {
         match self {
@@ -60,6 +88,7 @@ impl SqlType {
             SqlType::Timestamp => "timestamp without time zone".into(),
             SqlType::TimestampTz => "timestamp with time zone".into(),
             SqlType::Interval => "interval".into(),
+            SqlType::Array(element) => format!("{}[]", element.pg_name()),
         }
     }
 }
@@ -84,6 +113,9 @@ pub enum Datum {
     /// Microseconds since 1970-01-01 00:00:00 UTC.
     TimestampTz(i64),
     Interval(Interval),
+    /// A one-dimensional array (lower bound 1) of values of one type, any of
+    /// them NULL; never an array of arrays.
+    Array(Vec<Datum>),
 }
 
 /// PostgreSQL's interval: months, days and nanoseconds kept apart.
@@ -109,6 +141,21 @@ impl Datum {
     pub fn is_null(&self) -> bool {
         matches!(self, Datum::Null)
     }
+
+    /// Bytes the value holds outside itself (text and array elements), with
+    /// an allocator's overhead per allocation.
+    pub fn heap_bytes(&self) -> usize {
+        const ALLOCATION_OVERHEAD: usize = 16;
+        match self {
+            Datum::Text(text) => text.capacity() + ALLOCATION_OVERHEAD,
+            Datum::Array(elements) => {
+                elements.capacity() * std::mem::size_of::<Datum>()
+                    + ALLOCATION_OVERHEAD
+                    + elements.iter().map(Datum::heap_bytes).sum::<usize>()
+            }
+            _ => 0,
+        }
+    }
 }
 
 impl fmt::Display for Datum {
@@ -127,6 +174,16 @@ impl fmt::Display for Datum {
             Datum::Timestamp(value) => write!(f, "timestamp({value})"),
             Datum::TimestampTz(value) => write!(f, "timestamptz({value})"),
             Datum::Interval(value) => write!(f, "{value:?}"),
+            Datum::Array(elements) => {
+                write!(f, "{{")?;
+                for (index, element) in elements.iter().enumerate() {
+                    if index > 0 {
+                        write!(f, ",")?;
+                    }
+                    write!(f, "{element}")?;
+                }
+                write!(f, "}}")
+            }
         }
     }
 }

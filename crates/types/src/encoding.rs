@@ -12,7 +12,11 @@
 //! - text: bytes with `0x00` escaped as `0x00 0xFF`, terminated by `0x00 0x00`,
 //!   so a string sorts before every longer string it prefixes;
 //! - interval: PostgreSQL's normalised length first (a month is 30 days), then
-//!   the parts, so equal-length intervals still round-trip.
+//!   the parts, so equal-length intervals still round-trip;
+//! - array: each element as `0x01` and its encoding, or `0x02` for a NULL
+//!   element, then `0x00`: element by element, NULLs after every value and
+//!   an array before its extensions, as PostgreSQL orders arrays. An
+//!   element is never itself an array.
 //!
 //! A row is the concatenation of its datums; since each encoding is
 //! self-delimiting, rows compare column by column. The same bytes serve as
@@ -36,6 +40,12 @@ const TAG_DATE: u8 = 0x18;
 const TAG_TIMESTAMP: u8 = 0x19;
 const TAG_TIMESTAMPTZ: u8 = 0x1A;
 const TAG_INTERVAL: u8 = 0x1B;
+const TAG_ARRAY: u8 = 0x1C;
+
+/// Within an array: the end, a value follows, a NULL element.
+const ARRAY_END: u8 = 0x00;
+const ARRAY_VALUE: u8 = 0x01;
+const ARRAY_NULL: u8 = 0x02;
 
 /// Appends the encoding of `datum` to `out`.
 pub fn encode_datum(datum: &Datum, out: &mut Vec<u8>) {
@@ -81,6 +91,18 @@ pub fn encode_datum(datum: &Datum, out: &mut Vec<u8>) {
             out.extend_from_slice(&((value.months as u32) ^ 0x8000_0000).to_be_bytes());
             out.extend_from_slice(&((value.days as u32) ^ 0x8000_0000).to_be_bytes());
             out.extend_from_slice(&((value.nanoseconds as u64) ^ (1 << 63)).to_be_bytes());
+        }
+        Datum::Array(elements) => {
+            out.push(TAG_ARRAY);
+            for element in elements {
+                if element.is_null() {
+                    out.push(ARRAY_NULL);
+                } else {
+                    out.push(ARRAY_VALUE);
+                    encode_datum(element, out);
+                }
+            }
+            out.push(ARRAY_END);
         }
     }
 }
@@ -164,6 +186,20 @@ pub fn compare_datum(a: &Datum, b: &Datum) -> Ordering {
             a.nanoseconds,
         )
             .cmp(&(b.normalized_nanoseconds(), b.months, b.days, b.nanoseconds)),
+        (Datum::Array(a), Datum::Array(b)) => {
+            for (a, b) in a.iter().zip(b) {
+                let order = match (a.is_null(), b.is_null()) {
+                    (true, true) => Ordering::Equal,
+                    (true, false) => Ordering::Greater,
+                    (false, true) => Ordering::Less,
+                    (false, false) => compare_datum(a, b),
+                };
+                if order != Ordering::Equal {
+                    return order;
+                }
+            }
+            a.len().cmp(&b.len())
+        }
         _ => tag(a).cmp(&tag(b)),
     }
 }
@@ -195,6 +231,7 @@ fn tag(datum: &Datum) -> u8 {
         Datum::Timestamp(_) => TAG_TIMESTAMP,
         Datum::TimestampTz(_) => TAG_TIMESTAMPTZ,
         Datum::Interval(_) => TAG_INTERVAL,
+        Datum::Array(_) => TAG_ARRAY,
     }
 }
 
@@ -241,6 +278,23 @@ pub fn datum_len(bytes: &[u8]) -> Option<usize> {
                         _ => return None,
                     },
                     _ => position += 1,
+                }
+            }
+        }
+        TAG_ARRAY => {
+            let mut position = 1;
+            loop {
+                match *bytes.get(position)? {
+                    ARRAY_END => return Some(position + 1),
+                    ARRAY_NULL => position += 1,
+                    ARRAY_VALUE => {
+                        let element = bytes.get(position + 1..)?;
+                        if element.first() == Some(&TAG_ARRAY) {
+                            return None;
+                        }
+                        position += 1 + datum_len(element)?;
+                    }
+                    _ => return None,
                 }
             }
         }
@@ -317,6 +371,20 @@ impl Reader<'_> {
                     days,
                     nanoseconds,
                 })
+            }
+            TAG_ARRAY => {
+                let mut elements = Vec::new();
+                loop {
+                    match self.take::<1>()? {
+                        [ARRAY_END] => break,
+                        [ARRAY_NULL] => elements.push(Datum::Null),
+                        [ARRAY_VALUE] if self.bytes.get(self.position) != Some(&TAG_ARRAY) => {
+                            elements.push(self.datum()?)
+                        }
+                        _ => return Err(corrupt()),
+                    }
+                }
+                Datum::Array(elements)
             }
             _ => return Err(corrupt()),
         })
@@ -439,13 +507,38 @@ mod tests {
 
     fn normalize(datum: &Datum) -> Datum {
         match datum {
+            Datum::Array(elements) => Datum::Array(elements.iter().map(normalize).collect()),
             Datum::Float64(value) if *value == 0.0 => Datum::Float64(0.0),
             Datum::Float32(value) if *value == 0.0 => Datum::Float32(0.0),
             other => other.clone(),
         }
     }
 
+    /// A scalar, or an array of one type's values and NULLs.
     fn arbitrary_datum() -> impl Strategy<Value = Datum> {
+        prop_oneof![
+            4 => arbitrary_scalar(),
+            1 => arbitrary_scalar().prop_flat_map(|sample| {
+                let element = scalar_of_kind(sample);
+                proptest::collection::vec(
+                    prop_oneof![1 => Just(Datum::Null), 4 => element],
+                    0..4,
+                )
+                .prop_map(Datum::Array)
+            }),
+        ]
+    }
+
+    /// Values of the same type as `sample` (text or integers: two orders
+    /// that differ from their encodings' lengths).
+    fn scalar_of_kind(sample: Datum) -> BoxedStrategy<Datum> {
+        match sample {
+            Datum::Text(_) => "[ab]{0,3}".prop_map(Datum::Text).boxed(),
+            _ => (-3i64..3).prop_map(Datum::Int64).boxed(),
+        }
+    }
+
+    fn arbitrary_scalar() -> impl Strategy<Value = Datum> {
         prop_oneof![
             Just(Datum::Null),
             any::<bool>().prop_map(Datum::Bool),
@@ -467,6 +560,35 @@ mod tests {
                 }
             )),
         ]
+    }
+
+    #[test]
+    fn arrays_order_as_postgresql_orders_them() {
+        // Element by element, a NULL element after every value, an array
+        // before its extensions: {} < {1} < {1,2} < {1,NULL} < {2}.
+        let array = |elements: &[Option<i64>]| {
+            Datum::Array(
+                elements
+                    .iter()
+                    .map(|element| element.map_or(Datum::Null, Datum::Int64))
+                    .collect(),
+            )
+        };
+        let ordered = [
+            array(&[]),
+            array(&[Some(1)]),
+            array(&[Some(1), Some(2)]),
+            array(&[Some(1), None]),
+            array(&[Some(2)]),
+        ];
+        for pair in ordered.windows(2) {
+            assert!(encode_one(&pair[0]) < encode_one(&pair[1]), "{pair:?}");
+            assert_eq!(compare_datum(&pair[0], &pair[1]), Ordering::Less);
+        }
+        // An array of arrays is never read back.
+        let nested = [TAG_ARRAY, ARRAY_VALUE, TAG_ARRAY, ARRAY_END, ARRAY_END];
+        assert!(decode_row(&nested).is_err());
+        assert_eq!(datum_len(&nested), None);
     }
 
     #[test]

@@ -189,6 +189,15 @@ const TYPMOD_OFFSET: i64 = 4;
 /// spells it (`numeric(12,2)`, `character varying(20)`, `bigint`, ...).
 /// Types we do not know report as `text`.
 pub(crate) fn type_identity(type_name: &str) -> (i64, i64) {
+    if let Some(element) = type_name.trim().strip_suffix("[]") {
+        // An array keeps its element's modifier, as PostgreSQL's
+        // `numeric(12,2)[]` column does.
+        let (element_oid, modifier) = type_identity(element);
+        return match TYPES.iter().find(|known| known.oid == element_oid) {
+            Some(known) => (known.array_oid, modifier),
+            None => (TEXT_OID, -1),
+        };
+    }
     let (base, modifiers) = match type_name.split_once('(') {
         Some((base, rest)) => (base.trim(), rest.strip_suffix(')')),
         None => (type_name.trim(), None),
@@ -222,6 +231,9 @@ pub(crate) fn format_type(oid: i64, modifier: Option<i64>) -> String {
     let Some(name) = type_name(oid) else {
         return "???".to_string();
     };
+    if let Some(element) = TYPES.iter().find(|known| known.array_oid == oid) {
+        return format!("{}[]", format_type(element.oid, modifier));
+    }
     let modifier = modifier.unwrap_or(-1) - TYPMOD_OFFSET;
     match oid {
         NUMERIC_OID if modifier >= 0 => {
@@ -398,6 +410,9 @@ mod tests {
             "timestamp without time zone",
             "timestamp with time zone",
             "interval",
+            "text[]",
+            "numeric(12,2)[]",
+            "timestamp with time zone[]",
         ] {
             let (oid, modifier) = type_identity(spelling);
             assert_eq!(format_type(oid, Some(modifier)), spelling);
@@ -405,6 +420,7 @@ mod tests {
         // PostgreSQL's own numbers: numeric(12,2) is 1700 / 786438.
         assert_eq!(type_identity("numeric(12,2)"), (1700, 786438));
         assert_eq!(type_identity("character varying(20)"), (1043, 24));
+        assert_eq!(type_identity("integer[]"), (1007, -1));
         assert_eq!(format_type(4242, None), "???");
         assert_eq!(type_oid("int8"), Some(20));
         assert_eq!(type_oid("pg_catalog.bigint"), Some(20));

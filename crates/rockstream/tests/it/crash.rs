@@ -62,6 +62,12 @@ const VIEWS: &[(&str, &str)] = &[
         "SELECT r.writer, COUNT(*) AS entries, SUM(l.amount) AS total FROM receipts r \
          JOIN ledger l ON l.transaction_id = r.transaction_id GROUP BY r.writer",
     ),
+    // Arrays in view state (RFC 0016).
+    (
+        "ledger_rows_by_transaction",
+        "SELECT transaction_id, array_agg(id ORDER BY id) AS ids, array_agg(amount ORDER BY id) AS amounts \
+         FROM ledger GROUP BY transaction_id",
+    ),
 ];
 
 /// What the writers know: transactions acknowledged, and those whose fate the crash decides.

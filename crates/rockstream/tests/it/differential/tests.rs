@@ -258,6 +258,14 @@ fn constructs_scenario() -> Scenario {
              FROM orders GROUP BY region",
         ),
         (
+            "array_aggregates",
+            "SELECT region, array_agg(id ORDER BY id) AS ids, \
+             array_agg(amount ORDER BY amount DESC NULLS LAST, id) AS amounts, \
+             array_agg(DISTINCT customer_id ORDER BY customer_id DESC) AS customers, \
+             array_agg(created_at ORDER BY id) AS times FROM orders GROUP BY region",
+        ),
+        ("array_unnested", "SELECT region, unnest(amounts) AS amount, ids[1] AS first FROM array_aggregates"),
+        (
             "values_join",
             "SELECT o.id, v.label FROM orders o JOIN (VALUES ('eu', 'Europe'), ('us', 'Americas'), ('us', 'USA')) v(region, label) \
              ON o.region = v.region UNION ALL SELECT 0, 'constant'",
