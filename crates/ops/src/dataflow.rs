@@ -46,6 +46,7 @@ use crate::distinct;
 use crate::exchange::{Exchange, Unsharded};
 use crate::expr::CompiledExprs;
 use crate::join::JoinOperator;
+use crate::recursive::RecursiveOperator;
 use crate::state::{StateRead, StateStore};
 use crate::temporal_filter::TemporalFilter;
 use crate::top_k::TopKOperator;
@@ -96,6 +97,7 @@ enum Operator {
     TemporalFilter(Box<TemporalFilter>),
     ClockSeries(Box<ClockSeries>),
     UnionAll,
+    Recursive(Box<RecursiveOperator>),
     SetOperation {
         op_id: ObjectId,
         operator: SetOperator,
@@ -398,6 +400,20 @@ impl Operator {
                     .ok_or_else(|| RsError::internal("a clock series without its column"))?,
             )?)),
             PlanNode::UnionAll { .. } => Operator::UnionAll,
+            PlanNode::Recursive {
+                op_id,
+                distinct,
+                step,
+                ..
+            } => Operator::Recursive(Box::new(RecursiveOperator::new(
+                *op_id,
+                *distinct,
+                Dataflow::compile(step)?,
+            ))),
+            // Within a recursive node's step: its sources, by index.
+            PlanNode::LoopInput { index, .. } => Operator::Source {
+                object_id: *index as ObjectId,
+            },
             PlanNode::SetOperation {
                 op_id,
                 operator,
@@ -483,6 +499,7 @@ impl Operator {
                 }
                 Ok(out.consolidate())
             }
+            Operator::Recursive(recursive) => recursive.step(store, inputs, step).await,
             Operator::SetOperation {
                 op_id,
                 operator,

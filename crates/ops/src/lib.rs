@@ -23,6 +23,7 @@ pub mod expr;
 mod join;
 pub mod keys;
 pub mod layered;
+mod recursive;
 pub mod state;
 mod temporal_filter;
 mod top_k;

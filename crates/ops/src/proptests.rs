@@ -184,6 +184,54 @@ pub(crate) fn aggregate_of(group_count: usize, input: PlanNode) -> PlanNode {
     }
 }
 
+/// `WITH RECURSIVE r(k, v) AS (SELECT k, v FROM t UNION [ALL] SELECT r.k,
+/// t.v FROM r JOIN t ON r.v = t.k [AND t.k < t.v]) SELECT * FROM r`: the
+/// pairs joined by paths of `t`'s edges (cycles included: with `UNION`;
+/// with `UNION ALL` only along increasing edges, so that every path ends).
+fn reachability(distinct: bool) -> PlanNode {
+    use datafusion::prelude::col;
+    let loop_input = |index| PlanNode::LoopInput {
+        index,
+        schema: int_schema(&["k", "v"]),
+    };
+    let PlanNode::Join {
+        joined_schema,
+        schema,
+        ..
+    } = join(JoinKind::Inner)
+    else {
+        unreachable!("join() makes a join")
+    };
+    let step = PlanNode::Map {
+        input: Box::new(PlanNode::Join {
+            op_id: 71,
+            left: Box::new(loop_input(0)),
+            right: Box::new(loop_input(1)),
+            kind: JoinKind::Inner,
+            left_keys: vec![1],
+            right_keys: vec![0],
+            nulls_equal: false,
+            residual: (!distinct).then(|| col("lv").lt(col("rv"))),
+            joined_schema: joined_schema.clone(),
+            null_aware: false,
+            left_width: 2,
+            right_width: 2,
+            schema,
+        }),
+        exprs: vec![col("lk"), col("rv")],
+        input_schema: joined_schema,
+        schema: int_schema(&["k", "v"]),
+    };
+    PlanNode::Recursive {
+        op_id: 70,
+        base: Box::new(source(LEFT)),
+        external: vec![source(LEFT)],
+        step: Box::new(step),
+        distinct,
+        schema: int_schema(&["k", "v"]),
+    }
+}
+
 /// `SELECT k, array_agg(v ORDER BY v DESC NULLS FIRST), array_agg(DISTINCT
 /// v ORDER BY v), array_agg(v) FROM t GROUP BY k` (grouped when
 /// `group_count` is 1, else global): NULL values kept.
@@ -613,6 +661,16 @@ proptest! {
         Just(JoinKind::LeftSemi), Just(JoinKind::LeftAnti)]) {
         let side = if folded { folded_keyed_source } else { keyed_source };
         check(join_of(kind, side(LEFT), side(RIGHT)), history, seed)?;
+    }
+
+    #[test]
+    fn recursive_union_matches_recomputation(seed: u64, history in history()) {
+        check(reachability(true), history, seed)?;
+    }
+
+    #[test]
+    fn recursive_union_all_matches_recomputation(seed: u64, history in history()) {
+        check(reachability(false), history, seed)?;
     }
 
     #[test]

@@ -265,6 +265,25 @@ pub enum PlanNode {
         inputs: Vec<PlanNode>,
         schema: Schema,
     },
+    /// `WITH RECURSIVE`: the least fixed point of `base ∪ step(self)`
+    /// (RFC 0017). Its inputs are `base` and the parts of the recursive
+    /// term that do not read the recursion (`external`), computed outside
+    /// the loop and gathered on one shard; `step` is the rest of the
+    /// recursive term, over [`PlanNode::LoopInput`]s, run in a loop by the
+    /// operator until it adds nothing.
+    Recursive {
+        op_id: ObjectId,
+        base: Box<PlanNode>,
+        external: Vec<PlanNode>,
+        step: Box<PlanNode>,
+        /// `UNION` (each row once, PostgreSQL's set semantics) rather than
+        /// `UNION ALL` (a row per derivation).
+        distinct: bool,
+        schema: Schema,
+    },
+    /// Inside a [`PlanNode::Recursive`]'s `step` only: the recursion's rows
+    /// (index 0) or the recursive node's `external[index - 1]`.
+    LoopInput { index: usize, schema: Schema },
     /// `EXCEPT [ALL]` / `INTERSECT [ALL]` over rows compared with NULL = NULL.
     SetOperation {
         op_id: ObjectId,
@@ -336,7 +355,9 @@ impl PlanNode {
             | PlanNode::Aggregate { schema, .. }
             | PlanNode::TopK { schema, .. }
             | PlanNode::Window { schema, .. }
-            | PlanNode::UnionAll { schema, .. } => schema,
+            | PlanNode::UnionAll { schema, .. }
+            | PlanNode::Recursive { schema, .. }
+            | PlanNode::LoopInput { schema, .. } => schema,
             PlanNode::Filter { input, .. }
             | PlanNode::TemporalFilter { input, .. }
             | PlanNode::Distinct { input, .. }
@@ -345,11 +366,16 @@ impl PlanNode {
         }
     }
 
-    /// The children, left to right.
+    /// The children, left to right. A recursive node's are its base and
+    /// its external inputs; its `step` is a plan of its own.
     pub fn inputs(&self) -> Vec<&PlanNode> {
         match self {
-            PlanNode::Source { .. } | PlanNode::Constant { .. } | PlanNode::ClockSeries { .. } => {
-                vec![]
+            PlanNode::Source { .. }
+            | PlanNode::Constant { .. }
+            | PlanNode::ClockSeries { .. }
+            | PlanNode::LoopInput { .. } => vec![],
+            PlanNode::Recursive { base, external, .. } => {
+                std::iter::once(&**base).chain(external).collect()
             }
             PlanNode::Map { input, .. }
             | PlanNode::Unnest { input, .. }
@@ -370,8 +396,12 @@ impl PlanNode {
     /// The children, left to right, to change in place.
     pub fn inputs_mut(&mut self) -> Vec<&mut PlanNode> {
         match self {
-            PlanNode::Source { .. } | PlanNode::Constant { .. } | PlanNode::ClockSeries { .. } => {
-                vec![]
+            PlanNode::Source { .. }
+            | PlanNode::Constant { .. }
+            | PlanNode::ClockSeries { .. }
+            | PlanNode::LoopInput { .. } => vec![],
+            PlanNode::Recursive { base, external, .. } => {
+                std::iter::once(&mut **base).chain(external).collect()
             }
             PlanNode::Map { input, .. }
             | PlanNode::Unnest { input, .. }
@@ -453,11 +483,15 @@ impl PlanNode {
         }
     }
 
-    /// Pre-order traversal.
+    /// Pre-order traversal, into a recursive node's `step` too (after its
+    /// inputs).
     pub fn visit(&self, visitor: &mut impl FnMut(&PlanNode)) {
         visitor(self);
         for input in self.inputs() {
             input.visit(visitor);
+        }
+        if let PlanNode::Recursive { step, .. } = self {
+            step.visit(visitor);
         }
     }
 
@@ -647,6 +681,22 @@ impl PlanNode {
             PlanNode::UnionAll { inputs, .. } => {
                 let _ = write!(out, "union {}; ", inputs.len());
             }
+            PlanNode::Recursive {
+                op_id,
+                external,
+                distinct,
+                ..
+            } => {
+                let _ = write!(
+                    out,
+                    "recursive {op_id} distinct={distinct} external={} [{}]; ",
+                    external.len(),
+                    types(node)
+                );
+            }
+            PlanNode::LoopInput { index, .. } => {
+                let _ = write!(out, "loop_input {index} [{}]; ", types(node));
+            }
             // Where rows are computed, not what is kept: a view planned
             // for more shards keeps its state in the same layout.
             PlanNode::Exchange { .. } => {}
@@ -743,6 +793,12 @@ impl PlanNode {
                 numbering.map(|numbering| format!(" {numbering:?}")).unwrap_or_default()
             ),
             PlanNode::UnionAll { .. } => "UnionAll".to_string(),
+            PlanNode::Recursive { distinct, .. } => format!(
+                "Recursive {} (base, external inputs; then the step)",
+                if *distinct { "UNION" } else { "UNION ALL" }
+            ),
+            PlanNode::LoopInput { index: 0, .. } => "LoopInput the recursion".to_string(),
+            PlanNode::LoopInput { index, .. } => format!("LoopInput external {}", index - 1),
             PlanNode::SetOperation { operator, all, .. } => {
                 format!("{operator:?}{}", if *all { " ALL" } else { "" })
             }
@@ -752,6 +808,9 @@ impl PlanNode {
         let _ = writeln!(out, "{indent}{line}");
         for input in self.inputs() {
             input.explain_into(depth + 1, out);
+        }
+        if let PlanNode::Recursive { step, .. } = self {
+            step.explain_into(depth + 1, out);
         }
     }
 }

@@ -118,6 +118,8 @@ fn required(plan: &PlanNode) -> Vec<Option<Vec<usize>>> {
             vec![Some(partition.clone())]
         }
         PlanNode::SetOperation { left, .. } => vec![whole_row(left), whole_row(left)],
+        // The loop runs on one shard, over all of its inputs.
+        PlanNode::Recursive { external, .. } => vec![Some(Vec::new()); 1 + external.len()],
         other => other.inputs().iter().map(|_| None).collect(),
     }
 }
@@ -135,7 +137,10 @@ fn output(
 ) -> Partitioning {
     match plan {
         PlanNode::Source { object_id, .. } => source(*object_id),
-        PlanNode::Constant { .. } | PlanNode::ClockSeries { .. } => Partitioning::Hash(Vec::new()),
+        PlanNode::Constant { .. }
+        | PlanNode::ClockSeries { .. }
+        | PlanNode::Recursive { .. }
+        | PlanNode::LoopInput { .. } => Partitioning::Hash(Vec::new()),
         // Kept when every key column is passed on unchanged.
         PlanNode::Map {
             exprs,

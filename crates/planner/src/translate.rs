@@ -13,6 +13,7 @@ use datafusion::common::tree_node::Transformed;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{DFSchema, DFSchemaRef, JoinType, NullEquality};
 use datafusion::common::{ScalarValue, TableReference};
+use datafusion::datasource::cte_worktable::CteWorkTable;
 use datafusion::datasource::source_as_provider;
 use datafusion::execution::context::SessionContext;
 use datafusion::functions_window::expr_fn::row_number;
@@ -437,7 +438,7 @@ impl Translator {
                 }
                 _ => self.window_functions(window),
             },
-            LogicalPlan::RecursiveQuery(_) => Err(RsError::unsupported("WITH RECURSIVE")),
+            LogicalPlan::RecursiveQuery(query) => self.recursive(query),
             LogicalPlan::Values(values) => Ok(PlanNode::Constant {
                 rows: values.values.clone(),
                 schema: schema_of(&values.schema)?,
@@ -864,20 +865,32 @@ impl Translator {
 
     fn table_scan(&mut self, scan: &datafusion::logical_expr::TableScan) -> RsResult<PlanNode> {
         let provider = source_as_provider(&scan.source).map_err(datafusion_error)?;
-        let table = provider
-            .downcast_ref::<SchemaOnlyTable>()
-            .ok_or_else(|| RsError::unsupported(format!("reading {}", scan.table_name)))?;
+        // A recursive query's reference to itself, in its recursive term.
+        let work_table = provider.downcast_ref::<CteWorkTable>();
+        let table_schema = match (work_table, provider.downcast_ref::<SchemaOnlyTable>()) {
+            (Some(work_table), _) => work_table.schema(),
+            (None, Some(table)) => table.schema.clone(),
+            (None, None) => {
+                return Err(RsError::unsupported(format!("reading {}", scan.table_name)))
+            }
+        };
         // A LIMIT DataFusion pushed into the scan is applied above it (a
         // top-K, [`Translator::window`]): the scan reads every row.
         let full_schema = Arc::new(
-            DFSchema::try_from_qualified_schema(scan.table_name.clone(), &table.schema)
+            DFSchema::try_from_qualified_schema(scan.table_name.clone(), &table_schema)
                 .map_err(datafusion_error)?,
         );
-        let mut node = PlanNode::Source {
-            object_id: table.object_id,
-            name: table.name.clone(),
-            schema: schema_of(&full_schema)?,
-            unique_key: table.unique_key.clone(),
+        let mut node = match provider.downcast_ref::<SchemaOnlyTable>() {
+            Some(table) => PlanNode::Source {
+                object_id: table.object_id,
+                name: table.name.clone(),
+                schema: schema_of(&full_schema)?,
+                unique_key: table.unique_key.clone(),
+            },
+            None => PlanNode::LoopInput {
+                index: 0,
+                schema: schema_of(&full_schema)?,
+            },
         };
         if let Some(projection) = &scan.projection {
             let exprs = projection
@@ -892,8 +905,7 @@ impl Translator {
                 DFSchema::try_from_qualified_schema(
                     scan.table_name.clone(),
                     &Arc::new(
-                        table
-                            .schema
+                        table_schema
                             .project(projection)
                             .map_err(|e| datafusion_error(e.into()))?,
                     ),
@@ -921,6 +933,43 @@ impl Translator {
             };
         }
         Ok(node)
+    }
+
+    /// `WITH RECURSIVE name AS (base UNION [ALL] recursive term)`: the
+    /// recursive term's parts that do not read `name` become the node's
+    /// external inputs, the rest its step (RFC 0017).
+    fn recursive(
+        &mut self,
+        query: &datafusion::logical_expr::RecursiveQuery,
+    ) -> RsResult<PlanNode> {
+        let op_id = self.op_id();
+        let base = self.translate(&query.static_term)?;
+        let schema = schema_of(query.static_term.schema())?;
+        let step = self.translate(&query.recursive_term)?;
+        let invalid = |message: String| RsError::new(&codes::INVALID_RECURSION, message);
+        if loop_reads(&step) != 1 {
+            return Err(invalid(format!(
+                "recursive reference to query \"{}\" must not appear more than once",
+                query.name
+            )));
+        }
+        if step.schema().types() != schema.types() || base.schema().types() != schema.types() {
+            return Err(invalid(format!(
+                "recursive query \"{}\": its terms' column types differ",
+                query.name
+            )));
+        }
+        let mut external = Vec::new();
+        let step = split_external(step, &mut external);
+        loop_operators_allowed(&step, query.is_distinct)?;
+        Ok(PlanNode::Recursive {
+            op_id,
+            base: Box::new(base),
+            external,
+            step: Box::new(step),
+            distinct: query.is_distinct,
+            schema,
+        })
     }
 
     fn join(&mut self, join: &datafusion::logical_expr::Join) -> RsResult<PlanNode> {
@@ -1301,6 +1350,90 @@ impl Translator {
             schema: output_schema,
         })
     }
+}
+
+/// How often `plan` reads the recursion it is the step of (not counting a
+/// nested recursive query's own).
+fn loop_reads(plan: &PlanNode) -> usize {
+    match plan {
+        PlanNode::LoopInput { index: 0, .. } => 1,
+        other => other.inputs().into_iter().map(loop_reads).sum(),
+    }
+}
+
+/// `step` with each largest part that does not read the recursion moved to
+/// `external`, a [`PlanNode::LoopInput`] in its place.
+fn split_external(mut step: PlanNode, external: &mut Vec<PlanNode>) -> PlanNode {
+    if loop_reads(&step) == 0 {
+        let schema = step.schema().clone();
+        external.push(step);
+        return PlanNode::LoopInput {
+            index: external.len(),
+            schema,
+        };
+    }
+    for input in step.inputs_mut() {
+        let placeholder = PlanNode::LoopInput {
+            index: 0,
+            schema: Schema::default(),
+        };
+        let taken = std::mem::replace(input, placeholder);
+        *input = split_external(taken, external);
+    }
+    step
+}
+
+/// The operators a recursion's rows may pass through. Each must be linear
+/// in the recursion (a row's output does not depend on the other rows), so
+/// that feeding the recursion's changes through it gives the change of its
+/// output; under `UNION` (`distinct`) each must also only grow as any input
+/// grows, so that the loop's lost derivations are found by following
+/// deletions alone (RFC 0017): no outer or anti joins there.
+fn loop_operators_allowed(step: &PlanNode, distinct: bool) -> RsResult<()> {
+    let refused = |what: &str| {
+        Err(RsError::unsupported(format!(
+            "{what} in the recursive term of WITH RECURSIVE"
+        )))
+    };
+    match step {
+        PlanNode::LoopInput { .. }
+        | PlanNode::Map { .. }
+        | PlanNode::Filter { .. }
+        | PlanNode::Unnest { .. } => {}
+        PlanNode::Join {
+            kind, left, right, ..
+        } => {
+            let (on_left, on_right) = (loop_reads(left) > 0, loop_reads(right) > 0);
+            let allowed = match kind {
+                JoinKind::Inner => true,
+                JoinKind::LeftSemi => on_left,
+                JoinKind::Left | JoinKind::LeftAnti => on_left && !distinct,
+                JoinKind::Right => on_right && !distinct,
+                JoinKind::Full => false,
+            };
+            if !allowed {
+                let under = if distinct { " under UNION" } else { "" };
+                return refused(&format!("a {kind:?} join{under}"));
+            }
+        }
+        PlanNode::Aggregate { .. } => return refused("an aggregate"),
+        PlanNode::Distinct { .. } => return refused("DISTINCT"),
+        PlanNode::TopK { .. } => return refused("ORDER BY … LIMIT"),
+        PlanNode::Window { .. } => return refused("a window function"),
+        PlanNode::UnionAll { .. } | PlanNode::SetOperation { .. } => {
+            return refused("a set operation")
+        }
+        PlanNode::Recursive { .. } => return refused("a nested recursive query"),
+        PlanNode::TemporalFilter { .. } | PlanNode::ClockSeries { .. } => return refused("now()"),
+        PlanNode::Source { .. } | PlanNode::Constant { .. } | PlanNode::Exchange { .. } => {
+            return Err(RsError::internal(
+                "a recursive step reads a relation outside its external inputs",
+            ))
+        }
+    }
+    step.inputs()
+        .into_iter()
+        .try_for_each(|input| loop_operators_allowed(input, distinct))
 }
 
 /// Most expressions of a CUBE: it groups by every subset of them, one

@@ -162,6 +162,10 @@ pub mod codes {
             "Write the body as one scalar expression over the arguments (LANGUAGE SQL AS $$SELECT expression$$, or RETURN expression), calling no function that calls it back.");
         FUNCTION_WITH_DEPENDENTS = (2072, "ddl.function_with_dependents", "0A000",
             "Materialized views computed their state with the function's current body: drop the views that call it, replace the function, and create them again.");
+        RECURSION_LIMIT_EXCEEDED = (2073, "view.recursion_limit_exceeded", "54000",
+            "The recursive query did not reach its fixed point within the iteration bound (the message says which): it may not terminate (a UNION ALL over a cycle), or its chains are deeper than the bound. Bound it with a WHERE on the recursion, or use UNION to stop at rows already found.");
+        INVALID_RECURSION = (2074, "sql.invalid_recursion", "42P19",
+            "Read the recursive query's name once in its recursive term (WITH RECURSIVE r AS (base UNION [ALL] SELECT … FROM r JOIN …)), and give both terms the same column types.");
         CURSOR_SCANS_FORWARD = (2052, "session.cursor_scans_forward_only", "55000",
             "Cursors move forward only here (FETCH NEXT, FETCH n, FETCH FORWARD n, FETCH ALL); declare the query again to read from the start.");
         // Direct-write transactions: 2200–2299.

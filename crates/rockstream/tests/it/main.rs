@@ -32,6 +32,7 @@ mod limits;
 mod nexmark;
 mod protocol;
 mod psql;
+mod recursive;
 mod refresh;
 mod sequences;
 mod slt;

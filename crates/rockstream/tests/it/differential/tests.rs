@@ -452,6 +452,21 @@ fn constructs_scenario() -> Scenario {
              mode() WITHIN GROUP (ORDER BY region DESC) AS usual FROM orders",
         ),
         ("view_over_view", "SELECT region, revenue FROM revenue_by_region WHERE orders > 2"),
+        // WITH RECURSIVE (RFC 0017): orders as edges from an order to the
+        // order numbered as its customer, cycles included.
+        (
+            "order_chains",
+            "WITH RECURSIVE chain(start, node) AS (SELECT id, customer_id FROM orders \
+             UNION SELECT c.start, o.customer_id FROM chain c JOIN orders o ON o.id = c.node) \
+             SELECT * FROM chain",
+        ),
+        (
+            "order_walks",
+            "WITH RECURSIVE walk(start, node, depth) AS (SELECT id, customer_id, 1 FROM orders \
+             UNION ALL SELECT w.start, o.customer_id, w.depth + 1 FROM walk w JOIN orders o \
+             ON o.id = w.node WHERE w.depth < 4 AND o.region <> 'us') SELECT * FROM walk",
+        ),
+        ("chain_lengths", "SELECT start, COUNT(*) AS reached FROM order_chains GROUP BY start"),
         // Set-returning functions: a series per row, a constant one joined,
         // a computed array unnested.
         ("order_units", "SELECT id, generate_series(1, customer_id % 4) AS unit FROM orders"),
