@@ -47,6 +47,7 @@ use crate::exchange::{Exchange, Unsharded};
 use crate::expr::CompiledExprs;
 use crate::join::JoinOperator;
 use crate::recursive::RecursiveOperator;
+use crate::session_window::SessionWindowOperator;
 use crate::state::{StateRead, StateStore};
 use crate::temporal_filter::TemporalFilter;
 use crate::top_k::TopKOperator;
@@ -98,6 +99,7 @@ enum Operator {
     ClockSeries(Box<ClockSeries>),
     UnionAll,
     Recursive(Box<RecursiveOperator>),
+    SessionWindow(Box<SessionWindowOperator>),
     SetOperation {
         op_id: ObjectId,
         operator: SetOperator,
@@ -410,6 +412,19 @@ impl Operator {
                 *distinct,
                 Dataflow::compile(step)?,
             ))),
+            PlanNode::SessionWindow {
+                op_id,
+                partition,
+                time,
+                gap_micros,
+                ends,
+                ..
+            } => Operator::SessionWindow(Box::new(SessionWindowOperator::new(
+                *op_id,
+                (partition.clone(), *time),
+                *gap_micros,
+                ends.clone(),
+            )?)),
             // Within a recursive node's step: its sources, by index.
             PlanNode::LoopInput { index, .. } => Operator::Source {
                 object_id: *index as ObjectId,
@@ -500,6 +515,10 @@ impl Operator {
                 Ok(out.consolidate())
             }
             Operator::Recursive(recursive) => recursive.step(store, inputs, step).await,
+            Operator::SessionWindow(session) => {
+                let [input] = exactly(inputs)?;
+                session.step(store, input).await
+            }
             Operator::SetOperation {
                 op_id,
                 operator,

@@ -17,6 +17,8 @@
 //! 0x01 'T' 'F' op_id(16) time(8) row          -> count       temporal filter's schedule
 //! 0x01 'T' 'C' op_id(16)                      -> clock(8)    temporal filter's last clock
 //! 0x01 'C' 'S' op_id(16)                      -> next(8)     clock series' next value
+//! 0x01 'S' 'W' op_id(16) partition bucket(8) time(8) row
+//!                                              -> count       session window rows
 //! 0x01 'R' 'V' op_id(16) row                  -> ()          a recursive UNION's rows
 //! 0x01 'R' 'D' op_id(16) row                  -> count       a recursive UNION's derivations
 //! 0x03 view_id(16) row                        -> weight      view output (counted)
@@ -75,13 +77,14 @@ pub const WINDOW: [u8; 2] = *b"WF";
 pub const TEMPORAL_FILTER: [u8; 2] = *b"TF";
 pub const TEMPORAL_CLOCK: [u8; 2] = *b"TC";
 pub const CLOCK_SERIES: [u8; 2] = *b"CS";
+pub const SESSION_WINDOW: [u8; 2] = *b"SW";
 pub const RECURSION_ROWS: [u8; 2] = *b"RV";
 pub const RECURSION_DERIVATIONS: [u8; 2] = *b"RD";
 
 /// Every kind of operator state: a view's state is these kinds under its
 /// operators' ids ([`view_op_prefixes`]). A new kind must be listed here,
 /// or a dropped view or a restarted build would leave its keys behind.
-pub const OPERATOR_STATE_KINDS: [[u8; 2]; 14] = [
+pub const OPERATOR_STATE_KINDS: [[u8; 2]; 15] = [
     JOIN_LEFT,
     JOIN_RIGHT,
     AGGREGATE,
@@ -94,6 +97,7 @@ pub const OPERATOR_STATE_KINDS: [[u8; 2]; 14] = [
     TEMPORAL_FILTER,
     TEMPORAL_CLOCK,
     CLOCK_SERIES,
+    SESSION_WINDOW,
     RECURSION_ROWS,
     RECURSION_DERIVATIONS,
 ];

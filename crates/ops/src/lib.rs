@@ -24,6 +24,7 @@ mod join;
 pub mod keys;
 pub mod layered;
 mod recursive;
+mod session_window;
 pub mod state;
 mod temporal_filter;
 mod top_k;

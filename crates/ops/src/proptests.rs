@@ -184,6 +184,48 @@ pub(crate) fn aggregate_of(group_count: usize, input: PlanNode) -> PlanNode {
     }
 }
 
+/// `SELECT * FROM SESSION(t, ts, 4 µs [, k])` over `ts = v * 3 µs`: the
+/// times 0, 3 and 6 chain into one session, apart from NULL times.
+fn session_window(partitioned: bool) -> PlanNode {
+    use datafusion::prelude::{cast, col, lit};
+    let timestamp = DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Microsecond, None);
+    let fields: Vec<Field> = ["k", "v"]
+        .iter()
+        .map(|name| Field::new(*name, DataType::Int64, true))
+        .collect();
+    let column = |name: &str, sql_type| Column {
+        name: name.to_string(),
+        sql_type,
+    };
+    let input = PlanNode::Map {
+        input: Box::new(source(LEFT)),
+        exprs: vec![col("k"), cast(col("v") * lit(3i64), timestamp)],
+        input_schema: Arc::new(DFSchema::try_from(ArrowSchema::new(fields)).expect("schema")),
+        schema: Schema {
+            columns: vec![
+                column("k", SqlType::Int64),
+                column("ts", SqlType::Timestamp),
+            ],
+        },
+    };
+    PlanNode::SessionWindow {
+        op_id: 80,
+        input: Box::new(input),
+        partition: if partitioned { vec![0] } else { vec![] },
+        time: 1,
+        gap_micros: 4,
+        ends: vec![false, true],
+        schema: Schema {
+            columns: vec![
+                column("k", SqlType::Int64),
+                column("ts", SqlType::Timestamp),
+                column("window_start", SqlType::Timestamp),
+                column("window_end", SqlType::Timestamp),
+            ],
+        },
+    }
+}
+
 /// `WITH RECURSIVE r(k, v) AS (SELECT k, v FROM t UNION [ALL] SELECT r.k,
 /// t.v FROM r JOIN t ON r.v = t.k [AND t.k < t.v]) SELECT * FROM r`: the
 /// pairs joined by paths of `t`'s edges (cycles included: with `UNION`;
@@ -661,6 +703,11 @@ proptest! {
         Just(JoinKind::LeftSemi), Just(JoinKind::LeftAnti)]) {
         let side = if folded { folded_keyed_source } else { keyed_source };
         check(join_of(kind, side(LEFT), side(RIGHT)), history, seed)?;
+    }
+
+    #[test]
+    fn session_window_matches_recomputation(seed: u64, history in history(), partitioned: bool) {
+        check(session_window(partitioned), history, seed)?;
     }
 
     #[test]

@@ -14,6 +14,7 @@
 pub mod arrow_types;
 pub mod datetime_text;
 pub mod partition;
+pub mod sessions;
 
 use std::fmt::Write;
 
@@ -265,6 +266,19 @@ pub enum PlanNode {
         inputs: Vec<PlanNode>,
         schema: Schema,
     },
+    /// `SESSION(table, time, gap [, key …])`: each input row with the
+    /// window of its session (see [`sessions`]) among the rows of its
+    /// partition: the input columns, then per `ends` entry the session's
+    /// start (`false`) or end (`true`), of the time column's type.
+    SessionWindow {
+        op_id: ObjectId,
+        input: Box<PlanNode>,
+        partition: Vec<usize>,
+        time: usize,
+        gap_micros: i64,
+        ends: Vec<bool>,
+        schema: Schema,
+    },
     /// `WITH RECURSIVE`: the least fixed point of `base ∪ step(self)`
     /// (RFC 0017). Its inputs are `base` and the parts of the recursive
     /// term that do not read the recursion (`external`), computed outside
@@ -357,6 +371,7 @@ impl PlanNode {
             | PlanNode::Window { schema, .. }
             | PlanNode::UnionAll { schema, .. }
             | PlanNode::Recursive { schema, .. }
+            | PlanNode::SessionWindow { schema, .. }
             | PlanNode::LoopInput { schema, .. } => schema,
             PlanNode::Filter { input, .. }
             | PlanNode::TemporalFilter { input, .. }
@@ -385,6 +400,7 @@ impl PlanNode {
             | PlanNode::Distinct { input, .. }
             | PlanNode::TopK { input, .. }
             | PlanNode::Window { input, .. }
+            | PlanNode::SessionWindow { input, .. }
             | PlanNode::Exchange { input, .. } => vec![input],
             PlanNode::Join { left, right, .. } | PlanNode::SetOperation { left, right, .. } => {
                 vec![left, right]
@@ -411,6 +427,7 @@ impl PlanNode {
             | PlanNode::Distinct { input, .. }
             | PlanNode::TopK { input, .. }
             | PlanNode::Window { input, .. }
+            | PlanNode::SessionWindow { input, .. }
             | PlanNode::Exchange { input, .. } => vec![input],
             PlanNode::Join { left, right, .. } | PlanNode::SetOperation { left, right, .. } => {
                 vec![left, right]
@@ -464,6 +481,7 @@ impl PlanNode {
             | PlanNode::TemporalFilter { input, .. }
             | PlanNode::TopK { input, .. }
             | PlanNode::Window { input, .. }
+            | PlanNode::SessionWindow { input, .. }
             | PlanNode::Exchange { input, .. } => input.unique_key(),
             PlanNode::Map {
                 input,
@@ -697,6 +715,22 @@ impl PlanNode {
             PlanNode::LoopInput { index, .. } => {
                 let _ = write!(out, "loop_input {index} [{}]; ", types(node));
             }
+            PlanNode::SessionWindow {
+                op_id,
+                input,
+                partition,
+                time,
+                gap_micros,
+                ends,
+                ..
+            } => {
+                let _ = write!(
+                    out,
+                    "session {op_id} partition={partition:?} time={time} gap={gap_micros} \
+                     ends={ends:?} [{}]; ",
+                    types(input)
+                );
+            }
             // Where rows are computed, not what is kept: a view planned
             // for more shards keeps its state in the same layout.
             PlanNode::Exchange { .. } => {}
@@ -798,6 +832,14 @@ impl PlanNode {
                 if *distinct { "UNION" } else { "UNION ALL" }
             ),
             PlanNode::LoopInput { index: 0, .. } => "LoopInput the recursion".to_string(),
+            PlanNode::SessionWindow {
+                partition,
+                time,
+                gap_micros,
+                ..
+            } => format!(
+                "SessionWindow partition by {partition:?} time column {time} gap {gap_micros} µs"
+            ),
             PlanNode::LoopInput { index, .. } => format!("LoopInput external {}", index - 1),
             PlanNode::SetOperation { operator, all, .. } => {
                 format!("{operator:?}{}", if *all { " ALL" } else { "" })

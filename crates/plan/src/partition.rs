@@ -114,9 +114,9 @@ fn required(plan: &PlanNode) -> Vec<Option<Vec<usize>>> {
         }
         PlanNode::Aggregate { group_count, .. } => vec![Some((0..*group_count).collect())],
         PlanNode::Distinct { input, .. } => vec![whole_row(input)],
-        PlanNode::TopK { partition, .. } | PlanNode::Window { partition, .. } => {
-            vec![Some(partition.clone())]
-        }
+        PlanNode::TopK { partition, .. }
+        | PlanNode::Window { partition, .. }
+        | PlanNode::SessionWindow { partition, .. } => vec![Some(partition.clone())],
         PlanNode::SetOperation { left, .. } => vec![whole_row(left), whole_row(left)],
         // The loop runs on one shard, over all of its inputs.
         PlanNode::Recursive { external, .. } => vec![Some(Vec::new()); 1 + external.len()],
@@ -178,9 +178,9 @@ fn output(
         }
         // The group columns come first in the output.
         PlanNode::Aggregate { group_count, .. } => Partitioning::Hash((0..*group_count).collect()),
-        PlanNode::TopK { partition, .. } | PlanNode::Window { partition, .. } => {
-            Partitioning::Hash(partition.clone())
-        }
+        PlanNode::TopK { partition, .. }
+        | PlanNode::Window { partition, .. }
+        | PlanNode::SessionWindow { partition, .. } => Partitioning::Hash(partition.clone()),
         PlanNode::Distinct { .. } | PlanNode::SetOperation { .. } => {
             Partitioning::Hash((0..plan.schema().len()).collect())
         }

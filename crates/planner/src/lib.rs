@@ -37,6 +37,7 @@ mod pg_to_char;
 mod plan_rewrite;
 mod resolver;
 mod scalar_subquery;
+mod session_windows;
 mod set_operations;
 mod sql_functions;
 mod system_catalog;

@@ -158,6 +158,9 @@ pub fn new_context_in(
         context.register_udf(function.as_ref().clone());
     }
     context.register_udaf(crate::scalar_subquery::SUBQUERY_ROWS.clone());
+    for function in crate::session_windows::session_functions() {
+        context.register_udwf(function);
+    }
     for aggregate in crate::ordered_set_aggregates::ordered_set_aggregates() {
         context.register_udaf(aggregate);
     }

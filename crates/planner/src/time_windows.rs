@@ -14,7 +14,12 @@
 //! projection and union: a row's windows are a function of the row. Without
 //! a watermark (not built yet) every window stays open, and its state stays.
 //!
-//! Refused with a coded error: `SESSION` windows, arguments other than a
+//! `SESSION(table, time_col, gap [, key …])` is the table's rows with the
+//! window of their session among the rows of the same keys (see
+//! [`crate::session_windows`]): window functions over the whole partition,
+//! which views maintain incrementally.
+//!
+//! Refused with a coded error: arguments other than a
 //! table name, a column and constant intervals, a HOP whose size is not a
 //! whole number of slides, and intervals with months (not a fixed length).
 
@@ -28,6 +33,8 @@ use datafusion::sql::sqlparser::ast::{
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 use rockstream_types::{codes, RsError, RsResult};
+
+use crate::session_windows::{SESSION_END, SESSION_START};
 
 /// Most windows one row of a HOP falls in: its `size / slide`.
 const HOP_WINDOWS_MAX: i128 = 64;
@@ -62,8 +69,7 @@ impl VisitorMut for TimeWindows {
         };
         let function = name.to_string().to_ascii_lowercase();
         let rewritten = match function.as_str() {
-            "tumble" | "hop" => window_table(&function, args, alias.as_ref()),
-            "session" => Err(RsError::unsupported("SESSION windows")),
+            "tumble" | "hop" | "session" => window_table(&function, args, alias.as_ref()),
             _ => return ControlFlow::Continue(()),
         };
         match rewritten {
@@ -88,10 +94,10 @@ fn window_table(
             format!(
                 "{} takes a table, its time column and {}",
                 function.to_uppercase(),
-                if function == "hop" {
-                    "a slide and a size (constant intervals)"
-                } else {
-                    "a size (a constant interval)"
+                match function {
+                    "hop" => "a slide and a size (constant intervals)",
+                    "session" => "a gap (a constant interval), then any partition columns",
+                    _ => "a size (a constant interval)",
                 }
             ),
         )
@@ -164,6 +170,27 @@ fn window_table(
                 })
                 .collect::<Vec<_>>()
                 .join(" UNION ALL ")
+        }
+        ("session", [gap, keys @ ..]) => {
+            // Whole microseconds: `interval_nanos` checks.
+            let gap = interval_nanos(gap)? / 1000;
+            let keys = keys
+                .iter()
+                .map(|key| match key {
+                    Expr::Identifier(_) | Expr::CompoundIdentifier(_) => Ok(key.to_string()),
+                    _ => Err(usage()),
+                })
+                .collect::<RsResult<Vec<String>>>()?;
+            let partition = if keys.is_empty() {
+                String::new()
+            } else {
+                format!("PARTITION BY {} ", keys.join(", "))
+            };
+            let over = format!("OVER ({partition}ORDER BY {time})");
+            format!(
+                "SELECT *, {SESSION_START}({time}, {gap}) {over} AS window_start, \
+                 {SESSION_END}({time}, {gap}) {over} AS window_end FROM {table}"
+            )
         }
         _ => return Err(usage()),
     };
@@ -267,6 +294,20 @@ mod tests {
     }
 
     #[test]
+    fn session_is_two_window_functions_over_the_partition_in_time_order() {
+        let sql = rewritten("SELECT * FROM SESSION(clicks, at, INTERVAL '30 minutes', user_id)")
+            .expect("rewrites");
+        assert!(
+            sql.contains(
+                "session_window_start(at, 1800000000) OVER (PARTITION BY user_id ORDER BY at) \
+                 AS window_start"
+            ),
+            "{sql}"
+        );
+        assert!(sql.ends_with("AS clicks"), "{sql}");
+    }
+
+    #[test]
     fn an_alias_is_kept_whole() {
         let sql =
             rewritten("SELECT b, ws FROM TUMBLE(bid, at, INTERVAL '1' MINUTE) AS w (a, b, ws, we)")
@@ -300,8 +341,12 @@ mod tests {
             ("SELECT * FROM TUMBLE(t, ts, x)", "window length"),
             ("SELECT * FROM TUMBLE(t, ts)", "TUMBLE takes"),
             (
-                "SELECT * FROM SESSION(t, ts, INTERVAL '1 minute')",
-                "SESSION",
+                "SELECT * FROM SESSION(t, ts, INTERVAL '1 month')",
+                "window length",
+            ),
+            (
+                "SELECT * FROM SESSION(t, ts, INTERVAL '1 minute', k + 1)",
+                "SESSION takes",
             ),
         ] {
             let error = rewritten(sql).expect_err(sql);

@@ -37,6 +37,7 @@ use rockstream_plan::{
 use rockstream_types::{codes, ObjectId, RsError, RsResult};
 
 use crate::resolver::SchemaOnlyTable;
+use crate::session_windows::{SESSION_END, SESSION_START};
 use crate::set_operations;
 use crate::temporal_filters::{clock_bound, mark_clock_bounds, stray_clock_bound};
 use crate::time_windows::rewrite_time_windows;
@@ -436,7 +437,10 @@ impl Translator {
                 Some((address, limit)) if address == window_address(window) => {
                     self.numbered_top_k(window, limit)
                 }
-                _ => self.window_functions(window),
+                _ => match self.session_window(window)? {
+                    Some(session) => Ok(session),
+                    None => self.window_functions(window),
+                },
             },
             LogicalPlan::RecursiveQuery(query) => self.recursive(query),
             LogicalPlan::Values(values) => Ok(PlanNode::Constant {
@@ -935,6 +939,61 @@ impl Translator {
         Ok(node)
     }
 
+    /// A window of `session_window_start`/`_end` calls (a `SESSION(…)`
+    /// call, rewritten) as a session window node; `None` for other
+    /// windows.
+    fn session_window(&mut self, window: &Window) -> RsResult<Option<PlanNode>> {
+        let mut ends = Vec::new();
+        let mut spec = None;
+        for expr in &window.window_expr {
+            let Expr::WindowFunction(function) = unalias(expr) else {
+                return Ok(None);
+            };
+            ends.push(match function.fun.name() {
+                SESSION_START => false,
+                SESSION_END => true,
+                _ => return Ok(None),
+            });
+            spec = Some(&function.params);
+        }
+        let Some(spec) = spec else {
+            return Ok(None);
+        };
+        let refused = || {
+            RsError::unsupported("a session window other than SESSION(table, time, gap [, key …])")
+        };
+        let schema = window.input.schema();
+        let column = |expr: &Expr| match unalias(expr) {
+            Expr::Column(column) => schema.index_of_column(column).map_err(|_| refused()),
+            _ => Err(refused()),
+        };
+        let time = column(spec.args.first().ok_or_else(refused)?)?;
+        // An integer literal, of whichever width it was typed.
+        let gap_micros = match spec.args.get(1).map(unalias) {
+            Some(Expr::Literal(value, _)) => match value.cast_to(&DataType::Int64) {
+                Ok(ScalarValue::Int64(Some(gap))) if gap > 0 => gap,
+                _ => return Err(refused()),
+            },
+            _ => return Err(refused()),
+        };
+        let partition = spec
+            .partition_by
+            .iter()
+            .map(column)
+            .collect::<RsResult<Vec<usize>>>()?;
+        let op_id = self.op_id();
+        let input = self.translate(&window.input)?;
+        Ok(Some(PlanNode::SessionWindow {
+            op_id,
+            input: Box::new(input),
+            partition,
+            time,
+            gap_micros,
+            ends,
+            schema: schema_of(&window.schema)?,
+        }))
+    }
+
     /// `WITH RECURSIVE name AS (base UNION [ALL] recursive term)`: the
     /// recursive term's parts that do not read `name` become the node's
     /// external inputs, the rest its step (RFC 0017).
@@ -1419,7 +1478,9 @@ fn loop_operators_allowed(step: &PlanNode, distinct: bool) -> RsResult<()> {
         PlanNode::Aggregate { .. } => return refused("an aggregate"),
         PlanNode::Distinct { .. } => return refused("DISTINCT"),
         PlanNode::TopK { .. } => return refused("ORDER BY … LIMIT"),
-        PlanNode::Window { .. } => return refused("a window function"),
+        PlanNode::Window { .. } | PlanNode::SessionWindow { .. } => {
+            return refused("a window function")
+        }
         PlanNode::UnionAll { .. } | PlanNode::SetOperation { .. } => {
             return refused("a set operation")
         }

@@ -35,6 +35,7 @@ mod psql;
 mod recursive;
 mod refresh;
 mod sequences;
+mod session_windows;
 mod slt;
 mod transactional_ddl;
 mod unique;
