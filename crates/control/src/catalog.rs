@@ -338,6 +338,15 @@ pub fn nextval_expression(sequence: &str) -> String {
 /// Parses a type name as [`SqlType::pg_name`] writes it.
 pub fn parse_type(name: &str) -> RsResult<SqlType> {
     Ok(match name {
+        array if array.ends_with("[]") => {
+            let element = parse_type(&array[..array.len() - 2])?;
+            SqlType::array_of(element).ok_or_else(|| {
+                RsError::new(
+                    &codes::UNSUPPORTED_TYPE,
+                    format!("type {array} (a multidimensional array) is not supported"),
+                )
+            })?
+        }
         "boolean" => SqlType::Bool,
         "smallint" => SqlType::Int16,
         "integer" => SqlType::Int32,
@@ -350,15 +359,6 @@ pub fn parse_type(name: &str) -> RsResult<SqlType> {
         "timestamp without time zone" => SqlType::Timestamp,
         "timestamp with time zone" => SqlType::TimestampTz,
         "interval" => SqlType::Interval,
-        array if array.ends_with("[]") => {
-            let element = parse_type(&array[..array.len() - 2])?;
-            SqlType::array_of(element).ok_or_else(|| {
-                RsError::new(
-                    &codes::UNSUPPORTED_TYPE,
-                    format!("type {array} (a multidimensional array) is not supported"),
-                )
-            })?
-        }
         other => {
             let inner = other
                 .strip_prefix("numeric(")

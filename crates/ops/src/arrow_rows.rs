@@ -170,10 +170,23 @@ pub fn rows_to_batch(
 /// Reads every value of `array` (cast to the canonical type of `sql_type`).
 pub fn array_to_datums(array: &ArrayRef, sql_type: SqlType) -> RsResult<Vec<Datum>> {
     let canonical = arrow_type(sql_type);
-    let array = if matches!(array.data_type(), DataType::Duration(_)) {
-        duration_to_interval(array)?
-    } else {
-        array.clone()
+    let array = match array.data_type() {
+        DataType::Duration(_) => duration_to_interval(array)?,
+        // A list of durations: its values as intervals, as above (a cast
+        // would keep every part in nanoseconds, not PostgreSQL's days).
+        DataType::List(element) if matches!(element.data_type(), DataType::Duration(_)) => {
+            let list = array
+                .as_any()
+                .downcast_ref::<ListArray>()
+                .ok_or_else(|| downcast_error(array.data_type()))?;
+            let values = duration_to_interval(list.values())?;
+            let field = Arc::new(Field::new_list_field(values.data_type().clone(), true));
+            Arc::new(
+                ListArray::try_new(field, list.offsets().clone(), values, list.nulls().cloned())
+                    .map_err(arrow_error)?,
+            )
+        }
+        _ => array.clone(),
     };
     let array = &array;
     let array = if array.data_type() == &canonical {
@@ -328,6 +341,33 @@ mod tests {
         assert_eq!(
             batch_to_rows(&batch, &types).expect("reads"),
             vec![row, nulls]
+        );
+    }
+
+    #[test]
+    fn durations_in_lists_become_intervals_of_days_and_time() {
+        // Goal: `ARRAY[b - a]` keeps PostgreSQL's parts (1 day 02:00:00),
+        // as the scalar `b - a` does, not 26 hours.
+        use datafusion::arrow::array::{DurationMicrosecondArray, ListArray};
+        use datafusion::arrow::buffer::OffsetBuffer;
+        let hours = 3_600_000_000i64;
+        let values = Arc::new(DurationMicrosecondArray::from(vec![Some(26 * hours), None]));
+        let field = Arc::new(Field::new_list_field(values.data_type().clone(), true));
+        let list: ArrayRef = Arc::new(
+            ListArray::try_new(field, OffsetBuffer::from_lengths([2]), values, None)
+                .expect("a list"),
+        );
+        let interval = SqlType::array_of(SqlType::Interval).expect("an element type");
+        assert_eq!(
+            array_to_datums(&list, interval).expect("reads"),
+            vec![Datum::Array(vec![
+                Datum::Interval(Interval {
+                    months: 0,
+                    days: 1,
+                    nanoseconds: 2 * hours * 1000,
+                }),
+                Datum::Null,
+            ])]
         );
     }
 }

@@ -711,6 +711,44 @@ proptest! {
     }
 
     #[test]
+    fn recursive_union_is_the_transitive_closure(history in history()) {
+        // An answer computed apart from the operator: the pairs joined by
+        // paths of the final edges (each row once), by naive iteration.
+        let mut edges: HashMap<Vec<u8>, (Row, i64)> = HashMap::new();
+        for (source, row, weight) in history.iter().flatten() {
+            if *source == LEFT {
+                let entry = edges
+                    .entry(rockstream_types::encoding::encode_row(row))
+                    .or_insert((row.clone(), 0));
+                entry.1 += weight;
+            }
+        }
+        let edges: Vec<Row> = edges.into_values().filter(|(_, count)| *count > 0).map(|(row, _)| row).collect();
+        let mut closure: Vec<Row> = edges.clone();
+        loop {
+            let mut grown = closure.clone();
+            for pair in &closure {
+                for edge in &edges {
+                    let next = vec![pair[0].clone(), edge[1].clone()];
+                    if !pair[1].is_null() && pair[1] == edge[0] && !grown.contains(&next) {
+                        grown.push(next);
+                    }
+                }
+            }
+            if grown.len() == closure.len() {
+                break;
+            }
+            closure = grown;
+        }
+        let mut expected = ZSet::new();
+        for row in closure {
+            expected.push(row, 1);
+        }
+        let (incremental, _) = run(&reachability(true), &history);
+        prop_assert_eq!(incremental, expected.consolidate());
+    }
+
+    #[test]
     fn recursive_union_matches_recomputation(seed: u64, history in history()) {
         check(reachability(true), history, seed)?;
     }

@@ -13,7 +13,9 @@
 //! and `step` is linear in `R` (read once), so the change of `R` is the sum
 //! of `δ₀ = Δbase + [step(R, E') − step(R, E)]` and `δₖ₊₁ = step(δₖ, E')`,
 //! fed back until a `δ` is empty. A derivation that never ends (a cycle)
-//! never empties: the loop stops at [`RECURSION_ITERATIONS_MAX`].
+//! never empties: the loop stops at [`RECURSION_ITERATIONS_MAX`] rounds, or
+//! at [`RECURSION_ROWS_MAX`] rows fed back (a recursion that multiplies its
+//! rows each round reaches that first), with RS-2073.
 //!
 //! `UNION` (each row once): `R` is the least fixed point, and a row's
 //! derivations (`base`'s count of it plus `step(R)`'s) are counted,
@@ -31,6 +33,7 @@
 //! A change costs what it derives or underives, plus the rows over-deleted
 //! and rederived.
 
+use std::cmp::Ordering;
 use std::collections::HashMap;
 
 use rockstream_types::encoding::{compare_rows, encode_row};
@@ -41,7 +44,12 @@ use crate::exchange::Unsharded;
 use crate::keys::{decode_weight, op_prefix, RECURSION_DERIVATIONS, RECURSION_ROWS};
 use crate::state::{add_to_count, StateStore};
 
-/// Bound on the rounds of one step's loop: each round feeds the rows the
+/// Bound on the rows one change feeds through the loop (each phase of a
+/// `UNION`'s counted apart): the memory of one step stays bounded when a
+/// recursion multiplies its rows.
+pub(crate) const RECURSION_ROWS_MAX: usize = 1_000_000;
+
+/// Bound on the rounds of one phase of a step's loop: each round feeds the rows the
 /// previous one found back through the recursive term.
 pub(crate) const RECURSION_ITERATIONS_MAX: usize = 100_000;
 
@@ -55,6 +63,31 @@ pub(crate) struct RecursiveOperator {
 /// One phase's changes of the derivation counts: the rows whose count
 /// changed, with its count before and after.
 type CountChanges = Vec<(Row, i64, i64)>;
+
+/// What one phase of a step's loop has used of its bounds.
+#[derive(Default)]
+struct Budget {
+    rounds: usize,
+    rows: usize,
+}
+
+impl Budget {
+    /// Counts a round feeding `rows` rows back; fails past either bound.
+    fn next_round(&mut self, rows: usize) -> RsResult<()> {
+        self.rounds += 1;
+        self.rows = self.rows.saturating_add(rows);
+        if self.rounds > RECURSION_ITERATIONS_MAX || self.rows > RECURSION_ROWS_MAX {
+            return Err(RsError::new(
+                &codes::RECURSION_LIMIT_EXCEEDED,
+                format!(
+                    "a recursive query did not reach its fixed point within \
+                     {RECURSION_ITERATIONS_MAX} rounds and {RECURSION_ROWS_MAX} rows of one change"
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
 
 impl RecursiveOperator {
     pub(crate) fn new(op_id: ObjectId, distinct: bool, step: Dataflow) -> RecursiveOperator {
@@ -103,9 +136,14 @@ impl RecursiveOperator {
         }
         let mut delta = delta.consolidate();
         let mut total = ZSet::new();
-        let mut rounds = 0;
+        let mut budget = Budget::default();
         while !delta.is_empty() {
-            rounds = self.next_round(rounds)?;
+            // Rows as PostgreSQL would produce them: a row of weight `w`
+            // is `w` rows, and weights multiply from round to round.
+            let rows = delta.updates.iter().fold(0usize, |rows, (_, weight)| {
+                rows.saturating_add(usize::try_from(weight.unsigned_abs()).unwrap_or(usize::MAX))
+            });
+            budget.next_round(rows)?;
             total.extend(delta.clone());
             delta = self.feed(store, delta, Vec::new(), step).await?;
         }
@@ -124,7 +162,6 @@ impl RecursiveOperator {
         let (external_lost, external_gained): (Vec<ZSet>, Vec<ZSet>) =
             external.into_iter().map(split_by_sign).unzip();
         let mut out = ZSet::new();
-        let mut rounds = 0;
 
         // Over-deletion: every row that lost a derivation, then every row
         // derived from one removed, transitively.
@@ -133,8 +170,9 @@ impl RecursiveOperator {
             .await?;
         let mut removed: Vec<Row> = Vec::new();
         let mut doomed = self.present(store, decreased(lost)).await?;
+        let mut budget = Budget::default();
         while !doomed.is_empty() {
-            rounds = self.next_round(rounds)?;
+            budget.next_round(doomed.len())?;
             let mut retracted = ZSet::new();
             for row in doomed {
                 store.delete(self.key(RECURSION_ROWS, &row));
@@ -156,8 +194,9 @@ impl RecursiveOperator {
         let mut candidates = removed;
         candidates.extend(increased(gained));
         let mut born = self.absent_and_derived(store, candidates).await?;
+        let mut budget = Budget::default();
         while !born.is_empty() {
-            rounds = self.next_round(rounds)?;
+            budget.next_round(born.len())?;
             let mut added = ZSet::new();
             for row in born {
                 store.put(self.key(RECURSION_ROWS, &row), Vec::new());
@@ -216,7 +255,8 @@ impl RecursiveOperator {
         mut rows: Vec<Row>,
     ) -> RsResult<Vec<Row>> {
         rows.sort_by(|a, b| compare_rows(a, b));
-        rows.dedup();
+        // As the keys compare (every NaN equal), not as `PartialEq` does.
+        rows.dedup_by(|a, b| compare_rows(a, b) == Ordering::Equal);
         let present = self.lookup(store, RECURSION_ROWS, &rows).await?;
         let counts = self.lookup(store, RECURSION_DERIVATIONS, &rows).await?;
         Ok(rows
@@ -261,19 +301,6 @@ impl RecursiveOperator {
         // The inner dataflow runs on this shard alone: the planner put the
         // loop's inputs here.
         Box::pin(self.step.step_on(store, &sources, step, &mut Unsharded)).await
-    }
-
-    fn next_round(&self, rounds: usize) -> RsResult<usize> {
-        if rounds >= RECURSION_ITERATIONS_MAX {
-            return Err(RsError::new(
-                &codes::RECURSION_LIMIT_EXCEEDED,
-                format!(
-                    "a recursive query did not reach its fixed point within \
-                     {RECURSION_ITERATIONS_MAX} rounds of one change"
-                ),
-            ));
-        }
-        Ok(rounds + 1)
     }
 
     fn key(&self, kind: [u8; 2], row: &Row) -> Vec<u8> {

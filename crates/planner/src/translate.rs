@@ -53,6 +53,7 @@ pub async fn plan_view(
         view_id,
         next_op: 0,
         numbered_window: None,
+        recursion: None,
     };
     let mut statements = Parser::parse_sql(&PostgreSqlDialect {}, query)
         .map_err(|e| RsError::new(&codes::SYNTAX_ERROR, e.to_string()))?;
@@ -335,6 +336,8 @@ struct Translator {
     /// A `ROW_NUMBER()` window a filter above keeps the first rows of (its
     /// address, and how many rows), to plan as a top-K when reached.
     numbered_window: Option<(usize, u64)>,
+    /// The recursive query whose recursive term is being translated.
+    recursion: Option<String>,
 }
 
 impl Translator {
@@ -872,7 +875,17 @@ impl Translator {
         // A recursive query's reference to itself, in its recursive term.
         let work_table = provider.downcast_ref::<CteWorkTable>();
         let table_schema = match (work_table, provider.downcast_ref::<SchemaOnlyTable>()) {
-            (Some(work_table), _) => work_table.schema(),
+            // Only the recursion being translated's own (DataFusion allows
+            // no other where a view's plan reads one).
+            (Some(work_table), _) if self.recursion.as_deref() == Some(scan.table_name.table()) => {
+                work_table.schema()
+            }
+            (Some(_), _) => {
+                return Err(RsError::unsupported(format!(
+                    "reading the recursive query {} outside its recursive term",
+                    scan.table_name
+                )))
+            }
             (None, Some(table)) => table.schema.clone(),
             (None, None) => {
                 return Err(RsError::unsupported(format!("reading {}", scan.table_name)))
@@ -1004,19 +1017,36 @@ impl Translator {
         let op_id = self.op_id();
         let base = self.translate(&query.static_term)?;
         let schema = schema_of(query.static_term.schema())?;
-        let step = self.translate(&query.recursive_term)?;
-        let invalid = |message: String| RsError::new(&codes::INVALID_RECURSION, message);
-        if loop_reads(&step) != 1 {
-            return Err(invalid(format!(
-                "recursive reference to query \"{}\" must not appear more than once",
-                query.name
-            )));
+        let outer = self.recursion.replace(query.name.clone());
+        let step = self.translate(&query.recursive_term);
+        self.recursion = outer;
+        let step = step?;
+        match loop_reads(&step) {
+            1 => {}
+            0 => {
+                return Err(RsError::internal(format!(
+                    "a recursive query \"{}\" whose recursive term does not read it",
+                    query.name
+                )))
+            }
+            _ => {
+                return Err(RsError::new(
+                    &codes::INVALID_RECURSION,
+                    format!(
+                        "recursive reference to query \"{}\" must not appear more than once",
+                        query.name
+                    ),
+                ))
+            }
         }
         if step.schema().types() != schema.types() || base.schema().types() != schema.types() {
-            return Err(invalid(format!(
-                "recursive query \"{}\": its terms' column types differ",
-                query.name
-            )));
+            return Err(RsError::new(
+                &codes::PLAN_ERROR,
+                format!(
+                    "recursive query \"{}\": its terms' column types differ",
+                    query.name
+                ),
+            ));
         }
         let mut external = Vec::new();
         let step = split_external(step, &mut external);

@@ -288,8 +288,10 @@ pub fn datum_len(bytes: &[u8]) -> Option<usize> {
                     ARRAY_END => return Some(position + 1),
                     ARRAY_NULL => position += 1,
                     ARRAY_VALUE => {
+                        // A value: never an array, and never NULL (which
+                        // has its own marker, one encoding per value).
                         let element = bytes.get(position + 1..)?;
-                        if element.first() == Some(&TAG_ARRAY) {
+                        if matches!(element.first(), Some(&TAG_ARRAY) | Some(&TAG_NULL)) {
                             return None;
                         }
                         position += 1 + datum_len(element)?;
@@ -378,7 +380,12 @@ impl Reader<'_> {
                     match self.take::<1>()? {
                         [ARRAY_END] => break,
                         [ARRAY_NULL] => elements.push(Datum::Null),
-                        [ARRAY_VALUE] if self.bytes.get(self.position) != Some(&TAG_ARRAY) => {
+                        [ARRAY_VALUE]
+                            if !matches!(
+                                self.bytes.get(self.position),
+                                Some(&TAG_ARRAY) | Some(&TAG_NULL)
+                            ) =>
+                        {
                             elements.push(self.datum()?)
                         }
                         _ => return Err(corrupt()),
@@ -589,6 +596,10 @@ mod tests {
         let nested = [TAG_ARRAY, ARRAY_VALUE, TAG_ARRAY, ARRAY_END, ARRAY_END];
         assert!(decode_row(&nested).is_err());
         assert_eq!(datum_len(&nested), None);
+        // Nor a NULL spelled as a value.
+        let null_value = [TAG_ARRAY, ARRAY_VALUE, TAG_NULL, ARRAY_END];
+        assert!(decode_row(&null_value).is_err());
+        assert_eq!(datum_len(&null_value), None);
     }
 
     #[test]

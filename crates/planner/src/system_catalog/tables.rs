@@ -581,6 +581,9 @@ pub(crate) fn information_schema_columns(
 /// `information_schema.columns.data_type` spells a type without its
 /// modifiers: `numeric(12,2)` is `numeric`.
 fn standard_type_name(type_name: &str) -> String {
+    if type_name.ends_with("[]") {
+        return "ARRAY".to_string();
+    }
     type_name
         .split('(')
         .next()

@@ -150,7 +150,15 @@ async fn session_windows_agree_with_postgresql_window_functions() {
                 .expect("the oracle's sessions");
             let actual = fetch_text_rows(&rockstream, query).await.expect(query);
             if let Err(diff) = compare_row_multisets("postgres", &expected, "rockstream", &actual) {
-                panic!("seed {seed}, after transaction {transaction} ({block}), {query}:\n{diff}");
+                let rows =
+                    fetch_text_rows(&oracle, "SELECT * FROM clicks ORDER BY user_id, at, id")
+                        .await
+                        .expect("the rows");
+                panic!(
+                    "seed {seed}, after transaction {transaction} ({block}), {query}:\n{diff}\n\
+                     clicks (user_id, at, id order): {rows:?}\n{}",
+                    server.log_tail()
+                );
             }
         }
     }
