@@ -184,9 +184,73 @@ pub(crate) fn aggregate_of(group_count: usize, input: PlanNode) -> PlanNode {
     }
 }
 
-/// `SELECT * FROM SESSION(t, ts, 4 µs [, k])` over `ts = v * 3 µs`: the
-/// times 0, 3 and 6 chain into one session, apart from NULL times.
-fn session_window(partitioned: bool) -> PlanNode {
+/// `WITH RECURSIVE r(k, v) AS (SELECT k, v FROM u UNION SELECT r.k, t.v
+/// FROM r JOIN t ON r.v = t.k WHERE t.v IN (SELECT k FROM u)) SELECT * FROM
+/// r`: seeds from one table, edges from another, each step kept only where
+/// it lands on a seed's key (a semi join on a second external input).
+fn seeded_reachability() -> PlanNode {
+    use datafusion::prelude::col;
+    let loop_input = |index| PlanNode::LoopInput {
+        index,
+        schema: int_schema(&["k", "v"]),
+    };
+    let PlanNode::Join {
+        joined_schema,
+        schema,
+        ..
+    } = join(JoinKind::Inner)
+    else {
+        unreachable!("join() makes a join")
+    };
+    let stepped = PlanNode::Map {
+        input: Box::new(PlanNode::Join {
+            op_id: 73,
+            left: Box::new(loop_input(0)),
+            right: Box::new(loop_input(1)),
+            kind: JoinKind::Inner,
+            left_keys: vec![1],
+            right_keys: vec![0],
+            nulls_equal: false,
+            residual: None,
+            joined_schema: joined_schema.clone(),
+            null_aware: false,
+            left_width: 2,
+            right_width: 2,
+            schema,
+        }),
+        exprs: vec![col("lk"), col("rv")],
+        input_schema: joined_schema.clone(),
+        schema: int_schema(&["k", "v"]),
+    };
+    let step = PlanNode::Join {
+        op_id: 74,
+        left: Box::new(stepped),
+        right: Box::new(loop_input(2)),
+        kind: JoinKind::LeftSemi,
+        left_keys: vec![1],
+        right_keys: vec![0],
+        nulls_equal: false,
+        residual: None,
+        joined_schema,
+        null_aware: false,
+        left_width: 2,
+        right_width: 2,
+        schema: int_schema(&["k", "v"]),
+    };
+    PlanNode::Recursive {
+        op_id: 72,
+        base: Box::new(source(RIGHT)),
+        external: vec![source(LEFT), source(RIGHT)],
+        step: Box::new(step),
+        distinct: true,
+        schema: int_schema(&["k", "v"]),
+    }
+}
+
+/// `SELECT * FROM SESSION(t, ts, gap µs [, k])` over `ts = 7 k + 5 v - 10`
+/// µs: times from -10 to 14 (negative ones too), over up to 25 buckets
+/// whatever the gap, with gaps between them, apart from NULL times.
+fn session_window(partitioned: bool, gap_micros: i64) -> PlanNode {
     use datafusion::prelude::{cast, col, lit};
     let timestamp = DataType::Timestamp(datafusion::arrow::datatypes::TimeUnit::Microsecond, None);
     let fields: Vec<Field> = ["k", "v"]
@@ -197,9 +261,10 @@ fn session_window(partitioned: bool) -> PlanNode {
         name: name.to_string(),
         sql_type,
     };
+    let time = col("k") * lit(7i64) + col("v") * lit(5i64) - lit(10i64);
     let input = PlanNode::Map {
         input: Box::new(source(LEFT)),
-        exprs: vec![col("k"), cast(col("v") * lit(3i64), timestamp)],
+        exprs: vec![col("k"), cast(time, timestamp)],
         input_schema: Arc::new(DFSchema::try_from(ArrowSchema::new(fields)).expect("schema")),
         schema: Schema {
             columns: vec![
@@ -213,7 +278,7 @@ fn session_window(partitioned: bool) -> PlanNode {
         input: Box::new(input),
         partition: if partitioned { vec![0] } else { vec![] },
         time: 1,
-        gap_micros: 4,
+        gap_micros,
         ends: vec![false, true],
         schema: Schema {
             columns: vec![
@@ -706,8 +771,13 @@ proptest! {
     }
 
     #[test]
-    fn session_window_matches_recomputation(seed: u64, history in history(), partitioned: bool) {
-        check(session_window(partitioned), history, seed)?;
+    fn session_window_matches_recomputation(
+        seed: u64,
+        history in history(),
+        partitioned: bool,
+        gap in prop_oneof![Just(1i64), Just(3), Just(6), Just(12)],
+    ) {
+        check(session_window(partitioned, gap), history, seed)?;
     }
 
     #[test]
@@ -746,6 +816,11 @@ proptest! {
         }
         let (incremental, _) = run(&reachability(true), &history);
         prop_assert_eq!(incremental, expected.consolidate());
+    }
+
+    #[test]
+    fn seeded_recursion_matches_recomputation(seed: u64, history in history()) {
+        check(seeded_reachability(), history, seed)?;
     }
 
     #[test]

@@ -78,7 +78,10 @@ impl WindowUDFImpl for SessionBound {
     }
 }
 
-/// Reads a whole partition in time order.
+/// Reads a whole partition in time order: DataFusion hands `evaluate_all`
+/// every row of a partition at once, sorted by the `OVER` clause's `ORDER
+/// BY`, because the evaluator neither uses a frame nor supports bounded
+/// execution (enabling either would break this).
 #[derive(Debug)]
 struct SessionEvaluator {
     end: bool,
@@ -99,11 +102,13 @@ impl PartitionEvaluator for SessionEvaluator {
         )?;
         let times = times.as_primitive::<TimestampMicrosecondType>();
         let gap = cast(gap, &DataType::Int64)?;
-        let gap = gap
-            .as_any()
-            .downcast_ref::<Int64Array>()
-            .filter(|gap| !gap.is_empty() && gap.is_valid(0))
-            .map(|gap| gap.value(0));
+        // One gap for the whole partition: a constant.
+        let gap = gap.as_any().downcast_ref::<Int64Array>().and_then(|gap| {
+            let first = gap.iter().next().flatten()?;
+            gap.iter()
+                .all(|value| value == Some(first))
+                .then_some(first)
+        });
         let Some(gap) = gap.filter(|gap| *gap > 0) else {
             return exec_err!("a session window's gap must be a positive constant");
         };

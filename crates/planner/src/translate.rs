@@ -957,7 +957,7 @@ impl Translator {
     /// windows.
     fn session_window(&mut self, window: &Window) -> RsResult<Option<PlanNode>> {
         let mut ends = Vec::new();
-        let mut spec = None;
+        let mut specs = Vec::new();
         for expr in &window.window_expr {
             let Expr::WindowFunction(function) = unalias(expr) else {
                 return Ok(None);
@@ -967,20 +967,33 @@ impl Translator {
                 SESSION_END => true,
                 _ => return Ok(None),
             });
-            spec = Some(&function.params);
+            specs.push(&function.params);
         }
-        let Some(spec) = spec else {
-            return Ok(None);
-        };
         let refused = || {
             RsError::unsupported("a session window other than SESSION(table, time, gap [, key …])")
         };
+        let Some(spec) = specs.first() else {
+            return Ok(None);
+        };
+        // One session per row: the same time, gap and keys for every bound
+        // (a hand-written call could differ), in time order.
+        if specs.iter().any(|other| {
+            other.args != spec.args
+                || other.partition_by != spec.partition_by
+                || other.order_by != spec.order_by
+        }) {
+            return Err(refused());
+        }
         let schema = window.input.schema();
         let column = |expr: &Expr| match unalias(expr) {
             Expr::Column(column) => schema.index_of_column(column).map_err(|_| refused()),
             _ => Err(refused()),
         };
         let time = column(spec.args.first().ok_or_else(refused)?)?;
+        match spec.order_by.as_slice() {
+            [key] if key.asc && column(&key.expr)? == time => {}
+            _ => return Err(refused()),
+        }
         // An integer literal, of whichever width it was typed.
         let gap_micros = match spec.args.get(1).map(unalias) {
             Some(Expr::Literal(value, _)) => match value.cast_to(&DataType::Int64) {

@@ -350,6 +350,9 @@ impl TestServer {
     async fn wait_until_ready(&mut self) -> Result<(), String> {
         let deadline = Instant::now() + STARTUP_TIMEOUT;
         let config = self.config();
+        // What our own server logs once it listens on the port: until then a connection could
+        // reach another test's server that took the port between our probe and our bind.
+        let listening = format!("listen=127.0.0.1:{} ", self.port);
         let mut last_error = String::from("no attempt yet");
         while Instant::now() < deadline {
             if let Some(child) = self.child.as_mut() {
@@ -357,6 +360,11 @@ impl TestServer {
                     self.child = None;
                     return Err(format!("the process exited during startup with {status}"));
                 }
+            }
+            if !self.log().contains(&listening) {
+                last_error = "the server has not logged that it listens yet".to_string();
+                crate::harness::sleep(PROBE_INTERVAL).await;
+                continue;
             }
             match tokio::time::timeout(PROBE_TIMEOUT, connect(&config)).await {
                 Ok(Ok(_client)) => return Ok(()),
