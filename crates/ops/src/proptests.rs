@@ -184,69 +184,6 @@ pub(crate) fn aggregate_of(group_count: usize, input: PlanNode) -> PlanNode {
     }
 }
 
-/// `WITH RECURSIVE r(k, v) AS (SELECT k, v FROM u UNION SELECT r.k, t.v
-/// FROM r JOIN t ON r.v = t.k WHERE t.v IN (SELECT k FROM u)) SELECT * FROM
-/// r`: seeds from one table, edges from another, each step kept only where
-/// it lands on a seed's key (a semi join on a second external input).
-fn seeded_reachability() -> PlanNode {
-    use datafusion::prelude::col;
-    let loop_input = |index| PlanNode::LoopInput {
-        index,
-        schema: int_schema(&["k", "v"]),
-    };
-    let PlanNode::Join {
-        joined_schema,
-        schema,
-        ..
-    } = join(JoinKind::Inner)
-    else {
-        unreachable!("join() makes a join")
-    };
-    let stepped = PlanNode::Map {
-        input: Box::new(PlanNode::Join {
-            op_id: 73,
-            left: Box::new(loop_input(0)),
-            right: Box::new(loop_input(1)),
-            kind: JoinKind::Inner,
-            left_keys: vec![1],
-            right_keys: vec![0],
-            nulls_equal: false,
-            residual: None,
-            joined_schema: joined_schema.clone(),
-            null_aware: false,
-            left_width: 2,
-            right_width: 2,
-            schema,
-        }),
-        exprs: vec![col("lk"), col("rv")],
-        input_schema: joined_schema.clone(),
-        schema: int_schema(&["k", "v"]),
-    };
-    let step = PlanNode::Join {
-        op_id: 74,
-        left: Box::new(stepped),
-        right: Box::new(loop_input(2)),
-        kind: JoinKind::LeftSemi,
-        left_keys: vec![1],
-        right_keys: vec![0],
-        nulls_equal: false,
-        residual: None,
-        joined_schema,
-        null_aware: false,
-        left_width: 2,
-        right_width: 2,
-        schema: int_schema(&["k", "v"]),
-    };
-    PlanNode::Recursive {
-        op_id: 72,
-        base: Box::new(source(RIGHT)),
-        external: vec![source(LEFT), source(RIGHT)],
-        step: Box::new(step),
-        distinct: true,
-        schema: int_schema(&["k", "v"]),
-    }
-}
-
 /// `SELECT * FROM SESSION(t, ts, gap µs [, k])` over `ts = 7 k + 5 v - 10`
 /// µs: times from -10 to 14 (negative ones too), over up to 25 buckets
 /// whatever the gap, with gaps between them, apart from NULL times.
@@ -291,16 +228,18 @@ fn session_window(partitioned: bool, gap_micros: i64) -> PlanNode {
     }
 }
 
-/// `WITH RECURSIVE r(k, v) AS (SELECT k, v FROM t UNION [ALL] SELECT r.k,
-/// t.v FROM r JOIN t ON r.v = t.k [AND t.k < t.v]) SELECT * FROM r`: the
-/// pairs joined by paths of `t`'s edges (cycles included: with `UNION`;
-/// with `UNION ALL` only along increasing edges, so that every path ends).
-fn reachability(distinct: bool) -> PlanNode {
-    use datafusion::prelude::col;
-    let loop_input = |index| PlanNode::LoopInput {
+/// A recursion's rows or an external input, as `(k, v)`.
+fn loop_input(index: usize) -> PlanNode {
+    PlanNode::LoopInput {
         index,
         schema: int_schema(&["k", "v"]),
-    };
+    }
+}
+
+/// `SELECT r.k, t.v FROM r JOIN t ON r.v = t.k [AND residual]`, `r` the
+/// recursion (loop input 0) and `t` loop input 1: one step along an edge.
+fn path_step(op_id: ObjectId, residual: Option<datafusion::logical_expr::Expr>) -> PlanNode {
+    use datafusion::prelude::col;
     let PlanNode::Join {
         joined_schema,
         schema,
@@ -309,16 +248,16 @@ fn reachability(distinct: bool) -> PlanNode {
     else {
         unreachable!("join() makes a join")
     };
-    let step = PlanNode::Map {
+    PlanNode::Map {
         input: Box::new(PlanNode::Join {
-            op_id: 71,
+            op_id,
             left: Box::new(loop_input(0)),
             right: Box::new(loop_input(1)),
             kind: JoinKind::Inner,
             left_keys: vec![1],
             right_keys: vec![0],
             nulls_equal: false,
-            residual: (!distinct).then(|| col("lv").lt(col("rv"))),
+            residual,
             joined_schema: joined_schema.clone(),
             null_aware: false,
             left_width: 2,
@@ -328,13 +267,51 @@ fn reachability(distinct: bool) -> PlanNode {
         exprs: vec![col("lk"), col("rv")],
         input_schema: joined_schema,
         schema: int_schema(&["k", "v"]),
-    };
+    }
+}
+
+/// `WITH RECURSIVE r(k, v) AS (SELECT k, v FROM t UNION [ALL] SELECT r.k,
+/// t.v FROM r JOIN t ON r.v = t.k [AND t.k < t.v]) SELECT * FROM r`: the
+/// pairs joined by paths of `t`'s edges (cycles included: with `UNION`;
+/// with `UNION ALL` only along increasing edges, so that every path ends).
+fn reachability(distinct: bool) -> PlanNode {
+    use datafusion::prelude::col;
+    let increasing = (!distinct).then(|| col("lv").lt(col("rv")));
     PlanNode::Recursive {
         op_id: 70,
         base: Box::new(source(LEFT)),
         external: vec![source(LEFT)],
-        step: Box::new(step),
+        step: Box::new(path_step(71, increasing)),
         distinct,
+        schema: int_schema(&["k", "v"]),
+    }
+}
+
+/// `WITH RECURSIVE r(k, v) AS (SELECT k, v FROM u UNION SELECT r.k, t.v
+/// FROM r JOIN t ON r.v = t.k WHERE t.v IN (SELECT k FROM u)) SELECT * FROM
+/// r`: seeds from one table, edges from another, each step kept only where
+/// it lands on a seed's key (a semi join on a second external input).
+fn seeded_reachability() -> PlanNode {
+    let mut landing = join(JoinKind::LeftSemi);
+    if let PlanNode::Join {
+        op_id,
+        left,
+        right,
+        left_keys,
+        ..
+    } = &mut landing
+    {
+        *op_id = 74;
+        **left = path_step(73, None);
+        **right = loop_input(2);
+        *left_keys = vec![1];
+    }
+    PlanNode::Recursive {
+        op_id: 72,
+        base: Box::new(source(RIGHT)),
+        external: vec![source(LEFT), source(RIGHT)],
+        step: Box::new(landing),
+        distinct: true,
         schema: int_schema(&["k", "v"]),
     }
 }

@@ -130,11 +130,10 @@ impl RecursiveOperator {
         external: Vec<ZSet>,
         step: Step,
     ) -> RsResult<ZSet> {
-        let mut delta = base;
-        if external.iter().any(|delta| !delta.is_empty()) {
-            delta.extend(self.feed(store, ZSet::new(), external, step).await?);
-        }
-        let mut delta = delta.consolidate();
+        let mut delta = self
+            .outside_change(store, base, external, step)
+            .await?
+            .consolidate();
         let mut total = ZSet::new();
         let mut budget = Budget::default();
         while !delta.is_empty() {
@@ -210,6 +209,22 @@ impl RecursiveOperator {
         Ok(out.consolidate())
     }
 
+    /// The change of `base + step(rows, external)` for a change of the base
+    /// term and of the external parts, the recursion's rows unchanged.
+    async fn outside_change<S: StateStore>(
+        &self,
+        store: &mut S,
+        base: ZSet,
+        external: Vec<ZSet>,
+        step: Step,
+    ) -> RsResult<ZSet> {
+        let mut changes = base;
+        if external.iter().any(|delta| !delta.is_empty()) {
+            changes.extend(self.feed(store, ZSet::new(), external, step).await?);
+        }
+        Ok(changes)
+    }
+
     /// The derivation counts' changes for a change of the base term and of
     /// the external parts, the recursion's rows unchanged.
     async fn derivation_changes<S: StateStore>(
@@ -219,10 +234,7 @@ impl RecursiveOperator {
         external: Vec<ZSet>,
         step: Step,
     ) -> RsResult<CountChanges> {
-        let mut changes = base;
-        if external.iter().any(|delta| !delta.is_empty()) {
-            changes.extend(self.feed(store, ZSet::new(), external, step).await?);
-        }
+        let changes = self.outside_change(store, base, external, step).await?;
         self.count(store, changes).await
     }
 
