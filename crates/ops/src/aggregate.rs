@@ -260,6 +260,12 @@ impl AggregateOperator {
         for (row, weight) in &rows {
             state.count_star += weight;
             for (index, call) in self.calls.iter().enumerate() {
+                if call
+                    .filter
+                    .is_some_and(|filter| row[filter] != Datum::Bool(true))
+                {
+                    continue;
+                }
                 let value = match call.argument {
                     Some(column) => &row[column],
                     None => &Datum::Null,

@@ -626,6 +626,7 @@ pub(crate) fn aggregate_calls_valid(calls: &[AggregateCall], input_width: usize)
         call.argument
             .into_iter()
             .chain(call.delimiter)
+            .chain(call.filter)
             .chain(call.order_by.iter().map(|key| key.column))
             .all(|column| column < input_width)
     })

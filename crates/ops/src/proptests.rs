@@ -134,6 +134,7 @@ pub(crate) fn aggregate_of(group_count: usize, input: PlanNode) -> PlanNode {
         delimiter: None,
         order_by: Vec::new(),
         fraction: None,
+        filter: None,
     };
     let calls = vec![
         call(AggregateFunction::CountStar, None, false),
@@ -337,6 +338,7 @@ fn array_aggregate(group_count: usize) -> PlanNode {
             .into_iter()
             .collect(),
         fraction: None,
+        filter: None,
     };
     let mut columns = int_schema(&["k"]).columns;
     columns.truncate(group_count);
@@ -401,6 +403,7 @@ fn string_aggregate(group_count: usize) -> PlanNode {
         delimiter: Some(delimiter),
         order_by,
         fraction: None,
+        filter: None,
     };
     let mut columns = if group_count == 1 {
         vec![text("k")]
@@ -995,6 +998,7 @@ fn global_aggregate_emits_one_row_on_empty_input() {
                 delimiter: None,
                 order_by: Vec::new(),
                 fraction: None,
+                filter: None,
             },
             AggregateCall {
                 function: AggregateFunction::Sum,
@@ -1005,6 +1009,7 @@ fn global_aggregate_emits_one_row_on_empty_input() {
                 delimiter: None,
                 order_by: Vec::new(),
                 fraction: None,
+                filter: None,
             },
         ],
         schema: int_schema(&["count", "sum"]),

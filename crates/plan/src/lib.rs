@@ -169,6 +169,10 @@ pub struct AggregateCall {
     /// `percentile_cont`/`percentile_disc`: the fraction, in `[0, 1]`;
     /// `None` when it is NULL (the result is NULL).
     pub fraction: Option<f64>,
+    /// `array_agg(…) FILTER (WHERE …)`: the input column holding the
+    /// condition; only rows where it is true are aggregated. (The other
+    /// aggregates skip NULLs, and take `agg(CASE WHEN c THEN x END)`.)
+    pub filter: Option<usize>,
 }
 
 /// A node of the incremental plan.
@@ -586,6 +590,9 @@ impl PlanNode {
                     }
                     if let Some(fraction) = call.fraction {
                         let _ = write!(out, " fraction={fraction}");
+                    }
+                    if let Some(filter) = call.filter {
+                        let _ = write!(out, " filter={filter}");
                     }
                 }
                 out.push_str("; ");

@@ -1349,6 +1349,7 @@ impl Translator {
             let mut delimiter = None;
             let mut order_by = Vec::new();
             let mut fraction = None;
+            let mut filter = None;
             let (argument, input_type) = if function == AggregateFunction::CountStar {
                 (None, None)
             } else {
@@ -1396,11 +1397,19 @@ impl Translator {
                     )));
                 };
                 // These aggregates skip NULLs, so `agg(x) FILTER (WHERE c)`
-                // is `agg(CASE WHEN c THEN x END)`; `array_agg` keeps them.
-                if function == AggregateFunction::ArrayAgg && params.filter.is_some() {
-                    return Err(RsError::unsupported("array_agg(…) FILTER (WHERE …)"));
+                // is `agg(CASE WHEN c THEN x END)`; `array_agg` keeps them,
+                // and reads the condition from a column of its own.
+                if let (AggregateFunction::ArrayAgg, Some(condition)) = (function, &params.filter) {
+                    filter = Some(push_column(
+                        &mut exprs,
+                        &mut columns,
+                        format!("__filter_{index}"),
+                        condition.as_ref().clone(),
+                        &input_schema,
+                    )?);
                 }
                 let arg = match &params.filter {
+                    Some(_) if filter.is_some() => arg.clone(),
                     Some(filter) => when(filter.as_ref().clone(), arg.clone())
                         .end()
                         .map_err(datafusion_error)?,
@@ -1436,6 +1445,7 @@ impl Translator {
                 delimiter,
                 order_by,
                 fraction,
+                filter,
             });
         }
         let mapped = PlanNode::Map {

@@ -262,7 +262,8 @@ fn constructs_scenario() -> Scenario {
             "SELECT region, array_agg(id ORDER BY id) AS ids, \
              array_agg(amount ORDER BY amount DESC NULLS LAST, id) AS amounts, \
              array_agg(DISTINCT customer_id ORDER BY customer_id DESC) AS customers, \
-             array_agg(created_at ORDER BY id) AS times FROM orders GROUP BY region",
+             array_agg(created_at ORDER BY id) AS times, \
+             array_agg(id ORDER BY id) FILTER (WHERE amount > 100) AS big_ids FROM orders GROUP BY region",
         ),
         ("array_unnested", "SELECT region, unnest(amounts) AS amount, ids[1] AS first FROM array_aggregates"),
         (
