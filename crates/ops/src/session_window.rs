@@ -29,8 +29,8 @@ use rockstream_types::encoding::{decode_row, encode_row};
 use rockstream_types::{Datum, ObjectId, Row, RsError, RsResult, ZSet};
 
 use crate::exchange::partition_key;
-use crate::keys::{decode_weight, op_prefix, SESSION_WINDOW};
-use crate::state::{add_to_count, ScanOrder, StateStore};
+use crate::keys::{decode_weight, encode_weight, op_prefix, SESSION_WINDOW};
+use crate::state::{ScanOrder, StateStore};
 
 #[derive(Debug)]
 pub(crate) struct SessionWindowOperator {
@@ -155,16 +155,43 @@ impl SessionWindowOperator {
                 .collect();
             self.emit(&rows, -1, out);
         }
+        // The rows after the change: those before it (every changed bucket
+        // lies in a range, so its rows were read into `old`) with the change
+        // applied, in key order (time, then the row's encoding), written
+        // where they changed and emitted without reading them again.
+        let mut after: BTreeMap<(i64, Vec<u8>), (Row, i64)> = old
+            .values()
+            .flatten()
+            .map(|(time, row, count)| ((*time, encode_row(row)), (row.clone(), *count)))
+            .collect();
+        let mut changed_keys = BTreeSet::new();
         for (time, row, weight) in changes {
-            let key = self.key(partition, time, &row);
-            add_to_count(store, key, weight, "session window rows").await?;
-        }
-        // The new ones, emitted.
-        for &(low, high) in &ranges {
-            let mut rows = Vec::new();
-            for bucket in low..=high {
-                rows.extend(self.read_bucket(store, partition, bucket).await?);
+            let encoded = encode_row(&row);
+            let (_, count) = after.entry((time, encoded.clone())).or_insert((row, 0));
+            *count += weight;
+            if *count < 0 {
+                return Err(RsError::internal("session window rows count went negative"));
             }
+            changed_keys.insert((time, encoded));
+        }
+        for key in changed_keys {
+            let (row, count) = &after[&key];
+            let stored = self.key(partition, key.0, row);
+            if *count == 0 {
+                store.delete(stored);
+            } else {
+                store.put(stored, encode_weight(*count));
+            }
+        }
+        // The new sessions of each range, emitted.
+        for &(low, high) in &ranges {
+            let start = low.checked_mul(self.gap).unwrap_or(i64::MIN);
+            let rows: Vec<(i64, Row, i64)> = after
+                .range((start, Vec::new())..)
+                .take_while(|((time, _), _)| time.div_euclid(self.gap) <= high)
+                .filter(|(_, (_, count))| *count > 0)
+                .map(|((time, _), (row, count))| (*time, row.clone(), *count))
+                .collect();
             let rows: Vec<&(i64, Row, i64)> = rows.iter().collect();
             self.emit(&rows, 1, out);
         }
