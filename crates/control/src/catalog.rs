@@ -194,6 +194,35 @@ pub struct CatalogEntry {
     /// replaced while it exists.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub functions: Vec<ObjectId>,
+    /// A table's `WATERMARK FOR column AS column - delay` (RFC 0013): its
+    /// late rows are dropped and counted, and it is append-only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watermark: Option<WatermarkDef>,
+    /// A materialized view's `EMIT ON WINDOW CLOSE` (RFC 0013): it shows
+    /// each window once the watermark closes it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub emit_on_window_close: bool,
+}
+
+/// A table's event-time watermark as declared (RFC 0013).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WatermarkDef {
+    /// The time column, by name (positions move as columns are added).
+    pub column: String,
+    /// How late a row may be, in microseconds (`column - INTERVAL …`).
+    pub delay_micros: i64,
+}
+
+impl CatalogEntry {
+    /// The watermark's column position and delay, as a commit applies it.
+    pub fn event_time(&self) -> Option<(usize, i64)> {
+        let watermark = self.watermark.as_ref()?;
+        let column = self
+            .columns
+            .iter()
+            .position(|column| column.name == watermark.column)?;
+        Some((column, watermark.delay_micros))
+    }
 }
 
 /// An index of a table besides its primary key's: a UNIQUE constraint

@@ -3,23 +3,23 @@
 use std::sync::Arc;
 
 use rockstream_common::{object_store_for, Runtime};
-use rockstream_planner::{new_context, plan_view, schema_of};
+use rockstream_planner::{new_context, schema_of};
 use rockstream_runtime::{Engine, Published};
 use rockstream_storage::{storage_error, ShardDb};
 use rockstream_types::partition::BucketMap;
-use rockstream_types::{codes, ObjectId, RsError, RsResult};
+use rockstream_types::{codes, ObjectId, RsError, RsResult, SqlType};
 use slatedb::{Db, WriteBatch};
 use tokio::sync::{oneshot, Mutex, RwLock};
 
 use crate::catalog::{
     nextval_expression, CatalogEntry, ColumnDef, Identity, ObjectKind, OwnedSequence, TableIndex,
-    NEXT_ID_KEY,
+    WatermarkDef, NEXT_ID_KEY,
 };
 use crate::control_db::{ControlDb, CONTROL_PATH};
 use crate::follower::{self, CatalogChange, FollowerSender};
 use crate::functions::{function_key, Functions};
 use crate::namespaces::{namespace_key, Attachment, Namespaces};
-use crate::resolver::{plan_inline_view, CatalogResolver};
+use crate::resolver::{plan_inline_view, plan_materialized_view, CatalogResolver};
 use crate::roles::{undefined_role, Role, RoleChange, Roles};
 use crate::sequences::{sequence_key, Sequences};
 
@@ -369,6 +369,7 @@ impl Database {
             primary_key,
             generated,
             unique,
+            watermark,
             if_not_exists,
         } = table;
         if !name_is_free(catalog, name, if_not_exists)? {
@@ -376,6 +377,9 @@ impl Database {
         }
         for column in &columns {
             column.sql_type()?;
+        }
+        if let Some(watermark) = &watermark {
+            check_watermark(name, &columns, watermark)?;
         }
         for generated in generated {
             self.attach_sequence(catalog, name, &mut columns, generated)
@@ -399,6 +403,8 @@ impl Database {
             indexes: Vec::new(),
             next_index_id: 0,
             functions: Vec::new(),
+            watermark,
+            emit_on_window_close: false,
         };
         for declared in unique {
             add_index(catalog, &mut entry, declared)?;
@@ -513,10 +519,19 @@ impl Database {
             query,
             column_names,
             materialized,
+            emit_on_window_close,
             if_not_exists,
         } = view;
         if !name_is_free(&catalog, name, if_not_exists)? {
             return Ok(None);
+        }
+        if emit_on_window_close && !materialized {
+            return Err(RsError::new(
+                &codes::UNSUPPORTED_STATEMENT,
+                format!(
+                    "EMIT ON WINDOW CLOSE applies to materialized views only; \"{name}\" is a view"
+                ),
+            ));
         }
         if !materialized && rockstream_planner::uses_bag_set_operation(query) {
             return Err(RsError::unsupported(
@@ -533,10 +548,12 @@ impl Database {
             .filter(|function| called.contains(&function.name))
             .map(|function| function.id)
             .collect();
-        let resolver = CatalogResolver::new(catalog, functions);
+        let resolver = CatalogResolver::new(catalog.clone(), functions);
         let (schema, output_key, state_layout) = if materialized {
             let context = new_context(resolver.clone());
-            let plan = plan_view(&context, id, query).await?;
+            let plan =
+                plan_materialized_view(&context, &catalog, (id, query), emit_on_window_close)
+                    .await?;
             (
                 plan.schema().clone(),
                 plan.unique_key(),
@@ -596,6 +613,8 @@ impl Database {
             indexes: Vec::new(),
             next_index_id: 0,
             functions: called,
+            watermark: None,
+            emit_on_window_close,
         }))
     }
 
@@ -869,7 +888,46 @@ pub struct NewTable<'a> {
     pub generated: Vec<Generated>,
     /// Its UNIQUE constraints besides the primary key.
     pub unique: Vec<DeclaredIndex>,
+    /// Its `WATERMARK FOR` clause (RFC 0013).
+    pub watermark: Option<WatermarkDef>,
     pub if_not_exists: bool,
+}
+
+/// Checks table `table`'s `WATERMARK FOR` clause: a column of its own of a
+/// timestamp type, a delay that is not negative.
+fn check_watermark(table: &str, columns: &[ColumnDef], watermark: &WatermarkDef) -> RsResult<()> {
+    let Some(column) = columns
+        .iter()
+        .find(|column| column.name == watermark.column)
+    else {
+        return Err(RsError::new(
+            &codes::UNDEFINED_COLUMN,
+            format!(
+                "column \"{}\" named in the watermark of table \"{table}\" does not exist",
+                watermark.column
+            ),
+        ));
+    };
+    if !matches!(
+        column.sql_type()?,
+        SqlType::Timestamp | SqlType::TimestampTz
+    ) {
+        return Err(RsError::new(
+            &codes::UNSUPPORTED_STATEMENT,
+            format!(
+                "the watermark of table \"{table}\" is on column \"{}\" of type {}; only timestamp and timestamptz columns take one",
+                column.name,
+                column.sql_type()?.pg_name()
+            ),
+        ));
+    }
+    if watermark.delay_micros < 0 {
+        return Err(RsError::new(
+            &codes::UNSUPPORTED_STATEMENT,
+            format!("the watermark of table \"{table}\" is ahead of its column: give it as \"{0}\" or \"{0} - INTERVAL ...\"", column.name),
+        ));
+    }
+    Ok(())
 }
 
 /// The longest identifier PostgreSQL keeps, in bytes (`NAMEDATALEN - 1`).
@@ -1012,6 +1070,8 @@ pub struct NewView<'a> {
     /// explicit column list), positionally.
     pub column_names: Option<Vec<String>>,
     pub materialized: bool,
+    /// `EMIT ON WINDOW CLOSE` (RFC 0013).
+    pub emit_on_window_close: bool,
     pub if_not_exists: bool,
 }
 
@@ -1315,6 +1375,7 @@ mod tests {
             table_name: table.name.clone(),
             indexes: Vec::new(),
             rows,
+            watermark: None,
         };
         database.engine().commit(vec![change]).await.map(|_| ())
     }
@@ -1415,6 +1476,7 @@ mod tests {
                     column_names: None,
                     materialized: true,
                     if_not_exists: false,
+                    emit_on_window_close: false,
                 },
             )
             .await
@@ -1491,6 +1553,7 @@ mod tests {
                     generated: Vec::new(),
                     unique: Vec::new(),
                     if_not_exists: false,
+                    watermark: None,
                 },
             )
             .await
@@ -1569,6 +1632,7 @@ mod tests {
                     generated: Vec::new(),
                     unique: Vec::new(),
                     if_not_exists: false,
+                    watermark: None,
                 },
             )
             .await
@@ -1596,6 +1660,7 @@ mod tests {
                     column_names: None,
                     materialized: true,
                     if_not_exists: false,
+                    emit_on_window_close: false,
                 },
             )
             .await
@@ -1610,6 +1675,7 @@ mod tests {
                     column_names: None,
                     materialized: true,
                     if_not_exists: false,
+                    emit_on_window_close: false,
                 },
             )
             .await
@@ -1675,6 +1741,7 @@ mod tests {
                     column_names: None,
                     materialized: true,
                     if_not_exists: false,
+                    emit_on_window_close: false,
                 },
             )
             .await
@@ -1733,6 +1800,7 @@ mod tests {
                     column_names: None,
                     materialized: true,
                     if_not_exists: false,
+                    emit_on_window_close: false,
                 },
             )
             .await
@@ -1808,6 +1876,7 @@ mod tests {
                     generated: Vec::new(),
                     unique: Vec::new(),
                     if_not_exists: false,
+                    watermark: None,
                 },
             )
             .await
@@ -1822,6 +1891,7 @@ mod tests {
                     generated: Vec::new(),
                     unique: Vec::new(),
                     if_not_exists: false,
+                    watermark: None,
                 },
             )
             .await
@@ -1900,6 +1970,7 @@ mod tests {
                         column_names: None,
                         materialized: true,
                         if_not_exists: false,
+                        emit_on_window_close: false,
                     },
                 )
                 .await
@@ -1969,6 +2040,7 @@ mod tests {
                     generated: Vec::new(),
                     unique: Vec::new(),
                     if_not_exists: false,
+                    watermark: None,
                 },
             )
             .await
@@ -1981,7 +2053,7 @@ mod tests {
         let (directory, database) = database_with_table().await;
         let location = directory.path().to_str().unwrap().to_string();
         database
-            .create_view("default", NewView { name: "totals", query: "SELECT k % 2 AS parity, SUM(v) AS total, MIN(v) AS low FROM t GROUP BY k % 2", column_names: None, materialized: true, if_not_exists: false })
+            .create_view("default", NewView { name: "totals", query: "SELECT k % 2 AS parity, SUM(v) AS total, MIN(v) AS low FROM t GROUP BY k % 2", column_names: None, materialized: true, if_not_exists: false, emit_on_window_close: false })
             .await
             .unwrap();
         let table = database.lookup("default", "t").unwrap();
@@ -2000,6 +2072,7 @@ mod tests {
                 table_name: table.name.clone(),
                 indexes: Vec::new(),
                 rows,
+                watermark: None,
             }])
             .await
             .unwrap();
@@ -2068,6 +2141,7 @@ mod tests {
                         column_names: None,
                         materialized: true,
                         if_not_exists: false,
+                        emit_on_window_close: false,
                     },
                 )
                 .await
@@ -2146,6 +2220,7 @@ mod tests {
                     column_names: None,
                     materialized: true,
                     if_not_exists: false,
+                    emit_on_window_close: false,
                 },
             )
             .await

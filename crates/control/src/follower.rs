@@ -12,7 +12,9 @@ use rockstream_common::Runtime;
 use rockstream_ops::keys::RowStorage;
 use rockstream_ops::Dataflow;
 use rockstream_plan::partition::{place, Partitioning};
-use rockstream_planner::{new_context, plan_view};
+use rockstream_planner::new_context;
+
+use crate::resolver::plan_materialized_view;
 use rockstream_runtime::{Engine, InstallView};
 use rockstream_types::{codes, ObjectId, RsError, RsResult};
 use tokio::sync::{mpsc, oneshot};
@@ -102,7 +104,13 @@ impl Follower {
                     CatalogResolver::new(catalog.clone(), self.functions.planned(&entry.namespace));
                 let context = new_context(resolver);
                 let sql = entry.definition.clone().unwrap_or_default();
-                let plan = match plan_view(&context, entry.id, &sql).await {
+                let planned = plan_materialized_view(
+                    &context,
+                    &catalog,
+                    (entry.id, &sql),
+                    entry.emit_on_window_close,
+                );
+                let plan = match planned.await {
                     Ok(plan) => plan,
                     Err(error) if replay && !error.is_storage_failure() => {
                         self.not_maintainable(&entry, &error.message);

@@ -15,7 +15,7 @@ mod sequences;
 
 pub use catalog::{
     nextval_expression, CatalogEntry, ColumnDef, Identity, ObjectKind, OwnedSequence, TableIndex,
-    DEFAULT_NAMESPACE, REWRITTEN_BY_PENDING,
+    WatermarkDef, DEFAULT_NAMESPACE, REWRITTEN_BY_PENDING,
 };
 pub use database::{
     Alteration, Altered, Database, DeclaredIndex, DropObject, Generated, NewTable, NewView,

@@ -7,16 +7,40 @@ use datafusion::arrow::datatypes::{Field, Schema as ArrowSchema};
 use datafusion::catalog::TableProvider;
 use datafusion::datasource::ViewTable;
 use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder};
+use datafusion::prelude::SessionContext;
 use datafusion::sql::sqlparser::ast::Statement;
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 use rockstream_plan::arrow_types::{arrow_type, datafusion_error};
+use rockstream_plan::PlanNode;
 use rockstream_planner::{
-    new_context, rewrite_using_joins, SchemaOnlyTable, SqlFunction, TableResolver,
+    bind_watermarks, new_context, plan_view, rewrite_using_joins, SchemaOnlyTable, SqlFunction,
+    TableResolver,
 };
 use rockstream_types::{ObjectId, RsError, RsResult};
 
 use crate::catalog::{CatalogEntry, ObjectKind};
+
+/// Plans materialized view `view_id`, defined by `query`, over `context`
+/// (resolving names in `catalog`), with the watermarks of the tables it
+/// reads bound in (RFC 0013) and, with `emit_on_window_close`, its
+/// windows emitted as they close.
+pub async fn plan_materialized_view(
+    context: &SessionContext,
+    catalog: &[CatalogEntry],
+    (view_id, query): (ObjectId, &str),
+    emit_on_window_close: bool,
+) -> RsResult<PlanNode> {
+    let plan = plan_view(context, view_id, query).await?;
+    let event_time = |table: ObjectId| {
+        catalog
+            .iter()
+            .find(|entry| entry.id == table && entry.kind == ObjectKind::Table)
+            .and_then(CatalogEntry::event_time)
+            .map(|(column, _)| column)
+    };
+    bind_watermarks(plan, view_id, &event_time, emit_on_window_close)
+}
 
 /// Bound on inline views nested inside each other.
 pub const INLINE_VIEW_DEPTH_MAX: usize = 32;

@@ -46,6 +46,7 @@ use crate::session::{
 };
 use crate::session_commands;
 use crate::statement_limits::{show_timeout, Stop};
+use crate::streaming::Streaming;
 use crate::transactions;
 use crate::wire::Command;
 
@@ -224,7 +225,14 @@ impl Gateway {
         prepared: &dyn PreparedStatements,
     ) -> RsResult<StatementResult> {
         match command {
-            Command::Sql(statement) => self.execute_statement(session, statement, prepared).await,
+            Command::Sql(statement) => {
+                self.execute_statement(session, statement, &Streaming::default(), prepared)
+                    .await
+            }
+            Command::Streaming { statement, clauses } => {
+                self.execute_statement(session, statement, clauses, prepared)
+                    .await
+            }
             Command::RefreshMaterializedView { name, with_data } => {
                 let result = self.refresh(session, name, *with_data);
                 if result.is_err() {
@@ -293,6 +301,7 @@ impl Gateway {
         &self,
         session: &mut GatewaySession,
         statement: &Statement,
+        clauses: &Streaming,
         prepared: &dyn PreparedStatements,
     ) -> RsResult<StatementResult> {
         let aborted = session
@@ -338,7 +347,7 @@ impl Gateway {
         });
         self.start_statement(session, statement);
         let mut result = self
-            .dispatch(session, statement, in_explicit, prepared)
+            .dispatch(session, statement, clauses, in_explicit, prepared)
             .await;
         if let (Ok(_), true, Some(before)) = (&result, in_explicit, &savepoint) {
             // Outside a block the commit checks, as the statement ends.
@@ -364,6 +373,7 @@ impl Gateway {
         &self,
         session: &mut GatewaySession,
         statement: &Statement,
+        clauses: &Streaming,
         in_explicit: bool,
         prepared: &dyn PreparedStatements,
     ) -> RsResult<StatementResult> {
@@ -410,8 +420,14 @@ impl Gateway {
             Statement::Fetch {
                 name, direction, ..
             } => fetch(session, &ident_name(name), direction),
-            Statement::CreateTable(create) => self.create_table(session, create, in_explicit).await,
-            Statement::CreateView(create) => self.create_view(session, create, in_explicit).await,
+            Statement::CreateTable(create) => {
+                self.create_table(session, create, clauses, in_explicit)
+                    .await
+            }
+            Statement::CreateView(create) => {
+                self.create_view(session, create, clauses, in_explicit)
+                    .await
+            }
             Statement::Drop {
                 object_type: ObjectType::Role | ObjectType::User,
                 if_exists,
@@ -973,6 +989,7 @@ impl Gateway {
                     table_name: pending.name.clone(),
                     // The catalog's, attached under its lock at commit.
                     indexes: Vec::new(),
+                    watermark: None,
                     rows: pending
                         .into_rows()
                         .into_iter()

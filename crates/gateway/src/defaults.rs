@@ -554,6 +554,8 @@ mod tests {
             indexes: Vec::new(),
             next_index_id: 0,
             functions: Vec::new(),
+            watermark: None,
+            emit_on_window_close: false,
         }
     }
 

@@ -32,6 +32,7 @@ mod session_commands;
 mod settings;
 mod staging;
 mod statement_limits;
+mod streaming;
 mod transactions;
 mod unique;
 mod upsert;

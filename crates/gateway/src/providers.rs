@@ -35,6 +35,7 @@ use rockstream_ops::keys::{
 };
 use rockstream_planner::{
     ColumnInfo, RelationInfo, RelationKind, SequenceInfo, TableIndexInfo, TableResolver,
+    WatermarkInfo,
 };
 use rockstream_runtime::{Engine, ViewStatus};
 use rockstream_storage::{IndexEntries, IndexRowCursor, RowCursor, SnapshotSet};
@@ -149,6 +150,7 @@ impl TableResolver for SnapshotResolver {
     }
 
     fn relations(&self) -> Option<Vec<RelationInfo>> {
+        let watermarks = self.context.engine.published().watermarks;
         let relation = |entry: &CatalogEntry| RelationInfo {
             object_id: entry.id,
             name: entry.name.clone(),
@@ -192,6 +194,15 @@ impl TableResolver for SnapshotResolver {
                 })
                 .collect(),
             populated: self.context.engine.view_status(entry.id).is_populated(),
+            watermark: entry.watermark.as_ref().map(|declared| {
+                let state = watermarks.get(&entry.id).copied().unwrap_or_default();
+                WatermarkInfo {
+                    column: declared.column.clone(),
+                    delay_micros: declared.delay_micros,
+                    watermark: state.watermark,
+                    late_rows: state.late_rows,
+                }
+            }),
         };
         Some(self.context.entries.iter().map(relation).collect())
     }

@@ -12,12 +12,14 @@ use crate::backend::{object_name, Gateway};
 use crate::ddl::table_columns;
 use crate::defaults;
 use crate::session::GatewaySession;
+use crate::streaming::Streaming;
 
 impl Gateway {
     pub(crate) async fn create_table(
         &self,
         session: &mut GatewaySession,
         create: &CreateTable,
+        clauses: &Streaming,
         in_explicit: bool,
     ) -> RsResult<StatementResult> {
         refuse_unsupported_table(create)?;
@@ -30,6 +32,7 @@ impl Gateway {
             primary_key: definition.primary_key,
             generated: definition.generated,
             unique: definition.unique,
+            watermark: clauses.watermark.clone(),
             if_not_exists: create.if_not_exists,
         };
         match session.transaction.as_mut() {
@@ -51,6 +54,7 @@ impl Gateway {
         &self,
         session: &mut GatewaySession,
         create: &CreateView,
+        clauses: &Streaming,
         in_explicit: bool,
     ) -> RsResult<StatementResult> {
         if create.or_replace {
@@ -77,6 +81,7 @@ impl Gateway {
             query: &query,
             column_names,
             materialized: create.materialized,
+            emit_on_window_close: clauses.emit_on_window_close,
             if_not_exists: create.if_not_exists,
         };
         match session.transaction.as_mut() {

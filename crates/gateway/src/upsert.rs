@@ -160,6 +160,7 @@ pub(crate) fn on_conflict<'a>(
         None => Arbiter::Every,
     };
     if let OnConflictAction::DoUpdate(update) = &conflict.action {
+        crate::writes::refuse_append_only(entry, "ON CONFLICT DO UPDATE")?;
         for assignment in &update.assignments {
             assigned_column(entry, assignment)?;
         }

@@ -40,6 +40,7 @@ use crate::dml::{self, query_error};
 use crate::fast_path;
 use crate::providers::SnapshotResolver;
 use crate::session::{CopyInProgress, GatewaySession};
+use crate::streaming::{cut_streaming_clauses, Streaming};
 
 /// A prepared statement's parsed form, kept by the wire layer
 /// ([`Described::parsed`]) and copied for each Execute.
@@ -50,6 +51,11 @@ struct Parsed(Vec<Command>);
 #[derive(Clone)]
 pub(crate) enum Command {
     Sql(Box<Statement>),
+    /// A statement with the streaming clauses cut from it (RFC 0013).
+    Streaming {
+        statement: Box<Statement>,
+        clauses: Streaming,
+    },
     /// `REFRESH MATERIALIZED VIEW [CONCURRENTLY] name [WITH [NO] DATA]`.
     RefreshMaterializedView {
         name: ObjectName,
@@ -67,11 +73,11 @@ pub(crate) enum Command {
 const STREAMING_CLAUSES: &[(&[&str], &str)] = &[
     (
         &["WATERMARK", "FOR"],
-        "WATERMARK FOR (event-time watermarks; without one, windows stay open and keep their state)",
+        "WATERMARK FOR other than among CREATE TABLE's columns",
     ),
     (
         &["EMIT", "ON", "WINDOW", "CLOSE"],
-        "EMIT ON WINDOW CLOSE (a windowed view shows each window as it changes)",
+        "EMIT ON WINDOW CLOSE other than after CREATE MATERIALIZED VIEW's query",
     ),
     (&["APPEND", "ONLY"], "APPEND ONLY tables"),
 ];
@@ -146,6 +152,7 @@ pub(crate) fn parse(sql: &str) -> RsResult<Vec<Command>> {
     truncate_identifiers(&mut tokens);
     check_nesting(&tokens)?;
     check_parameter_numbers(&tokens)?;
+    let mut built = cut_streaming_clauses(&mut tokens)?;
     let streaming = streaming_clauses(&tokens);
     let mut parser = Parser::new(&dialect).with_tokens_with_locations(tokens);
     let mut commands = Vec::new();
@@ -203,8 +210,16 @@ pub(crate) fn parse(sql: &str) -> RsResult<Vec<Command>> {
             normalize_number_literals(&mut statement);
             Command::Sql(Box::new(statement))
         };
-        commands.push(command);
-        if !parser.consume_token(&Token::SemiColon) && parser.peek_token_ref().token != Token::EOF {
+        let terminated = parser.consume_token(&Token::SemiColon);
+        // The statement's streaming clauses: cut from its tokens, up to
+        // its semicolon (the parser stops before blanked tokens).
+        let end = if terminated {
+            parser.index()
+        } else {
+            usize::MAX
+        };
+        commands.push(with_streaming_clauses(command, &mut built, start..end));
+        if !terminated && parser.peek_token_ref().token != Token::EOF {
             let error = syntax_error(ParserError::ParserError(format!(
                 "Expected: end of statement, found: {}",
                 parser.peek_token_ref()
@@ -218,6 +233,30 @@ pub(crate) fn parse(sql: &str) -> RsResult<Vec<Command>> {
         }
     }
     Ok(commands)
+}
+
+/// `command` with the streaming clauses of `built` cut from within
+/// `tokens` (which are taken from `built`).
+fn with_streaming_clauses(
+    command: Command,
+    built: &mut Vec<(usize, Streaming)>,
+    tokens: std::ops::Range<usize>,
+) -> Command {
+    let mut clauses = Streaming::default();
+    built.retain(|(at, clause)| {
+        let within = tokens.contains(at);
+        if within {
+            clauses.watermark = clauses.watermark.take().or(clause.watermark.clone());
+            clauses.emit_on_window_close |= clause.emit_on_window_close;
+        }
+        !within
+    });
+    match command {
+        Command::Sql(statement) if clauses != Streaming::default() => {
+            Command::Streaming { statement, clauses }
+        }
+        other => other,
+    }
 }
 
 /// Whether the token `offset` ahead is a cursor's name standing alone (the

@@ -83,6 +83,7 @@ impl Gateway {
         }
         let (table_sql, table_name) = table_reference(&update.table.relation)?;
         let entry = self.entry(session, &table_name, Some(ObjectKind::Table))?;
+        refuse_append_only(&entry, "UPDATE")?;
         let mut assigned = Vec::new();
         let mut values = Vec::new();
         for assignment in &update.assignments {
@@ -140,6 +141,7 @@ impl Gateway {
         }
         let (table_sql, table_name) = table_reference(&table.relation)?;
         let entry = self.entry(session, &table_name, Some(ObjectKind::Table))?;
+        refuse_append_only(&entry, "DELETE")?;
         let selection_sql = selection_query(&entry, &table_sql, &[], delete.selection.as_ref());
         let (count, rows) = dml::modify(
             self,
@@ -181,7 +183,9 @@ impl Gateway {
         let mut entries = Vec::new();
         for target in &truncate.table_names {
             let name = object_name(&target.name.to_string());
-            entries.push(self.entry(session, &name, Some(ObjectKind::Table))?);
+            let entry = self.entry(session, &name, Some(ObjectKind::Table))?;
+            refuse_append_only(&entry, "TRUNCATE")?;
+            entries.push(entry);
         }
         for entry in &entries {
             let table_sql = Ident::with_quote('"', &entry.name).to_string();
@@ -397,6 +401,23 @@ fn relation_alias(relation: &TableFactor) -> Option<String> {
 }
 
 /// `SELECT key, c1..cn, new values FROM table WHERE selection`.
+/// Refuses `action` (a change of rows already stored) on a table with a
+/// watermark, which is append-only (RFC 0013): a window the watermark
+/// closed stays final.
+pub(crate) fn refuse_append_only(entry: &CatalogEntry, action: &str) -> RsResult<()> {
+    let Some(watermark) = &entry.watermark else {
+        return Ok(());
+    };
+    Err(RsError::new(
+        &codes::UNSUPPORTED_STATEMENT,
+        format!(
+            "{action} is not supported on table \"{}\": it has a watermark (on column \"{}\"), so it only takes new rows",
+            entry.name, watermark.column
+        ),
+    )
+    .with_detail("Only INSERT and COPY add rows to it: windows the watermark closed stay final."))
+}
+
 pub(crate) fn selection_query(
     entry: &CatalogEntry,
     table_sql: &str,

@@ -40,7 +40,7 @@
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
-use rockstream_plan::{AggregateCall, AggregateFunction};
+use rockstream_plan::{AggregateCall, AggregateFunction, Retirement, Watermarks};
 use rockstream_types::encoding::{
     compare_datum, decode_prefix, decode_row, encode_datum, encode_row, encode_row_into,
 };
@@ -49,8 +49,10 @@ use rockstream_types::{codes, Datum, ObjectId, Row, RsError, RsResult, SqlType, 
 use crate::dataflow::aggregate_calls_valid;
 use crate::keys::{
     decode_weight, op_prefix, push_order_key, AGGREGATE, AGGREGATE_DISTINCT, MIN_MAX,
+    RETIRE_SCHEDULE,
 };
 use crate::state::{add_to_count, ScanOrder, StateStore};
+use crate::window_close::{due, schedule_time, time_key};
 
 #[derive(Debug)]
 pub(crate) struct AggregateOperator {
@@ -61,6 +63,9 @@ pub(crate) struct AggregateOperator {
     /// earlier MIN/MAX call over the same argument).
     multiset_owner: Vec<usize>,
     output_types: Vec<SqlType>,
+    /// Groups whose value in a column a watermark bounds is below the
+    /// bound are final: their state is deleted (RFC 0013).
+    retire: Option<Retirement>,
 }
 
 /// Partial state of one aggregate within one group.
@@ -181,7 +186,27 @@ impl AggregateOperator {
             calls,
             multiset_owner,
             output_types,
+            retire: None,
         })
+    }
+
+    /// The aggregate, retiring its groups as `retire` says.
+    pub fn retiring(mut self, retire: Option<Retirement>) -> RsResult<Self> {
+        if retire
+            .as_ref()
+            .is_some_and(|retire| retire.column >= self.group_count)
+        {
+            return Err(RsError::internal(
+                "an aggregate retires its groups by a column that is not a group column",
+            ));
+        }
+        self.retire = retire;
+        Ok(self)
+    }
+
+    /// Whether it retires groups a watermark closed.
+    pub fn retires(&self) -> bool {
+        self.retire.is_some()
     }
 
     /// Without `GROUP BY`: one output row always, even over empty input.
@@ -196,6 +221,7 @@ impl AggregateOperator {
         store: &mut S,
         delta: ZSet,
         initial: bool,
+        watermarks: &Watermarks,
     ) -> RsResult<ZSet> {
         let mut groups: BTreeMap<Vec<u8>, Vec<(Row, i64)>> = BTreeMap::new();
         for (row, weight) in delta.updates {
@@ -211,10 +237,96 @@ impl AggregateOperator {
         let stored = store.get_many(&state_key_refs).await?;
         let mut out = ZSet::new();
         for (((key, rows), state_key), stored) in groups.into_iter().zip(state_keys).zip(stored) {
+            if stored.is_none() {
+                self.schedule_retirement(store, &key, &rows)?;
+            }
             self.step_group(store, &key, state_key, stored, rows, &mut out)
                 .await?;
         }
+        self.retire_final_groups(store, watermarks).await?;
         Ok(out.consolidate())
+    }
+
+    /// Writes a new group's entry in the retirement schedule: `WS op_id
+    /// value(8) group_key`, by its value in the retiring column.
+    fn schedule_retirement<S: StateStore>(
+        &self,
+        store: &mut S,
+        key: &[u8],
+        rows: &[(Row, i64)],
+    ) -> RsResult<()> {
+        let (Some(retire), Some((row, _))) = (&self.retire, rows.first()) else {
+            return Ok(());
+        };
+        let time = schedule_time(&row[retire.column])?;
+        if time == i64::MAX {
+            // NULL: never final.
+            return Ok(());
+        }
+        let mut entry = time_key(&op_prefix(RETIRE_SCHEDULE, self.op_id), time);
+        entry.extend_from_slice(key);
+        store.put(entry, Vec::new());
+        Ok(())
+    }
+
+    /// The multisets a group keeps besides its accumulators, by kind and
+    /// call: `MM` for `string_agg`/`array_agg`, ordered-set aggregates and
+    /// each MIN/MAX multiset's owner, `AD` for other DISTINCT calls.
+    fn multisets(&self) -> Vec<([u8; 2], usize)> {
+        let mut multisets = Vec::new();
+        for (index, call) in self.calls.iter().enumerate() {
+            let concatenated = matches!(
+                call.function,
+                AggregateFunction::StringAgg | AggregateFunction::ArrayAgg
+            );
+            if concatenated
+                || call.function.is_ordered_set()
+                || (matches!(
+                    call.function,
+                    AggregateFunction::Min | AggregateFunction::Max
+                ) && self.multiset_owner[index] == index)
+            {
+                multisets.push((MIN_MAX, index));
+            }
+            if call.distinct && !concatenated && !call.function.is_ordered_set() {
+                multisets.push((AGGREGATE_DISTINCT, index));
+            }
+        }
+        multisets
+    }
+
+    /// Deletes the state of every group the retirement bound has passed at
+    /// `watermarks`: no change reaches them any more. Their output rows
+    /// stay. Costs each group once, when it closes.
+    async fn retire_final_groups<S: StateStore>(
+        &self,
+        store: &mut S,
+        watermarks: &Watermarks,
+    ) -> RsResult<()> {
+        let Some(below) = self
+            .retire
+            .as_ref()
+            .and_then(|retire| retire.bound.at(watermarks))
+        else {
+            return Ok(());
+        };
+        let prefix = op_prefix(RETIRE_SCHEDULE, self.op_id);
+        for (time, key, _) in due(store, &prefix, below).await? {
+            let mut entry = time_key(&prefix, time);
+            entry.extend_from_slice(&key);
+            store.delete(entry);
+            store.delete(self.state_key(&key));
+            for (kind, index) in self.multisets() {
+                let values = self.value_key(kind, index, &key);
+                for (value, _) in store
+                    .scan_prefix(&values, ScanOrder::Ascending, usize::MAX)
+                    .await?
+                {
+                    store.delete(value);
+                }
+            }
+        }
+        Ok(())
     }
 
     async fn step_group<S: StateStore>(

@@ -32,11 +32,12 @@
 //! owns the empty key, where the planner gathers such operators' inputs.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use datafusion::arrow::compute::cast;
 use datafusion::logical_expr::Expr;
 use rockstream_plan::arrow_types::{arrow_error, datafusion_error};
-use rockstream_plan::{AggregateCall, JoinKind, PlanNode, SetOperator};
+use rockstream_plan::{AggregateCall, JoinKind, PlanNode, SetOperator, Watermarks};
 use rockstream_types::{ObjectId, Row, RsError, RsResult, SqlType, ZSet};
 
 use crate::aggregate::AggregateOperator;
@@ -53,6 +54,7 @@ use crate::temporal_filter::TemporalFilter;
 use crate::top_k::TopKOperator;
 use crate::unnest::UnnestOperator;
 use crate::window::WindowOperator;
+use crate::window_close::WindowCloseOperator;
 
 /// A view's plan, compiled for execution.
 #[derive(Debug)]
@@ -100,6 +102,7 @@ enum Operator {
     UnionAll,
     Recursive(Box<RecursiveOperator>),
     SessionWindow(Box<SessionWindowOperator>),
+    WindowClose(Box<WindowCloseOperator>),
     SetOperation {
         op_id: ObjectId,
         operator: SetOperator,
@@ -112,7 +115,7 @@ enum Operator {
 }
 
 /// What a step of a dataflow is besides its input.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Step {
     /// The view's first step (its backfill), when global aggregates emit
     /// their empty-input row and constants their rows.
@@ -121,14 +124,19 @@ pub struct Step {
     /// the `now()` of temporal filters. It never goes back from one step
     /// of a view to the next.
     pub now_micros: i64,
+    /// The tables' watermarks after the step's epoch (RFC 0013): state
+    /// below their bounds is final. They never go back from one step of a
+    /// view to the next.
+    pub watermarks: Arc<Watermarks>,
 }
 
 impl Step {
-    /// A step after the first, at clock `now_micros`.
+    /// A step after the first, at clock `now_micros`, without watermarks.
     pub fn at(now_micros: i64) -> Step {
         Step {
             initial: false,
             now_micros,
+            watermarks: Arc::default(),
         }
     }
 }
@@ -150,7 +158,7 @@ impl Dataflow {
         &self,
         store: &mut S,
         inputs: &HashMap<ObjectId, ZSet>,
-        step: Step,
+        step: &Step,
     ) -> RsResult<ZSet> {
         self.step_on(store, inputs, step, &mut Unsharded).await
     }
@@ -164,6 +172,16 @@ impl Dataflow {
                 entry.operator,
                 Operator::TemporalFilter(_) | Operator::ClockSeries(_)
             )
+        })
+    }
+
+    /// Whether steps read the watermarks (RFC 0013): an aggregate retires
+    /// closed groups, or `EMIT ON WINDOW CLOSE` emits closed windows.
+    pub fn reads_watermarks(&self) -> bool {
+        self.operators.iter().any(|entry| match &entry.operator {
+            Operator::Aggregate(aggregate) => aggregate.retires(),
+            Operator::WindowClose(_) => true,
+            _ => false,
         })
     }
 
@@ -193,7 +211,7 @@ impl Dataflow {
         &self,
         store: &mut S,
         inputs: &HashMap<ObjectId, ZSet>,
-        step: Step,
+        step: &Step,
         exchange: &mut E,
     ) -> RsResult<ZSet> {
         // Per operator stepped so far, its output until its consumer takes it.
@@ -328,14 +346,28 @@ impl Operator {
                 input,
                 group_count,
                 aggregates,
+                retire,
                 schema,
-            } => Operator::Aggregate(Box::new(AggregateOperator::new(
+            } => Operator::Aggregate(Box::new(
+                AggregateOperator::new(
+                    *op_id,
+                    *group_count,
+                    aggregates.clone(),
+                    input.schema().types(),
+                    schema.types(),
+                )?
+                .retiring(retire.clone())?,
+            )),
+            PlanNode::WindowClose {
+                op_id,
+                column,
+                bound,
+                ..
+            } => Operator::WindowClose(Box::new(WindowCloseOperator::new(
                 *op_id,
-                *group_count,
-                aggregates.clone(),
-                input.schema().types(),
-                schema.types(),
-            )?)),
+                *column,
+                bound.clone(),
+            ))),
             PlanNode::Distinct { op_id, .. } => Operator::Distinct { op_id: *op_id },
             PlanNode::TopK {
                 op_id,
@@ -451,7 +483,7 @@ impl Operator {
         store: &mut S,
         sources: &HashMap<ObjectId, ZSet>,
         inputs: Vec<ZSet>,
-        step: Step,
+        step: &Step,
         (point, exchange): (usize, &mut E),
     ) -> RsResult<ZSet> {
         // What is emitted without input is emitted once, by the shard that
@@ -484,7 +516,13 @@ impl Operator {
             }
             Operator::Aggregate(aggregate) => {
                 let [input] = exactly(inputs)?;
-                aggregate.step(store, input, initial_here).await
+                aggregate
+                    .step(store, input, initial_here, &step.watermarks)
+                    .await
+            }
+            Operator::WindowClose(close) => {
+                let [input] = exactly(inputs)?;
+                close.step(store, input, &step.watermarks).await
             }
             Operator::Distinct { op_id } => {
                 let [input] = exactly(inputs)?;
@@ -543,8 +581,11 @@ impl Operator {
         match self {
             // Its input is what the other shards sent.
             Operator::Source { .. } | Operator::Exchange { .. } => true,
-            // Rows enter and leave as the clock passes.
-            Operator::TemporalFilter(_) | Operator::ClockSeries(_) => true,
+            // Rows enter and leave as the clock passes, windows close as
+            // the watermarks pass (which rows of another branch moved).
+            Operator::TemporalFilter(_) | Operator::ClockSeries(_) | Operator::WindowClose(_) => {
+                true
+            }
             Operator::Constant { .. } => initial,
             Operator::Aggregate(aggregate) => initial && aggregate.is_global(),
             _ => false,
@@ -703,6 +744,6 @@ mod tests {
         let dataflow = nested();
         let mut store = MemoryStore::default();
         let inputs = HashMap::new();
-        assert_send(&dataflow.step(&mut store, &inputs, Step::at(0)));
+        assert_send(&dataflow.step(&mut store, &inputs, &Step::at(0)));
     }
 }

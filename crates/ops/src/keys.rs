@@ -80,11 +80,16 @@ pub const CLOCK_SERIES: [u8; 2] = *b"CS";
 pub const SESSION_WINDOW: [u8; 2] = *b"SW";
 pub const RECURSION_ROWS: [u8; 2] = *b"RV";
 pub const RECURSION_DERIVATIONS: [u8; 2] = *b"RD";
+/// An aggregate's groups by the value of the column a watermark bounds,
+/// retired once the bound passes it (RFC 0013).
+pub const RETIRE_SCHEDULE: [u8; 2] = *b"WS";
+/// `EMIT ON WINDOW CLOSE`'s rows of windows still open (RFC 0013).
+pub const WINDOW_CLOSE: [u8; 2] = *b"WC";
 
 /// Every kind of operator state: a view's state is these kinds under its
 /// operators' ids ([`view_op_prefixes`]). A new kind must be listed here,
 /// or a dropped view or a restarted build would leave its keys behind.
-pub const OPERATOR_STATE_KINDS: [[u8; 2]; 15] = [
+pub const OPERATOR_STATE_KINDS: [[u8; 2]; 17] = [
     JOIN_LEFT,
     JOIN_RIGHT,
     AGGREGATE,
@@ -100,6 +105,8 @@ pub const OPERATOR_STATE_KINDS: [[u8; 2]; 15] = [
     SESSION_WINDOW,
     RECURSION_ROWS,
     RECURSION_DERIVATIONS,
+    RETIRE_SCHEDULE,
+    WINDOW_CLOSE,
 ];
 
 /// `0x01 kind op_id`: the prefix of all of one operator's state of one kind.
@@ -300,7 +307,7 @@ pub fn holds_count(key: &[u8]) -> bool {
     match key.first() {
         Some(&OUTPUT) => true,
         Some(&OP_STATE) => {
-            matches!(key.get(1..3), Some(kind) if kind == JOIN_LEFT || kind == JOIN_RIGHT || kind == MIN_MAX || kind == TOP_K || kind == WINDOW || kind == TEMPORAL_FILTER)
+            matches!(key.get(1..3), Some(kind) if kind == JOIN_LEFT || kind == JOIN_RIGHT || kind == MIN_MAX || kind == TOP_K || kind == WINDOW || kind == TEMPORAL_FILTER || kind == WINDOW_CLOSE)
         }
         _ => false,
     }
@@ -387,6 +394,19 @@ pub fn epoch_key() -> Vec<u8> {
 /// committed: its id (RFC 0002).
 pub fn ddl_transaction_key() -> Vec<u8> {
     vec![SHARD_META, b'D', b'T']
+}
+
+/// `0x06 'W' 'M'`: the coordinator's records of watermarked tables'
+/// watermarks and late rows (RFC 0013).
+pub fn watermarks_prefix() -> Vec<u8> {
+    vec![SHARD_META, b'W', b'M']
+}
+
+/// `0x06 'W' 'M' table_id`: one table's watermark record.
+pub fn watermark_key(table_id: ObjectId) -> Vec<u8> {
+    let mut key = watermarks_prefix();
+    key.extend_from_slice(&table_id.to_be_bytes());
+    key
 }
 
 /// Prefix of the input pending for a failed view.

@@ -30,6 +30,7 @@ mod temporal_filter;
 mod top_k;
 mod unnest;
 mod window;
+mod window_close;
 
 pub use dataflow::{Dataflow, Step};
 pub use exchange::{ChannelExchange, Exchange, StepProgress, Unsharded};

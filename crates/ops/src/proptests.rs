@@ -182,6 +182,7 @@ pub(crate) fn aggregate_of(group_count: usize, input: PlanNode) -> PlanNode {
         group_count,
         aggregates: calls,
         schema: int_schema(&columns),
+        retire: None,
     }
 }
 
@@ -358,6 +359,7 @@ fn array_aggregate(group_count: usize) -> PlanNode {
             call(None, false),
         ],
         schema: Schema { columns },
+        retire: None,
     }
 }
 
@@ -436,6 +438,7 @@ fn string_aggregate(group_count: usize) -> PlanNode {
             ),
         ],
         schema: Schema { columns },
+        retire: None,
     }
 }
 
@@ -592,9 +595,9 @@ fn run_on(plan: &PlanNode, history: &[Vec<(ObjectId, Row, i64)>], map: &BucketMa
                             .step_on(
                                 store,
                                 &inputs,
-                                Step {
+                                &Step {
                                     initial,
-                                    now_micros: 0,
+                                    ..Step::at(0)
                                 },
                                 &mut exchange,
                             )
@@ -654,9 +657,9 @@ fn run_on(plan: &PlanNode, history: &[Vec<(ObjectId, Row, i64)>], map: &BucketMa
     let recomputed = futures::executor::block_on(unsharded.step(
         &mut fresh,
         &totals,
-        Step {
+        &Step {
             initial: true,
-            now_micros: 0,
+            ..Step::at(0)
         },
     ))
     .expect("recompute");
@@ -1013,6 +1016,7 @@ fn global_aggregate_emits_one_row_on_empty_input() {
             },
         ],
         schema: int_schema(&["count", "sum"]),
+        retire: None,
     };
     let history = [
         vec![(LEFT, vec![Datum::Int64(1), Datum::Int64(5)], 1)],

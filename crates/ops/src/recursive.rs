@@ -104,16 +104,16 @@ impl RecursiveOperator {
         &self,
         store: &mut S,
         inputs: Vec<ZSet>,
-        step: Step,
+        step: &Step,
     ) -> RsResult<ZSet> {
         let mut inputs = inputs.into_iter();
         let base = inputs
             .next()
             .ok_or_else(|| RsError::internal("a recursive query without its base term"))?;
         let external: Vec<ZSet> = inputs.collect();
-        let step = Step {
+        let step = &Step {
             initial: false,
-            ..step
+            ..step.clone()
         };
         if self.distinct {
             self.step_distinct(store, base, external, step).await
@@ -128,7 +128,7 @@ impl RecursiveOperator {
         store: &mut S,
         base: ZSet,
         external: Vec<ZSet>,
-        step: Step,
+        step: &Step,
     ) -> RsResult<ZSet> {
         let mut delta = self
             .outside_change(store, base, external, step)
@@ -155,7 +155,7 @@ impl RecursiveOperator {
         store: &mut S,
         base: ZSet,
         external: Vec<ZSet>,
-        step: Step,
+        step: &Step,
     ) -> RsResult<ZSet> {
         let (base_lost, base_gained) = split_by_sign(base);
         let (external_lost, external_gained): (Vec<ZSet>, Vec<ZSet>) =
@@ -216,7 +216,7 @@ impl RecursiveOperator {
         store: &mut S,
         base: ZSet,
         external: Vec<ZSet>,
-        step: Step,
+        step: &Step,
     ) -> RsResult<ZSet> {
         let mut changes = base;
         if external.iter().any(|delta| !delta.is_empty()) {
@@ -232,7 +232,7 @@ impl RecursiveOperator {
         store: &mut S,
         base: ZSet,
         external: Vec<ZSet>,
-        step: Step,
+        step: &Step,
     ) -> RsResult<CountChanges> {
         let changes = self.outside_change(store, base, external, step).await?;
         self.count(store, changes).await
@@ -303,7 +303,7 @@ impl RecursiveOperator {
         store: &mut S,
         recursion: ZSet,
         external: Vec<ZSet>,
-        step: Step,
+        step: &Step,
     ) -> RsResult<ZSet> {
         let mut sources: HashMap<ObjectId, ZSet> = HashMap::with_capacity(1 + external.len());
         sources.insert(0, recursion);

@@ -15,6 +15,7 @@ pub mod arrow_types;
 pub mod datetime_text;
 pub mod partition;
 pub mod sessions;
+pub mod watermarks;
 
 use std::fmt::Write;
 
@@ -22,6 +23,8 @@ use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::DFSchemaRef;
 use datafusion::logical_expr::{BinaryExpr, Expr, Operator};
 use rockstream_types::{ObjectId, SqlType};
+
+pub use watermarks::{Bound, Retirement, Watermarks};
 
 /// One output column.
 #[derive(Debug, Clone, PartialEq)]
@@ -258,6 +261,9 @@ pub enum PlanNode {
         input: Box<PlanNode>,
         group_count: usize,
         aggregates: Vec<AggregateCall>,
+        /// Groups below a watermark's bound are final: their state is
+        /// deleted (RFC 0013).
+        retire: Option<Retirement>,
         schema: Schema,
     },
     /// Set semantics: every row with positive multiplicity once.
@@ -351,6 +357,15 @@ pub enum PlanNode {
         bounds: Vec<ClockBound>,
         input_schema: DFSchemaRef,
     },
+    /// `EMIT ON WINDOW CLOSE` (RFC 0013): holds its input's rows until
+    /// `bound` passes their `column`, then emits them, once; a row whose
+    /// `column` is NULL never closes.
+    WindowClose {
+        op_id: ObjectId,
+        input: Box<PlanNode>,
+        column: usize,
+        bound: Bound,
+    },
     /// Moves each row to the shard that owns the bucket of its `key`
     /// columns (all rows to one shard when `key` is empty); inserted by
     /// [`partition::place`]. Stateless: the rows pass on unchanged.
@@ -380,6 +395,7 @@ impl PlanNode {
             PlanNode::Filter { input, .. }
             | PlanNode::TemporalFilter { input, .. }
             | PlanNode::Distinct { input, .. }
+            | PlanNode::WindowClose { input, .. }
             | PlanNode::Exchange { input, .. } => input.schema(),
             PlanNode::SetOperation { left, .. } => left.schema(),
         }
@@ -405,6 +421,7 @@ impl PlanNode {
             | PlanNode::TopK { input, .. }
             | PlanNode::Window { input, .. }
             | PlanNode::SessionWindow { input, .. }
+            | PlanNode::WindowClose { input, .. }
             | PlanNode::Exchange { input, .. } => vec![input],
             PlanNode::Join { left, right, .. } | PlanNode::SetOperation { left, right, .. } => {
                 vec![left, right]
@@ -432,6 +449,7 @@ impl PlanNode {
             | PlanNode::TopK { input, .. }
             | PlanNode::Window { input, .. }
             | PlanNode::SessionWindow { input, .. }
+            | PlanNode::WindowClose { input, .. }
             | PlanNode::Exchange { input, .. } => vec![input],
             PlanNode::Join { left, right, .. } | PlanNode::SetOperation { left, right, .. } => {
                 vec![left, right]
@@ -486,6 +504,7 @@ impl PlanNode {
             | PlanNode::TopK { input, .. }
             | PlanNode::Window { input, .. }
             | PlanNode::SessionWindow { input, .. }
+            | PlanNode::WindowClose { input, .. }
             | PlanNode::Exchange { input, .. } => input.unique_key(),
             PlanNode::Map {
                 input,
@@ -564,6 +583,7 @@ impl PlanNode {
                 input,
                 group_count,
                 aggregates,
+                retire,
                 ..
             } => {
                 let _ = write!(
@@ -594,6 +614,9 @@ impl PlanNode {
                     if let Some(filter) = call.filter {
                         let _ = write!(out, " filter={filter}");
                     }
+                }
+                if let Some(Retirement { column, bound }) = retire {
+                    let _ = write!(out, " retire {column} below {bound}");
                 }
                 out.push_str("; ");
             }
@@ -738,6 +761,18 @@ impl PlanNode {
                     types(input)
                 );
             }
+            PlanNode::WindowClose {
+                op_id,
+                column,
+                bound,
+                ..
+            } => {
+                let _ = write!(
+                    out,
+                    "window_close {op_id} column={column} below {bound} [{}]; ",
+                    types(node)
+                );
+            }
             // Where rows are computed, not what is kept: a view planned
             // for more shards keeps its state in the same layout.
             PlanNode::Exchange { .. } => {}
@@ -804,14 +839,22 @@ impl PlanNode {
             PlanNode::Aggregate {
                 group_count,
                 aggregates,
+                retire,
                 ..
             } => format!(
-                "Aggregate group by {group_count} column(s): {}",
+                "Aggregate group by {group_count} column(s): {}{}",
                 aggregates
                     .iter()
                     .map(|a| format!("{:?}", a.function))
                     .collect::<Vec<_>>()
-                    .join(", ")
+                    .join(", "),
+                retire
+                    .as_ref()
+                    .map(|retire| format!(
+                        "; retires groups once column {} is below {}",
+                        retire.column, retire.bound
+                    ))
+                    .unwrap_or_default()
             ),
             PlanNode::Distinct { .. } => "Distinct".to_string(),
             PlanNode::Window { functions, .. } => format!(
@@ -850,6 +893,9 @@ impl PlanNode {
             PlanNode::LoopInput { index, .. } => format!("LoopInput external {}", index - 1),
             PlanNode::SetOperation { operator, all, .. } => {
                 format!("{operator:?}{}", if *all { " ALL" } else { "" })
+            }
+            PlanNode::WindowClose { column, bound, .. } => {
+                format!("WindowClose column {column} once below {bound}")
             }
             PlanNode::Exchange { key, .. } if key.is_empty() => "Exchange to one shard".to_string(),
             PlanNode::Exchange { key, .. } => format!("Exchange by column(s) {key:?}"),

@@ -159,9 +159,10 @@ fn output(
             Partitioning::Arbitrary => Partitioning::Arbitrary,
         },
         // Each output row starts with its input row.
-        PlanNode::Filter { .. } | PlanNode::TemporalFilter { .. } | PlanNode::Unnest { .. } => {
-            inputs_have[0].clone()
-        }
+        PlanNode::Filter { .. }
+        | PlanNode::TemporalFilter { .. }
+        | PlanNode::Unnest { .. }
+        | PlanNode::WindowClose { .. } => inputs_have[0].clone(),
         PlanNode::Join {
             kind,
             left_keys,

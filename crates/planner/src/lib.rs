@@ -47,6 +47,7 @@ mod time_windows;
 mod translate;
 mod type_spellings;
 mod using_joins;
+mod watermarks;
 
 pub use column_names::{alias_select_items, pg_column_names};
 pub use interval_literals::{normalize_interval_literals, readable_interval};
@@ -60,10 +61,11 @@ pub use sql_functions::{
 };
 pub use system_catalog::{
     current_setting, quote_ident, regclass_name, relation_oid, session_constant, set_config,
-    ColumnInfo, RelationInfo, RelationKind, SequenceInfo, TableIndexInfo, INDEX_IDS_PER_TABLE,
-    USER_FUNCTION,
+    ColumnInfo, RelationInfo, RelationKind, SequenceInfo, TableIndexInfo, WatermarkInfo,
+    INDEX_IDS_PER_TABLE, USER_FUNCTION,
 };
-pub use time_windows::rewrite_time_windows;
+pub use time_windows::{fixed_interval_micros, rewrite_time_windows};
 pub use translate::{plan_view, schema_of, undefined_relation};
 pub use type_spellings::normalize_type_spellings;
 pub use using_joins::{rewrite_using_joins, uses_using_joins};
+pub use watermarks::bind_watermarks;

@@ -218,36 +218,51 @@ fn interval_nanos(expr: &Expr) -> RsResult<i128> {
             "the window length {expr} (a constant interval of days or less is)"
         ))
     };
-    let Expr::Interval(Interval {
-        value,
-        leading_field,
-        ..
-    }) = expr
-    else {
-        return Err(not_constant());
-    };
-    let Expr::Value(ValueWithSpan {
-        value: Value::SingleQuotedString(text),
-        ..
-    }) = value.as_ref()
-    else {
-        return Err(not_constant());
-    };
-    let text = match leading_field {
-        Some(field) => format!("{text} {field}"),
-        None => text.clone(),
-    };
-    let interval = parse_interval_month_day_nano(&text).map_err(|_| not_constant())?;
-    if interval.months != 0 {
-        return Err(not_constant());
-    }
-    let nanos = i128::from(interval.days) * 86_400_000_000_000 + i128::from(interval.nanoseconds);
+    let nanos = fixed_interval_nanos(expr).ok_or_else(not_constant)?;
     // `date_bin` takes whole microseconds (as timestamps hold) that fit in
     // 64-bit nanoseconds.
     if nanos <= 0 || nanos % 1000 != 0 || i64::try_from(nanos).is_err() {
         return Err(not_constant());
     }
     Ok(nanos)
+}
+
+/// The length of `INTERVAL '…'`, a constant without months (days taken as
+/// 24 hours), in nanoseconds.
+fn fixed_interval_nanos(expr: &Expr) -> Option<i128> {
+    let Expr::Interval(Interval {
+        value,
+        leading_field,
+        ..
+    }) = expr
+    else {
+        return None;
+    };
+    let Expr::Value(ValueWithSpan {
+        value: Value::SingleQuotedString(text),
+        ..
+    }) = value.as_ref()
+    else {
+        return None;
+    };
+    let text = match leading_field {
+        Some(field) => format!("{text} {field}"),
+        None => text.clone(),
+    };
+    let interval = parse_interval_month_day_nano(&text).ok()?;
+    if interval.months != 0 {
+        return None;
+    }
+    Some(i128::from(interval.days) * 86_400_000_000_000 + i128::from(interval.nanoseconds))
+}
+
+/// [`fixed_interval_nanos`] in whole microseconds, if it is whole and fits.
+pub fn fixed_interval_micros(expr: &Expr) -> Option<i64> {
+    let nanos = fixed_interval_nanos(expr)?;
+    if nanos % 1000 != 0 {
+        return None;
+    }
+    i64::try_from(nanos / 1000).ok()
 }
 
 #[cfg(test)]

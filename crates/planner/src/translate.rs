@@ -1459,6 +1459,8 @@ impl Translator {
             input: Box::new(mapped),
             group_count,
             aggregates: calls,
+            // Bound by the view's watermarks, if any ([`crate::bind_watermarks`]).
+            retire: None,
             schema: output_schema,
         })
     }
@@ -1539,6 +1541,7 @@ fn loop_operators_allowed(step: &PlanNode, distinct: bool) -> RsResult<()> {
         }
         PlanNode::Recursive { .. } => return refused("a nested recursive query"),
         PlanNode::TemporalFilter { .. } | PlanNode::ClockSeries { .. } => return refused("now()"),
+        PlanNode::WindowClose { .. } => return refused("EMIT ON WINDOW CLOSE"),
         PlanNode::Source { .. } | PlanNode::Constant { .. } | PlanNode::Exchange { .. } => {
             return Err(RsError::internal(
                 "a recursive step reads a relation outside its external inputs",

@@ -1,6 +1,6 @@
 //! The engine handle and its command queue.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -58,6 +58,42 @@ pub struct TableChange {
     /// The table's indexes besides its primary key's, whose entries the
     /// commit maintains, checking the unique ones (RFC 0006, RFC 0014).
     pub indexes: Vec<MaintainedIndex>,
+    /// The table's event-time watermark, if it declares one (RFC 0013):
+    /// the commit drops and counts its late rows.
+    pub watermark: Option<EventTime>,
+}
+
+/// A table's `WATERMARK FOR column AS column - delay` as a commit applies
+/// it (RFC 0013): a row whose `column` is below the table's watermark is
+/// late. The watermark is `max(column) - delay` over the rows admitted
+/// before the epoch (or, for a staged commit, before the commit began).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventTime {
+    /// The column's position in the rows the change writes.
+    pub column: usize,
+    pub delay_micros: i64,
+    /// For the steps of a staged commit: the watermark it began at, which
+    /// judges all its rows alike (recorded in its marker), and whether the
+    /// step undoes rows (dropped when their insert was, uncounted again).
+    pub staged: Option<StagedJudgement>,
+}
+
+/// See [`EventTime::staged`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StagedJudgement {
+    pub began_at: TableWatermark,
+    pub undo: bool,
+}
+
+/// A watermarked table's event-time state (RFC 0013), durable on the
+/// coordinator with each epoch that changes it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TableWatermark {
+    /// `max(column) - delay` over its admitted rows; `None` before any
+    /// row with a non-NULL time.
+    pub watermark: Option<i64>,
+    /// Rows dropped as late since the table was created.
+    pub late_rows: u64,
 }
 
 /// An index as a commit maintains it: a UNIQUE constraint or unique index
@@ -204,6 +240,8 @@ pub struct Published {
     /// readers see the catalog as of it, so a transaction's objects appear
     /// together with its rows (RFC 0002).
     pub ddl_transaction: u64,
+    /// Each watermarked table's watermark and late rows at this epoch.
+    pub watermarks: Arc<BTreeMap<ObjectId, TableWatermark>>,
 }
 
 /// Handle to the engine task, which owns every shard.
@@ -247,10 +285,12 @@ impl Engine {
             .collect::<RsResult<Vec<_>>>()?;
         let snapshot = SnapshotSet::new(snapshots, map.clone())?;
         let ddl_transaction = read_ddl_transaction(&shards[0]).await?;
+        let watermarks = crate::epoch::read_watermarks(&shards[0]).await?;
         let (published_sender, published) = watch::channel(Published {
             epoch,
             snapshot,
             ddl_transaction,
+            watermarks: Arc::new(watermarks.clone()),
         });
         let (commands, receiver) = mpsc::channel(COMMAND_QUEUE_MAX);
         let statuses = Arc::new(RwLock::new(HashMap::new()));
@@ -264,6 +304,7 @@ impl Engine {
                 epoch,
                 logged,
                 ddl_transaction,
+                watermarks,
                 discarded: discarded.clone(),
             },
             published_sender,

@@ -43,9 +43,11 @@ mod log;
 mod reclaim;
 mod recovery;
 mod staged;
+mod watermarks;
 
 pub use backfill::installed_marker;
 pub(crate) use log::repair;
+pub(crate) use watermarks::read_watermarks;
 
 use backfill::{BuildInputs, Phase};
 use reclaim::{Dropping, Reclaim};
@@ -138,6 +140,9 @@ pub(crate) struct EpochLoop {
     started: bool,
     /// When the engine last looked at its shards ([`EpochLoop::check_shards`]).
     shards_checked_at: i64,
+    /// Each watermarked table's watermark and late rows ([`watermarks`]),
+    /// as of the epoch under way.
+    watermarks: watermarks::Watermarks,
 }
 
 /// What an engine starts from.
@@ -149,6 +154,8 @@ pub(crate) struct Start {
     pub logged: Vec<Vec<u8>>,
     /// The last catalog transaction the coordinator records.
     pub ddl_transaction: u64,
+    /// The watermarks the coordinator records.
+    pub watermarks: watermarks::Watermarks,
     /// Shared with the engine's handles ([`EpochLoop::discarded`]).
     pub discarded: Arc<Mutex<Vec<u64>>>,
 }
@@ -187,6 +194,7 @@ impl EpochLoop {
             clock: i64::MIN,
             started: false,
             shards_checked_at: 0,
+            watermarks: start.watermarks,
         }
     }
 
@@ -525,8 +533,12 @@ impl EpochLoop {
         let mut ddl_transaction = None;
         let mut deltas: Deltas = vec![HashMap::new(); self.shard_count()];
         let mut build_inputs = BuildInputs::new();
+        // Every row of the epoch is judged against the watermarks as it
+        // began; those it advances are recorded with it.
+        let began_at = self.watermarks.clone();
+        let mut watermarks_changed = Vec::new();
         let mut commits = commits.into_iter();
-        while let Some((request, reply)) = commits.next() {
+        while let Some((mut request, reply)) = commits.next() {
             // A table dropped since the session planned its change: its
             // keys are being compacted away.
             if let Some(change) = request
@@ -537,6 +549,9 @@ impl EpochLoop {
                 let _ = reply.send(Err(dropped_meanwhile(&change.table_name)));
                 continue;
             }
+            // Late rows go before anything is checked: they claim no key or
+            // UNIQUE value.
+            let judged = watermarks::drop_late(&mut request.changes, &began_at);
             // Checked on the whole change (a row and its entries may live
             // on different shards); its outcome counts only for rows that
             // are as the transaction read them.
@@ -568,6 +583,7 @@ impl EpochLoop {
                 }
             };
             indexes::apply(&mut stores, entry_writes);
+            watermarks::advance(&mut self.watermarks, judged, &mut watermarks_changed);
             for (key, write) in request.coordinator_writes {
                 match write {
                     Write::Put(value) => stores[0].put(key, value),
@@ -594,6 +610,11 @@ impl EpochLoop {
         }
         if accepted.is_empty() {
             return Ok(());
+        }
+        for table_id in watermarks_changed {
+            if let Some(state) = self.watermarks.get(&table_id) {
+                stores[0].put(keys::watermark_key(table_id), watermarks::encode(state));
+            }
         }
         let deltas = deltas
             .into_iter()
@@ -732,6 +753,7 @@ impl EpochLoop {
             epoch: self.epoch,
             snapshot,
             ddl_transaction: self.ddl_transaction,
+            watermarks: Arc::new(self.watermarks.clone()),
         });
         Ok(())
     }
@@ -841,8 +863,11 @@ impl EpochLoop {
         let mut progress = Vec::new();
         for (&index, own) in wave.iter().zip(&own_inputs) {
             let inputs = own.as_deref().unwrap_or(&shared_deltas);
+            // A view being built keeps every window open: its build may
+            // still reach any of them ([`backfill`]).
+            let watermarked = matches!(self.views[index].phase, Phase::Maintained);
             let (view_steps, view_progress) =
-                self.shard_steps(index, &shared_stores, inputs, false);
+                self.shard_steps(index, &shared_stores, inputs, (false, watermarked));
             steps.extend(view_steps);
             progress.push(view_progress);
         }
@@ -900,7 +925,7 @@ impl EpochLoop {
         index: usize,
         bases: &[Arc<EpochStore>],
         inputs: &[SharedInput],
-        initial: bool,
+        (initial, watermarked): (bool, bool),
     ) -> (
         Vec<BoxFuture<'static, StepResult>>,
         Option<Arc<StepProgress>>,
@@ -909,6 +934,10 @@ impl EpochLoop {
         let step = Step {
             initial,
             now_micros: self.clock,
+            watermarks: match watermarked && dataflow.reads_watermarks() {
+                true => Arc::new(watermarks::known(&self.watermarks)),
+                false => Arc::default(),
+            },
         };
         let mesh = ChannelExchange::mesh(self.map.clone());
         let progress = mesh.first().map(ChannelExchange::progress);
@@ -920,10 +949,11 @@ impl EpochLoop {
                 let dataflow = Arc::clone(dataflow);
                 let base = Arc::clone(base);
                 let inputs = Arc::clone(inputs);
+                let step = step.clone();
                 async move {
                     let mut layer = OverlayStore::new(base);
                     let output = dataflow
-                        .step_on(&mut layer, &inputs, step, &mut exchange)
+                        .step_on(&mut layer, &inputs, &step, &mut exchange)
                         .await?;
                     let wake_at = match dataflow.reads_clock() {
                         true => dataflow.next_event(&layer).await?,
@@ -1431,6 +1461,7 @@ fn split_by_shard(changes: Vec<TableChange>, map: &BucketMap) -> Vec<ShardChange
                         table_name: change.table_name.clone(),
                         rows,
                         indexes: Vec::new(),
+                        watermark: None,
                     });
                 }
             }

@@ -27,7 +27,7 @@ mod engine;
 mod epoch;
 
 pub use engine::{
-    Engine, InstallView, MaintainedIndex, Published, RowChange, StagedTable, TableChange,
-    ViewBuild, ViewStatus,
+    Engine, EventTime, InstallView, MaintainedIndex, Published, RowChange, StagedJudgement,
+    StagedTable, TableChange, TableWatermark, ViewBuild, ViewStatus,
 };
 pub use epoch::installed_marker;

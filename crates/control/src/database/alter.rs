@@ -199,6 +199,12 @@ impl Database {
                     )
                 })?;
                 after.columns[position].name = to.to_string();
+                // The watermark follows its column.
+                if let Some(watermark) = &mut after.watermark {
+                    if watermark.column == from {
+                        watermark.column = to.to_string();
+                    }
+                }
                 None
             }
             Alteration::AddColumn {
@@ -270,6 +276,18 @@ impl Database {
                     Err(_) if if_exists => return Ok(None),
                     Err(error) => return Err(error),
                 };
+                if after
+                    .watermark
+                    .as_ref()
+                    .is_some_and(|watermark| watermark.column == column)
+                {
+                    return Err(RsError::new(
+                        &codes::UNSUPPORTED_STATEMENT,
+                        format!(
+                            "cannot drop column \"{column}\" of table \"{name}\": the table's watermark is on it"
+                        ),
+                    ));
+                }
                 if after.primary_key.contains(&position) {
                     return Err(RsError::new(
                         &codes::DROP_KEY_COLUMN,

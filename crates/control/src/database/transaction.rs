@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use rockstream_ops::keys::table_prefix;
-use rockstream_runtime::{MaintainedIndex, StagedTable, TableChange};
+use rockstream_runtime::{EventTime, MaintainedIndex, StagedTable, TableChange};
 use rockstream_types::{codes, ObjectId, RsError, RsResult};
 use slatedb::WriteBatch;
 
@@ -215,6 +215,7 @@ impl Database {
             table_name: table_name.to_owned(),
             rows: Vec::new(),
             indexes: Vec::new(),
+            watermark: None,
         };
         let layouts: TableLayouts = [(table_id, layout)].into();
         let _layouts_stand = self.layouts.read().await;
@@ -253,9 +254,10 @@ impl Database {
             .any(|entry| version_at(entry, watermark).is_some())
     }
 
-    /// Gives each of `changes` the indexes its table has as the
-    /// transaction commits (RFC 0006, RFC 0014): the committed catalog's,
-    /// or the transaction's own version of a table it created or altered.
+    /// Gives each of `changes` the indexes (RFC 0006, RFC 0014) and the
+    /// watermark (RFC 0013) its table has as the transaction commits: the
+    /// committed catalog's, or the transaction's own version of a table it
+    /// created or altered.
     /// Called under the layouts lock, which adding an index takes alone.
     fn attach_indexes(
         &self,
@@ -285,6 +287,11 @@ impl Database {
             let Some(entry) = own.or_else(committed) else {
                 continue;
             };
+            change.watermark = entry.event_time().map(|(column, delay_micros)| EventTime {
+                column,
+                delay_micros,
+                staged: None,
+            });
             if entry.indexes.is_empty() {
                 change.indexes.clear();
                 continue;

@@ -63,6 +63,21 @@ pub struct RelationInfo {
     /// False while a materialized view is being built (PostgreSQL's
     /// `pg_matviews.ispopulated`).
     pub populated: bool,
+    /// A table's event-time watermark (RFC 0013), listed by
+    /// `pg_catalog.rs_watermarks`.
+    pub watermark: Option<WatermarkInfo>,
+}
+
+/// A watermarked table's watermark as `rs_watermarks` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatermarkInfo {
+    pub column: String,
+    pub delay_micros: i64,
+    /// `max(column) - delay` over its admitted rows, microseconds since
+    /// 1970 (UTC for a `timestamptz` column); `None` before any row.
+    pub watermark: Option<i64>,
+    /// Rows dropped as late.
+    pub late_rows: u64,
 }
 
 /// An index of a table besides its primary key's.
@@ -278,7 +293,7 @@ pub(crate) const INFORMATION_SCHEMA: &str = "information_schema";
 const SCHEMA: &str = "public";
 /// The owner every relation reports: authentication is off.
 const OWNER: &str = "rockstream";
-const PG_CATALOG_TABLES: [&str; 16] = [
+const PG_CATALOG_TABLES: [&str; 17] = [
     "pg_tables",
     "pg_indexes",
     "pg_views",
@@ -295,6 +310,7 @@ const PG_CATALOG_TABLES: [&str; 16] = [
     "pg_database",
     "pg_tablespace",
     "pg_proc",
+    "rs_watermarks",
 ];
 /// Catalog columns of an array type (options, access-control lists) that
 /// RockStream always leaves NULL: it keeps no storage options and grants
@@ -397,6 +413,7 @@ pub(crate) fn system_table(
         (PG_CATALOG, "pg_views") => tables::pg_views(relations, RelationKind::View),
         (PG_CATALOG, "pg_matviews") => tables::pg_views(relations, RelationKind::MaterializedView),
         (PG_CATALOG, "pg_class") => tables::pg_class(relations),
+        (PG_CATALOG, "rs_watermarks") => tables::rs_watermarks(relations),
         (PG_CATALOG, "pg_attribute") => tables::pg_attribute(relations),
         (PG_CATALOG, "pg_attrdef") => tables::pg_attrdef(relations),
         (PG_CATALOG, "pg_index") => tables::pg_index(relations),
@@ -713,6 +730,7 @@ mod tests {
                     hash: false,
                 }],
                 populated: true,
+                watermark: None,
             },
             RelationInfo {
                 object_id: 2,
@@ -723,6 +741,7 @@ mod tests {
                 primary_key: Vec::new(),
                 indexes: Vec::new(),
                 populated: false,
+                watermark: None,
             },
         ]
     }

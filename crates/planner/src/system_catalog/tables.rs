@@ -5,14 +5,18 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{BooleanArray, Int32Array, Int64Array, RecordBatch};
+use datafusion::arrow::array::{
+    BooleanArray, Int32Array, Int64Array, IntervalMonthDayNanoArray, RecordBatch,
+    TimestampMicrosecondArray,
+};
+use datafusion::arrow::datatypes::IntervalMonthDayNano;
 use datafusion::error::Result as DataFusionResult;
 
 use super::types::{type_identity, type_length, type_storage};
 use super::{
     all_indexes, batch, booleans, flags, int2vectors, number_lists, repeated, text, ColumnInfo,
-    IndexInfo, RelationInfo, RelationKind, BTREE_AM_OID, HASH_AM_OID, HEAP_AM_OID, OWNER,
-    OWNER_OID, PUBLIC_OID, SCHEMA,
+    IndexInfo, RelationInfo, RelationKind, WatermarkInfo, BTREE_AM_OID, HASH_AM_OID, HEAP_AM_OID,
+    OWNER, OWNER_OID, PUBLIC_OID, SCHEMA,
 };
 
 /// The oid and type modifier a relation's column reports. A view's numeric
@@ -421,6 +425,54 @@ pub(crate) fn pg_indexes(relations: &[RelationInfo]) -> DataFusionResult<RecordB
             "indexdef",
             text(indexes.iter().map(|index| Some(index.definition(true)))),
         ),
+    ])
+}
+
+/// `rs_watermarks`: each watermarked table's watermark and the rows it
+/// dropped as late (RFC 0013).
+pub(crate) fn rs_watermarks(relations: &[RelationInfo]) -> DataFusionResult<RecordBatch> {
+    let watermarked: Vec<(&RelationInfo, &WatermarkInfo)> = relations
+        .iter()
+        .filter_map(|relation| Some((relation, relation.watermark.as_ref()?)))
+        .collect();
+    let delays: IntervalMonthDayNanoArray = watermarked
+        .iter()
+        .map(|(_, watermark)| {
+            Some(IntervalMonthDayNano::new(
+                0,
+                0,
+                watermark.delay_micros.saturating_mul(1000),
+            ))
+        })
+        .collect();
+    let watermarks: TimestampMicrosecondArray = watermarked
+        .iter()
+        .map(|(_, watermark)| watermark.watermark)
+        .collect();
+    let late: Int64Array = watermarked
+        .iter()
+        .map(|(_, watermark)| Some(i64::try_from(watermark.late_rows).unwrap_or(i64::MAX)))
+        .collect();
+    batch(vec![
+        (
+            "table_name",
+            text(
+                watermarked
+                    .iter()
+                    .map(|(table, _)| Some(table.name.clone())),
+            ),
+        ),
+        (
+            "column_name",
+            text(
+                watermarked
+                    .iter()
+                    .map(|(_, watermark)| Some(watermark.column.clone())),
+            ),
+        ),
+        ("delay", Arc::new(delays)),
+        ("watermark", Arc::new(watermarks)),
+        ("late_rows", Arc::new(late)),
     ])
 }
 

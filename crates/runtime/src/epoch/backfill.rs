@@ -270,9 +270,14 @@ impl EpochLoop {
         let mut stores = self.new_stores()?;
         let view_id = self.views[index].view.view_id;
         let mut stepped = Ok(());
-        if !complete || initial {
-            // Without source rows the one step global aggregates need.
-            (stores, stepped) = self.build_step(stores, index, inputs, initial).await?;
+        let reads_watermarks = self.views[index].view.dataflow.reads_watermarks();
+        if !complete || initial || reads_watermarks {
+            // Without source rows the one step global aggregates need, and
+            // the one that applies the watermarks: the build's steps keep
+            // every window open, as a later chunk may still reach it.
+            (stores, stepped) = self
+                .build_step(stores, index, inputs, (initial, complete))
+                .await?;
         }
         if let Err(error) = stepped {
             self.fail_build(index, error);
@@ -356,11 +361,11 @@ impl EpochLoop {
         stores: Stores,
         index: usize,
         inputs: Vec<HashMap<ObjectId, ZSet>>,
-        initial: bool,
+        (initial, watermarked): (bool, bool),
     ) -> RsResult<(Stores, RsResult<()>)> {
         let inputs: Vec<Arc<HashMap<ObjectId, ZSet>>> = inputs.into_iter().map(Arc::new).collect();
         let bases: Vec<Arc<EpochStore>> = stores.into_iter().map(Arc::new).collect();
-        let (steps, progress) = self.shard_steps(index, &bases, &inputs, initial);
+        let (steps, progress) = self.shard_steps(index, &bases, &inputs, (initial, watermarked));
         let spawn = steps.len() > 1;
         let stepped = self.run_steps(steps, spawn);
         let name = &self.views[index].view.name;

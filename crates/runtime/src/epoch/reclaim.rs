@@ -176,6 +176,12 @@ impl EpochLoop {
             .collect::<RsResult<Vec<_>>>()?;
         let mut stores = self.new_stores()?;
         mark_dropped(&mut stores, &[], object_ids);
+        // A dropped table's watermark goes with it.
+        for object_id in object_ids {
+            if self.watermarks.remove(object_id).is_some() {
+                stores[0].delete(keys::watermark_key(*object_id));
+            }
+        }
         let forgotten = self
             .forget_staged_commits_into(object_ids, &mut stores)
             .await?;

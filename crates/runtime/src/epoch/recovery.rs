@@ -179,6 +179,7 @@ impl EpochLoop {
         }
         self.epoch = epoch;
         self.ddl_transaction = crate::engine::read_ddl_transaction(&self.shards[0]).await?;
+        self.watermarks = super::read_watermarks(&self.shards[0]).await?;
         self.flushed_at = (epoch, self.runtime.now_micros());
         // Part of a large transaction's commit is not shown: it is
         // completed first, below.

@@ -38,8 +38,10 @@ use rockstream_types::encoding::{decode_row, encode_row_into};
 use rockstream_types::{codes, Epoch, ObjectId, Row, RsError, RsResult};
 use tokio::sync::oneshot;
 
-use super::{EpochLoop, Failpoint};
-use crate::engine::{CommitRequest, MaintainedIndex, RowChange, StagedTable, TableChange};
+use super::{watermarks, EpochLoop, Failpoint};
+use crate::engine::{
+    CommitRequest, EventTime, MaintainedIndex, RowChange, StagedJudgement, StagedTable, TableChange,
+};
 
 /// A step's rows: at most this many (and at most the transaction's
 /// [`StagedTable::step_rows`])…
@@ -102,9 +104,10 @@ struct Progress {
 impl Progress {
     fn encode(&self) -> Vec<u8> {
         let mut out = Encoder::default();
-        // The marker's format: 2 records whether each index is unique; 1,
-        // written before plain indexes (RFC 0014), had unique ones only.
-        out.u8(2);
+        // The marker's format: 3 ends with the table's watermark (RFC
+        // 0013); 2 records whether each index is unique; 1, written before
+        // plain indexes (RFC 0014), had unique ones only.
+        out.u8(3);
         out.u8(match self.direction {
             Direction::Forward => 0,
             Direction::Back => 1,
@@ -134,13 +137,26 @@ impl Progress {
                 out.bytes(name.as_bytes());
             }
         }
+        match change.watermark {
+            Some(EventTime {
+                column,
+                delay_micros,
+                staged: Some(StagedJudgement { began_at, .. }),
+            }) => {
+                out.u8(1);
+                out.u32(column as u32);
+                out.bytes(&delay_micros.to_be_bytes());
+                out.bytes(&watermarks::encode(&began_at));
+            }
+            _ => out.u8(0),
+        }
         out.0
     }
 
     fn decode(transaction: u64, bytes: &[u8]) -> RsResult<Progress> {
         let mut input = Decoder(bytes);
         let format = input.u8()?;
-        if !matches!(format, 1 | 2) {
+        if !matches!(format, 1..=3) {
             return Err(corrupt_marker());
         }
         let direction = match input.u8()? {
@@ -181,6 +197,26 @@ impl Progress {
                 column_names,
             });
         }
+        let watermark = match format {
+            3 if input.u8()? == 1 => {
+                let column = input.u32()? as usize;
+                let delay: [u8; 8] = input
+                    .bytes()?
+                    .as_slice()
+                    .try_into()
+                    .map_err(|_| corrupt_marker())?;
+                let began_at = watermarks::decode(&input.bytes()?)?;
+                Some(EventTime {
+                    column,
+                    delay_micros: i64::from_be_bytes(delay),
+                    staged: Some(StagedJudgement {
+                        began_at,
+                        undo: false,
+                    }),
+                })
+            }
+            _ => None,
+        };
         Ok(Progress {
             transaction,
             table: StagedTable {
@@ -189,6 +225,7 @@ impl Progress {
                     table_name,
                     rows: Vec::new(),
                     indexes,
+                    watermark,
                 },
                 segments,
                 step_rows,
@@ -481,6 +518,18 @@ impl EpochLoop {
                 ),
             )));
             return Ok(());
+        }
+        // Every step is judged against the watermark the commit began at.
+        let mut table = table;
+        if let Some(event_time) = &mut table.change.watermark {
+            event_time.staged = Some(StagedJudgement {
+                began_at: self
+                    .watermarks
+                    .get(&table.change.table_id)
+                    .copied()
+                    .unwrap_or_default(),
+                undo: false,
+            });
         }
         let progress = Progress {
             transaction,
@@ -829,10 +878,18 @@ fn inserts(table: &StagedTable, rows: Vec<(Vec<u8>, Row)>, inverse: bool) -> Tab
             index.old_columns = Some(index.columns.clone());
         }
     }
+    let watermark = table.change.watermark.map(|event_time| EventTime {
+        staged: event_time.staged.map(|staged| StagedJudgement {
+            undo: inverse,
+            ..staged
+        }),
+        ..event_time
+    });
     TableChange {
         table_id: table.change.table_id,
         table_name: table.change.table_name.clone(),
         indexes,
+        watermark,
         rows: rows
             .into_iter()
             .map(|(key, row)| {
@@ -898,6 +955,7 @@ mod tests {
                 table_name: "t".into(),
                 rows: Vec::new(),
                 indexes: Vec::new(),
+                watermark: None,
             },
             segments: segments as u32,
             step_rows,
