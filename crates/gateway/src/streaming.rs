@@ -266,7 +266,14 @@ mod tests {
             text,
             "CREATE TABLE t ( ts TIMESTAMP); SELECT watermark FROM t"
         );
-        assert_eq!(found[0].watermark.as_ref().expect("as written").delay_micros, 0);
+        assert_eq!(
+            found[0]
+                .watermark
+                .as_ref()
+                .expect("as written")
+                .delay_micros,
+            0
+        );
         // A column named `watermark`, a clause outside CREATE TABLE: untouched.
         let (_, found) =
             cut("CREATE TABLE t (watermark int); ALTER TABLE t ADD WATERMARK FOR ts AS ts")
@@ -303,9 +310,19 @@ mod tests {
             .collect();
         assert_eq!(clauses.len(), 4);
         assert!(clauses[0].as_ref().expect("as written").watermark.is_some());
-        assert!(clauses[1].as_ref().expect("as written").emit_on_window_close);
+        assert!(
+            clauses[1]
+                .as_ref()
+                .expect("as written")
+                .emit_on_window_close
+        );
         assert!(clauses[2].is_none());
-        assert!(clauses[3].as_ref().expect("as written").emit_on_window_close);
+        assert!(
+            clauses[3]
+                .as_ref()
+                .expect("as written")
+                .emit_on_window_close
+        );
     }
 
     #[test]

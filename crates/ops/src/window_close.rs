@@ -122,3 +122,240 @@ pub(crate) async fn due<S: StateStore>(
         chunk = chunk.saturating_mul(2);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Goal: with a watermark, a grouped aggregate's output over all epochs
+    //! equals recomputation while it deletes the state of every group the
+    //! watermark closed, and `EMIT ON WINDOW CLOSE` emits exactly the
+    //! closed groups, each once, holding nothing of them. Method: random
+    //! insert-only epochs whose times are at or above the watermark the
+    //! epoch began at (the rows a commit admits), the watermark advancing
+    //! to the newest time less a delay after each, as the engine does.
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use proptest::prelude::*;
+    use rockstream_plan::{AggregateCall, AggregateFunction, Column, PlanNode, Retirement, Schema};
+    use rockstream_types::{Datum, Row, SqlType, ZSet};
+
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::dataflow::{Dataflow, Step};
+    use crate::keys::{op_prefix, AGGREGATE, AGGREGATE_DISTINCT, MIN_MAX, RETIRE_SCHEDULE};
+    use crate::MemoryStore;
+
+    const TABLE: ObjectId = 1;
+    const AGGREGATE_OP: ObjectId = 20;
+    const CLOSE_OP: ObjectId = 21;
+
+    fn call(function: AggregateFunction, argument: Option<usize>, distinct: bool) -> AggregateCall {
+        AggregateCall {
+            function,
+            argument,
+            distinct,
+            input_type: argument.map(|_| SqlType::Int64),
+            output_type: SqlType::Int64,
+            delimiter: None,
+            order_by: Vec::new(),
+            fraction: None,
+            filter: None,
+        }
+    }
+
+    /// `SELECT t, k, count(*), sum(v), min(v), count(DISTINCT v) FROM s
+    /// GROUP BY t, k`, retiring groups below the watermark of `s`, maybe
+    /// `EMIT ON WINDOW CLOSE`.
+    fn plan(close: bool) -> PlanNode {
+        let column = |name: &str, sql_type| Column {
+            name: name.to_string(),
+            sql_type,
+        };
+        let source = PlanNode::Source {
+            object_id: TABLE,
+            name: "s".into(),
+            schema: Schema {
+                columns: vec![
+                    column("t", SqlType::Timestamp),
+                    column("k", SqlType::Int64),
+                    column("v", SqlType::Int64),
+                ],
+            },
+            unique_key: None,
+        };
+        let mut columns = vec![column("t", SqlType::Timestamp), column("k", SqlType::Int64)];
+        columns.extend(["n", "total", "low", "values"].map(|name| column(name, SqlType::Int64)));
+        let aggregate = PlanNode::Aggregate {
+            op_id: AGGREGATE_OP,
+            input: Box::new(source),
+            group_count: 2,
+            aggregates: vec![
+                call(AggregateFunction::CountStar, None, false),
+                call(AggregateFunction::Sum, Some(2), false),
+                call(AggregateFunction::Min, Some(2), false),
+                call(AggregateFunction::Count, Some(2), true),
+            ],
+            retire: Some(Retirement {
+                column: 0,
+                bound: Bound::Watermark(TABLE),
+            }),
+            schema: Schema { columns },
+        };
+        if !close {
+            return aggregate;
+        }
+        PlanNode::WindowClose {
+            op_id: CLOSE_OP,
+            input: Box::new(aggregate),
+            column: 0,
+            bound: Bound::Watermark(TABLE),
+        }
+    }
+
+    /// Per epoch: rows `(time offset from the watermark, k, v)`.
+    fn epochs() -> impl Strategy<Value = Vec<Vec<(i64, i64, i64)>>> {
+        prop::collection::vec(
+            prop::collection::vec((0i64..12, 0i64..3, 0i64..4), 0..8),
+            1..25,
+        )
+    }
+
+    fn keys_under(store: &MemoryStore, kind: [u8; 2], op_id: ObjectId) -> usize {
+        let prefix = op_prefix(kind, op_id);
+        store
+            .entries
+            .keys()
+            .filter(|key| key.starts_with(&prefix))
+            .count()
+    }
+
+    /// Runs `epochs` through the plan; its summed output, the final
+    /// watermark, every row and the store.
+    fn run(
+        close: bool,
+        epochs: &[Vec<(i64, i64, i64)>],
+        delay: i64,
+    ) -> (ZSet, i64, Vec<Row>, MemoryStore) {
+        let dataflow = Dataflow::compile(&plan(close)).expect("compiles");
+        let mut store = MemoryStore::default();
+        let mut watermark: Option<i64> = None;
+        let mut output = ZSet::new();
+        let mut all = Vec::new();
+        for (index, epoch) in epochs.iter().enumerate() {
+            let base = watermark.unwrap_or(0);
+            let mut delta = ZSet::new();
+            for &(offset, k, v) in epoch {
+                let row = vec![
+                    Datum::Timestamp(base + offset),
+                    Datum::Int64(k),
+                    Datum::Int64(v),
+                ];
+                all.push(row.clone());
+                delta.push(row, 1);
+            }
+            if let Some(newest) = epoch.iter().map(|(offset, _, _)| base + offset).max() {
+                let advanced = newest - delay;
+                watermark = Some(watermark.map_or(advanced, |w| w.max(advanced)));
+            }
+            let step = Step {
+                initial: index == 0,
+                watermarks: Arc::new(watermark.map(|w| (TABLE, w)).into_iter().collect()),
+                ..Step::at(0)
+            };
+            let inputs = std::collections::HashMap::from([(TABLE, delta.consolidate())]);
+            let out = futures::executor::block_on(dataflow.step(&mut store, &inputs, &step))
+                .expect("steps");
+            output.extend(out);
+        }
+        (
+            output.consolidate(),
+            watermark.unwrap_or(i64::MIN),
+            all,
+            store,
+        )
+    }
+
+    fn ints(row: &Row) -> (i64, i64, i64) {
+        match (&row[0], &row[1], &row[2]) {
+            (Datum::Timestamp(t), Datum::Int64(k), Datum::Int64(v)) => (*t, *k, *v),
+            _ => unreachable!("rows are built as (timestamp, int, int)"),
+        }
+    }
+
+    /// The groups of `rows` as the plan computes them, those with `t`
+    /// below `below` only.
+    fn recomputed(rows: &[Row], below: Option<i64>) -> ZSet {
+        let mut groups: BTreeMap<(i64, i64), Vec<i64>> = BTreeMap::new();
+        for row in rows {
+            let (t, k, v) = ints(row);
+            groups.entry((t, k)).or_default().push(v);
+        }
+        let mut out = ZSet::new();
+        for ((t, k), values) in groups {
+            if below.is_some_and(|below| t >= below) {
+                continue;
+            }
+            let distinct: BTreeSet<i64> = values.iter().copied().collect();
+            out.push(
+                vec![
+                    Datum::Timestamp(t),
+                    Datum::Int64(k),
+                    Datum::Int64(values.len() as i64),
+                    Datum::Int64(values.iter().sum()),
+                    Datum::Int64(values.iter().copied().min().unwrap_or_default()),
+                    Datum::Int64(distinct.len() as i64),
+                ],
+                1,
+            );
+        }
+        out.consolidate()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn retiring_groups_keeps_the_output_and_only_open_groups_state(
+            epochs in epochs(),
+            delay in 0i64..6,
+        ) {
+            let (output, watermark, rows, store) = run(false, &epochs, delay);
+            prop_assert_eq!(output, recomputed(&rows, None));
+            let open_rows: Vec<(i64, i64, i64)> =
+                rows.iter().map(ints).filter(|(t, _, _)| *t >= watermark).collect();
+            let open = open_rows.iter().map(|(t, k, _)| (t, k)).collect::<BTreeSet<_>>().len();
+            prop_assert_eq!(keys_under(&store, AGGREGATE, AGGREGATE_OP), open);
+            prop_assert_eq!(keys_under(&store, RETIRE_SCHEDULE, AGGREGATE_OP), open);
+            // The MIN and DISTINCT multisets of closed groups are gone too.
+            let open_values = open_rows.iter().collect::<BTreeSet<_>>().len();
+            prop_assert_eq!(keys_under(&store, MIN_MAX, AGGREGATE_OP), open_values);
+            prop_assert_eq!(keys_under(&store, AGGREGATE_DISTINCT, AGGREGATE_OP), open_values);
+        }
+
+        #[test]
+        fn emit_on_window_close_emits_each_closed_group_once(
+            epochs in epochs(),
+            delay in 0i64..6,
+        ) {
+            let (output, watermark, rows, store) = run(true, &epochs, delay);
+            prop_assert!(output.updates.iter().all(|(_, weight)| *weight == 1));
+            prop_assert_eq!(output, recomputed(&rows, Some(watermark)));
+            // What it holds is the open groups' rows, no closed one.
+            let prefix = op_prefix(WINDOW_CLOSE, CLOSE_OP);
+            for key in store.entries.keys().filter(|key| key.starts_with(&prefix)) {
+                let time = (u64::from_be_bytes(key[prefix.len()..prefix.len() + 8].try_into().expect("a time")) ^ (1 << 63)) as i64;
+                prop_assert!(time >= watermark);
+            }
+        }
+    }
+
+    #[test]
+    fn a_group_below_the_watermark_when_it_arrives_passes_straight_through() {
+        // One epoch whose rows at 0 and 10 (delay 0) close the group at 0
+        // in the step that creates it.
+        let (output, watermark, rows, store) = run(true, &[vec![(0, 1, 5), (10, 1, 6)]], 0);
+        assert_eq!(watermark, 10);
+        assert_eq!(output, recomputed(&rows, Some(10)));
+        assert_eq!(keys_under(&store, AGGREGATE, AGGREGATE_OP), 1);
+    }
+}

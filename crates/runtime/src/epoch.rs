@@ -143,6 +143,11 @@ pub(crate) struct EpochLoop {
     /// Each watermarked table's watermark and late rows ([`watermarks`]),
     /// as of the epoch under way.
     watermarks: watermarks::Watermarks,
+    /// While a staged commit into a watermarked table runs its steps, the
+    /// table and the watermark it began at: views step at that one until
+    /// its last step, as its later steps still admit rows below the
+    /// watermark its earlier ones advanced ([`staged`]).
+    held_watermark: Option<(ObjectId, Option<i64>)>,
 }
 
 /// What an engine starts from.
@@ -195,6 +200,7 @@ impl EpochLoop {
             started: false,
             shards_checked_at: 0,
             watermarks: start.watermarks,
+            held_watermark: None,
         }
     }
 
@@ -935,7 +941,7 @@ impl EpochLoop {
             initial,
             now_micros: self.clock,
             watermarks: match watermarked && dataflow.reads_watermarks() {
-                true => Arc::new(watermarks::known(&self.watermarks)),
+                true => Arc::new(watermarks::known(&self.watermarks, self.held_watermark)),
                 false => Arc::default(),
             },
         };

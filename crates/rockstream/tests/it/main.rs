@@ -40,5 +40,6 @@ mod slt;
 mod transactional_ddl;
 mod unique;
 mod unsupported;
+mod watermarks;
 mod waves;
 mod wire;

@@ -698,7 +698,17 @@ impl EpochLoop {
     /// [`EpochLoop::hold_publish`] set meanwhile.
     async fn run_staged(&mut self, mut progress: Progress) -> RsResult<Outcome> {
         debug_assert!(self.hold_publish, "a staged commit's steps are published");
-        let outcome = self.run_staged_steps(&mut progress).await?;
+        let outcome = self.run_staged_steps(&mut progress).await;
+        if self.held_watermark.take().is_some() || progress.table.change.watermark.is_some() {
+            // A commit resumed after its last row steps no view: the views
+            // reading watermarks step once more without input.
+            for installed in &mut self.views {
+                if installed.view.dataflow.reads_watermarks() {
+                    installed.wake_at = Some(i64::MIN);
+                }
+            }
+        }
+        let outcome = outcome?;
         self.reclaim_staging(progress.transaction);
         match &outcome {
             Outcome::Committed(epoch) => tracing::info!(
@@ -760,6 +770,7 @@ impl EpochLoop {
                     next.applied = Some(last.clone());
                     Write::Put(next.encode())
                 };
+                self.hold_watermark(&progress.table, !last_step);
                 let change = inserts(&progress.table, step, false);
                 progress.steps_run += 1;
                 match self
@@ -813,6 +824,7 @@ impl EpochLoop {
                 next.undone = last.clone();
                 Write::Put(next.encode())
             };
+            self.hold_watermark(&progress.table, true);
             let change = inserts(&progress.table, step, true);
             progress.steps_run += 1;
             if let Err(error) = self
@@ -830,6 +842,18 @@ impl EpochLoop {
                 return Ok(());
             }
         }
+    }
+
+    /// Holds view steps at the watermark a staged commit into `table` began
+    /// at (`hold`), or lets them see its own steps' (its last step).
+    fn hold_watermark(&mut self, table: &StagedTable, hold: bool) {
+        self.held_watermark = match table.change.watermark {
+            Some(EventTime {
+                staged: Some(StagedJudgement { began_at, .. }),
+                ..
+            }) if hold => Some((table.change.table_id, began_at.watermark)),
+            _ => None,
+        };
     }
 
     /// One step of a staged commit: an ordinary epoch of `change` that

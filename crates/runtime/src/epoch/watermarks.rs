@@ -104,12 +104,22 @@ fn event_micros(row: &[Datum], event_time: EventTime) -> Option<i64> {
 }
 
 /// The watermarks known (of tables that have had a row), as view steps
-/// read them.
-pub(super) fn known(watermarks: &Watermarks) -> rockstream_plan::Watermarks {
-    watermarks
+/// read them: a table `held` at an earlier watermark, at that one.
+pub(super) fn known(
+    watermarks: &Watermarks,
+    held: Option<(ObjectId, Option<i64>)>,
+) -> rockstream_plan::Watermarks {
+    let mut known: rockstream_plan::Watermarks = watermarks
         .iter()
         .filter_map(|(table, state)| Some((*table, state.watermark?)))
-        .collect()
+        .collect();
+    if let Some((table, watermark)) = held {
+        match watermark {
+            Some(watermark) => known.insert(table, watermark),
+            None => known.remove(&table),
+        };
+    }
+    known
 }
 
 /// Applies an accepted commit's `judged` rows to `watermarks`; the tables
