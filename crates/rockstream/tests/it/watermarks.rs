@@ -89,6 +89,9 @@ fn views() -> Vec<(&'static str, String, String)> {
     ]
 }
 
+/// A row: id, auction, price and time (minutes after 2026-01-01 00:00).
+type Bid = (i64, i64, i64, Option<i64>);
+
 struct Workload {
     random: StdRng,
     next_id: i64,
@@ -99,7 +102,7 @@ struct Workload {
 impl Workload {
     /// A row's values: its time near the stream's newest, some behind the watermark, a few
     /// NULL.
-    fn row(&mut self) -> (i64, i64, i64, Option<i64>) {
+    fn row(&mut self) -> Bid {
         self.next_id += 1;
         let at = match self.random.random_range(0..20) {
             0 => None,
@@ -143,10 +146,7 @@ async fn oracle_watermark(oracle: &Client) -> Option<i64> {
 }
 
 /// The rows of `rows` the oracle admits at watermark `watermark`, and how many are late.
-fn admitted(
-    rows: Vec<(i64, i64, i64, Option<i64>)>,
-    watermark: Option<i64>,
-) -> (Vec<(i64, i64, i64, Option<i64>)>, u64) {
+fn admitted(rows: Vec<Bid>, watermark: Option<i64>) -> (Vec<Bid>, u64) {
     let (kept, late): (Vec<_>, Vec<_>) = rows.into_iter().partition(
         |(_, _, _, at)| !matches!((at, watermark), (Some(at), Some(watermark)) if at < &watermark),
     );
@@ -293,7 +293,7 @@ async fn watermarks_drop_late_rows_and_close_windows_as_postgresql_computes_them
         let rows: Vec<_> = (0..workload.random.random_range(1..8))
             .map(|_| workload.row())
             .collect();
-        let values = |rows: &[(i64, i64, i64, Option<i64>)]| {
+        let values = |rows: &[Bid]| {
             rows.iter()
                 .map(|(id, auction, price, at)| {
                     format!("({id}, {auction}, {price}, {})", time(*at))
