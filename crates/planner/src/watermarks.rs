@@ -142,6 +142,34 @@ fn expr_bound(expr: &Expr, schema: &DFSchemaRef, input: &[Option<Bound>]) -> Opt
                 of: Box::new(expr_bound(value, schema, input)?),
             })
         }
+        // `date_trunc` to a unit of fixed length: a bin from the epoch
+        // (weeks from a Monday).
+        Expr::ScalarFunction(call) if call.func.name() == "date_trunc" => {
+            let [unit, value] = call.args.as_slice() else {
+                return None;
+            };
+            let (stride_micros, origin_micros) = match strip(unit) {
+                Expr::Literal(ScalarValue::Utf8(Some(unit)), _) => {
+                    match unit.to_ascii_lowercase().as_str() {
+                        "microsecond" | "microseconds" => (1, 0),
+                        "millisecond" | "milliseconds" => (1_000, 0),
+                        "second" => (1_000_000, 0),
+                        "minute" => (60_000_000, 0),
+                        "hour" => (3_600_000_000, 0),
+                        "day" => (86_400_000_000, 0),
+                        // 1970-01-05 was a Monday.
+                        "week" => (7 * 86_400_000_000, 4 * 86_400_000_000),
+                        _ => return None,
+                    }
+                }
+                _ => return None,
+            };
+            Some(Bound::DateBin {
+                stride_micros,
+                origin_micros,
+                of: Box::new(expr_bound(value, schema, input)?),
+            })
+        }
         Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
             let sign = match op {
                 Operator::Plus => 1,

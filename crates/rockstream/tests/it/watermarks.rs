@@ -74,6 +74,16 @@ fn views() -> Vec<(&'static str, String, String)> {
             ),
         ),
         (
+            "closed_minutes",
+            "SELECT date_trunc('minute', at) AS minute, count(*) AS n, min(price) AS low
+             FROM bids GROUP BY 1 EMIT ON WINDOW CLOSE"
+                .to_string(),
+            format!(
+                "SELECT date_trunc('minute', at), count(*), min(price) FROM bids
+                 WHERE at IS NOT NULL GROUP BY 1 HAVING date_trunc('minute', at) < {watermark}"
+            ),
+        ),
+        (
             "closed_hops",
             "SELECT auction, window_start, window_end, max(price) AS top, count(*) AS n
              FROM HOP(bids, at, INTERVAL '5' MINUTE, INTERVAL '10' MINUTE)
