@@ -335,6 +335,12 @@ mod tests {
             let error = cut(sql).expect_err("refused");
             assert_eq!(error.code, &codes::UNSUPPORTED_STATEMENT, "{sql}");
         }
+        let Err(error) = crate::wire::parse(
+            "CREATE TABLE t (ts timestamp, WATERMARK FOR ts AS ts, WATERMARK FOR ts AS ts)",
+        ) else {
+            panic!("two watermarks are refused");
+        };
+        assert_eq!(error.code, &codes::UNSUPPORTED_STATEMENT);
         let error = cut("CREATE TABLE t (ts timestamp, WATERMARK FOR ts ts)").expect_err("refused");
         assert_eq!(error.code, &codes::SYNTAX_ERROR);
     }

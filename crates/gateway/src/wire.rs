@@ -218,16 +218,18 @@ pub(crate) fn parse(sql: &str) -> RsResult<Vec<Command>> {
         } else {
             usize::MAX
         };
-        commands.push(with_streaming_clauses(command, &mut built, start..end));
+        commands.push(with_streaming_clauses(command, &mut built, start..end)?);
         if !terminated && parser.peek_token_ref().token != Token::EOF {
             let error = syntax_error(ParserError::ParserError(format!(
                 "Expected: end of statement, found: {}",
                 parser.peek_token_ref()
             )));
-            // The statement ended where a streaming clause begins.
+            // The statement ended where a streaming clause begins, or
+            // read part of one as something else (`ADD WATERMARK FOR …`
+            // as a column, `EMIT` as an alias).
             let end = parser.index();
             let refusal = streaming_refusal(&streaming, |clause| {
-                (clause.after..=clause.at).contains(&end)
+                (clause.after..=clause.at).contains(&end) || (start..end).contains(&clause.at)
             });
             return Err(refusal.unwrap_or(error));
         }
@@ -241,22 +243,30 @@ fn with_streaming_clauses(
     command: Command,
     built: &mut Vec<(usize, Streaming)>,
     tokens: std::ops::Range<usize>,
-) -> Command {
+) -> RsResult<Command> {
     let mut clauses = Streaming::default();
+    let mut watermarks = 0;
     built.retain(|(at, clause)| {
         let within = tokens.contains(at);
         if within {
+            watermarks += usize::from(clause.watermark.is_some());
             clauses.watermark = clauses.watermark.take().or(clause.watermark.clone());
             clauses.emit_on_window_close |= clause.emit_on_window_close;
         }
         !within
     });
-    match command {
+    if watermarks > 1 {
+        return Err(RsError::new(
+            &codes::UNSUPPORTED_STATEMENT,
+            "a table with more than one WATERMARK FOR is not supported",
+        ));
+    }
+    Ok(match command {
         Command::Sql(statement) if clauses != Streaming::default() => {
             Command::Streaming { statement, clauses }
         }
         other => other,
-    }
+    })
 }
 
 /// Whether the token `offset` ahead is a cursor's name standing alone (the
