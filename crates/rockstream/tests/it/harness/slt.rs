@@ -150,6 +150,97 @@ impl AsyncDB for PgwireTextDatabase {
     }
 }
 
+/// Compares results as [`sqllogictest::default_validator`] does, but two decimal numbers are
+/// equal when they are the same value printed at different precisions: equal once trailing zeros
+/// of the fraction are dropped, or, when both still have fractions, once both are rounded to the
+/// shorter fraction. RisingWave prints an `avg` as `6221.50` or `263196.66666666666666666666667`
+/// (28 significant digits) where PostgreSQL, and RockStream, print `6221.5000000000000000` and
+/// `263196.666666666667`.
+pub fn decimals_by_value(
+    normalizer: sqllogictest::Normalizer,
+    actual: &[Vec<String>],
+    expected: &[String],
+) -> bool {
+    let actual: Vec<String> = actual
+        .iter()
+        .map(|row| row.iter().map(normalizer).collect::<Vec<_>>().join(" "))
+        .collect();
+    actual.len() == expected.len()
+        && actual.iter().zip(expected).all(|(actual, expected)| {
+            let expected = normalizer(expected);
+            let (actual, expected): (Vec<&str>, Vec<&str>) = (
+                actual.split_ascii_whitespace().collect(),
+                expected.split_ascii_whitespace().collect(),
+            );
+            actual.len() == expected.len()
+                && actual
+                    .iter()
+                    .zip(&expected)
+                    .all(|(actual, expected)| same_decimal(actual, expected))
+        })
+}
+
+/// See [`decimals_by_value`]: the two printed at their shorter precision agree; an integer
+/// equals only a decimal whose fraction is zeros.
+fn same_decimal(left: &str, right: &str) -> bool {
+    if left == right {
+        return true;
+    }
+    let number = regex::Regex::new(r"^-?\d+(\.\d+)?$").expect("a valid pattern");
+    if !number.is_match(left) || !number.is_match(right) {
+        return false;
+    }
+    fn parts(text: &str) -> (&str, &str) {
+        text.split_once('.').unwrap_or((text, ""))
+    }
+    let ((left_whole, left_fraction), (right_whole, right_fraction)) = (parts(left), parts(right));
+    match left_fraction.len().min(right_fraction.len()) {
+        0 => {
+            left_whole == right_whole
+                && left_fraction
+                    .bytes()
+                    .chain(right_fraction.bytes())
+                    .all(|digit| digit == b'0')
+        }
+        digits => rounded(left, digits) == rounded(right, digits),
+    }
+}
+
+/// A decimal's digits rounded half away from zero to `scale` digits of fraction, sign apart.
+fn rounded(text: &str, scale: usize) -> (bool, Vec<u8>) {
+    let (negative, text) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let (integer, fraction) = text.split_once('.').unwrap_or((text, ""));
+    let mut digits: Vec<u8> = integer
+        .bytes()
+        .chain(fraction.bytes().chain(std::iter::repeat(b'0')).take(scale))
+        .map(|digit| digit - b'0')
+        .collect();
+    if fraction
+        .as_bytes()
+        .get(scale)
+        .is_some_and(|next| *next >= b'5')
+    {
+        let mut position = digits.len();
+        loop {
+            if position == 0 {
+                digits.insert(0, 1);
+                break;
+            }
+            position -= 1;
+            if digits[position] == 9 {
+                digits[position] = 0;
+            } else {
+                digits[position] += 1;
+                break;
+            }
+        }
+    }
+    (negative, digits)
+}
+
 fn render_value(value: Option<&str>) -> String {
     match value {
         None => "NULL".to_owned(),
@@ -210,7 +301,24 @@ pub async fn run_slt_script(
     script: &str,
     dialect: Dialect,
 ) -> Result<(), String> {
+    run_slt_script_with(
+        config,
+        (name, script),
+        dialect,
+        sqllogictest::default_validator,
+    )
+    .await
+}
+
+/// [`run_slt_script`] comparing results with `validator`.
+pub async fn run_slt_script_with(
+    config: &Config,
+    (name, script): (&str, &str),
+    dialect: Dialect,
+    validator: sqllogictest::Validator,
+) -> Result<(), String> {
     let mut runner = new_runner(config, dialect);
+    runner.with_validator(validator);
     let result = runner.run_script_with_name_async(script, name).await;
     runner.shutdown_async().await;
     result.map_err(|error| error.display(false).to_string())
@@ -256,6 +364,27 @@ mod tests {
     //! Goal: the materialized-view rewrite touches exactly the DDL keywords.
 
     use super::materialized_views_as_plain_views as rewrite;
+    use super::same_decimal;
+
+    #[test]
+    fn decimals_compare_by_value_at_the_shorter_precision() {
+        assert!(same_decimal("6221.50", "6221.5000000000000000"));
+        assert!(same_decimal(
+            "263196.66666666666666666666667",
+            "263196.666666666667"
+        ));
+        assert!(same_decimal("1.2999996", "1.300000"));
+        assert!(same_decimal("0.99999", "1.0000"));
+        assert!(!same_decimal("0.9999", "1.0000"));
+        assert!(!same_decimal("6221.50", "6221.51"));
+        assert!(!same_decimal(
+            "263196.66666666666666666666667",
+            "263196.666666666666"
+        ));
+        assert!(!same_decimal("190", "190.4"));
+        assert!(same_decimal("190", "190.0000"));
+        assert!(!same_decimal("-1.5", "1.5"));
+    }
 
     #[test]
     fn materialized_view_ddl_becomes_plain_view_ddl() {
