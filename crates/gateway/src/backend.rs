@@ -160,6 +160,8 @@ impl Gateway {
                 .filter(|transaction| transaction.snapshot.is_some())
                 .map(|transaction| transaction.snapshot_ddl_transaction),
             engine: self.database.engine().clone(),
+            // (A REPEATABLE READ transaction's too: the newest.)
+            watermarks: published.watermarks,
             overlays,
             layouts,
             with_row_keys,

@@ -37,7 +37,7 @@ use rockstream_planner::{
     ColumnInfo, RelationInfo, RelationKind, SequenceInfo, TableIndexInfo, TableResolver,
     WatermarkInfo,
 };
-use rockstream_runtime::{Engine, ViewStatus};
+use rockstream_runtime::{Engine, TableWatermark, ViewStatus};
 use rockstream_storage::{IndexEntries, IndexRowCursor, RowCursor, SnapshotSet};
 use rockstream_types::encoding::decode_row;
 use rockstream_types::{Datum, ObjectId, Row, RsError, RsResult, SqlType};
@@ -74,6 +74,8 @@ pub struct ReadContext {
     /// records (`None`: the snapshot is as new as `entries`).
     pub snapshot_ddl_transaction: Option<u64>,
     pub engine: Engine,
+    /// The watermarks of the published state read (`rs_watermarks`).
+    pub watermarks: Arc<BTreeMap<ObjectId, TableWatermark>>,
     pub overlays: BTreeMap<ObjectId, TableOverlay>,
     /// The layout each table's overlay rows are in.
     pub layouts: BTreeMap<ObjectId, u64>,
@@ -150,7 +152,7 @@ impl TableResolver for SnapshotResolver {
     }
 
     fn relations(&self) -> Option<Vec<RelationInfo>> {
-        let watermarks = self.context.engine.published().watermarks;
+        let watermarks = &self.context.watermarks;
         let relation = |entry: &CatalogEntry| RelationInfo {
             object_id: entry.id,
             name: entry.name.clone(),

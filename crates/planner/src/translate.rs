@@ -1096,7 +1096,7 @@ impl Translator {
                 .map_err(datafusion_error)?,
         );
         let schema = schema_of(&join.schema)?;
-        Ok(PlanNode::Join {
+        lift_subquery_expressions(PlanNode::Join {
             op_id,
             left: Box::new(left),
             right: Box::new(right),
@@ -1468,6 +1468,143 @@ impl Translator {
 
 /// How often `plan` reads the recursion it is the step of (not counting a
 /// nested recursive query's own).
+/// A join with a scalar subquery's one row — expressions over a global
+/// aggregate, joined without keys — computes those expressions above the
+/// join, for each joined row. PostgreSQL evaluates such a subquery only
+/// once a row needs it, so an expression that fails over the aggregate of
+/// no rows (a division by a count of 0 while the tables are empty) fails
+/// only once rows meet it, as there. Inner joins (their residual becomes a
+/// filter above), and left joins without a residual (the aggregate's one
+/// row always matches); other joins are returned as they are.
+fn lift_subquery_expressions(join: PlanNode) -> RsResult<PlanNode> {
+    let liftable = matches!(
+        &join,
+        PlanNode::Join { kind, left_keys, residual, right, .. }
+            if left_keys.is_empty()
+                && (*kind == JoinKind::Inner || (*kind == JoinKind::Left && residual.is_none()))
+                && matches!(
+                    right.as_ref(),
+                    PlanNode::Map { input, exprs, .. }
+                        if matches!(input.as_ref(), PlanNode::Aggregate { group_count: 0, .. })
+                            && exprs.iter().any(|expr| !matches!(unalias(expr), Expr::Column(_)))
+                )
+    );
+    // The join's rows: the left input's, then the aggregate's, named apart
+    // by qualifiers of their own.
+    let qualifier = TableReference::bare("__rs_subquery");
+    let schemas = match &join {
+        PlanNode::Join {
+            right,
+            joined_schema,
+            left_width,
+            ..
+        } if liftable => match right.as_ref() {
+            PlanNode::Map { input_schema, .. } => {
+                // (Qualified all: DataFusion refuses a name both bare and
+                // qualified.)
+                let left_fields = (0..*left_width)
+                    .map(|index| {
+                        let (own, field) = joined_schema.qualified_field(index);
+                        let own = own
+                            .cloned()
+                            .unwrap_or_else(|| TableReference::bare("__rs_row"));
+                        (Some(own), Arc::clone(field))
+                    })
+                    .collect();
+                DFSchema::new_with_metadata(left_fields, Default::default())
+                    .and_then(|left| {
+                        let aggregate = DFSchema::try_from_qualified_schema(
+                            qualifier.clone(),
+                            input_schema.as_arrow(),
+                        )?;
+                        left.join(&aggregate)
+                    })
+                    .ok()
+                    .map(|lifted| (Arc::new(lifted), input_schema.clone()))
+            }
+            _ => None,
+        },
+        _ => None,
+    };
+    let Some((lifted_schema, aggregate_schema)) = schemas else {
+        return Ok(join);
+    };
+    let not_liftable = || RsError::internal("a join to lift is not one");
+    let PlanNode::Join {
+        op_id,
+        left,
+        right,
+        kind,
+        residual,
+        joined_schema,
+        left_width,
+        schema,
+        ..
+    } = join
+    else {
+        return Err(not_liftable());
+    };
+    let PlanNode::Map {
+        input: aggregate,
+        exprs,
+        ..
+    } = *right
+    else {
+        return Err(not_liftable());
+    };
+    let mut columns = left.schema().columns.clone();
+    columns.extend(aggregate.schema().columns.iter().cloned());
+    let right_width = aggregate.schema().len();
+    let joined = PlanNode::Join {
+        op_id,
+        left,
+        right: aggregate,
+        kind,
+        left_keys: Vec::new(),
+        right_keys: Vec::new(),
+        nulls_equal: false,
+        residual: None,
+        joined_schema: lifted_schema.clone(),
+        null_aware: false,
+        left_width,
+        right_width,
+        schema: Schema { columns },
+    };
+    let mut lifted: Vec<Expr> = (0..left_width)
+        .map(|index| {
+            Expr::Column(datafusion::common::Column::from(
+                lifted_schema.qualified_field(index),
+            ))
+        })
+        .collect();
+    for expr in exprs {
+        let requalified = expr.transform(|node| match &node {
+            Expr::Column(column) => {
+                let field = aggregate_schema.field(aggregate_schema.index_of_column(column)?);
+                Ok(Transformed::yes(Expr::Column(
+                    datafusion::common::Column::new(Some(qualifier.clone()), field.name()),
+                )))
+            }
+            _ => Ok(Transformed::no(node)),
+        });
+        lifted.push(requalified.map_err(datafusion_error)?.data);
+    }
+    let mapped = PlanNode::Map {
+        input: Box::new(joined),
+        exprs: lifted,
+        input_schema: lifted_schema,
+        schema,
+    };
+    Ok(match residual {
+        Some(predicate) => PlanNode::Filter {
+            input: Box::new(mapped),
+            predicate,
+            input_schema: joined_schema,
+        },
+        None => mapped,
+    })
+}
+
 fn loop_reads(plan: &PlanNode) -> usize {
     match plan {
         PlanNode::LoopInput { index: 0, .. } => 1,

@@ -11,7 +11,7 @@
 //! columns. Every other operator drops them: a join or a window function
 //! may change old rows when new ones arrive.
 
-use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::datatypes::{DataType, TimeUnit};
 use datafusion::common::{DFSchemaRef, ScalarValue};
 use datafusion::logical_expr::{BinaryExpr, Expr, Operator};
 use rockstream_plan::{Bound, PlanNode, Retirement};
@@ -128,8 +128,15 @@ fn expr_bound(expr: &Expr, schema: &DFSchemaRef, input: &[Option<Bound>]) -> Opt
     match expr {
         Expr::Alias(alias) => expr_bound(&alias.expr, schema, input),
         Expr::Column(column) => input.get(schema.index_of_column(column).ok()?)?.clone(),
-        // Between timestamp types: the same instants.
-        Expr::Cast(cast) if matches!(cast.field.data_type(), DataType::Timestamp(..)) => {
+        // Between timestamp types of microseconds or finer: the same
+        // instants (a cast to seconds or milliseconds drops the fraction,
+        // below the bound).
+        Expr::Cast(cast)
+            if matches!(
+                cast.field.data_type(),
+                DataType::Timestamp(TimeUnit::Microsecond | TimeUnit::Nanosecond, _)
+            ) =>
+        {
             expr_bound(&cast.expr, schema, input)
         }
         Expr::ScalarFunction(call) if call.func.name() == "date_bin" => {

@@ -7,11 +7,8 @@
 //! PostgreSQL without (`00:00:20.21`): the expected rows are rewritten as PostgreSQL prints them.
 //! RisingWave also prints an `avg` of integers as `6221.50` where PostgreSQL, and RockStream, print
 //! `6221.5000000000000000` (q4, q6_group_top1, q17): decimals are compared by value
-//! ([`decimals_by_value`]). The queries in [`PASSING`] must pass; the test prints how every other
-//! one fails, which is where the work stands. (q102's `HAVING` compares with a scalar
-//! subquery dividing by a count that is 0 while the tables are empty: PostgreSQL evaluates the
-//! subquery only once a group needs it, and answers no rows; RockStream computes it eagerly and
-//! refuses the view with 22012. It passes with the data first.)
+//! ([`decimals_by_value`]). The queries in [`PASSING`] must pass (every query of the corpus now);
+//! the test prints how any other one fails.
 
 use std::path::{Path, PathBuf};
 

@@ -271,12 +271,18 @@ impl EpochLoop {
         let view_id = self.views[index].view.view_id;
         let mut stepped = Ok(());
         let reads_watermarks = self.views[index].view.dataflow.reads_watermarks();
+        // Not while a staged commit a crash cut short waits to be completed
+        // (at start, before [`EpochLoop::finish_staged`]): its remaining
+        // rows are judged against the watermark it began at, below the
+        // one its durable steps advanced. The view then steps once it is
+        // done ([`EpochLoop::run_staged`] wakes it).
+        let watermarked = complete && !self.hold_publish;
         if !complete || initial || reads_watermarks {
             // Without source rows the one step global aggregates need, and
             // the one that applies the watermarks: the build's steps keep
             // every window open, as a later chunk may still reach it.
             (stores, stepped) = self
-                .build_step(stores, index, inputs, (initial, complete))
+                .build_step(stores, index, inputs, (initial, watermarked))
                 .await?;
         }
         if let Err(error) = stepped {
@@ -292,6 +298,10 @@ impl EpochLoop {
         if complete {
             tracing::info!(view = %installed.view.name, rows = rows_done, "backfill complete");
             installed.phase = Phase::Maintained;
+            if reads_watermarks && !watermarked {
+                // Its step at the watermarks, once they may be applied.
+                installed.wake_at = Some(i64::MIN);
+            }
             self.set_status(view_id, ViewStatus::Healthy);
             if let Some(built) = self.views[index].built.take() {
                 let _ = built.send(Ok(()));
