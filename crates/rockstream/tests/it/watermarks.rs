@@ -3,8 +3,9 @@
 //! it keep agreeing with their definitions over the admitted rows while their closed windows'
 //! state is retired, and `EMIT ON WINDOW CLOSE` views hold exactly the windows the watermark
 //! closed (RFC 0013) — through small transactions, a COPY large enough to be committed in staged
-//! steps (judged against the watermark it began at), a large COPY that fails and is undone, a
-//! view created after windows closed, and a `kill -9`.
+//! steps (judged against the watermark it began at), a large COPY that fails and is undone, one
+//! the server dies in and completes at restart, a view created after windows closed, and a
+//! `kill -9`.
 //!
 //! PostgreSQL has no watermarks, so the harness models them: before each transaction it reads
 //! `W = max(at) - delay` from the oracle's table and inserts only the rows at or above it (rows
@@ -30,6 +31,8 @@ const DELAY_MINUTES: i64 = 7;
 /// Rows from which the server stages a COPY (`--transaction-memory 16MB`): the large COPY has
 /// several times as many.
 const LARGE_COPY_ROWS: i64 = 30_000;
+const FAILPOINT: &str = "ROCKSTREAM_FAILPOINT_AFTER_STAGED_STEP";
+const FAILPOINT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The views, each with its definition as PostgreSQL computes it over the admitted rows.
 fn views() -> Vec<(&'static str, String, String)> {
@@ -140,6 +143,13 @@ fn copy_time(minute: Option<i64>) -> String {
         ),
         None => "\\N".to_string(),
     }
+}
+
+/// `rows` as COPY text.
+fn copy_lines(rows: &[Bid]) -> String {
+    rows.iter()
+        .map(|(id, auction, price, at)| format!("{id}\t{auction}\t{price}\t{}\n", copy_time(*at)))
+        .collect()
 }
 
 /// The oracle's watermark, in minutes after 2026-01-01 00:00, if it has a row with a time.
@@ -262,41 +272,60 @@ async fn watermarks_drop_late_rows_and_close_windows_as_postgresql_computes_them
             // A COPY committed in staged steps, in key order: a step's rows must not make the
             // next step's late.
             let rows: Vec<_> = (0..LARGE_COPY_ROWS).map(|_| workload.row()).collect();
-            let data: String = rows
-                .iter()
-                .map(|(id, auction, price, at)| {
-                    format!("{id}\t{auction}\t{price}\t{}\n", copy_time(*at))
-                })
-                .collect();
-            copy_in(&rockstream, "COPY bids FROM STDIN", data.clone())
+            copy_in(&rockstream, "COPY bids FROM STDIN", copy_lines(&rows))
                 .await
                 .unwrap();
             let (kept, late) = admitted(rows, watermark);
             late_rows += late;
-            let kept: String = kept
-                .iter()
-                .map(|(id, auction, price, at)| {
-                    format!("{id}\t{auction}\t{price}\t{}\n", copy_time(*at))
-                })
-                .collect();
-            copy_in(&oracle, "COPY bids FROM STDIN", kept)
+            copy_in(&oracle, "COPY bids FROM STDIN", copy_lines(&kept))
                 .await
                 .unwrap();
             // One that fails at its last step (its largest key repeated) is undone whole:
             // rows, counts and watermark.
             workload.minute += 30;
-            let failing: String = (0..LARGE_COPY_ROWS)
-                .map(|_| workload.row())
-                .map(|(id, auction, price, at)| {
-                    format!("{id}\t{auction}\t{price}\t{}\n", copy_time(at))
-                })
-                .collect();
+            let failing: Vec<_> = (0..LARGE_COPY_ROWS).map(|_| workload.row()).collect();
+            let failing = copy_lines(&failing);
             let repeated = format!("{failing}{}\n", failing.lines().last().unwrap());
             workload.minute -= 30;
             let error = copy_in(&rockstream, "COPY bids FROM STDIN", repeated)
                 .await
                 .unwrap_err();
             assert_eq!(sqlstate(&error), "23505", "{step}: {error}");
+            check(&server, &rockstream, &oracle, (late_rows, created), &step).await;
+            continue;
+        }
+        if transaction == transactions * 2 / 3 {
+            // A staged COPY the server dies in, after its first step: the restart completes
+            // it, judged where it began, its views held there until its last step.
+            let rows: Vec<_> = (0..LARGE_COPY_ROWS).map(|_| workload.row()).collect();
+            server.set_env(FAILPOINT, Some("1".to_string()));
+            server.restart().await;
+            rockstream = server.client().await;
+            let outcome = copy_in(&rockstream, "COPY bids FROM STDIN", copy_lines(&rows)).await;
+            assert!(
+                outcome.is_err(),
+                "{step}: the server aborts during the commit"
+            );
+            assert!(
+                server.wait_for_exit(FAILPOINT_TIMEOUT).await,
+                "{step}: the failpoint fired"
+            );
+            server.kill9();
+            server.set_env(FAILPOINT, None);
+            server.restart().await;
+            assert!(
+                server
+                    .log()
+                    .contains("completing a large transaction's commit that was cut short"),
+                "{step}: {}",
+                server.log_tail()
+            );
+            rockstream = server.client().await;
+            let (kept, late) = admitted(rows, watermark);
+            late_rows += late;
+            copy_in(&oracle, "COPY bids FROM STDIN", copy_lines(&kept))
+                .await
+                .unwrap();
             check(&server, &rockstream, &oracle, (late_rows, created), &step).await;
             continue;
         }
