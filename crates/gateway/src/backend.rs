@@ -25,7 +25,7 @@ use datafusion::sql::sqlparser::ast::{
     Set, SetExpr, Statement, Value, ValueWithSpan,
 };
 use rockstream_common::Runtime;
-use rockstream_control::{CatalogEntry, Database, ObjectKind, TableLayouts};
+use rockstream_control::{CatalogEntry, Database, LateRows, ObjectKind, TableLayouts};
 use rockstream_ops::arrow_rows::{duration_to_interval, rows_to_batch};
 use rockstream_pgwire::{PreparedStatements, StatementResult};
 use rockstream_planner::{
@@ -956,17 +956,26 @@ impl Gateway {
             return Ok(());
         }
         if let Some(transaction) = session.transaction.take() {
-            self.commit(&session.namespace, transaction).await?;
+            let late_rows = self.commit(&session.namespace, transaction).await?;
+            tell_late_rows(session, late_rows);
         }
         Ok(())
     }
 
-    pub(crate) async fn commit(&self, namespace: &str, transaction: Transaction) -> RsResult<()> {
+    /// Commits `transaction`; returns the rows it dropped as late, per
+    /// table (RFC 0013).
+    pub(crate) async fn commit(
+        &self,
+        namespace: &str,
+        transaction: Transaction,
+    ) -> RsResult<LateRows> {
         // Values its rows hold are never handed out again, even if the
         // server stops right after the commit.
         self.database.persist_sequences().await?;
         if transaction.staged.is_some() {
-            return crate::staging::commit(self, namespace, transaction).await;
+            // (Its late rows are counted in `rs_watermarks`, not told.)
+            crate::staging::commit(self, namespace, transaction).await?;
+            return Ok(Vec::new());
         }
         let restarted: Vec<(rockstream_types::ObjectId, i128)> =
             restarted_map(&transaction.restarted)
@@ -1002,7 +1011,8 @@ impl Gateway {
             })
             .filter(|change| !change.rows.is_empty())
             .collect();
-        self.database
+        let late_rows = self
+            .database
             .commit_transaction(namespace, transaction.catalog, changes, &layouts)
             .await?;
         // Past the commit point: the transaction committed, whatever
@@ -1011,7 +1021,20 @@ impl Gateway {
         if let Err(error) = self.database.restart_sequences(namespace, &restarted).await {
             tracing::warn!(%error, "TRUNCATE … RESTART IDENTITY committed, but its sequences could not be restarted");
         }
-        Ok(())
+        Ok(late_rows)
+    }
+}
+
+/// A NOTICE per table whose rows a commit dropped as late (RFC 0013).
+pub(crate) fn tell_late_rows(session: &mut GatewaySession, late_rows: LateRows) {
+    for (table, rows) in late_rows {
+        let (count, were) = match rows {
+            1 => ("1 row".to_string(), "was"),
+            rows => (format!("{rows} rows"), "were"),
+        };
+        session.notices.push(format!(
+            "{count} of table \"{table}\" {were} below its watermark and dropped as late"
+        ));
     }
 }
 

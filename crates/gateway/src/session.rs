@@ -435,6 +435,8 @@ pub struct GatewaySession {
     pub sequence_values: Arc<std::sync::Mutex<SessionSequences>>,
     /// While a `COPY ... FROM STDIN` loads its parts.
     pub copy: Option<CopyInProgress>,
+    /// NOTICE messages for the client, sent before the statement's result.
+    pub notices: Vec<String>,
 }
 
 /// A `COPY ... FROM STDIN` between its parts.

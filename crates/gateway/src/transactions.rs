@@ -93,7 +93,7 @@ impl Gateway {
         }
         let committed = self.commit(&session.namespace, transaction).await;
         session.close_transaction_cursors(committed.is_ok());
-        committed?;
+        crate::backend::tell_late_rows(session, committed?);
         Ok(StatementResult::command("COMMIT"))
     }
 }

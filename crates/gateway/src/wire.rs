@@ -779,7 +779,12 @@ impl Backend for Gateway {
             statement_deadline: None,
             sequence_values: Default::default(),
             copy: None,
+            notices: Vec::new(),
         })
+    }
+
+    fn take_notices(&self, session: &mut GatewaySession) -> Vec<String> {
+        std::mem::take(&mut session.notices)
     }
 
     async fn execute(

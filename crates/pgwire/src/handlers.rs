@@ -35,7 +35,7 @@ use pgwire::api::store::{Entry, PortalStore};
 use pgwire::api::{
     ClientInfo, ClientPortalStore, Type, DEFAULT_NAME, METADATA_DATABASE, METADATA_USER,
 };
-use pgwire::error::{PgWireError, PgWireResult};
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
 use pgwire::messages::data::{NoData, ParameterDescription, RowDescription};
 use pgwire::messages::extendedquery::{
@@ -193,8 +193,26 @@ impl<B: Backend> SimpleQueryHandler for Connection<B> {
             store: client.portal_store(),
             names: &self.core.statement_names,
         };
-        Ok(self.core.execute_simple(query, &prepared).await)
+        let responses = self.core.execute_simple(query, &prepared).await;
+        send_notices(client, self.core.take_notices().await).await?;
+        Ok(responses)
     }
+}
+
+/// Sends each of `notices` as a NoticeResponse (severity NOTICE, SQLSTATE
+/// 00000), before the results they are about.
+async fn send_notices<C>(client: &mut C, notices: Vec<String>) -> PgWireResult<()>
+where
+    C: Sink<PgWireBackendMessage> + Unpin + Send,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    for notice in notices {
+        let info = ErrorInfo::new("NOTICE".to_owned(), "00000".to_owned(), notice);
+        client
+            .feed(PgWireBackendMessage::NoticeResponse(info.into()))
+            .await?;
+    }
+    Ok(())
 }
 
 #[async_trait]
@@ -375,10 +393,9 @@ impl<B: Backend> ExtendedQueryHandler for Connection<B> {
             store: client.portal_store(),
             names: &self.core.statement_names,
         };
-        self.core
-            .execute_portal(portal, &prepared)
-            .await
-            .map_err(user_error)
+        let response = self.core.execute_portal(portal, &prepared).await;
+        send_notices(client, self.core.take_notices().await).await?;
+        response.map_err(user_error)
     }
 }
 
@@ -402,7 +419,9 @@ impl<B: Backend> CopyHandler for Connection<B> {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let rows = self.core.finish_copy().await.map_err(user_error)?;
+        let rows = self.core.finish_copy().await;
+        send_notices(client, self.core.take_notices().await).await?;
+        let rows = rows.map_err(user_error)?;
         let tag = Tag::new(&format!("COPY {rows}"));
         client
             .send(PgWireBackendMessage::CommandComplete(tag.into()))

@@ -275,6 +275,12 @@ pub trait Backend: Send + Sync + 'static {
     /// the transaction is aborted).
     async fn statement_failed(&self, session: &mut Self::Session);
 
+    /// The NOTICE messages the session's last statements left for the
+    /// client (sent before their results), taken.
+    fn take_notices(&self, _session: &mut Self::Session) -> Vec<String> {
+        Vec::new()
+    }
+
     /// How long the session may wait for its client's next message, and
     /// the error that closes the connection when it waits longer
     /// (`idle_in_transaction_session_timeout`, `idle_session_timeout`);

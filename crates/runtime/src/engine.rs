@@ -85,6 +85,14 @@ pub struct StagedJudgement {
     pub undo: bool,
 }
 
+/// What a commit did: the epoch that holds it, and per table it wrote to
+/// (by name) the rows it dropped as late (RFC 0013), if any.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Committed {
+    pub epoch: Epoch,
+    pub late_rows: Vec<(String, u64)>,
+}
+
 /// A watermarked table's event-time state (RFC 0013), durable on the
 /// coordinator with each epoch that changes it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -184,7 +192,7 @@ pub(crate) struct CommitRequest {
 pub(crate) enum Command {
     Commit {
         request: CommitRequest,
-        reply: oneshot::Sender<RsResult<Epoch>>,
+        reply: oneshot::Sender<RsResult<Committed>>,
     },
     Install {
         view: Box<InstallView>,
@@ -348,8 +356,9 @@ impl Engine {
     }
 
     /// Commits a transaction's changes; returns the epoch that holds them
-    /// once they are durable and visible in every view.
-    pub async fn commit(&self, changes: Vec<TableChange>) -> RsResult<Epoch> {
+    /// (and the rows it dropped as late) once they are durable and visible
+    /// in every view.
+    pub async fn commit(&self, changes: Vec<TableChange>) -> RsResult<Committed> {
         self.request_commit(CommitRequest {
             changes,
             coordinator_writes: Vec::new(),
@@ -365,7 +374,7 @@ impl Engine {
         &self,
         changes: Vec<TableChange>,
         transaction: u64,
-    ) -> RsResult<Epoch> {
+    ) -> RsResult<Committed> {
         self.request_commit(CommitRequest {
             changes,
             coordinator_writes: Vec::new(),
@@ -374,7 +383,7 @@ impl Engine {
         .await
     }
 
-    async fn request_commit(&self, request: CommitRequest) -> RsResult<Epoch> {
+    async fn request_commit(&self, request: CommitRequest) -> RsResult<Committed> {
         let (reply, receiver) = oneshot::channel();
         self.send(Command::Commit { request, reply }).await?;
         receiver.await.map_err(|_| stopped())?

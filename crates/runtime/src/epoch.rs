@@ -33,8 +33,9 @@ use rockstream_types::{codes, Epoch, ObjectId, Row, RsError, RsResult, ZSet};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::engine::{
-    Command, CommitRequest, InstallView, Published, TableChange, ViewStatus, EPOCH_COMMITS_MAX,
-    MEMTABLE_FLUSH_EPOCHS, MEMTABLE_FLUSH_INTERVAL_MICROS, PARALLEL_STEP_ROWS_MIN,
+    Command, CommitRequest, Committed, InstallView, Published, TableChange, ViewStatus,
+    EPOCH_COMMITS_MAX, MEMTABLE_FLUSH_EPOCHS, MEMTABLE_FLUSH_INTERVAL_MICROS,
+    PARALLEL_STEP_ROWS_MIN,
 };
 
 mod backfill;
@@ -524,7 +525,10 @@ impl EpochLoop {
             .collect()
     }
 
-    async fn run_commits(&mut self, commits: Vec<(CommitRequest, Reply)>) -> RsResult<()> {
+    async fn run_commits(
+        &mut self,
+        commits: Vec<(CommitRequest, Reply<Committed>)>,
+    ) -> RsResult<()> {
         let began = self.runtime.now_micros();
         let mut stores = match self.new_stores() {
             Ok(stores) => stores,
@@ -535,7 +539,8 @@ impl EpochLoop {
                 return Err(error);
             }
         };
-        let mut accepted: Vec<Reply> = Vec::new();
+        // Each accepted commit's reply, with the rows it dropped as late.
+        let mut accepted: Vec<(Reply<Committed>, Vec<(String, u64)>)> = Vec::new();
         let mut ddl_transaction = None;
         let mut deltas: Deltas = vec![HashMap::new(); self.shard_count()];
         let mut build_inputs = BuildInputs::new();
@@ -578,7 +583,8 @@ impl EpochLoop {
                     // fail from then on): no commit of this epoch can go
                     // on, and the engine reopens its storage.
                     let remaining = commits.map(|(_, reply)| reply);
-                    for reply in accepted.into_iter().chain([reply]).chain(remaining) {
+                    let accepted = accepted.into_iter().map(|(reply, _)| reply);
+                    for reply in accepted.chain([reply]).chain(remaining) {
                         let _ = reply.send(Err(error.clone()));
                     }
                     return Err(error);
@@ -589,6 +595,7 @@ impl EpochLoop {
                 }
             };
             indexes::apply(&mut stores, entry_writes);
+            let late_rows = judged.late_rows();
             watermarks::advance(&mut self.watermarks, judged, &mut watermarks_changed);
             for (key, write) in request.coordinator_writes {
                 match write {
@@ -612,7 +619,7 @@ impl EpochLoop {
                 );
                 ddl_transaction = Some(transaction);
             }
-            accepted.push(reply);
+            accepted.push((reply, late_rows));
         }
         if accepted.is_empty() {
             return Ok(());
@@ -635,7 +642,7 @@ impl EpochLoop {
         let stores = match self.propagate(stores, deltas, build_inputs).await {
             Ok(stores) => stores,
             Err(error) => {
-                for reply in accepted {
+                for (reply, _) in accepted {
                     let _ = reply.send(Err(error.clone()));
                 }
                 return Err(error);
@@ -657,13 +664,13 @@ impl EpochLoop {
         }
         match committed {
             Ok(epoch) => {
-                for reply in accepted {
-                    let _ = reply.send(Ok(epoch));
+                for (reply, late_rows) in accepted {
+                    let _ = reply.send(Ok(Committed { epoch, late_rows }));
                 }
                 Ok(())
             }
             Err(error) => {
-                for reply in accepted {
+                for (reply, _) in accepted {
                     let _ = reply.send(Err(error.clone()));
                 }
                 Err(error)

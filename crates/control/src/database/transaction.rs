@@ -97,6 +97,9 @@ pub(super) struct Unfinished {
     committed: Option<bool>,
 }
 
+/// Per table (by name), the rows a commit dropped as late (RFC 0013).
+pub type LateRows = Vec<(String, u64)>;
+
 impl Database {
     /// Commits a transaction block: its DDL (`pending`) and its rows
     /// (`changes`), all visible at once or, on failure, none of it.
@@ -118,15 +121,15 @@ impl Database {
         mut pending: PendingCatalog,
         mut changes: Vec<TableChange>,
         layouts: &TableLayouts,
-    ) -> RsResult<()> {
+    ) -> RsResult<LateRows> {
         if pending.is_empty() {
-            if !changes.is_empty() {
-                let _layouts_stand = self.layouts.read().await;
-                self.check_layouts(namespace, &pending, &changes, layouts)?;
-                self.attach_indexes(namespace, &pending, &mut changes);
-                self.engine.commit(changes).await?;
+            if changes.is_empty() {
+                return Ok(Vec::new());
             }
-            return Ok(());
+            let _layouts_stand = self.layouts.read().await;
+            self.check_layouts(namespace, &pending, &changes, layouts)?;
+            self.attach_indexes(namespace, &pending, &mut changes);
+            return Ok(self.engine.commit(changes).await?.late_rows);
         }
         let _guard = self.ddl.lock().await;
         let rewrites = pending.altered.iter().any(|table| table.rewritten);
@@ -185,12 +188,14 @@ impl Database {
         failpoint("after_commit_point");
         let finished = self.finish(unfinished).await;
         match (outcome, finished) {
-            (Ok(_), Err(error)) => {
+            (Ok(committed), Err(error)) => {
                 // Committed: clearing the marks is retried later.
                 tracing::warn!(%error, "a committed catalog transaction is finalized later: storage failed");
-                Ok(())
+                Ok(committed.late_rows)
             }
-            (Ok(_), Ok(_)) | (Err(_), Ok(true)) => Ok(()),
+            (Ok(committed), Ok(_)) => Ok(committed.late_rows),
+            // Committed, as the record says; its late rows were not told.
+            (Err(_), Ok(true)) => Ok(Vec::new()),
             (Err(error), _) => Err(error),
         }
     }

@@ -63,7 +63,7 @@ pub(crate) fn psql() -> PathBuf {
 }
 
 /// Runs psql with one `-c` per command; stdout and stderr together.
-fn run_psql(config: &Config, commands: &[String]) -> String {
+pub(crate) fn run_psql(config: &Config, commands: &[String]) -> String {
     let mut command = Command::new(psql());
     command.arg("-X");
     for host in config.get_hosts() {

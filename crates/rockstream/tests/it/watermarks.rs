@@ -360,6 +360,25 @@ async fn watermarks_drop_late_rows_and_close_windows_as_postgresql_computes_them
         }
         check(&server, &rockstream, &oracle, (late_rows, created), &step).await;
     }
+    // A commit tells the client, by table, how many of its rows were late (NOTICE, as psql
+    // prints it): here one of two, against the watermark the commit began at.
+    let watermark = oracle_watermark(&oracle).await.unwrap();
+    let (id, late, on_time) = (workload.next_id + 1, watermark - 1, watermark);
+    let printed = crate::psql::run_psql(
+        &server.config(),
+        &[format!(
+            "INSERT INTO bids VALUES ({id}, 1, 1, {}), ({}, 1, 1, {})",
+            time(Some(late)),
+            id + 1,
+            time(Some(on_time))
+        )],
+    );
+    assert!(
+        printed.contains(
+            "NOTICE:  1 row of table \"bids\" was below its watermark and dropped as late"
+        ) && printed.contains("INSERT 0 2"),
+        "{printed}"
+    );
     // Append-only.
     for statement in [
         "UPDATE bids SET price = 1",

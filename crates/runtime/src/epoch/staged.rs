@@ -878,7 +878,8 @@ impl EpochLoop {
         self.run_commits(vec![(request, reply)]).await?;
         let stepped = receiver
             .await
-            .unwrap_or_else(|_| Err(RsError::internal("a staged step got no answer")));
+            .unwrap_or_else(|_| Err(RsError::internal("a staged step got no answer")))
+            .map(|committed| committed.epoch);
         if stepped.is_ok() {
             AFTER_STAGED_STEP.pass();
         }

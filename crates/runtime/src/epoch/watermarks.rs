@@ -27,6 +27,15 @@ pub(crate) type Watermarks = BTreeMap<ObjectId, TableWatermark>;
 #[derive(Debug, Default)]
 pub(super) struct Judged {
     tables: Vec<(ObjectId, Admitted)>,
+    /// Per table (by name), the rows dropped as late, if any.
+    late: Vec<(String, u64)>,
+}
+
+impl Judged {
+    /// Per table (by name), the rows the commit dropped as late.
+    pub(super) fn late_rows(&self) -> Vec<(String, u64)> {
+        self.late.clone()
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -77,6 +86,11 @@ pub(super) fn drop_late(changes: &mut [TableChange], watermarks: &Watermarks) ->
             newest = Some(newest.map_or(time, |newest| newest.max(time)));
             true
         });
+        if late_rows > 0 && !undo {
+            judged
+                .late
+                .push((change.table_name.clone(), late_rows as u64));
+        }
         let admitted = if undo {
             Admitted {
                 late_rows: 0,
