@@ -28,7 +28,8 @@ mod function_ddl;
 mod transaction;
 
 pub use alter::{Alteration, Altered};
-pub use transaction::{LateRows, PendingCatalog, TableLayouts, FAILPOINT_DDL_TRANSACTION};
+pub use rockstream_runtime::LateRows;
+pub use transaction::{PendingCatalog, TableLayouts, FAILPOINT_DDL_TRANSACTION};
 
 /// The control-database key of the storage's bucket map, which also
 /// records its shard count (outside the catalog's `0x01` range).

@@ -90,8 +90,11 @@ pub struct StagedJudgement {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Committed {
     pub epoch: Epoch,
-    pub late_rows: Vec<(String, u64)>,
+    pub late_rows: LateRows,
 }
+
+/// Per table (by name), the rows a commit dropped as late (RFC 0013).
+pub type LateRows = Vec<(String, u64)>;
 
 /// A watermarked table's event-time state (RFC 0013), durable on the
 /// coordinator with each epoch that changes it.

@@ -33,7 +33,7 @@ use rockstream_types::{codes, Epoch, ObjectId, Row, RsError, RsResult, ZSet};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::engine::{
-    Command, CommitRequest, Committed, InstallView, Published, TableChange, ViewStatus,
+    Command, CommitRequest, Committed, InstallView, LateRows, Published, TableChange, ViewStatus,
     EPOCH_COMMITS_MAX, MEMTABLE_FLUSH_EPOCHS, MEMTABLE_FLUSH_INTERVAL_MICROS,
     PARALLEL_STEP_ROWS_MIN,
 };
@@ -540,7 +540,7 @@ impl EpochLoop {
             }
         };
         // Each accepted commit's reply, with the rows it dropped as late.
-        let mut accepted: Vec<(Reply<Committed>, Vec<(String, u64)>)> = Vec::new();
+        let mut accepted: Vec<(Reply<Committed>, LateRows)> = Vec::new();
         let mut ddl_transaction = None;
         let mut deltas: Deltas = vec![HashMap::new(); self.shard_count()];
         let mut build_inputs = BuildInputs::new();

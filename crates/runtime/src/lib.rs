@@ -27,7 +27,7 @@ mod engine;
 mod epoch;
 
 pub use engine::{
-    Committed, Engine, EventTime, InstallView, MaintainedIndex, Published, RowChange,
+    Committed, Engine, EventTime, InstallView, LateRows, MaintainedIndex, Published, RowChange,
     StagedJudgement, StagedTable, TableChange, TableWatermark, ViewBuild, ViewStatus,
 };
 pub use epoch::installed_marker;

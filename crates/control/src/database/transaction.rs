@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use rockstream_ops::keys::table_prefix;
-use rockstream_runtime::{EventTime, MaintainedIndex, StagedTable, TableChange};
+use rockstream_runtime::{EventTime, LateRows, MaintainedIndex, StagedTable, TableChange};
 use rockstream_types::{codes, ObjectId, RsError, RsResult};
 use slatedb::WriteBatch;
 
@@ -96,9 +96,6 @@ pub(super) struct Unfinished {
     /// Whether it committed; `None` until its commit record is read.
     committed: Option<bool>,
 }
-
-/// Per table (by name), the rows a commit dropped as late (RFC 0013).
-pub type LateRows = Vec<(String, u64)>;
 
 impl Database {
     /// Commits a transaction block: its DDL (`pending`) and its rows

@@ -17,7 +17,7 @@ use rockstream_ops::ScanOrder;
 use rockstream_storage::ShardDb;
 use rockstream_types::{Datum, ObjectId, RsError, RsResult};
 
-use crate::engine::{EventTime, TableChange, TableWatermark};
+use crate::engine::{EventTime, LateRows, TableChange, TableWatermark};
 
 /// Every watermarked table's state, by table.
 pub(crate) type Watermarks = BTreeMap<ObjectId, TableWatermark>;
@@ -28,12 +28,12 @@ pub(crate) type Watermarks = BTreeMap<ObjectId, TableWatermark>;
 pub(super) struct Judged {
     tables: Vec<(ObjectId, Admitted)>,
     /// Per table (by name), the rows dropped as late, if any.
-    late: Vec<(String, u64)>,
+    late: LateRows,
 }
 
 impl Judged {
     /// Per table (by name), the rows the commit dropped as late.
-    pub(super) fn late_rows(&self) -> Vec<(String, u64)> {
+    pub(super) fn late_rows(&self) -> LateRows {
         self.late.clone()
     }
 }
