@@ -35,7 +35,7 @@ impl Gateway {
             watermark: clauses.watermark.clone(),
             if_not_exists: create.if_not_exists,
         };
-        match session.transaction.as_mut() {
+        let created = match session.transaction.as_mut() {
             Some(transaction) if in_explicit => {
                 self.database()
                     .create_table_in(&mut transaction.catalog, &session.namespace, table)
@@ -47,6 +47,9 @@ impl Gateway {
                     .await?
             }
         };
+        if !created {
+            already_exists(session, &name);
+        }
         Ok(StatementResult::command("CREATE TABLE"))
     }
 
@@ -84,7 +87,7 @@ impl Gateway {
             emit_on_window_close: clauses.emit_on_window_close,
             if_not_exists: create.if_not_exists,
         };
-        match session.transaction.as_mut() {
+        let created = match session.transaction.as_mut() {
             Some(transaction) if in_explicit => {
                 let created = self
                     .database()
@@ -93,13 +96,17 @@ impl Gateway {
                 if created && create.materialized {
                     self.populate(session, &name, &query).await?;
                 }
+                created
             }
             _ => {
                 self.database()
                     .create_view(&session.namespace, view)
-                    .await?;
+                    .await?
             }
         };
+        if !created {
+            already_exists(session, &name);
+        }
         Ok(StatementResult::command(if create.materialized {
             "CREATE MATERIALIZED VIEW"
         } else {
@@ -138,7 +145,7 @@ impl Gateway {
                 cascade,
                 if_exists,
             };
-            match session.transaction.as_mut() {
+            let dropped = match session.transaction.as_mut() {
                 Some(transaction) if in_explicit => {
                     let dropped = self.database().drop_object_in(
                         &mut transaction.catalog,
@@ -146,19 +153,35 @@ impl Gateway {
                         drop,
                     )?;
                     // Its rows go with the table.
+                    let found = dropped.is_some();
                     for id in dropped.unwrap_or_default() {
                         transaction.remove_table(id);
                     }
+                    found
                 }
                 _ => {
                     self.database()
                         .drop_object(&session.namespace, drop)
-                        .await?;
+                        .await?
                 }
+            };
+            if !dropped {
+                // PostgreSQL's NOTICE for `DROP … IF EXISTS` of a name not taken.
+                session.notices.push(format!(
+                    "{} \"{name}\" does not exist, skipping",
+                    kind.describe()
+                ));
             }
         }
         Ok(StatementResult::command(tag))
     }
+}
+
+/// PostgreSQL's NOTICE for `CREATE … IF NOT EXISTS` of a name taken.
+fn already_exists(session: &mut GatewaySession, name: &str) {
+    session
+        .notices
+        .push(format!("relation \"{name}\" already exists, skipping"));
 }
 
 /// Refuses the `CREATE TABLE` forms RockStream does not build, rather than

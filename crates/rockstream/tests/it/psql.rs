@@ -154,3 +154,25 @@ async fn psql_lists_the_default_database() {
         "\\l+ printed:\n{verbose}"
     );
 }
+
+/// Goal: the NOTICEs PostgreSQL sends for `IF [NOT] EXISTS` that skips are sent, worded alike,
+/// before the command's tag (psql prints both).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn psql_prints_the_notices_postgresql_sends() {
+    let server = TestServer::start().await;
+    let oracle = OracleDatabase::create("psql_notices").await;
+    let commands: Vec<String> = [
+        "CREATE TABLE kept (a INT)",
+        "CREATE TABLE IF NOT EXISTS kept (a INT)",
+        "CREATE MATERIALIZED VIEW IF NOT EXISTS kept AS SELECT 1 AS one",
+        "DROP TABLE IF EXISTS absent",
+        "DROP MATERIALIZED VIEW IF EXISTS absent, gone",
+        "BEGIN; DROP VIEW IF EXISTS absent; COMMIT",
+        "DROP TABLE kept",
+    ]
+    .map(str::to_string)
+    .to_vec();
+    let printed = run_psql(&server.config(), &commands);
+    assert!(printed.contains("already exists, skipping"), "{printed}");
+    assert_eq!(printed, run_psql(oracle.config(), &commands));
+}
