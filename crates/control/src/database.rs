@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use rockstream_common::{object_store_for, Runtime};
-use rockstream_planner::{new_context, schema_of};
+use rockstream_planner::{new_context, schema_of, PlanOptions};
 use rockstream_runtime::{Engine, Published};
 use rockstream_storage::{storage_error, ShardDb};
 use rockstream_types::partition::BucketMap;
@@ -552,9 +552,13 @@ impl Database {
         let resolver = CatalogResolver::new(catalog.clone(), functions);
         let (schema, output_key, state_layout) = if materialized {
             let context = new_context(resolver.clone());
-            let plan =
-                plan_materialized_view(&context, &catalog, (id, query), emit_on_window_close)
-                    .await?;
+            let planned = plan_materialized_view(
+                &context,
+                &catalog,
+                (id, query),
+                (emit_on_window_close, PlanOptions::default()),
+            );
+            let plan = planned.await?;
             (
                 plan.schema().clone(),
                 plan.unique_key(),

@@ -8,11 +8,12 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use datafusion::prelude::SessionContext;
 use rockstream_common::Runtime;
 use rockstream_ops::keys::RowStorage;
 use rockstream_ops::Dataflow;
 use rockstream_plan::partition::{place, Partitioning};
-use rockstream_planner::new_context;
+use rockstream_planner::{new_context, PlanOptions};
 
 use crate::resolver::plan_materialized_view;
 use rockstream_runtime::{Engine, InstallView};
@@ -104,12 +105,7 @@ impl Follower {
                     CatalogResolver::new(catalog.clone(), self.functions.planned(&entry.namespace));
                 let context = new_context(resolver);
                 let sql = entry.definition.clone().unwrap_or_default();
-                let planned = plan_materialized_view(
-                    &context,
-                    &catalog,
-                    (entry.id, &sql),
-                    entry.emit_on_window_close,
-                );
+                let planned = plan_as_created(&context, &catalog, &entry, &sql);
                 let plan = match planned.await {
                     Ok(plan) => plan,
                     Err(error) if replay && !error.is_storage_failure() => {
@@ -225,6 +221,31 @@ impl Follower {
     }
 }
 
+/// View `entry`'s plan, defined by `sql`, as this build plans it or, when
+/// that plan would keep its state in another layout than the one the view
+/// was created with, as earlier builds planned it (a view keeps the plan its
+/// state is laid out for; [`PlanOptions`]).
+async fn plan_as_created(
+    context: &SessionContext,
+    catalog: &[CatalogEntry],
+    entry: &CatalogEntry,
+    sql: &str,
+) -> RsResult<rockstream_plan::PlanNode> {
+    let clauses = entry.emit_on_window_close;
+    let current = (clauses, PlanOptions::default());
+    let plan = plan_materialized_view(context, catalog, (entry.id, sql), current).await?;
+    if changed_layout(entry, &plan).is_none() {
+        return Ok(plan);
+    }
+    let earlier = PlanOptions {
+        lift_subquery_expressions: false,
+    };
+    match plan_materialized_view(context, catalog, (entry.id, sql), (clauses, earlier)).await {
+        Ok(earlier) if changed_layout(entry, &earlier).is_none() => Ok(earlier),
+        _ => Ok(plan),
+    }
+}
+
 /// Why `plan`, this build's plan of view `entry`, cannot maintain the view's
 /// stored state: its operators keep their state in another layout, or a
 /// column's type differs from the type it was created with (a later build
@@ -271,4 +292,67 @@ fn changed_layout(entry: &CatalogEntry, plan: &rockstream_plan::PlanNode) -> Opt
                 stored.type_name
             )
         })
+}
+
+#[cfg(test)]
+mod tests {
+    //! Goal: a view keeps the plan its stored state is laid out for — this
+    //! build's, or, when its layout is an earlier build's, the plan that
+    //! build made (here: a scalar subquery's expressions below its join).
+    use super::*;
+    use crate::catalog::ColumnDef;
+
+    fn entry(id: ObjectId, name: &str, kind: ObjectKind) -> CatalogEntry {
+        CatalogEntry {
+            id,
+            namespace: "default".into(),
+            name: name.into(),
+            kind,
+            columns: vec![
+                ColumnDef::new("g", "bigint", false),
+                ColumnDef::new("v", "bigint", false),
+            ],
+            primary_key: Vec::new(),
+            definition: None,
+            dependencies: Vec::new(),
+            output_key: None,
+            state_layout: None,
+            dropping: false,
+            transaction: None,
+            rewritten: 0,
+            previous: None,
+            indexes: Vec::new(),
+            next_index_id: 0,
+            functions: Vec::new(),
+            watermark: None,
+            emit_on_window_close: false,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_view_keeps_the_plan_its_state_is_laid_out_for() {
+        let sql = "SELECT g, count(*) AS n FROM t GROUP BY g \
+                   HAVING count(*) >= (SELECT count(*) / count(DISTINCT g) FROM t)";
+        let catalog = vec![entry(1, "t", ObjectKind::Table)];
+        let context = new_context(CatalogResolver::new(catalog.clone(), Vec::new()));
+        let mut view = entry(2, "v", ObjectKind::MaterializedView);
+        for lift in [true, false] {
+            let options = PlanOptions {
+                lift_subquery_expressions: lift,
+            };
+            let created = plan_materialized_view(&context, &catalog, (2, sql), (false, options))
+                .await
+                .expect("plans");
+            view.state_layout = Some(created.state_layout());
+            let planned = plan_as_created(&context, &catalog, &view, sql)
+                .await
+                .expect("plans");
+            assert_eq!(
+                planned.state_layout(),
+                created.state_layout(),
+                "lift: {lift}"
+            );
+            assert!(changed_layout(&view, &planned).is_none());
+        }
+    }
 }

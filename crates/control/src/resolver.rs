@@ -14,24 +14,24 @@ use datafusion::sql::sqlparser::parser::Parser;
 use rockstream_plan::arrow_types::{arrow_type, datafusion_error};
 use rockstream_plan::PlanNode;
 use rockstream_planner::{
-    bind_watermarks, new_context, plan_view, rewrite_using_joins, SchemaOnlyTable, SqlFunction,
-    TableResolver,
+    bind_watermarks, new_context, plan_view_with, rewrite_using_joins, PlanOptions,
+    SchemaOnlyTable, SqlFunction, TableResolver,
 };
 use rockstream_types::{ObjectId, RsError, RsResult};
 
 use crate::catalog::{CatalogEntry, ObjectKind};
 
 /// Plans materialized view `view_id`, defined by `query`, over `context`
-/// (resolving names in `catalog`), with the watermarks of the tables it
-/// reads bound in (RFC 0013) and, with `emit_on_window_close`, its
-/// windows emitted as they close.
+/// (resolving names in `catalog`) with `options`, with the watermarks of
+/// the tables it reads bound in (RFC 0013) and, with
+/// `emit_on_window_close`, its windows emitted as they close.
 pub async fn plan_materialized_view(
     context: &SessionContext,
     catalog: &[CatalogEntry],
     (view_id, query): (ObjectId, &str),
-    emit_on_window_close: bool,
+    (emit_on_window_close, options): (bool, PlanOptions),
 ) -> RsResult<PlanNode> {
-    let plan = plan_view(context, view_id, query).await?;
+    let plan = plan_view_with(context, view_id, query, options).await?;
     let event_time = |table: ObjectId| {
         catalog
             .iter()

@@ -27,7 +27,7 @@ use datafusion::sql::sqlparser::ast::{
 use rockstream_common::Runtime;
 use rockstream_control::{CatalogEntry, Database, LateRows, ObjectKind, TableLayouts};
 use rockstream_ops::arrow_rows::{duration_to_interval, rows_to_batch};
-use rockstream_pgwire::{PreparedStatements, StatementResult};
+use rockstream_pgwire::{Notice, PreparedStatements, StatementResult};
 use rockstream_planner::{
     alias_select_items, new_context_in, normalize_query, pg_column_names, rewrite_using_joins,
     uses_bag_set_operation, TableResolver,
@@ -1032,9 +1032,12 @@ pub(crate) fn tell_late_rows(session: &mut GatewaySession, late_rows: LateRows) 
             1 => ("1 row".to_string(), "was"),
             rows => (format!("{rows} rows"), "were"),
         };
-        session.notices.push(format!(
-            "{count} of table \"{table}\" {were} below its watermark and dropped as late"
-        ));
+        session.notices.push(Notice {
+            sqlstate: "00000",
+            message: format!(
+                "{count} of table \"{table}\" {were} below its watermark and dropped as late"
+            ),
+        });
     }
 }
 

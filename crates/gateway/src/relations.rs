@@ -4,7 +4,7 @@
 
 use datafusion::sql::sqlparser::ast::{CreateTable, CreateView, ObjectName, ObjectType};
 use rockstream_control::{DropObject, NewTable, NewView, ObjectKind};
-use rockstream_pgwire::StatementResult;
+use rockstream_pgwire::{Notice, StatementResult};
 use rockstream_planner::pg_column_names;
 use rockstream_types::{codes, RsError, RsResult};
 
@@ -137,8 +137,20 @@ impl Gateway {
                 ))
             }
         };
-        for name in names {
-            let name = object_name(&name.to_string());
+        // Every name is looked up before any is dropped, as PostgreSQL does:
+        // one that an earlier name's CASCADE dropped is done, not absent.
+        let names: Vec<String> = names
+            .iter()
+            .map(|name| object_name(&name.to_string()))
+            .collect();
+        let present = |session: &GatewaySession, name: &str| {
+            self.entries(session).iter().any(|entry| entry.name == name)
+        };
+        let at_start: Vec<bool> = names.iter().map(|name| present(session, name)).collect();
+        for (name, was_present) in names.into_iter().zip(at_start) {
+            if was_present && !present(session, &name) {
+                continue;
+            }
             let drop = DropObject {
                 name: &name,
                 kind,
@@ -167,10 +179,10 @@ impl Gateway {
             };
             if !dropped {
                 // PostgreSQL's NOTICE for `DROP … IF EXISTS` of a name not taken.
-                session.notices.push(format!(
-                    "{} \"{name}\" does not exist, skipping",
-                    kind.describe()
-                ));
+                session.notices.push(Notice {
+                    sqlstate: "00000",
+                    message: format!("{} \"{name}\" does not exist, skipping", kind.describe()),
+                });
             }
         }
         Ok(StatementResult::command(tag))
@@ -179,9 +191,10 @@ impl Gateway {
 
 /// PostgreSQL's NOTICE for `CREATE … IF NOT EXISTS` of a name taken.
 fn already_exists(session: &mut GatewaySession, name: &str) {
-    session
-        .notices
-        .push(format!("relation \"{name}\" already exists, skipping"));
+    session.notices.push(Notice {
+        sqlstate: "42P07",
+        message: format!("relation \"{name}\" already exists, skipping"),
+    });
 }
 
 /// Refuses the `CREATE TABLE` forms RockStream does not build, rather than

@@ -11,7 +11,7 @@ use datafusion::execution::memory_pool::MemoryReservation;
 use rockstream_control::{
     Attachment, CatalogEntry, ObjectKind, PendingCatalog, REWRITTEN_BY_PENDING,
 };
-use rockstream_pgwire::Interrupt;
+use rockstream_pgwire::{Interrupt, Notice};
 use rockstream_storage::SnapshotSet;
 use rockstream_types::{codes, ObjectId, Row, RsError, RsResult};
 
@@ -436,7 +436,7 @@ pub struct GatewaySession {
     /// While a `COPY ... FROM STDIN` loads its parts.
     pub copy: Option<CopyInProgress>,
     /// NOTICE messages for the client, sent before the statement's result.
-    pub notices: Vec<String>,
+    pub notices: Vec<Notice>,
 }
 
 /// A `COPY ... FROM STDIN` between its parts.

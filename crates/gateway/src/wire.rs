@@ -21,7 +21,7 @@ use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer};
 use rockstream_control::ObjectKind;
 use rockstream_ops::arrow_rows::arrow_type;
 use rockstream_pgwire::{
-    Backend, CopyPart, CopyTarget, Described, IdleLimit, Interrupt, PreparedStatements,
+    Backend, CopyPart, CopyTarget, Described, IdleLimit, Interrupt, Notice, PreparedStatements,
     StatementResult, TransactionState,
 };
 use rockstream_planner::{
@@ -783,7 +783,7 @@ impl Backend for Gateway {
         })
     }
 
-    fn take_notices(&self, session: &mut GatewaySession) -> Vec<String> {
+    fn take_notices(&self, session: &mut GatewaySession) -> Vec<Notice> {
         std::mem::take(&mut session.notices)
     }
 

@@ -219,9 +219,8 @@ impl<B: Backend> ConnectionCore<B> {
         }
     }
 
-    /// Simple protocol: runs a query string, one response per statement.
     /// The NOTICE messages the backend left for the client, taken.
-    pub(crate) async fn take_notices(&self) -> Vec<String> {
+    pub(crate) async fn take_notices(&self) -> Vec<crate::Notice> {
         let mut state = self.state.lock().await;
         match state.session_mut() {
             Ok(session) => self.backend.take_notices(session),
@@ -229,6 +228,7 @@ impl<B: Backend> ConnectionCore<B> {
         }
     }
 
+    /// Simple protocol: runs a query string, one response per statement.
     pub(crate) async fn execute_simple(
         &self,
         query: &str,

@@ -49,7 +49,7 @@ use crate::connection::{parameter_types, ConnectionCore, PreparedStatement, Stat
 use crate::interrupt::Cancels;
 use crate::types::{field_infos, pg_type};
 use crate::wire_error::{fatal_error, user_error};
-use crate::{Backend, PreparedStatements};
+use crate::{Backend, Notice, PreparedStatements};
 
 /// Every handler of one connection.
 pub(crate) struct Connection<B: Backend> {
@@ -199,15 +199,19 @@ impl<B: Backend> SimpleQueryHandler for Connection<B> {
     }
 }
 
-/// Sends each of `notices` as a NoticeResponse (severity NOTICE, SQLSTATE
-/// 00000), before the results they are about.
-async fn send_notices<C>(client: &mut C, notices: Vec<String>) -> PgWireResult<()>
+/// Sends each of `notices` as a NoticeResponse (severity NOTICE), before
+/// the results they are about.
+async fn send_notices<C>(client: &mut C, notices: Vec<Notice>) -> PgWireResult<()>
 where
     C: Sink<PgWireBackendMessage> + Unpin + Send,
     PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
 {
     for notice in notices {
-        let info = ErrorInfo::new("NOTICE".to_owned(), "00000".to_owned(), notice);
+        let info = ErrorInfo::new(
+            "NOTICE".to_owned(),
+            notice.sqlstate.to_owned(),
+            notice.message,
+        );
         client
             .feed(PgWireBackendMessage::NoticeResponse(info.into()))
             .await?;

@@ -209,6 +209,14 @@ pub struct Described {
     pub parsed: Option<Arc<dyn Any + Send + Sync>>,
 }
 
+/// A NOTICE for the client: PostgreSQL's SQLSTATE for it (`00000`, or the
+/// condition's own, as `42P07` for a relation that exists) and its text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notice {
+    pub sqlstate: &'static str,
+    pub message: String,
+}
+
 /// The SQL engine behind the wire. One `Session` per connection.
 #[async_trait]
 pub trait Backend: Send + Sync + 'static {
@@ -277,7 +285,7 @@ pub trait Backend: Send + Sync + 'static {
 
     /// The NOTICE messages the session's last statements left for the
     /// client (sent before their results), taken.
-    fn take_notices(&self, _session: &mut Self::Session) -> Vec<String> {
+    fn take_notices(&self, _session: &mut Self::Session) -> Vec<Notice> {
         Vec::new()
     }
 

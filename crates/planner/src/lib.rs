@@ -65,7 +65,7 @@ pub use system_catalog::{
     INDEX_IDS_PER_TABLE, USER_FUNCTION,
 };
 pub use time_windows::{fixed_interval_micros, rewrite_time_windows};
-pub use translate::{plan_view, schema_of, undefined_relation};
+pub use translate::{plan_view, plan_view_with, schema_of, undefined_relation, PlanOptions};
 pub use type_spellings::normalize_type_spellings;
 pub use using_joins::{rewrite_using_joins, uses_using_joins};
 pub use watermarks::bind_watermarks;

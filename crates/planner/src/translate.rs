@@ -49,11 +49,40 @@ pub async fn plan_view(
     view_id: ObjectId,
     query: &str,
 ) -> RsResult<PlanNode> {
+    plan_view_with(context, view_id, query, PlanOptions::default()).await
+}
+
+/// How a view is planned where builds have planned it differently: a view
+/// keeps the plan it was created with, its state being laid out for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlanOptions {
+    /// A scalar subquery joined to rows computes its expressions above the
+    /// join ([`lift_subquery_expressions`]); views created before it did,
+    /// below.
+    pub lift_subquery_expressions: bool,
+}
+
+impl Default for PlanOptions {
+    fn default() -> Self {
+        PlanOptions {
+            lift_subquery_expressions: true,
+        }
+    }
+}
+
+/// [`plan_view`] with `options`.
+pub async fn plan_view_with(
+    context: &SessionContext,
+    view_id: ObjectId,
+    query: &str,
+    options: PlanOptions,
+) -> RsResult<PlanNode> {
     let mut translator = Translator {
         view_id,
         next_op: 0,
         numbered_window: None,
         recursion: None,
+        options,
     };
     let mut statements = Parser::parse_sql(&PostgreSqlDialect {}, query)
         .map_err(|e| RsError::new(&codes::SYNTAX_ERROR, e.to_string()))?;
@@ -338,6 +367,7 @@ struct Translator {
     numbered_window: Option<(usize, u64)>,
     /// The recursive query whose recursive term is being translated.
     recursion: Option<String>,
+    options: PlanOptions,
 }
 
 impl Translator {
@@ -1096,7 +1126,7 @@ impl Translator {
                 .map_err(datafusion_error)?,
         );
         let schema = schema_of(&join.schema)?;
-        lift_subquery_expressions(PlanNode::Join {
+        let join = PlanNode::Join {
             op_id,
             left: Box::new(left),
             right: Box::new(right),
@@ -1110,7 +1140,11 @@ impl Translator {
             left_width: join.left.schema().fields().len(),
             right_width: join.right.schema().fields().len(),
             schema,
-        })
+        };
+        match self.options.lift_subquery_expressions {
+            true => lift_subquery_expressions(join),
+            false => Ok(join),
+        }
     }
 
     /// Translates one join input; key expressions that are not plain
@@ -1466,8 +1500,6 @@ impl Translator {
     }
 }
 
-/// How often `plan` reads the recursion it is the step of (not counting a
-/// nested recursive query's own).
 /// A join with a scalar subquery's one row — expressions over a global
 /// aggregate, joined without keys — computes those expressions above the
 /// join, for each joined row. PostgreSQL evaluates such a subquery only
@@ -1477,56 +1509,7 @@ impl Translator {
 /// filter above), and left joins without a residual (the aggregate's one
 /// row always matches); other joins are returned as they are.
 fn lift_subquery_expressions(join: PlanNode) -> RsResult<PlanNode> {
-    let liftable = matches!(
-        &join,
-        PlanNode::Join { kind, left_keys, residual, right, .. }
-            if left_keys.is_empty()
-                && (*kind == JoinKind::Inner || (*kind == JoinKind::Left && residual.is_none()))
-                && matches!(
-                    right.as_ref(),
-                    PlanNode::Map { input, exprs, .. }
-                        if matches!(input.as_ref(), PlanNode::Aggregate { group_count: 0, .. })
-                            && exprs.iter().any(|expr| !matches!(unalias(expr), Expr::Column(_)))
-                )
-    );
-    // The join's rows: the left input's, then the aggregate's, named apart
-    // by qualifiers of their own.
-    let qualifier = TableReference::bare("__rs_subquery");
-    let schemas = match &join {
-        PlanNode::Join {
-            right,
-            joined_schema,
-            left_width,
-            ..
-        } if liftable => match right.as_ref() {
-            PlanNode::Map { input_schema, .. } => {
-                // (Qualified all: DataFusion refuses a name both bare and
-                // qualified.)
-                let left_fields = (0..*left_width)
-                    .map(|index| {
-                        let (own, field) = joined_schema.qualified_field(index);
-                        let own = own
-                            .cloned()
-                            .unwrap_or_else(|| TableReference::bare("__rs_row"));
-                        (Some(own), Arc::clone(field))
-                    })
-                    .collect();
-                DFSchema::new_with_metadata(left_fields, Default::default())
-                    .and_then(|left| {
-                        let aggregate = DFSchema::try_from_qualified_schema(
-                            qualifier.clone(),
-                            input_schema.as_arrow(),
-                        )?;
-                        left.join(&aggregate)
-                    })
-                    .ok()
-                    .map(|lifted| (Arc::new(lifted), input_schema.clone()))
-            }
-            _ => None,
-        },
-        _ => None,
-    };
-    let Some((lifted_schema, aggregate_schema)) = schemas else {
+    let Some((lifted_schema, lifted_exprs)) = lifted_parts(&join) else {
         return Ok(join);
     };
     let not_liftable = || RsError::internal("a join to lift is not one");
@@ -1545,9 +1528,7 @@ fn lift_subquery_expressions(join: PlanNode) -> RsResult<PlanNode> {
         return Err(not_liftable());
     };
     let PlanNode::Map {
-        input: aggregate,
-        exprs,
-        ..
+        input: aggregate, ..
     } = *right
     else {
         return Err(not_liftable());
@@ -1570,28 +1551,17 @@ fn lift_subquery_expressions(join: PlanNode) -> RsResult<PlanNode> {
         right_width,
         schema: Schema { columns },
     };
-    let mut lifted: Vec<Expr> = (0..left_width)
+    let mut exprs: Vec<Expr> = (0..left_width)
         .map(|index| {
             Expr::Column(datafusion::common::Column::from(
                 lifted_schema.qualified_field(index),
             ))
         })
         .collect();
-    for expr in exprs {
-        let requalified = expr.transform(|node| match &node {
-            Expr::Column(column) => {
-                let field = aggregate_schema.field(aggregate_schema.index_of_column(column)?);
-                Ok(Transformed::yes(Expr::Column(
-                    datafusion::common::Column::new(Some(qualifier.clone()), field.name()),
-                )))
-            }
-            _ => Ok(Transformed::no(node)),
-        });
-        lifted.push(requalified.map_err(datafusion_error)?.data);
-    }
+    exprs.extend(lifted_exprs);
     let mapped = PlanNode::Map {
         input: Box::new(joined),
-        exprs: lifted,
+        exprs,
         input_schema: lifted_schema,
         schema,
     };
@@ -1605,6 +1575,80 @@ fn lift_subquery_expressions(join: PlanNode) -> RsResult<PlanNode> {
     })
 }
 
+/// For a join [`lift_subquery_expressions`] rewrites: the schema of its
+/// rows as the lifted expressions read them (the left input's columns, then
+/// the aggregate's, each side qualified apart: DataFusion refuses a name
+/// both bare and qualified) and the subquery's expressions over it; `None`
+/// for any other join, or one whose names do not resolve so.
+fn lifted_parts(join: &PlanNode) -> Option<(DFSchemaRef, Vec<Expr>)> {
+    let PlanNode::Join {
+        kind,
+        left_keys,
+        residual,
+        right,
+        joined_schema,
+        left_width,
+        ..
+    } = join
+    else {
+        return None;
+    };
+    let PlanNode::Map {
+        input,
+        exprs,
+        input_schema: aggregate_schema,
+        ..
+    } = right.as_ref()
+    else {
+        return None;
+    };
+    let liftable = left_keys.is_empty()
+        && (*kind == JoinKind::Inner || (*kind == JoinKind::Left && residual.is_none()))
+        && matches!(input.as_ref(), PlanNode::Aggregate { group_count: 0, .. })
+        && exprs
+            .iter()
+            .any(|expr| !matches!(unalias(expr), Expr::Column(_)));
+    if !liftable {
+        return None;
+    }
+    let qualifier = TableReference::bare("__rs_subquery");
+    let left_fields = (0..*left_width)
+        .map(|index| {
+            let (own, field) = joined_schema.qualified_field(index);
+            let own = own
+                .cloned()
+                .unwrap_or_else(|| TableReference::bare("__rs_row"));
+            (Some(own), Arc::clone(field))
+        })
+        .collect();
+    let aggregate =
+        DFSchema::try_from_qualified_schema(qualifier.clone(), aggregate_schema.as_arrow()).ok()?;
+    let lifted = DFSchema::new_with_metadata(left_fields, Default::default())
+        .and_then(|left| left.join(&aggregate))
+        .ok()?;
+    let exprs = exprs
+        .iter()
+        .map(|expr| {
+            expr.clone()
+                .transform(|node| match &node {
+                    Expr::Column(column) => {
+                        let index = aggregate_schema.index_of_column(column)?;
+                        let name = aggregate_schema.field(index).name();
+                        Ok(Transformed::yes(Expr::Column(
+                            datafusion::common::Column::new(Some(qualifier.clone()), name),
+                        )))
+                    }
+                    _ => Ok(Transformed::no(node)),
+                })
+                .map(|transformed| transformed.data)
+                .ok()
+        })
+        .collect::<Option<Vec<Expr>>>()?;
+    Some((Arc::new(lifted), exprs))
+}
+
+/// How often `plan` reads the recursion it is the step of (not counting a
+/// nested recursive query's own).
 fn loop_reads(plan: &PlanNode) -> usize {
     match plan {
         PlanNode::LoopInput { index: 0, .. } => 1,
@@ -1872,6 +1916,34 @@ mod tests {
             .await
             .unwrap_or_else(|error| panic!("{query}: {error}"))
             .explain()
+    }
+
+    #[tokio::test]
+    async fn a_scalar_subquerys_expressions_are_computed_above_its_join_unless_planned_as_before() {
+        // Goal: the subquery's division is evaluated per joined row (none
+        // while no row meets it), and a view created before keeps the plan
+        // its state is laid out for.
+        let query = "SELECT g, count(*) FROM t GROUP BY g \
+                     HAVING count(*) >= (SELECT count(*) / count(DISTINCT g) FROM t)";
+        let context = crate::new_context(Arc::new(OneTable(scores())));
+        let lifted = crate::plan_view(&context, 9, query).await.expect("plans");
+        let before = crate::plan_view_with(
+            &context,
+            9,
+            query,
+            crate::PlanOptions {
+                lift_subquery_expressions: false,
+            },
+        )
+        .await
+        .expect("plans");
+        let (lifted_text, before_text) = (lifted.explain(), before.explain());
+        assert!(lifted_text.starts_with("Map"), "{lifted_text}");
+        assert!(lifted_text.contains("\n  Filter"), "{lifted_text}");
+        assert!(!lifted_text.contains("residual"), "{lifted_text}");
+        assert!(before_text.contains("residual"), "{before_text}");
+        assert_ne!(lifted.state_layout(), before.state_layout());
+        assert_eq!(lifted.schema(), before.schema());
     }
 
     #[tokio::test]
