@@ -623,13 +623,20 @@ impl Database {
         }))
     }
 
-    /// `DROP TABLE/VIEW/MATERIALIZED VIEW`; returns false if absent and `if_exists`.
-    pub async fn drop_object(&self, namespace: &str, drop: DropObject<'_>) -> RsResult<bool> {
+    /// `DROP TABLE/VIEW/MATERIALIZED VIEW`; returns what it dropped, the
+    /// object first, then what depended on it (`None`: absent and
+    /// `if_exists`).
+    pub async fn drop_object(
+        &self,
+        namespace: &str,
+        drop: DropObject<'_>,
+    ) -> RsResult<Option<Vec<Dropped>>> {
         let _guard = self.ddl.lock().await;
         self.before_ddl().await?;
         let Some(doomed) = doomed_by(&self.entries(namespace), drop)? else {
-            return Ok(false);
+            return Ok(None);
         };
+        let dropped = doomed.iter().map(Dropped::of).collect();
         // Mark every doomed entry in one atomic write first: from then on
         // the DROP completes, if need be on the next start.
         self.control.write(dropping_marks(&doomed)?).await?;
@@ -637,24 +644,23 @@ impl Database {
             .retain(|existing| !doomed.iter().any(|gone| gone.id == existing.id));
         self.drop_in_background(doomed.into_iter().rev().collect())
             .await;
-        Ok(true)
+        Ok(Some(dropped))
     }
 
     /// `DROP` inside a transaction block: recorded in `pending`, done when
-    /// the transaction commits (RFC 0002). Returns the ids of every object
-    /// it removes from the transaction's catalog (`None`: absent and
-    /// `if_exists`).
+    /// the transaction commits (RFC 0002). Returns every object it removes
+    /// from the transaction's catalog, as [`Database::drop_object`] does.
     pub fn drop_object_in(
         &self,
         pending: &mut PendingCatalog,
         namespace: &str,
         drop: DropObject<'_>,
-    ) -> RsResult<Option<Vec<ObjectId>>> {
+    ) -> RsResult<Option<Vec<Dropped>>> {
         let catalog = pending.overlay(namespace, self.entries(namespace));
         let Some(doomed) = doomed_by(&catalog, drop)? else {
             return Ok(None);
         };
-        let ids: Vec<ObjectId> = doomed.iter().map(|entry| entry.id).collect();
+        let dropped: Vec<Dropped> = doomed.iter().map(Dropped::of).collect();
         for entry in doomed {
             if let Some(position) = pending
                 .created
@@ -675,7 +681,7 @@ impl Database {
                 pending.dropped.push(entry);
             }
         }
-        Ok(Some(ids))
+        Ok(Some(dropped))
     }
 
     /// Removes dropped objects (dependents first) from the engine now, or,
@@ -1078,6 +1084,24 @@ pub struct NewView<'a> {
     /// `EMIT ON WINDOW CLOSE` (RFC 0013).
     pub emit_on_window_close: bool,
     pub if_not_exists: bool,
+}
+
+/// An object a `DROP` removed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dropped {
+    pub id: ObjectId,
+    pub kind: ObjectKind,
+    pub name: String,
+}
+
+impl Dropped {
+    fn of(entry: &CatalogEntry) -> Dropped {
+        Dropped {
+            id: entry.id,
+            kind: entry.kind,
+            name: entry.name.clone(),
+        }
+    }
 }
 
 /// What `DROP` names.

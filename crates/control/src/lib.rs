@@ -18,8 +18,9 @@ pub use catalog::{
     WatermarkDef, DEFAULT_NAMESPACE, REWRITTEN_BY_PENDING,
 };
 pub use database::{
-    Alteration, Altered, Database, DeclaredIndex, DropObject, Generated, LateRows, NewTable,
-    NewView, OpenOptions, PendingCatalog, Rename, TableLayouts, FAILPOINT_DDL_TRANSACTION,
+    Alteration, Altered, Database, DeclaredIndex, DropObject, Dropped, Generated, LateRows,
+    NewTable, NewView, OpenOptions, PendingCatalog, Rename, TableLayouts,
+    FAILPOINT_DDL_TRANSACTION,
 };
 pub use functions::{FunctionArgument, FunctionEntry, ANY_NUMERIC};
 pub use namespaces::Attachment;

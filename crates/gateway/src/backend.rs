@@ -1037,6 +1037,7 @@ pub(crate) fn tell_late_rows(session: &mut GatewaySession, late_rows: LateRows) 
             message: format!(
                 "{count} of table \"{table}\" {were} below its watermark and dropped as late"
             ),
+            detail: None,
         });
     }
 }

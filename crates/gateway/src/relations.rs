@@ -3,7 +3,7 @@
 //! inside one (RFC 0002).
 
 use datafusion::sql::sqlparser::ast::{CreateTable, CreateView, ObjectName, ObjectType};
-use rockstream_control::{DropObject, NewTable, NewView, ObjectKind};
+use rockstream_control::{DropObject, Dropped, NewTable, NewView, ObjectKind};
 use rockstream_pgwire::{Notice, StatementResult};
 use rockstream_planner::pg_column_names;
 use rockstream_types::{codes, RsError, RsResult};
@@ -147,12 +147,37 @@ impl Gateway {
             self.entries(session).iter().any(|entry| entry.name == name)
         };
         let at_start: Vec<bool> = names.iter().map(|name| present(session, name)).collect();
-        for (name, was_present) in names.into_iter().zip(at_start) {
-            if was_present && !present(session, &name) {
+        // Each name checked before anything is dropped: there, unless
+        // `IF EXISTS`, and of the kind named.
+        if let Some((name, _)) = names
+            .iter()
+            .zip(&at_start)
+            .find(|(_, present)| !**present && !if_exists)
+        {
+            return Err(RsError::new(
+                &codes::UNDEFINED_OBJECT,
+                format!("{} \"{name}\" does not exist", kind.describe()),
+            ));
+        }
+        for entry in self.entries(session) {
+            if names.contains(&entry.name) && entry.kind != kind {
+                return Err(RsError::new(
+                    &codes::WRONG_OBJECT_KIND,
+                    format!(
+                        "\"{}\" is a {}, not a {}",
+                        entry.name,
+                        entry.kind.describe(),
+                        kind.describe()
+                    ),
+                ));
+            }
+        }
+        for (name, was_present) in names.iter().zip(at_start) {
+            if was_present && !present(session, name) {
                 continue;
             }
             let drop = DropObject {
-                name: &name,
+                name,
                 kind,
                 cascade,
                 if_exists,
@@ -165,11 +190,10 @@ impl Gateway {
                         drop,
                     )?;
                     // Its rows go with the table.
-                    let found = dropped.is_some();
-                    for id in dropped.unwrap_or_default() {
-                        transaction.remove_table(id);
+                    for object in dropped.iter().flatten() {
+                        transaction.remove_table(object.id);
                     }
-                    found
+                    dropped
                 }
                 _ => {
                     self.database()
@@ -177,15 +201,56 @@ impl Gateway {
                         .await?
                 }
             };
-            if !dropped {
-                // PostgreSQL's NOTICE for `DROP … IF EXISTS` of a name not taken.
-                session.notices.push(Notice {
+            let notice = match dropped {
+                // PostgreSQL's NOTICE for `DROP … IF EXISTS` of a name not
+                // taken.
+                None => Some(Notice {
                     sqlstate: "00000",
                     message: format!("{} \"{name}\" does not exist, skipping", kind.describe()),
-                });
-            }
+                    detail: None,
+                }),
+                Some(dropped) => cascaded(&dropped, &names),
+            };
+            session.notices.extend(notice);
         }
         Ok(StatementResult::command(tag))
+    }
+}
+
+/// PostgreSQL's NOTICE for a `DROP … CASCADE` that dropped dependents too
+/// (`dropped` after the object named) other than those the statement names
+/// itself (`named`): each named, in a detail when more than one.
+fn cascaded(dropped: &[Dropped], named: &[String]) -> Option<Notice> {
+    let line = |object: &Dropped| {
+        format!(
+            "drop cascades to {} {}",
+            object.kind.describe(),
+            object.name
+        )
+    };
+    let dependents: Vec<&Dropped> = dropped
+        .get(1..)?
+        .iter()
+        .filter(|object| !named.contains(&object.name))
+        .collect();
+    match dependents.as_slice() {
+        [] => None,
+        [one] => Some(Notice {
+            sqlstate: "00000",
+            message: line(one),
+            detail: None,
+        }),
+        several => Some(Notice {
+            sqlstate: "00000",
+            message: format!("drop cascades to {} other objects", several.len()),
+            detail: Some(
+                several
+                    .iter()
+                    .map(|object| line(object))
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+            ),
+        }),
     }
 }
 
@@ -194,6 +259,7 @@ fn already_exists(session: &mut GatewaySession, name: &str) {
     session.notices.push(Notice {
         sqlstate: "42P07",
         message: format!("relation \"{name}\" already exists, skipping"),
+        detail: None,
     });
 }
 

@@ -207,11 +207,12 @@ where
     PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
 {
     for notice in notices {
-        let info = ErrorInfo::new(
+        let mut info = ErrorInfo::new(
             "NOTICE".to_owned(),
             notice.sqlstate.to_owned(),
             notice.message,
         );
+        info.detail = notice.detail;
         client
             .feed(PgWireBackendMessage::NoticeResponse(info.into()))
             .await?;

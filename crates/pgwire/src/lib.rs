@@ -215,6 +215,7 @@ pub struct Described {
 pub struct Notice {
     pub sqlstate: &'static str,
     pub message: String,
+    pub detail: Option<String>,
 }
 
 /// The SQL engine behind the wire. One `Session` per connection.

@@ -155,8 +155,8 @@ async fn psql_lists_the_default_database() {
     );
 }
 
-/// Goal: the NOTICEs PostgreSQL sends for `IF [NOT] EXISTS` that skips are sent, worded alike,
-/// before the command's tag (psql prints both).
+/// Goal: the NOTICEs PostgreSQL sends for `IF [NOT] EXISTS` that skips and for what `CASCADE`
+/// drops are sent, worded alike, before the command's tag (psql prints both).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn psql_prints_the_notices_postgresql_sends() {
     let server = TestServer::start().await;
@@ -169,10 +169,36 @@ async fn psql_prints_the_notices_postgresql_sends() {
         "DROP MATERIALIZED VIEW IF EXISTS absent, gone",
         "BEGIN; DROP VIEW IF EXISTS absent; COMMIT",
         "DROP TABLE kept",
+        "CREATE TABLE base (a INT)",
+        "CREATE VIEW over_base AS SELECT a FROM base",
+        "CREATE VIEW over_view AS SELECT a FROM over_base",
+        "DROP TABLE base CASCADE",
+        "CREATE TABLE base (a INT)",
+        "CREATE VIEW over_base AS SELECT a FROM base",
+        "CREATE VIEW over_view AS SELECT a FROM over_base",
+        "CREATE VIEW beside AS SELECT a FROM base",
+        // Names the statement drops itself are not told as cascaded.
+        "BEGIN; DROP VIEW IF EXISTS over_base, over_view, absent CASCADE; COMMIT",
+        "DROP TABLE base CASCADE",
     ]
     .map(str::to_string)
     .to_vec();
     let printed = run_psql(&server.config(), &commands);
     assert!(printed.contains("already exists, skipping"), "{printed}");
     assert_eq!(printed, run_psql(oracle.config(), &commands));
+    // Every name is looked up before any is dropped: a missing one drops none.
+    let client = server.client().await;
+    client
+        .batch_execute("CREATE TABLE first (a INT)")
+        .await
+        .expect("created");
+    let error = client
+        .batch_execute("DROP TABLE first, missing")
+        .await
+        .expect_err("refused");
+    assert_eq!(crate::harness::sqlstate(&error), "42P01", "{error}");
+    client
+        .batch_execute("SELECT * FROM first")
+        .await
+        .expect("first was not dropped");
 }
