@@ -142,6 +142,12 @@ fn streaming_clauses(tokens: &[TokenWithSpan]) -> Vec<StreamingClause> {
 /// reads ([`normalize_interval_literals`]); refused when they nest too
 /// deeply ([`check_nesting`]).
 pub(crate) fn parse(sql: &str) -> RsResult<Vec<Command>> {
+    parse_noting(sql, &mut Vec::new())
+}
+
+/// [`parse`], adding to `notices` PostgreSQL's for what it does to the
+/// text (identifiers truncated).
+pub(crate) fn parse_noting(sql: &str, notices: &mut Vec<Notice>) -> RsResult<Vec<Command>> {
     let syntax_error = |error: ParserError| RsError::new(&codes::SYNTAX_ERROR, error.to_string());
     let dialect = PostgreSqlDialect {};
     // Tokenized once, for the nesting bound and the parser alike (which
@@ -149,7 +155,7 @@ pub(crate) fn parse(sql: &str) -> RsResult<Vec<Command>> {
     let mut tokens = Tokenizer::new(&dialect, sql)
         .tokenize_with_location()
         .map_err(|error| syntax_error(ParserError::from(error)))?;
-    truncate_identifiers(&mut tokens);
+    notices.extend(truncate_identifiers(&mut tokens));
     check_nesting(&tokens)?;
     check_parameter_numbers(&tokens)?;
     let mut built = cut_streaming_clauses(&mut tokens)?;
@@ -314,7 +320,9 @@ const IDENTIFIER_BYTES_MAX: usize = 63;
 /// Truncates identifiers (quoted or not) to [`IDENTIFIER_BYTES_MAX`] bytes
 /// at a character boundary, as PostgreSQL does: `CREATE TABLE` with a long
 /// name creates the truncated name, and the long name still finds it.
-fn truncate_identifiers(tokens: &mut [TokenWithSpan]) {
+/// Returns PostgreSQL's NOTICE for each.
+fn truncate_identifiers(tokens: &mut [TokenWithSpan]) -> Vec<Notice> {
+    let mut notices = Vec::new();
     for token in tokens {
         if let Token::Word(word) = &mut token.token {
             if word.value.len() > IDENTIFIER_BYTES_MAX {
@@ -322,10 +330,20 @@ fn truncate_identifiers(tokens: &mut [TokenWithSpan]) {
                 while !word.value.is_char_boundary(end) {
                     end -= 1;
                 }
+                let long = word.value.clone();
                 word.value.truncate(end);
+                notices.push(Notice {
+                    sqlstate: "42622",
+                    message: format!(
+                        "identifier \"{long}\" will be truncated to \"{}\"",
+                        word.value
+                    ),
+                    detail: None,
+                });
             }
         }
     }
+    notices
 }
 
 /// Refuses a `$n` beyond PostgreSQL's 65 535 parameters before anything
@@ -798,7 +816,7 @@ impl Backend for Gateway {
             Ok(reservation) => reservation,
             Err(error) => return vec![Err(error)],
         };
-        let statements = match parse(sql) {
+        let statements = match parse_noting(sql, &mut session.notices) {
             Ok(statements) => statements,
             Err(error) => return vec![Err(error)],
         };
@@ -820,7 +838,7 @@ impl Backend for Gateway {
         sql: &str,
     ) -> Result<Described, RsError> {
         let _text = self.memory().reserve_text(sql)?;
-        let mut statements = parse(sql)?;
+        let mut statements = parse_noting(sql, &mut session.notices)?;
         // Executes take the first statement (the extended protocol runs one).
         statements.truncate(1);
         let parsed: Arc<dyn std::any::Any + Send + Sync> = Arc::new(Parsed(statements));

@@ -155,8 +155,9 @@ async fn psql_lists_the_default_database() {
     );
 }
 
-/// Goal: the NOTICEs PostgreSQL sends for `IF [NOT] EXISTS` that skips and for what `CASCADE`
-/// drops are sent, worded alike, before the command's tag (psql prints both).
+/// Goal: the NOTICEs PostgreSQL sends for `IF [NOT] EXISTS` that skips, for what `CASCADE` drops
+/// and for a truncated identifier are sent, worded alike, before the command's tag (psql prints
+/// both).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn psql_prints_the_notices_postgresql_sends() {
     let server = TestServer::start().await;
@@ -180,6 +181,7 @@ async fn psql_prints_the_notices_postgresql_sends() {
         // Names the statement drops itself are not told as cascaded.
         "BEGIN; DROP VIEW IF EXISTS over_base, over_view, absent CASCADE; COMMIT",
         "DROP TABLE base CASCADE",
+        &format!("SELECT 1 AS {}", "long_".repeat(15)),
     ]
     .map(str::to_string)
     .to_vec();
