@@ -160,8 +160,13 @@ impl Gateway {
                 .filter(|transaction| transaction.snapshot.is_some())
                 .map(|transaction| transaction.snapshot_ddl_transaction),
             engine: self.database.engine().clone(),
-            // (A REPEATABLE READ transaction's too: the newest.)
-            watermarks: published.watermarks,
+            watermarks: session
+                .transaction
+                .as_ref()
+                .filter(|transaction| transaction.snapshot.is_some())
+                .map_or(published.watermarks, |transaction| {
+                    transaction.snapshot_watermarks.clone()
+                }),
             overlays,
             layouts,
             with_row_keys,
@@ -689,6 +694,7 @@ impl Gateway {
             let published = self.database.engine().published();
             transaction.snapshot = Some(published.snapshot);
             transaction.snapshot_ddl_transaction = published.ddl_transaction;
+            transaction.snapshot_watermarks = published.watermarks;
         }
     }
 

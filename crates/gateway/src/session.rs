@@ -12,6 +12,7 @@ use rockstream_control::{
     Attachment, CatalogEntry, ObjectKind, PendingCatalog, REWRITTEN_BY_PENDING,
 };
 use rockstream_pgwire::{Interrupt, Notice};
+use rockstream_runtime::TableWatermark;
 use rockstream_storage::SnapshotSet;
 use rockstream_types::{codes, ObjectId, Row, RsError, RsResult};
 
@@ -251,6 +252,8 @@ pub struct Transaction {
     /// The catalog transaction `snapshot`'s state records
     /// (`Published::ddl_transaction`).
     pub snapshot_ddl_transaction: u64,
+    /// The watermarks of `snapshot`'s state (`rs_watermarks`).
+    pub snapshot_watermarks: Arc<BTreeMap<ObjectId, TableWatermark>>,
     /// A statement has run in the transaction (the isolation level can no
     /// longer change).
     pub started: bool,
