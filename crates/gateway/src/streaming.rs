@@ -325,6 +325,33 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        /// Whatever the tokens around and inside them, the clauses are cut
+        /// or refused with a coded error, never a panic, and what parses
+        /// carries each clause with its own statement.
+        #[test]
+        fn any_arrangement_of_the_clauses_parses_or_is_refused(
+            words in proptest::collection::vec(
+                proptest::sample::select(vec![
+                    "CREATE", "TABLE", "MATERIALIZED", "VIEW", "t", "ts", "watermark", "WATERMARK",
+                    "FOR", "AS", "-", "INTERVAL '1 second'", "(", ")", ",", ";", "EMIT", "ON",
+                    "WINDOW", "CLOSE", "SELECT", "FROM", "timestamp", "\"ts\"", "1",
+                ]),
+                0..24,
+            ),
+        ) {
+            let sql = words.join(" ");
+            if let Err(error) = crate::wire::parse(&sql) {
+                proptest::prop_assert!(
+                    [&codes::SYNTAX_ERROR, &codes::UNSUPPORTED_STATEMENT]
+                        .iter()
+                        .any(|code| code.number == error.code.number),
+                    "{sql}: {error:?}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn other_watermarks_are_refused() {
         for sql in [
