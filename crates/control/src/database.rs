@@ -905,7 +905,7 @@ pub struct NewTable<'a> {
 }
 
 /// Checks table `table`'s `WATERMARK FOR` clause: a column of its own of a
-/// timestamp type, a delay that is not negative.
+/// timestamp type or a date, a delay that is not negative.
 fn check_watermark(table: &str, columns: &[ColumnDef], watermark: &WatermarkDef) -> RsResult<()> {
     let Some(column) = columns
         .iter()
@@ -921,12 +921,12 @@ fn check_watermark(table: &str, columns: &[ColumnDef], watermark: &WatermarkDef)
     };
     if !matches!(
         column.sql_type()?,
-        SqlType::Timestamp | SqlType::TimestampTz
+        SqlType::Timestamp | SqlType::TimestampTz | SqlType::Date
     ) {
         return Err(RsError::new(
             &codes::UNSUPPORTED_STATEMENT,
             format!(
-                "the watermark of table \"{table}\" is on column \"{}\" of type {}; only timestamp and timestamptz columns take one",
+                "the watermark of table \"{table}\" is on column \"{}\" of type {}; only timestamp, timestamptz and date columns take one",
                 column.name,
                 column.sql_type()?.pg_name()
             ),

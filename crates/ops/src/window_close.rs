@@ -69,11 +69,13 @@ impl WindowCloseOperator {
     }
 }
 
-/// Where a value goes in a schedule: its microseconds; a NULL last, where
-/// no bound reaches it.
+/// Where a value goes in a schedule: its microseconds (a date's at its
+/// midnight); a NULL last, where no bound reaches it.
 pub(crate) fn schedule_time(value: &Datum) -> RsResult<i64> {
     match value {
         Datum::Timestamp(micros) | Datum::TimestampTz(micros) => Ok(*micros),
+        // A date's midnight, as watermarks of date columns are kept.
+        Datum::Date(days) => Ok(i64::from(*days) * 86_400_000_000),
         Datum::Null => Ok(i64::MAX),
         other => Err(RsError::internal(format!(
             "a watermark-bounded column holds {other:?}, not a timestamp"

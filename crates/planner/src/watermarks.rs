@@ -13,7 +13,7 @@
 
 use datafusion::arrow::datatypes::{DataType, TimeUnit};
 use datafusion::common::{DFSchemaRef, ScalarValue};
-use datafusion::logical_expr::{BinaryExpr, Expr, Operator};
+use datafusion::logical_expr::{BinaryExpr, Expr, ExprSchemable, Operator};
 use rockstream_plan::{Bound, PlanNode, Retirement};
 use rockstream_types::{codes, ObjectId, RsError, RsResult};
 
@@ -128,13 +128,16 @@ fn expr_bound(expr: &Expr, schema: &DFSchemaRef, input: &[Option<Bound>]) -> Opt
     match expr {
         Expr::Alias(alias) => expr_bound(&alias.expr, schema, input),
         Expr::Column(column) => input.get(schema.index_of_column(column).ok()?)?.clone(),
-        // Between timestamp types of microseconds or finer: the same
-        // instants (a cast to seconds or milliseconds drops the fraction,
-        // below the bound).
+        // To timestamp types of microseconds or finer: the same instants
+        // (a date's at its midnight, as its watermark is kept); a cast to
+        // seconds or milliseconds drops the fraction, below the bound.
         Expr::Cast(cast)
             if matches!(
                 cast.field.data_type(),
                 DataType::Timestamp(TimeUnit::Microsecond | TimeUnit::Nanosecond, _)
+            ) && matches!(
+                cast.expr.get_type(schema),
+                Ok(DataType::Timestamp(..) | DataType::Date32)
             ) =>
         {
             expr_bound(&cast.expr, schema, input)

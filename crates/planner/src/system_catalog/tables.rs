@@ -438,10 +438,14 @@ pub(crate) fn rs_watermarks(relations: &[RelationInfo]) -> DataFusionResult<Reco
     let delays: IntervalMonthDayNanoArray = watermarked
         .iter()
         .map(|(_, watermark)| {
+            // Whole days as days, as PostgreSQL prints `INTERVAL '1 day'`.
+            const MICROS_PER_DAY: i64 = 86_400_000_000;
+            let days = watermark.delay_micros.div_euclid(MICROS_PER_DAY);
+            let rest = watermark.delay_micros.rem_euclid(MICROS_PER_DAY);
             Some(IntervalMonthDayNano::new(
                 0,
-                0,
-                watermark.delay_micros.saturating_mul(1000),
+                i32::try_from(days).unwrap_or(i32::MAX),
+                rest * 1000,
             ))
         })
         .collect();

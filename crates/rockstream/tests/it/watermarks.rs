@@ -390,3 +390,60 @@ async fn watermarks_drop_late_rows_and_close_windows_as_postgresql_computes_them
         assert_eq!(sqlstate(&error), "0A000", "{statement}: {error}");
     }
 }
+
+/// Goal: a `date` column takes a watermark too (its days at midnight): late days are dropped,
+/// days (and weeks of TUMBLE over them) close as it passes them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_date_column_takes_a_watermark() {
+    let server = TestServer::start().await;
+    let client = server.client().await;
+    client
+        .batch_execute(
+            "CREATE TABLE sales (id INT, d DATE, amount INT, WATERMARK FOR d AS d - INTERVAL '1 day');
+             CREATE MATERIALIZED VIEW daily AS SELECT d, sum(amount) AS total FROM sales
+               GROUP BY d EMIT ON WINDOW CLOSE;
+             CREATE MATERIALIZED VIEW weekly AS SELECT window_start, count(*) AS n
+               FROM TUMBLE(sales, d, INTERVAL '7 days') GROUP BY window_start EMIT ON WINDOW CLOSE;
+             INSERT INTO sales VALUES (1, '2026-01-01', 10), (2, '2026-01-02', 20);
+             INSERT INTO sales VALUES (3, '2026-01-04', 5), (4, '2025-12-31', 7);",
+        )
+        .await
+        .unwrap();
+    let rows = |sql: &'static str| {
+        let client = &client;
+        async move {
+            fetch_text_rows(client, sql)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|row| {
+                    row.into_iter()
+                        .map(|value| value.unwrap_or_default())
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        rows("SELECT * FROM daily ORDER BY 1").await,
+        ["2026-01-01 10", "2026-01-02 20"]
+    );
+    assert_eq!(
+        rows("SELECT delay::text, watermark::text, late_rows FROM rs_watermarks").await,
+        ["1 day 2026-01-03 00:00:00 1"]
+    );
+    client
+        .batch_execute("INSERT INTO sales VALUES (5, '2026-01-20', 1)")
+        .await
+        .unwrap();
+    assert_eq!(
+        rows("SELECT * FROM daily ORDER BY 1").await,
+        ["2026-01-01 10", "2026-01-02 20", "2026-01-04 5"]
+    );
+    // 2026-01-01 is a Thursday, as 1970-01-01 was: its week is [01-01, 01-08).
+    assert_eq!(
+        rows("SELECT * FROM weekly ORDER BY 1").await,
+        ["2026-01-01 00:00:00 3"]
+    );
+}

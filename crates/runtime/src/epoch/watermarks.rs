@@ -109,13 +109,17 @@ pub(super) fn drop_late(changes: &mut [TableChange], watermarks: &Watermarks) ->
     judged
 }
 
-/// The event time of `row` (microseconds), `None` when NULL.
+/// The event time of `row` (microseconds; a date's midnight), `None` when
+/// NULL.
 fn event_micros(row: &[Datum], event_time: EventTime) -> Option<i64> {
     match row.get(event_time.column)? {
         Datum::Timestamp(micros) | Datum::TimestampTz(micros) => Some(*micros),
+        Datum::Date(days) => Some(i64::from(*days) * MICROS_PER_DAY),
         _ => None,
     }
 }
+
+const MICROS_PER_DAY: i64 = 86_400_000_000;
 
 /// The watermarks known (of tables that have had a row), as view steps
 /// read them: a table `held` at an earlier watermark, at that one.
