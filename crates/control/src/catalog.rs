@@ -214,6 +214,37 @@ pub struct WatermarkDef {
 }
 
 impl CatalogEntry {
+    /// A new object's entry: `columns`, and nothing else yet (no key, no
+    /// definition, no dependencies, indexes or watermark).
+    pub fn new(
+        id: ObjectId,
+        (namespace, name): (&str, &str),
+        kind: ObjectKind,
+        columns: Vec<ColumnDef>,
+    ) -> CatalogEntry {
+        CatalogEntry {
+            id,
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            kind,
+            columns,
+            primary_key: Vec::new(),
+            definition: None,
+            dependencies: Vec::new(),
+            output_key: None,
+            state_layout: None,
+            dropping: false,
+            transaction: None,
+            rewritten: 0,
+            previous: None,
+            indexes: Vec::new(),
+            next_index_id: 0,
+            functions: Vec::new(),
+            watermark: None,
+            emit_on_window_close: false,
+        }
+    }
+
     /// The watermark's column position and delay, as a commit applies it.
     pub fn event_time(&self) -> Option<(usize, i64)> {
         let watermark = self.watermark.as_ref()?;

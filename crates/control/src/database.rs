@@ -386,26 +386,11 @@ impl Database {
             self.attach_sequence(catalog, name, &mut columns, generated)
                 .await?;
         }
+        let id = self.allocate_id().await?;
         let mut entry = CatalogEntry {
-            id: self.allocate_id().await?,
-            namespace: namespace.to_string(),
-            name: name.to_string(),
-            kind: ObjectKind::Table,
-            columns,
             primary_key,
-            definition: None,
-            dependencies: Vec::new(),
-            output_key: None,
-            state_layout: None,
-            dropping: false,
-            transaction: None,
-            rewritten: 0,
-            previous: None,
-            indexes: Vec::new(),
-            next_index_id: 0,
-            functions: Vec::new(),
             watermark,
-            emit_on_window_close: false,
+            ..CatalogEntry::new(id, (namespace, name), ObjectKind::Table, columns)
         };
         for declared in unique {
             add_index(catalog, &mut entry, declared)?;
@@ -596,30 +581,19 @@ impl Database {
                 ));
             }
         }
+        let kind = if materialized {
+            ObjectKind::MaterializedView
+        } else {
+            ObjectKind::View
+        };
         Ok(Some(CatalogEntry {
-            id,
-            namespace: namespace.to_string(),
-            name: name.to_string(),
-            kind: if materialized {
-                ObjectKind::MaterializedView
-            } else {
-                ObjectKind::View
-            },
-            columns,
-            primary_key: Vec::new(),
             definition: Some(query.to_string()),
             dependencies: resolver.resolved(),
             output_key,
             state_layout,
-            dropping: false,
-            transaction: None,
-            rewritten: 0,
-            previous: None,
-            indexes: Vec::new(),
-            next_index_id: 0,
             functions: called,
-            watermark: None,
             emit_on_window_close,
+            ..CatalogEntry::new(id, (namespace, name), kind, columns)
         }))
     }
 

@@ -303,30 +303,11 @@ mod tests {
     use crate::catalog::ColumnDef;
 
     fn entry(id: ObjectId, name: &str, kind: ObjectKind) -> CatalogEntry {
-        CatalogEntry {
-            id,
-            namespace: "default".into(),
-            name: name.into(),
-            kind,
-            columns: vec![
-                ColumnDef::new("g", "bigint", false),
-                ColumnDef::new("v", "bigint", false),
-            ],
-            primary_key: Vec::new(),
-            definition: None,
-            dependencies: Vec::new(),
-            output_key: None,
-            state_layout: None,
-            dropping: false,
-            transaction: None,
-            rewritten: 0,
-            previous: None,
-            indexes: Vec::new(),
-            next_index_id: 0,
-            functions: Vec::new(),
-            watermark: None,
-            emit_on_window_close: false,
-        }
+        let columns = vec![
+            ColumnDef::new("g", "bigint", false),
+            ColumnDef::new("v", "bigint", false),
+        ];
+        CatalogEntry::new(id, ("default", name), kind, columns)
     }
 
     #[tokio::test]

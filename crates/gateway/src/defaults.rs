@@ -536,26 +536,15 @@ mod tests {
         });
         let mut state = ColumnDef::new("state", "text", false);
         state.default = Some("'new'".into());
+        let columns = vec![id, state, ColumnDef::new("note", "text", false)];
         CatalogEntry {
-            id: 8u64.into(),
-            namespace: "default".into(),
-            name: "t".into(),
-            kind: rockstream_control::ObjectKind::Table,
-            columns: vec![id, state, ColumnDef::new("note", "text", false)],
             primary_key: vec![0],
-            definition: None,
-            dependencies: Vec::new(),
-            output_key: None,
-            state_layout: None,
-            dropping: false,
-            transaction: None,
-            rewritten: 0,
-            previous: None,
-            indexes: Vec::new(),
-            next_index_id: 0,
-            functions: Vec::new(),
-            watermark: None,
-            emit_on_window_close: false,
+            ..CatalogEntry::new(
+                8,
+                ("default", "t"),
+                rockstream_control::ObjectKind::Table,
+                columns,
+            )
         }
     }
 
