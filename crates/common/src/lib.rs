@@ -18,7 +18,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub use background::BackgroundRuntime;
 pub use local_store::{disk_full_root, is_disk_full, DiskFull};
-pub use object_store_url::object_store_for;
+pub use object_store_url::{commit_log_root, object_store_for};
 
 /// Source of wall-clock time.
 pub trait Clock: Send + Sync {

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use rockstream_common::{object_store_for, Runtime};
+use rockstream_common::{commit_log_root, object_store_for, Runtime};
 use rockstream_planner::{new_context, schema_of, PlanOptions};
 use rockstream_runtime::{Engine, Published};
 use rockstream_storage::{storage_error, ShardDb};
@@ -111,10 +111,17 @@ impl Database {
             arrangement_cache_bytes,
         } = options;
         let store = object_store_for(location)?;
+        let log_root = commit_log_root(location)?;
         let control = ControlDb::open(store.clone()).await?;
         let control_db = control.db().await?;
         let map = Arc::new(bucket_map(&control_db, shards).await?);
-        let shards = ShardDb::open_all(store, map.shard_count(), arrangement_cache_bytes).await?;
+        let shards = ShardDb::open_all(
+            store,
+            map.shard_count(),
+            arrangement_cache_bytes,
+            log_root.as_deref(),
+        )
+        .await?;
         let engine = Engine::start(&runtime, shards, map).await?;
         let functions = Arc::new(Functions::load(&control_db).await?);
         let follower = follower::start(&runtime, engine.clone(), functions.clone());

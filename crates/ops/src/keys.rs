@@ -29,6 +29,7 @@
 //! 0x0B transaction(8) segment(4) row_key       -> change      a large transaction's staged rows
 //! 0x06 'F' 'V'                                -> version     storage format version
 //! 0x06 'E' 'P'                                -> epoch       last committed epoch
+//! 0x06 'L' 'N'                                -> lsn         last commit-log record applied (RFC 0019)
 //! 0x06 'P' 'D' view_id(16) row                -> weight      input pending while a view is failed
 //! 0x06 'L' 'G' epoch(8) shard(2) part(4)      -> writes      coordinator's log record (shard 0)
 //! 0x06 'S' 'C' transaction(8)                 -> progress    a staged commit under way (shard 0)
@@ -388,6 +389,13 @@ pub fn format_version_key() -> Vec<u8> {
 
 pub fn epoch_key() -> Vec<u8> {
     vec![SHARD_META, b'E', b'P']
+}
+
+/// The LSN of the last commit-log record applied to the shard (RFC 0019):
+/// written in the same batch as the record's writes, so the shard's tables
+/// tell which records a replay must apply.
+pub fn log_lsn_key() -> Vec<u8> {
+    vec![SHARD_META, b'L', b'N']
 }
 
 /// The coordinator's record of the last catalog transaction that

@@ -19,11 +19,13 @@
 //! `RS-5001`.
 
 mod cache;
+pub mod commit_log;
 mod dropped;
 mod epoch_store;
 mod set;
 
 use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,6 +47,7 @@ use rockstream_ops::{ScanOrder, Write};
 use rockstream_types::{codes, Epoch, RsError, RsResult};
 
 pub use cache::{CacheStats, Lookup, StateCache, ARRANGEMENT_CACHE_BYTES_DEFAULT};
+use commit_log::CommitLog;
 use dropped::{Dropped, Removable, StateSchedulerSupplier};
 pub use epoch_store::EpochStore;
 pub use rockstream_common::object_store_for;
@@ -65,7 +68,9 @@ pub use set::{IndexEntries, IndexRowCursor, RowCursor, SetCursor, SnapshotSet};
 /// keys its storage's prefix filters would not cover: it must refuse them.
 /// Version 6 may hold arrays (`array_agg` results, RFC 0016), a datum tag
 /// older binaries cannot decode.
-pub const FORMAT_VERSION: u8 = 6;
+/// Version 7 keeps commits on local storage in a commit log (RFC 0019)
+/// rather than SlateDB's WAL: an older binary would not replay it.
+pub const FORMAT_VERSION: u8 = 7;
 /// Oldest format this binary reads.
 pub const FORMAT_VERSION_MIN: u8 = 2;
 
@@ -112,6 +117,12 @@ pub struct ShardDb {
     /// Runs the shard's compactions (shared by the shards of a storage);
     /// declared after `db` so it outlives it.
     compaction: Arc<BackgroundRuntime>,
+    /// On local storage, where commits are durable (RFC 0019); `None` where
+    /// SlateDB's WAL makes them durable.
+    log: Option<CommitLog>,
+    /// Held from a commit's log append to its memtable write, so that the
+    /// memtable takes records in LSN order.
+    writing: tokio::sync::Mutex<()>,
 }
 
 /// How a shard was opened.
@@ -126,6 +137,11 @@ struct Opened {
     cache_id: u64,
     /// The prefixes its compactions empty, kept across a reopen.
     dropped: Arc<Dropped>,
+    /// The shard's commit log directory, on local storage.
+    log_dir: Option<PathBuf>,
+    /// The storage's lock, held while any of its shards is open: one
+    /// process at a time appends to its commit logs.
+    _lock: Option<Arc<std::fs::File>>,
 }
 
 /// Where shard `shard` of a storage lives.
@@ -152,6 +168,8 @@ impl ShardDb {
             block_cache: block_and_meta_cache(),
             cache_id: 0,
             dropped: Arc::default(),
+            log_dir: None,
+            _lock: None,
         };
         let cache = Arc::new(StateCache::new(cache_bytes));
         ShardDb::open_with(path, opened, cache, compaction).await
@@ -161,12 +179,29 @@ impl ShardDb {
     /// at [`shard_path`]. They share one block cache and one compaction
     /// runtime, so memory and background threads do not grow with the
     /// shard count; each has an arrangement cache of
-    /// `arrangement_cache_bytes` (0: none).
+    /// `arrangement_cache_bytes` (0: none). With `log_root` (local
+    /// storage), shard `n`'s commits are durable in its commit log at
+    /// `log_root/n` rather than in SlateDB's WAL (RFC 0019).
     pub async fn open_all(
         store: Arc<dyn ObjectStore>,
         count: u16,
         arrangement_cache_bytes: usize,
+        log_root: Option<&Path>,
     ) -> RsResult<Vec<ShardDb>> {
+        let lock = match log_root {
+            None => None,
+            Some(root) => {
+                let root = root.to_path_buf();
+                let locked = tokio::task::spawn_blocking(move || lock_storage(&root)).await;
+                let locked = locked.map_err(|error| {
+                    RsError::new(
+                        &codes::STORAGE_IO,
+                        format!("locking the storage did not finish: {error}"),
+                    )
+                })?;
+                Some(Arc::new(locked?))
+            }
+        };
         let cache = block_and_meta_cache();
         let compaction = Arc::new(compaction_runtime("shards")?);
         let mut shards = Vec::with_capacity(usize::from(count));
@@ -178,6 +213,8 @@ impl ShardDb {
                 block_cache: cache.clone(),
                 cache_id: u64::from(shard),
                 dropped: Arc::default(),
+                log_dir: log_root.map(|root| root.join(shard.to_string())),
+                _lock: lock.clone(),
             };
             let state_cache = Arc::new(StateCache::new(arrangement_cache_bytes));
             shards.push(ShardDb::open_with(&path, opened, state_cache, compaction.clone()).await?);
@@ -209,88 +246,118 @@ impl ShardDb {
         cache: Arc<StateCache>,
         compaction: Arc<BackgroundRuntime>,
     ) -> RsResult<ShardDb> {
-        let Opened {
-            store,
-            shards,
-            block_cache,
-            cache_id,
-            dropped,
-        } = opened.clone();
-        let mut settings = settings(path, shards)?;
-        // The compactor runs in-process with SlateDB's default options, on
-        // low-priority threads of its own, with the filter removing zero
-        // counts and dropped objects' keys and a scheduler that can be asked
-        // to compact the latter; the SSTs it writes carry the same bloom
-        // filters as flushed ones.
-        let compactor = CompactorBuilder::new(path.to_string(), store.clone())
-            .with_runtime(compaction.handle())
-            .with_options(settings.compactor_options.take().unwrap_or_default())
-            .with_filter_policies(filter_policies())
-            .with_scheduler_supplier(Arc::new(StateSchedulerSupplier {
-                dropped: dropped.clone(),
-            }))
-            .with_compaction_filter_supplier(Arc::new(StateFilter { dropped }));
-        let db = Db::builder(path.to_string(), store)
-            .with_settings(settings)
-            // A block cache shared by several databases keeps each one's
-            // entries apart by its id.
-            .with_db_cache(block_cache, cache_id)
-            .with_merge_operator(Arc::new(CountSum))
-            .with_filter_policies(filter_policies())
-            .with_compactor_builder(compactor)
-            .build()
-            .await
-            .map_err(|error| storage_error(path, error))?;
+        let mut settings = settings(path, opened.shards)?;
+        let log = match &opened.log_dir {
+            None => None,
+            Some(dir) => {
+                if !CommitLog::exists(dir)? {
+                    ShardDb::leave_the_wal(path, &opened, settings.clone(), &compaction).await?;
+                    CommitLog::create(dir)?;
+                }
+                settings.wal_enabled = false;
+                Some(dir.clone())
+            }
+        };
+        let db = build_db(path, &opened, settings, &compaction).await?;
+        // A storage of another format is refused before its log is read:
+        // its records may not be this binary's.
+        let replayed = match refuse_other_formats(path, &db).await {
+            Err(error) => Err(error),
+            Ok(()) => match log {
+                None => Ok(None),
+                Some(dir) => replay_log(path, &db, &dir).await.map(Some),
+            },
+        };
+        let log = match replayed {
+            Ok(log) => log,
+            Err(error) => {
+                // Nothing of a refused or half-replayed open is flushed.
+                close_unflushed(&db).await;
+                return Err(error);
+            }
+        };
         let shard = ShardDb {
             db,
             name: path.to_string(),
             cache,
             opened,
             compaction,
+            log,
+            writing: tokio::sync::Mutex::new(()),
         };
-        if let Err(error) = shard.check_format_version().await {
+        if let Err(error) = shard.write_format_version().await {
             // Its background tasks stop with it.
-            let _ = shard.close().await;
+            close_unflushed(&shard.db).await;
             return Err(error);
         }
         Ok(shard)
     }
 
-    async fn check_format_version(&self) -> RsResult<()> {
-        let key = keys::format_version_key();
-        match self
-            .db
-            .get(&key)
+    /// Moves a shard written with SlateDB's WAL to L0 tables alone, before
+    /// it gets a commit log: opened with the WAL (which replays it), its
+    /// memtable flushed, closed.
+    async fn leave_the_wal(
+        path: &str,
+        opened: &Opened,
+        settings: Settings,
+        compaction: &Arc<BackgroundRuntime>,
+    ) -> RsResult<()> {
+        let manifests = slatedb::object_store::path::Path::from(format!("{path}/manifest"));
+        let is_new = futures::StreamExt::next(&mut opened.store.list(Some(&manifests)))
             .await
-            .map_err(|error| storage_error(&self.name, error))?
-        {
-            Some(bytes) => {
-                let version = bytes.first().copied().unwrap_or(0);
-                if !(FORMAT_VERSION_MIN..=FORMAT_VERSION).contains(&version) {
-                    return Err(RsError::new(
-                        &codes::FORMAT_VERSION_INCOMPATIBLE,
-                        format!(
-                            "storage '{}' has format version {version}; this binary reads versions {FORMAT_VERSION_MIN} to {FORMAT_VERSION}",
-                            self.name
-                        ),
-                    ));
-                }
-                if version < FORMAT_VERSION {
-                    self.put_durably(&key, &[FORMAT_VERSION]).await?;
-                }
-            }
-            None => self.put_durably(&key, &[FORMAT_VERSION]).await?,
+            .is_none();
+        if is_new {
+            return Ok(());
+        }
+        let db = build_db(path, opened, settings, compaction).await?;
+        let flushed = db
+            .flush_with_options(slatedb::config::FlushOptions {
+                flush_type: slatedb::config::FlushType::MemTable,
+            })
+            .await;
+        let closed = db.close().await;
+        flushed
+            .and(closed)
+            .map_err(|error| storage_error(path, error))?;
+        tracing::info!(shard = %path, "storage moved from SlateDB's WAL to a commit log");
+        Ok(())
+    }
+
+    /// Records this binary's format version in the shard's tables (a new
+    /// shard's, or an older format's upgraded in place), unless they hold
+    /// it. With a commit log it is read as the tables hold it: a version
+    /// written to the log alone would not stop an older binary.
+    async fn write_format_version(&self) -> RsResult<()> {
+        let key = keys::format_version_key();
+        let options = slatedb::config::ReadOptions {
+            durability_filter: if self.log.is_some() {
+                slatedb::config::DurabilityLevel::Remote
+            } else {
+                slatedb::config::DurabilityLevel::Memory
+            },
+            ..slatedb::config::ReadOptions::default()
+        };
+        let stored = self
+            .db
+            .get_with_options(&key, &options)
+            .await
+            .map_err(|error| storage_error(&self.name, error))?;
+        if stored.as_deref() != Some(&[FORMAT_VERSION][..]) {
+            self.put_durably(&key, &[FORMAT_VERSION]).await?;
         }
         Ok(())
     }
 
+    /// Writes `key` durably and, with a commit log, into an L0 table at
+    /// once: a binary that does not know the log reads only the tables, so
+    /// the format version that refuses it must be there.
     async fn put_durably(&self, key: &[u8], value: &[u8]) -> RsResult<()> {
-        let handle = self
-            .db
-            .put(key, value)
-            .await
-            .map_err(|error| storage_error(&self.name, error))?;
-        self.durable(handle).await
+        self.write_outside_epochs([(key.to_vec(), Write::Put(value.to_vec()))])
+            .await?;
+        if self.log.is_some() {
+            self.flush_memtable().await?;
+        }
+        Ok(())
     }
 
     /// Waits until the write behind `handle` is in the WAL on storage.
@@ -401,6 +468,7 @@ impl ShardDb {
         let writes: Vec<(Vec<u8>, Write)> = writes.into_iter().collect();
         self.cache.apply_all(&writes);
         let mut batch = WriteBatch::new();
+        let mut record = self.log.as_ref().map(|_| commit_log::Record::default());
         for (key, write) in writes {
             debug_assert!(
                 key.first() != Some(&keys::SHARD_META) || key != keys::epoch_key(),
@@ -412,15 +480,99 @@ impl ShardDb {
                 !matches!(write, Write::AddCount(_)) || keys::holds_count(&key),
                 "a count addition to a key that holds no count"
             );
-            match write {
-                Write::Put(value) => batch.put_bytes(key.into(), value.into()),
-                Write::Delete => batch.delete(&key),
-                Write::AddCount(change) => batch.merge(&key, keys::encode_weight(change)),
+            if let Some(record) = &mut record {
+                record.push(&key, &write);
             }
+            add_to_batch(&mut batch, key, write);
         }
         if let Some(epoch) = epoch {
-            batch.put(keys::epoch_key(), keys::encode_weight(epoch as i64));
+            let write = Write::Put(keys::encode_weight(epoch as i64));
+            if let Some(record) = &mut record {
+                record.push(&keys::epoch_key(), &write);
+            }
+            add_to_batch(&mut batch, keys::epoch_key(), write);
         }
+        match (&self.log, record) {
+            (Some(log), Some(record)) => self.write_logged(log, batch, record).await,
+            _ => self.write_to_wal(batch).await,
+        }
+    }
+
+    /// Makes `batch` durable in the commit log, then applies it to the
+    /// memtable with its LSN (RFC 0019).
+    async fn write_logged(
+        &self,
+        log: &CommitLog,
+        mut batch: WriteBatch,
+        record: commit_log::Record,
+    ) -> Result<(), CommitError> {
+        if record.is_empty() {
+            return Ok(());
+        }
+        let _writing = self.writing.lock().await;
+        // A shard SlateDB closed (a failed flush) takes no record: the
+        // engine reopens it.
+        if self.is_closed() {
+            let cause = match self.failure().await {
+                Some(error) => error,
+                None => RsError::new(
+                    &codes::STORAGE_IO,
+                    format!("storage '{}' was closed", self.name),
+                ),
+            };
+            return Err(CommitError {
+                cause,
+                maybe_applied: false,
+            });
+        }
+        // Reclaiming segments needs to know what the tables hold.
+        let durable = if log.rolls_next() {
+            Some(self.durable_lsn().await.map_err(|cause| CommitError {
+                cause,
+                maybe_applied: false,
+            })?)
+        } else {
+            None
+        };
+        let lsn = match log.append(record, durable).await {
+            Ok(lsn) => lsn,
+            Err(error) => {
+                if error.maybe_durable {
+                    // Whether the record is on disk is unknown: closed, the
+                    // shard is reopened by the engine, which reads the log
+                    // again (and writes its last record again).
+                    close_unflushed(&self.db).await;
+                }
+                return Err(CommitError {
+                    cause: error.cause,
+                    maybe_applied: error.maybe_durable,
+                });
+            }
+        };
+        batch.put(keys::log_lsn_key(), lsn.to_be_bytes());
+        // Durable from here: a failure to apply it is repaired by the
+        // replay when the shard is opened again.
+        self.db
+            .write(batch)
+            .await
+            .map(drop)
+            .map_err(|error| CommitError {
+                cause: storage_error(&self.name, error),
+                maybe_applied: true,
+            })
+    }
+
+    /// The LSN of the last commit-log record in the shard's L0 tables.
+    async fn durable_lsn(&self) -> RsResult<u64> {
+        let options = slatedb::config::ReadOptions {
+            durability_filter: slatedb::config::DurabilityLevel::Remote,
+            ..slatedb::config::ReadOptions::default()
+        };
+        read_lsn(&self.name, &self.db, &options).await
+    }
+
+    /// Writes `batch` and waits until SlateDB's WAL holds it.
+    async fn write_to_wal(&self, batch: WriteBatch) -> Result<(), CommitError> {
         let handle = self.db.write(batch).await.map_err(|error| CommitError {
             cause: storage_error(&self.name, error),
             maybe_applied: false,
@@ -499,6 +651,14 @@ impl ShardDb {
     /// How many prefixes compaction is emptying.
     pub fn prefixes_compacting_away(&self) -> usize {
         self.opened.dropped.len()
+    }
+
+    /// Stops the shard as a crash would: what its memtable holds is lost
+    /// (the commit log or the WAL has it).
+    #[cfg(test)]
+    async fn crash(&self) {
+        let options = slatedb::config::CloseOptions { flush_type: None };
+        self.db.close_with_options(options).await.expect("closes");
     }
 
     pub async fn close(&self) -> RsResult<()> {
@@ -1125,6 +1285,180 @@ fn compaction_runtime(name: &str) -> RsResult<BackgroundRuntime> {
 
 /// A SlateDB error of the database `name` as a coded error: 53100 if the
 /// disk is full, else an I/O failure.
+/// How long opening a storage waits for another holder of its lock to let
+/// go (a server still stopping as the next one starts).
+const STORAGE_LOCK_WAIT: Duration = Duration::from_secs(10);
+
+/// Takes the lock of the storage whose commit logs are under `log_root`,
+/// waiting up to [`STORAGE_LOCK_WAIT`], or says that another process holds
+/// it. The operating system releases it when the process ends, however it
+/// ends. Blocks its thread.
+fn lock_storage(log_root: &Path) -> RsResult<std::fs::File> {
+    let failed = |error: std::io::Error| {
+        RsError::new(
+            &codes::STORAGE_IO,
+            format!("cannot lock storage '{}': {error}", log_root.display()),
+        )
+    };
+    std::fs::create_dir_all(log_root).map_err(failed)?;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(log_root.join("LOCK"))
+        .map_err(failed)?;
+    let began = std::time::Instant::now();
+    loop {
+        match file.try_lock() {
+            Err(std::fs::TryLockError::WouldBlock) if began.elapsed() < STORAGE_LOCK_WAIT => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            locked => break locked,
+        }
+    }
+    .map(|()| file)
+    .map_err(|error| match error {
+        std::fs::TryLockError::WouldBlock => RsError::new(
+            &codes::STORAGE_IN_USE,
+            format!(
+                "storage '{}' is in use by another process",
+                log_root.parent().unwrap_or(log_root).display()
+            ),
+        ),
+        std::fs::TryLockError::Error(error) => failed(error),
+    })
+}
+
+/// Refuses a shard whose format this binary does not read (RS-5001).
+async fn refuse_other_formats(path: &str, db: &Db) -> RsResult<()> {
+    let stored = db
+        .get(keys::format_version_key())
+        .await
+        .map_err(|error| storage_error(path, error))?;
+    let Some(bytes) = stored else {
+        return Ok(());
+    };
+    let version = bytes.first().copied().unwrap_or(0);
+    if (FORMAT_VERSION_MIN..=FORMAT_VERSION).contains(&version) {
+        return Ok(());
+    }
+    Err(RsError::new(
+        &codes::FORMAT_VERSION_INCOMPATIBLE,
+        format!(
+            "storage '{path}' has format version {version}; this binary reads versions {FORMAT_VERSION_MIN} to {FORMAT_VERSION}"
+        ),
+    ))
+}
+
+/// Closes `db` without flushing its memtable, as after a crash.
+async fn close_unflushed(db: &Db) {
+    let options = slatedb::config::CloseOptions { flush_type: None };
+    if let Err(error) = db.close_with_options(options).await {
+        tracing::debug!(%error, "closing a shard without a flush");
+    }
+}
+
+fn add_to_batch(batch: &mut WriteBatch, key: Vec<u8>, write: Write) {
+    match write {
+        Write::Put(value) => batch.put_bytes(key.into(), value.into()),
+        Write::Delete => batch.delete(&key),
+        Write::AddCount(change) => batch.merge(&key, keys::encode_weight(change)),
+    }
+}
+
+/// The shard's [`keys::log_lsn_key`] as `options` read it (0 if absent).
+async fn read_lsn(path: &str, db: &Db, options: &slatedb::config::ReadOptions) -> RsResult<u64> {
+    let bytes = db
+        .get_with_options(keys::log_lsn_key(), options)
+        .await
+        .map_err(|error| storage_error(path, error))?;
+    let Some(bytes) = bytes else {
+        return Ok(0);
+    };
+    <[u8; 8]>::try_from(bytes.as_ref())
+        .map(u64::from_be_bytes)
+        .map_err(|_| {
+            RsError::new(
+                &codes::STORAGE_IO,
+                format!("storage '{path}' holds a malformed commit-log position"),
+            )
+        })
+}
+
+/// Opens the commit log in `dir` and applies to `db` (opened without its
+/// WAL, so holding what its L0 tables hold) every record above the LSN they
+/// hold, in order (RFC 0019).
+async fn replay_log(path: &str, db: &Db, dir: &Path) -> RsResult<CommitLog> {
+    let applied = read_lsn(path, db, &slatedb::config::ReadOptions::default()).await?;
+    let dir_owned = dir.to_path_buf();
+    let opened = tokio::task::spawn_blocking(move || CommitLog::open(&dir_owned, applied))
+        .await
+        .map_err(|error| {
+            RsError::new(
+                &codes::STORAGE_IO,
+                format!("reading the commit log of '{path}' did not finish: {error}"),
+            )
+        })??;
+    let replayed = opened.replay.len();
+    for (lsn, payload) in opened.replay {
+        let writes = commit_log::decode_writes(&payload).ok_or_else(|| {
+            RsError::new(
+                &codes::STORAGE_IO,
+                format!(
+                    "record {lsn} of commit log '{}' does not parse",
+                    dir.display()
+                ),
+            )
+        })?;
+        let mut batch = WriteBatch::new();
+        for (key, write) in writes {
+            add_to_batch(&mut batch, key, write);
+        }
+        batch.put(keys::log_lsn_key(), lsn.to_be_bytes());
+        db.write(batch)
+            .await
+            .map_err(|error| storage_error(path, error))?;
+    }
+    if replayed > 0 {
+        tracing::info!(shard = %path, records = replayed, "replayed the commit log");
+    }
+    Ok(opened.log)
+}
+
+/// A shard's SlateDB, with its compactor: run in-process with SlateDB's
+/// default options, on low-priority threads of its own, with the filter
+/// removing zero counts and dropped objects' keys and a scheduler that can
+/// be asked to compact the latter; the SSTs it writes carry the same bloom
+/// filters as flushed ones.
+async fn build_db(
+    path: &str,
+    opened: &Opened,
+    mut settings: Settings,
+    compaction: &Arc<BackgroundRuntime>,
+) -> RsResult<Db> {
+    let compactor = CompactorBuilder::new(path.to_string(), opened.store.clone())
+        .with_runtime(compaction.handle())
+        .with_options(settings.compactor_options.take().unwrap_or_default())
+        .with_filter_policies(filter_policies())
+        .with_scheduler_supplier(Arc::new(StateSchedulerSupplier {
+            dropped: opened.dropped.clone(),
+        }))
+        .with_compaction_filter_supplier(Arc::new(StateFilter {
+            dropped: opened.dropped.clone(),
+        }));
+    Db::builder(path.to_string(), opened.store.clone())
+        .with_settings(settings)
+        // A block cache shared by several databases keeps each one's
+        // entries apart by its id.
+        .with_db_cache(opened.block_cache.clone(), opened.cache_id)
+        .with_merge_operator(Arc::new(CountSum))
+        .with_filter_policies(filter_policies())
+        .with_compactor_builder(compactor)
+        .build()
+        .await
+        .map_err(|error| storage_error(path, error))
+}
+
 pub fn storage_error(name: &str, error: slatedb::Error) -> RsError {
     match rockstream_common::disk_full_root(&error) {
         Some(root) => {
@@ -1691,5 +2025,172 @@ mod cache_tests {
             .expect("scan");
         assert_eq!(new.len(), 2, "the write reached the cached prefix");
         assert!(shard.cache_stats().hits >= 1);
+    }
+}
+
+#[cfg(test)]
+mod commit_log_tests {
+    //! Goal: with a commit log (RFC 0019), every acknowledged commit is
+    //! there after a crash that lost the memtable, applied once (count
+    //! additions summed once, also after the tables caught up); segments
+    //! are reclaimed once the tables hold their records; and a shard
+    //! written with SlateDB's WAL keeps its writes when it moves to a log.
+    use super::*;
+    use std::path::Path;
+
+    async fn open(dir: &Path, logged: bool) -> Vec<ShardDb> {
+        let location = dir.to_str().expect("utf-8 path");
+        let store = object_store_for(location).expect("store");
+        let root = dir.join("commit_log");
+        ShardDb::open_all(
+            store,
+            2,
+            ARRANGEMENT_CACHE_BYTES_DEFAULT,
+            logged.then_some(root.as_path()),
+        )
+        .await
+        .expect("opens")
+    }
+
+    fn row(n: u64) -> Vec<u8> {
+        [&[keys::TABLE_ROWS][..], &n.to_be_bytes()].concat()
+    }
+
+    fn total() -> Vec<u8> {
+        vec![keys::OUTPUT, b't']
+    }
+
+    /// Stops every shard as a crash would, and lets go of the storage.
+    async fn crash(shards: Vec<ShardDb>) {
+        for shard in &shards {
+            shard.crash().await;
+        }
+    }
+
+    /// Commits epochs `range` on every shard: a row each, and one to the
+    /// shard's total count.
+    async fn commit(shards: &[ShardDb], range: std::ops::RangeInclusive<u64>, size: usize) {
+        for n in range {
+            for shard in shards {
+                let writes = [
+                    (row(n), Write::Put(vec![n as u8; size])),
+                    (total(), Write::AddCount(1)),
+                ];
+                shard.commit(n as Epoch, writes).await.expect("commits");
+            }
+        }
+    }
+
+    async fn check(shards: &[ShardDb], last: u64, size: usize) {
+        for shard in shards {
+            assert_eq!(shard.committed_epoch().await.expect("epoch"), last as Epoch);
+            let snapshot = shard.snapshot().expect("snapshot");
+            for n in 1..=last {
+                let value = snapshot.get(&row(n)).await.expect("reads");
+                assert_eq!(value, Some(vec![n as u8; size]), "row {n}");
+            }
+            let count = snapshot.get(&total()).await.expect("reads").expect("count");
+            assert_eq!(keys::decode_weight(&count), last as i64);
+        }
+    }
+
+    #[tokio::test]
+    async fn acknowledged_commits_survive_a_crash_and_apply_once() {
+        let dir = tempfile::tempdir().expect("dir");
+        let shards = open(dir.path(), true).await;
+        commit(&shards, 1..=30, 10).await;
+        crash(shards).await;
+        let shards = open(dir.path(), true).await;
+        check(&shards, 30, 10).await;
+        // Part in the tables, part only in the log.
+        commit(&shards, 31..=40, 10).await;
+        for shard in &shards {
+            shard.flush_memtable().await.expect("flush");
+        }
+        commit(&shards, 41..=45, 10).await;
+        crash(shards).await;
+        let shards = open(dir.path(), true).await;
+        check(&shards, 45, 10).await;
+        // A clean close, then a crash right after the reopen.
+        for shard in &shards {
+            shard.close().await.expect("closes");
+        }
+        drop(shards);
+        let shards = open(dir.path(), true).await;
+        crash(shards).await;
+        let shards = open(dir.path(), true).await;
+        check(&shards, 45, 10).await;
+    }
+
+    #[tokio::test]
+    async fn segments_are_reclaimed_once_the_tables_hold_them() {
+        let dir = tempfile::tempdir().expect("dir");
+        let shards = open(dir.path(), true).await;
+        // Records of about a fifth of a segment; the tables catch up every
+        // ten commits.
+        let size = commit_log::SEGMENT_BYTES as usize / 5;
+        for chunk in 0..6u64 {
+            commit(&shards, chunk * 10 + 1..=chunk * 10 + 10, size).await;
+            for shard in &shards {
+                shard.flush_memtable().await.expect("flush");
+            }
+        }
+        let segments = std::fs::read_dir(dir.path().join("commit_log/0"))
+            .expect("log")
+            .count();
+        // Sixty records of a fifth of a segment: twelve segments' worth.
+        assert!(segments <= 6, "{segments} files in the log");
+        crash(shards).await;
+        check(&open(dir.path(), true).await, 60, size).await;
+    }
+
+    /// `key` as the shard's L0 tables hold it.
+    async fn in_tables(shard: &ShardDb, key: &[u8]) -> Option<Vec<u8>> {
+        let options = slatedb::config::ReadOptions {
+            durability_filter: slatedb::config::DurabilityLevel::Remote,
+            ..slatedb::config::ReadOptions::default()
+        };
+        let value = shard
+            .db
+            .get_with_options(key, &options)
+            .await
+            .expect("reads");
+        value.map(|value| value.to_vec())
+    }
+
+    #[tokio::test]
+    async fn a_shard_written_with_the_wal_moves_to_a_log() {
+        let dir = tempfile::tempdir().expect("dir");
+        let shards = open(dir.path(), false).await;
+        commit(&shards, 1..=5, 10).await;
+        // As the previous format left it; the WAL holds what the memtable
+        // loses.
+        for shard in &shards {
+            let version = [(keys::format_version_key(), Write::Put(vec![6]))];
+            shard.write_outside_epochs(version).await.expect("writes");
+        }
+        crash(shards).await;
+        let shards = open(dir.path(), true).await;
+        check(&shards, 5, 10).await;
+        for shard in &shards {
+            // In the tables, where an older binary reads them.
+            let version = in_tables(shard, &keys::format_version_key()).await;
+            assert_eq!(version, Some(vec![FORMAT_VERSION]));
+            assert_eq!(in_tables(shard, &row(5)).await, Some(vec![5; 10]));
+        }
+        // One process at a time.
+        let location = dir.path().to_str().expect("utf-8 path");
+        let root = dir.path().join("commit_log");
+        let again = ShardDb::open_all(
+            object_store_for(location).expect("store"),
+            2,
+            0,
+            Some(&root),
+        );
+        let error = again.await.err().expect("refused");
+        assert_eq!(error.code, &codes::STORAGE_IN_USE, "{error}");
+        commit(&shards, 6..=8, 10).await;
+        crash(shards).await;
+        check(&open(dir.path(), true).await, 8, 10).await;
     }
 }

@@ -324,7 +324,7 @@ mod tests {
     #[tokio::test]
     async fn rows_read_from_their_shards_in_key_order() {
         let store = crate::object_store_for("memory://").unwrap();
-        let shards = ShardDb::open_all(store, 3, crate::ARRANGEMENT_CACHE_BYTES_DEFAULT)
+        let shards = ShardDb::open_all(store, 3, crate::ARRANGEMENT_CACHE_BYTES_DEFAULT, None)
             .await
             .unwrap();
         let map = Arc::new(BucketMap::rendezvous(3).unwrap());

@@ -207,6 +207,8 @@ pub mod codes {
             "Check that the --storage location exists, is writable and has free space; then retry.");
         STORAGE_FULL = (5005, "storage.disk_full", "53100",
             "Free space on the file system holding --storage (or grow it). Nothing acknowledged is lost: writes succeed again once there is room, without a restart.");
+        STORAGE_IN_USE = (5006, "storage.in_use", "55006",
+            "Another RockStream process has this --storage open: stop it first, or start this one with another --storage.");
         STORAGE_SETTINGS_INVALID = (5004, "storage.invalid_settings", "22023",
             "Fix or unset the ROCKSTREAM_SLATEDB_* environment variable the message names (SlateDB's setting name in upper case, a value of its type, durations such as 500ms or 2s); a name SlateDB does not know is ignored.");
         // Internal: 9000–9999.

@@ -186,6 +186,7 @@ mod tests {
             store,
             3,
             rockstream_storage::ARRANGEMENT_CACHE_BYTES_DEFAULT,
+            None,
         )
         .await
         .unwrap();
