@@ -4,7 +4,9 @@
 //! shard metadata under the prefixes of `rockstream_ops::keys`. Writes of an
 //! epoch are buffered in an [`EpochStore`] (reads see them) and written as one
 //! atomic `WriteBatch` together with the new epoch number; the commit returns
-//! only once SlateDB reports the batch durable (DESIGN §9). Blind count
+//! only once the batch is durable (DESIGN §9): on local storage in the
+//! shard's commit log ([`commit_log`], RFC 0019), elsewhere in SlateDB's
+//! WAL. Blind count
 //! additions ([`Write::AddCount`]) become merge operands that SlateDB sums
 //! with the `CountSum` operator on read, flush and compaction.
 //!
@@ -74,9 +76,9 @@ pub const FORMAT_VERSION: u8 = 7;
 /// Oldest format this binary reads.
 pub const FORMAT_VERSION_MIN: u8 = 2;
 
-/// How often SlateDB flushes its WAL on its own. Epoch commits flush it
-/// explicitly ([`ShardDb::commit`]); the tick covers other writes, such as
-/// the format version of a new shard.
+/// How often SlateDB flushes its WAL on its own, where it has one (not on
+/// local storage, RFC 0019). Epoch commits flush it explicitly
+/// ([`ShardDb::commit`]).
 pub const WAL_FLUSH_INTERVAL: Duration = Duration::from_millis(10);
 
 /// Bound on memtable data not yet flushed to storage, over all shards of a
@@ -592,9 +594,12 @@ impl ShardDb {
     }
 
     /// Writes the memtable out as an L0 table. Its entries are durable in
-    /// the WAL already; the table keeps only the newest version of each key
-    /// that no open snapshot still needs, so a key overwritten many times
-    /// stops costing every scan one step per version. The returned future
+    /// the commit log or the WAL already. With a WAL, the table keeps only
+    /// the newest version of each key that no open snapshot still needs, so
+    /// a key overwritten many times stops costing every scan one step per
+    /// version; without one (a commit log), SlateDB keeps every version
+    /// written since the previous flush, and compaction drops the old ones.
+    /// Either way it lets the commit log reclaim segments. The returned future
     /// owns what it needs, so it can run on a task of its own: it may wait
     /// for a compaction when too many L0 tables are pending.
     pub fn flush_memtable(&self) -> impl Future<Output = RsResult<()>> + Send + 'static {
@@ -673,8 +678,8 @@ impl ShardDb {
 #[derive(Debug, Clone)]
 pub struct CommitError {
     pub cause: RsError,
-    /// The batch reached SlateDB before the failure, so its WAL may have
-    /// been written: whether the epoch is durable is unknown until the
+    /// The batch may be durable (in the commit log, or SlateDB's WAL) even
+    /// though the commit failed: whether it is is known only once the
     /// shard is opened again.
     pub maybe_applied: bool,
 }
