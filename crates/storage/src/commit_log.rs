@@ -43,9 +43,9 @@ const HEADER_BYTES: usize = 16;
 /// back the disk a burst of writes took.
 const SPARES_MAX: usize = 2;
 
-const TAG_PUT: u8 = 0;
-const TAG_DELETE: u8 = 1;
-const TAG_ADD_COUNT: u8 = 2;
+const TAG_PUT: u8 = 1;
+const TAG_DELETE: u8 = 2;
+const TAG_ADD_COUNT: u8 = 3;
 
 /// A shard's commit log. Appends are serialized by the caller (the shard's
 /// write lock); the files sit behind a mutex taken on blocking threads.
@@ -442,7 +442,7 @@ impl Default for Record {
 impl Record {
     /// Adds one write of the batch.
     pub fn push(&mut self, key: &[u8], write: &Write) {
-        encode_write(&mut self.0, key, write);
+        encode_write(key, write, &mut self.0);
     }
 
     /// Whether it holds no write.
@@ -467,54 +467,54 @@ impl Record {
     }
 }
 
-/// Encodes one write of a batch into a record's payload.
-fn encode_write(payload: &mut Vec<u8>, key: &[u8], write: &Write) {
-    let put_bytes = |payload: &mut Vec<u8>, bytes: &[u8]| {
-        payload.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
-        payload.extend_from_slice(bytes);
+/// Appends one write of a batch to `out`, as commit-log records and the
+/// coordinator's epoch records (`rockstream_runtime`'s `epoch::log`) hold
+/// them: `kind(1) key_len(4) key [value_len(4) value | weight(8)]`,
+/// big-endian, kind 1 a put, 2 a delete, 3 a count addition.
+pub fn encode_write(key: &[u8], write: &Write, out: &mut Vec<u8>) {
+    let kind = match write {
+        Write::Put(_) => TAG_PUT,
+        Write::Delete => TAG_DELETE,
+        Write::AddCount(_) => TAG_ADD_COUNT,
     };
+    out.push(kind);
+    out.extend_from_slice(&(key.len() as u32).to_be_bytes());
+    out.extend_from_slice(key);
     match write {
         Write::Put(value) => {
-            payload.push(TAG_PUT);
-            put_bytes(payload, key);
-            put_bytes(payload, value);
+            out.extend_from_slice(&(value.len() as u32).to_be_bytes());
+            out.extend_from_slice(value);
         }
-        Write::Delete => {
-            payload.push(TAG_DELETE);
-            put_bytes(payload, key);
-        }
-        Write::AddCount(change) => {
-            payload.push(TAG_ADD_COUNT);
-            put_bytes(payload, key);
-            payload.extend_from_slice(&change.to_le_bytes());
-        }
+        Write::Delete => {}
+        Write::AddCount(weight) => out.extend_from_slice(&weight.to_be_bytes()),
     }
 }
 
-/// The writes of a record's payload, in order; `None` if it does not parse
-/// (a record that passed its CRC always does).
-pub fn decode_writes(payload: &[u8]) -> Option<Vec<(Vec<u8>, Write)>> {
-    fn take<'a>(payload: &'a [u8], at: &mut usize, length: usize) -> Option<&'a [u8]> {
-        let bytes = payload.get(*at..*at + length)?;
-        *at += length;
-        Some(bytes)
+/// The writes [`encode_write`] put in `bytes`, in order; `None` if they do
+/// not parse (a record that passed its CRC always does).
+pub fn decode_writes(mut bytes: &[u8]) -> Option<Vec<(Vec<u8>, Write)>> {
+    fn take<'a>(bytes: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+        let (head, rest) = (bytes.get(..n)?, bytes.get(n..)?);
+        *bytes = rest;
+        Some(head)
     }
-    fn take_bytes<'a>(payload: &'a [u8], at: &mut usize) -> Option<&'a [u8]> {
-        let length = take(payload, at, 4)?;
-        let length = u32::from_le_bytes(length.try_into().ok()?) as usize;
-        take(payload, at, length)
+    fn length(bytes: &mut &[u8]) -> Option<usize> {
+        Some(u32::from_be_bytes(take(bytes, 4)?.try_into().ok()?) as usize)
     }
     let mut writes = Vec::new();
-    let mut at = 0;
-    while at < payload.len() {
-        let tag = take(payload, &mut at, 1)?[0];
-        let key = take_bytes(payload, &mut at)?.to_vec();
-        let write = match tag {
-            TAG_PUT => Write::Put(take_bytes(payload, &mut at)?.to_vec()),
+    while !bytes.is_empty() {
+        let kind = take(&mut bytes, 1)?[0];
+        let key_len = length(&mut bytes)?;
+        let key = take(&mut bytes, key_len)?.to_vec();
+        let write = match kind {
+            TAG_PUT => {
+                let value_len = length(&mut bytes)?;
+                Write::Put(take(&mut bytes, value_len)?.to_vec())
+            }
             TAG_DELETE => Write::Delete,
-            TAG_ADD_COUNT => Write::AddCount(i64::from_le_bytes(
-                take(payload, &mut at, 8)?.try_into().ok()?,
-            )),
+            TAG_ADD_COUNT => {
+                Write::AddCount(i64::from_be_bytes(take(&mut bytes, 8)?.try_into().ok()?))
+            }
             _ => return None,
         };
         writes.push((key, write));

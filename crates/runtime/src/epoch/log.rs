@@ -18,14 +18,14 @@
 //! 0x06 'L' 'G' epoch(8) shard(2) part(4)  -> writes    a shard's writes of an epoch
 //! ```
 //! A record is cut into parts of at most [`LOG_PART_BYTES`]. The writes are
-//! encoded as `kind(1) key_len(4) key [value_len(4) value | weight(8)]`,
-//! kind 1 a put, 2 a delete, 3 a count addition.
+//! encoded as commit-log records encode them
+//! ([`commit_log::encode_write`]).
 
 use std::collections::BTreeMap;
 
 use rockstream_ops::keys;
 use rockstream_ops::{ScanOrder, Write};
-use rockstream_storage::ShardDb;
+use rockstream_storage::{commit_log, ShardDb};
 use rockstream_types::{Epoch, RsError, RsResult};
 
 /// Bound on one stored part of a log record.
@@ -54,7 +54,7 @@ pub(super) fn record(
     let mut parts = Vec::new();
     let mut part = Vec::new();
     for (key, write) in writes {
-        encode_write(key, write, &mut part);
+        commit_log::encode_write(key, write, &mut part);
         if part.len() >= LOG_PART_BYTES {
             parts.push(std::mem::take(&mut part));
         }
@@ -73,55 +73,10 @@ pub(super) fn record(
         .collect()
 }
 
-fn encode_write(key: &[u8], write: &Write, out: &mut Vec<u8>) {
-    let (kind, value): (u8, &[u8]) = match write {
-        Write::Put(value) => (1, value),
-        Write::Delete => (2, &[]),
-        Write::AddCount(_) => (3, &[]),
-    };
-    out.push(kind);
-    out.extend_from_slice(&(key.len() as u32).to_be_bytes());
-    out.extend_from_slice(key);
-    match write {
-        Write::Put(_) => {
-            out.extend_from_slice(&(value.len() as u32).to_be_bytes());
-            out.extend_from_slice(value);
-        }
-        Write::Delete => {}
-        Write::AddCount(weight) => out.extend_from_slice(&weight.to_be_bytes()),
-    }
-}
-
-fn decode_writes(mut bytes: &[u8], out: &mut Vec<(Vec<u8>, Write)>) -> RsResult<()> {
-    let corrupt = || RsError::internal("a corrupt log record");
-    fn take<'a>(bytes: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
-        let (head, rest) = (bytes.get(..n)?, bytes.get(n..)?);
-        *bytes = rest;
-        Some(head)
-    }
-    let length = |bytes: &mut &[u8]| -> Option<usize> {
-        Some(u32::from_be_bytes(take(bytes, 4)?.try_into().ok()?) as usize)
-    };
-    while !bytes.is_empty() {
-        let kind = take(&mut bytes, 1).ok_or_else(corrupt)?[0];
-        let key_len = length(&mut bytes).ok_or_else(corrupt)?;
-        let key = take(&mut bytes, key_len).ok_or_else(corrupt)?.to_vec();
-        let write = match kind {
-            1 => {
-                let value_len = length(&mut bytes).ok_or_else(corrupt)?;
-                Write::Put(take(&mut bytes, value_len).ok_or_else(corrupt)?.to_vec())
-            }
-            2 => Write::Delete,
-            3 => {
-                let weight = take(&mut bytes, 8).ok_or_else(corrupt)?;
-                Write::AddCount(i64::from_be_bytes(
-                    weight.try_into().map_err(|_| corrupt())?,
-                ))
-            }
-            _ => return Err(corrupt()),
-        };
-        out.push((key, write));
-    }
+fn decode_writes(bytes: &[u8], out: &mut Vec<(Vec<u8>, Write)>) -> RsResult<()> {
+    let writes = commit_log::decode_writes(bytes)
+        .ok_or_else(|| RsError::internal("a corrupt log record"))?;
+    out.extend(writes);
     Ok(())
 }
 
