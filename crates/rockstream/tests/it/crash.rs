@@ -352,3 +352,43 @@ async fn restart_keeps_tables_views_and_rows() {
         "the view keeps being maintained after restart"
     );
 }
+
+/// Goal: one process at a time opens a storage (its commit logs take one
+/// writer): a second server on the same storage is refused with RS-5006,
+/// and the first goes on serving what it had.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_server_on_the_same_storage_is_refused() {
+    let server = TestServer::start().await;
+    let client = server.client().await;
+    execute(&client, "CREATE TABLE owned (id BIGINT PRIMARY KEY)").await;
+    execute(&client, "INSERT INTO owned VALUES (1)").await;
+    let path = server.storage().storage_path();
+    let shards = test_shards().to_string();
+    // It waits a while for the first one to let go, then gives up.
+    let second = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_rockstream"))
+            .arg("start")
+            .arg("--storage")
+            .arg(path)
+            .args(["--listen", "127.0.0.1:0", "--shards", &shards])
+            .env("NO_COLOR", "1")
+            .output()
+            .expect("the binary runs")
+    })
+    .await
+    .expect("the second server ends");
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        !second.status.success(),
+        "a second server started: {stderr}"
+    );
+    assert!(
+        stderr.contains("RS-5006") && stderr.contains("in use by another process"),
+        "{stderr}"
+    );
+    execute(&client, "INSERT INTO owned VALUES (2)").await;
+    assert_eq!(
+        fetch("SELECT id FROM owned ORDER BY id", &client).await,
+        vec![vec![1], vec![2]]
+    );
+}
