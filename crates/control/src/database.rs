@@ -5,7 +5,7 @@ use std::sync::Arc;
 use rockstream_common::{commit_log_root, object_store_for, Runtime};
 use rockstream_planner::{new_context, schema_of, PlanOptions};
 use rockstream_runtime::{Engine, Published};
-use rockstream_storage::{storage_error, ShardDb};
+use rockstream_storage::{storage_error, CommitLogs, ShardDb, StorageLock};
 use rockstream_types::partition::BucketMap;
 use rockstream_types::{codes, ObjectId, RsError, RsResult, SqlType};
 use slatedb::{Db, WriteBatch};
@@ -86,6 +86,9 @@ pub struct Database {
     /// SQL functions, which views are planned with (shared with the
     /// follower).
     functions: Arc<Functions>,
+    /// The storage's lock (local storage): held while the catalog and the
+    /// shards are open; declared last, so it is released last.
+    _lock: Option<Arc<StorageLock>>,
 }
 
 impl Database {
@@ -111,7 +114,12 @@ impl Database {
             arrangement_cache_bytes,
         } = options;
         let store = object_store_for(location)?;
-        let log_root = commit_log_root(location)?;
+        // One process at a time: the lock is taken before anything of the
+        // storage is opened (RFC 0019).
+        let logs = match commit_log_root(location)? {
+            Some(root) => Some(CommitLogs::open(root).await?),
+            None => None,
+        };
         let control = ControlDb::open(store.clone()).await?;
         let control_db = control.db().await?;
         let map = Arc::new(bucket_map(&control_db, shards).await?);
@@ -119,7 +127,7 @@ impl Database {
             store,
             map.shard_count(),
             arrangement_cache_bytes,
-            log_root.as_deref(),
+            logs.as_ref(),
         )
         .await?;
         let engine = Engine::start(&runtime, shards, map).await?;
@@ -130,6 +138,7 @@ impl Database {
         let roles = Roles::load(&control_db).await?;
         let namespaces = Namespaces::load(&control_db).await?;
         let database = Arc::new(Database {
+            _lock: logs.map(|logs| logs.lock),
             control,
             catalog: std::sync::RwLock::new(Vec::new()),
             engine,

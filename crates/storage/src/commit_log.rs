@@ -83,6 +83,9 @@ struct LogFiles {
     next_lsn: u64,
     /// Reclaimed segments' files (`NNN.spare`), ready to be reused.
     spares: Vec<PathBuf>,
+    /// Segments found past the log's end at open (none but after damage):
+    /// made spares once the log's checks pass.
+    past_end: Vec<(u64, PathBuf)>,
     /// Set when a flush failed: nothing more is appended until the shard is
     /// opened again (which rereads what is on disk).
     failed: bool,
@@ -121,6 +124,17 @@ impl CommitLog {
             LogFiles::open(dir, applied).map_err(|error| log_error(dir, "cannot read", error))?;
         let first = files.segments.iter().find_map(|segment| segment.first_lsn);
         let last = files.next_lsn.checked_sub(1);
+        // The log always keeps its last record (the segment appended to is
+        // never reclaimed): empty, it can follow only tables that hold none.
+        if first.is_none() && applied > 0 {
+            return Err(RsError::new(
+                &codes::STORAGE_IO,
+                format!(
+                    "commit log '{}' is empty but its shard's tables end at record {applied}: records are missing",
+                    dir.display()
+                ),
+            ));
+        }
         if let Some(first) = first {
             if first > applied + 1 || last < Some(applied) {
                 return Err(RsError::new(
@@ -137,6 +151,9 @@ impl CommitLog {
         if first.is_none() {
             files.next_lsn = applied + 1;
         }
+        files
+            .spare_past_end()
+            .map_err(|error| log_error(dir, "cannot read", error))?;
         Ok(LogOpened {
             log: CommitLog {
                 files: Arc::new(Mutex::new(files)),
@@ -191,6 +208,9 @@ impl LogFiles {
     fn open(dir: &Path, applied: u64) -> io::Result<(LogFiles, Vec<Replayed>)> {
         let mut numbered = Vec::new();
         let mut spares = Vec::new();
+        // The highest segment number of any file: a new log's numbers start
+        // after it, so no file ever comes back under a number it once had.
+        let mut highest: Option<u64> = None;
         for entry in std::fs::read_dir(dir)? {
             let path = entry?.path();
             let Some(name) = path.file_name().and_then(|name| name.to_str()) else {
@@ -200,8 +220,13 @@ impl LogFiles {
                 .strip_suffix(".log")
                 .and_then(|n| n.parse::<u64>().ok())
             {
+                highest = highest.max(Some(number));
                 numbered.push((number, path));
-            } else if name.ends_with(".spare") {
+            } else if let Some(number) = name
+                .strip_suffix(".spare")
+                .and_then(|n| n.parse::<u64>().ok())
+            {
+                highest = highest.max(Some(number));
                 spares.push(path);
             } else if name.ends_with(".tmp") {
                 // A segment whose creation a crash cut short.
@@ -216,7 +241,7 @@ impl LogFiles {
         let mut numbered = numbered.into_iter();
         for (number, path) in numbered.by_ref() {
             let bytes = std::fs::read(&path)?;
-            let (records, ends_at) = read_records(&bytes, number, expected);
+            let (records, ends_at) = read_records(&bytes, number, expected)?;
             let first_lsn = records.first().map(|(lsn, _)| *lsn);
             if let Some((lsn, _)) = records.last() {
                 expected = Some(lsn + 1);
@@ -235,11 +260,12 @@ impl LogFiles {
                 break;
             }
         }
+        let mut past_end = Vec::new();
         // Past the end no segment holds a record written under its number:
         // one that does is the rest of a damaged log, not to be dropped.
         for (number, path) in numbered {
             let bytes = std::fs::read(&path)?;
-            if let Some((lsn, _)) = read_records(&bytes, number, None).0.first() {
+            if let Some((lsn, _)) = read_records(&bytes, number, None)?.0.first() {
                 return Err(io::Error::new(
                     ErrorKind::InvalidData,
                     format!(
@@ -248,7 +274,7 @@ impl LogFiles {
                     ),
                 ));
             }
-            spares.push(path);
+            past_end.push((number, path));
         }
         let (active, offset) = match end {
             Some((path, bytes, offset)) => {
@@ -264,7 +290,7 @@ impl LogFiles {
                 (active, offset)
             }
             None => {
-                let number = 0;
+                let number = highest.map_or(0, |highest| highest + 1);
                 segments.push_back(Segment {
                     number,
                     first_lsn: None,
@@ -279,9 +305,21 @@ impl LogFiles {
             offset: offset as u64,
             next_lsn: expected.unwrap_or(1),
             spares,
+            past_end,
             failed: false,
         };
         Ok((files, replay))
+    }
+
+    /// Renames the segments found past the log's end to spares.
+    fn spare_past_end(&mut self) -> io::Result<()> {
+        for (number, path) in std::mem::take(&mut self.past_end) {
+            let spare = self.dir.join(format!("{number:020}.spare"));
+            std::fs::rename(&path, &spare)?;
+            sync_dir(&self.dir)?;
+            self.spares.push(spare);
+        }
+        Ok(())
     }
 
     fn append(&mut self, record: Record, durable: Option<u64>) -> Result<u64, AppendError> {
@@ -342,9 +380,13 @@ impl LogFiles {
         let spare = self.spares.pop();
         let segment = new_segment(&self.dir, number, spare.clone());
         if segment.is_err() {
-            if let Some(spare) = spare {
-                self.spares.push(spare);
-            }
+            // The spare, under whichever name the failure left it (its old
+            // records cannot pass as the new number's).
+            let left = spare
+                .into_iter()
+                .chain([segment_path(&self.dir, number)])
+                .find(|path| path.exists());
+            self.spares.extend(left);
         }
         self.active = segment?;
         self.offset = 0;
@@ -368,17 +410,20 @@ impl LogFiles {
             if ends_before > durable + 1 {
                 break;
             }
-            let Some(segment) = self.segments.pop_front() else {
+            let Some(number) = self.segments.front().map(|segment| segment.number) else {
                 break;
             };
-            let from = segment_path(&self.dir, segment.number);
+            let from = segment_path(&self.dir, number);
+            // Forgotten only once its file is gone from the log, so a failed
+            // rename leaves the log whole.
             if self.spares.len() < SPARES_MAX {
-                let to = self.dir.join(format!("{:020}.spare", segment.number));
+                let to = self.dir.join(format!("{number:020}.spare"));
                 std::fs::rename(&from, &to)?;
                 self.spares.push(to);
             } else {
                 std::fs::remove_file(&from)?;
             }
+            self.segments.pop_front();
             // One change to the directory at a time: the segments go
             // oldest first, so a crash never leaves a hole in the log.
             sync_dir(&self.dir)?;
@@ -387,14 +432,18 @@ impl LogFiles {
     }
 }
 
+/// A record read from a segment: its LSN and payload.
+type Found<'a> = (u64, &'a [u8]);
+
 /// The valid records of a segment from its start, each with the LSN that
 /// follows the one before (the first one any LSN if `expected` is `None`),
-/// and where they end.
+/// and where they end: at the first record that is zero, torn or fails its
+/// CRC. One that passes its CRC out of sequence is an error.
 fn read_records(
     bytes: &[u8],
     segment: u64,
     mut expected: Option<u64>,
-) -> (Vec<(u64, &[u8])>, usize) {
+) -> io::Result<(Vec<Found<'_>>, usize)> {
     let mut records = Vec::new();
     let mut at = 0;
     while let Some(header) = bytes.get(at..at + HEADER_BYTES) {
@@ -404,7 +453,7 @@ fn read_records(
             header[8], header[9], header[10], header[11], header[12], header[13], header[14],
             header[15],
         ]);
-        if length == 0 || expected.is_some_and(|expected| lsn != expected) {
+        if length == 0 {
             break;
         }
         let Some(payload) = bytes.get(at + HEADER_BYTES..at + HEADER_BYTES + length) else {
@@ -413,11 +462,23 @@ fn read_records(
         if record_crc(segment, lsn, payload) != crc {
             break;
         }
+        // Whole and written in this segment, yet out of sequence: no crash
+        // leaves that (a torn write fails its CRC; a reused segment's old
+        // records were written under another number). The log is damaged,
+        // and what follows must not be dropped as a torn tail.
+        if let Some(expected) = expected.filter(|expected| *expected != lsn) {
+            return Err(io::Error::new(
+                ErrorKind::InvalidData,
+                format!(
+                    "segment {segment} holds record {lsn} where record {expected} belongs: the log is damaged"
+                ),
+            ));
+        }
         records.push((lsn, payload));
         expected = Some(lsn + 1);
         at += HEADER_BYTES + length;
     }
-    (records, at)
+    Ok((records, at))
 }
 
 /// A record's CRC, over the number of the segment it was written in (so a
@@ -563,7 +624,7 @@ fn write_zeros(path: &Path) -> io::Result<()> {
 }
 
 /// Creates `dir` and any missing parents, each made durable in its parent.
-fn create_dirs(dir: &Path) -> io::Result<()> {
+pub(crate) fn create_dirs(dir: &Path) -> io::Result<()> {
     if dir.is_dir() {
         return Ok(());
     }
@@ -653,11 +714,6 @@ mod tests {
         }
         assert_eq!(opened.log.next_lsn(), 6);
         append_all(&opened.log, 6..=6).await;
-        // An empty log continues after the tables.
-        let other = tempfile::tempdir().expect("dir");
-        CommitLog::create(other.path()).expect("create");
-        let opened = CommitLog::open(other.path(), 41).expect("open");
-        assert_eq!(opened.log.next_lsn(), 42);
     }
 
     #[tokio::test]
@@ -685,6 +741,13 @@ mod tests {
                 }
             }
             std::fs::write(&segment, &damaged).expect("write");
+            if damage == 2 {
+                // Whole but out of sequence: damage, not a torn tail.
+                let error = CommitLog::open(dir.path(), 0).err().expect("refused");
+                assert!(error.to_string().contains("the log is damaged"), "{error}");
+                std::fs::write(&segment, &bytes).expect("write");
+                continue;
+            }
             let opened = CommitLog::open(dir.path(), 0).expect("open");
             assert_eq!(lsns(&opened), vec![1, 2], "damage {damage}");
             // The next append writes over the damaged record.
@@ -744,9 +807,18 @@ mod tests {
     async fn a_log_that_lost_records_is_refused() {
         let dir = tempfile::tempdir().expect("dir");
         CommitLog::create(dir.path()).expect("create");
-        let opened = CommitLog::open(dir.path(), 10).expect("open");
-        append_all(&opened.log, 11..=12).await;
-        drop(opened);
+        // Tables holding records of a log now empty.
+        let error = CommitLog::open(dir.path(), 3).err().expect("refused");
+        assert!(error.to_string().contains("records are missing"), "{error}");
+        // A log holding records 11 and 12 (the ones before reclaimed).
+        let mut segment = std::fs::read(segment_path(dir.path(), 0)).expect("read");
+        let mut at = 0;
+        for n in 11..=12 {
+            let sealed = record(n).seal(0, n).expect("seals");
+            segment[at..at + sealed.len()].copy_from_slice(&sealed);
+            at += sealed.len();
+        }
+        std::fs::write(segment_path(dir.path(), 0), &segment).expect("write");
         // The tables end at 9: record 10 is missing.
         let error = CommitLog::open(dir.path(), 9).err().expect("refused");
         assert!(error.to_string().contains("records are missing"), "{error}");
@@ -756,6 +828,16 @@ mod tests {
         assert_eq!(
             lsns(&CommitLog::open(dir.path(), 11).expect("open")),
             vec![12]
+        );
+        // A segment past the end holding records of its own: a damaged log.
+        let past = segment_path(dir.path(), 7);
+        std::fs::write(&past, record(20).seal(7, 20).expect("seals")).expect("write");
+        let error = CommitLog::open(dir.path(), 11).err().expect("refused");
+        assert!(error.to_string().contains("the log is damaged"), "{error}");
+        std::fs::remove_file(&past).expect("remove");
+        assert_eq!(
+            lsns(&CommitLog::open(dir.path(), 10).expect("open")),
+            vec![11, 12]
         );
     }
 }

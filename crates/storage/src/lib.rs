@@ -143,7 +143,7 @@ struct Opened {
     log_dir: Option<PathBuf>,
     /// The storage's lock, held while any of its shards is open: one
     /// process at a time appends to its commit logs.
-    _lock: Option<Arc<std::fs::File>>,
+    _lock: Option<Arc<StorageLock>>,
 }
 
 /// Where shard `shard` of a storage lives.
@@ -181,29 +181,17 @@ impl ShardDb {
     /// at [`shard_path`]. They share one block cache and one compaction
     /// runtime, so memory and background threads do not grow with the
     /// shard count; each has an arrangement cache of
-    /// `arrangement_cache_bytes` (0: none). With `log_root` (local
-    /// storage), shard `n`'s commits are durable in its commit log at
-    /// `log_root/n` rather than in SlateDB's WAL (RFC 0019).
+    /// `arrangement_cache_bytes` (0: none). With `logs` (local storage),
+    /// shard `n`'s commits are durable in its commit log at `logs.root/n`
+    /// rather than in SlateDB's WAL (RFC 0019).
     pub async fn open_all(
         store: Arc<dyn ObjectStore>,
         count: u16,
         arrangement_cache_bytes: usize,
-        log_root: Option<&Path>,
+        logs: Option<&CommitLogs>,
     ) -> RsResult<Vec<ShardDb>> {
-        let lock = match log_root {
-            None => None,
-            Some(root) => {
-                let root = root.to_path_buf();
-                let locked = tokio::task::spawn_blocking(move || lock_storage(&root)).await;
-                let locked = locked.map_err(|error| {
-                    RsError::new(
-                        &codes::STORAGE_IO,
-                        format!("locking the storage did not finish: {error}"),
-                    )
-                })?;
-                Some(Arc::new(locked?))
-            }
-        };
+        let log_root = logs.map(|logs| logs.root.as_path());
+        let lock = logs.map(|logs| logs.lock.clone());
         let cache = block_and_meta_cache();
         let compaction = Arc::new(compaction_runtime("shards")?);
         let mut shards = Vec::with_capacity(usize::from(count));
@@ -553,15 +541,18 @@ impl ShardDb {
         };
         batch.put(keys::log_lsn_key(), lsn.to_be_bytes());
         // Durable from here: a failure to apply it is repaired by the
-        // replay when the shard is opened again.
-        self.db
-            .write(batch)
-            .await
-            .map(drop)
-            .map_err(|error| CommitError {
-                cause: storage_error(&self.name, error),
-                maybe_applied: true,
-            })
+        // replay when the shard is opened again, so the shard is closed for
+        // the engine to reopen.
+        match self.db.write(batch).await {
+            Ok(_) => Ok(()),
+            Err(error) => {
+                close_unflushed(&self.db).await;
+                Err(CommitError {
+                    cause: storage_error(&self.name, error),
+                    maybe_applied: true,
+                })
+            }
+        }
     }
 
     /// The LSN of the last commit-log record in the shard's L0 tables.
@@ -1290,14 +1281,55 @@ fn compaction_runtime(name: &str) -> RsResult<BackgroundRuntime> {
 
 /// A SlateDB error of the database `name` as a coded error: 53100 if the
 /// disk is full, else an I/O failure.
+/// Where a local storage's commit logs live, and its lock (RFC 0019).
+pub struct CommitLogs {
+    /// Shard `n`'s log is in `root/n`.
+    pub root: PathBuf,
+    pub lock: Arc<StorageLock>,
+}
+
+impl CommitLogs {
+    /// The commit logs under `root`, the storage's lock taken
+    /// ([`StorageLock::take`]).
+    pub async fn open(root: PathBuf) -> RsResult<CommitLogs> {
+        let lock = StorageLock::take(&root).await?;
+        Ok(CommitLogs { root, lock })
+    }
+}
+
+/// A local storage's lock: one process at a time opens a storage, since
+/// its commit logs take one writer. Taken before anything of the storage
+/// is opened (SlateDB's own fencing of a second writer would already
+/// disturb the first), held until the last shard and the catalog close.
+/// The operating system releases it when the process ends, however it
+/// ends.
+pub struct StorageLock {
+    _file: std::fs::File,
+}
+
+impl StorageLock {
+    /// Takes the lock at `log_root/LOCK` (creating `log_root`), waiting up
+    /// to [`STORAGE_LOCK_WAIT`] for another holder to let go, or says that
+    /// another process holds it (RS-5006).
+    pub async fn take(log_root: &Path) -> RsResult<Arc<StorageLock>> {
+        let root = log_root.to_path_buf();
+        let locked = tokio::task::spawn_blocking(move || lock_storage(&root))
+            .await
+            .map_err(|error| {
+                RsError::new(
+                    &codes::STORAGE_IO,
+                    format!("locking the storage did not finish: {error}"),
+                )
+            })?;
+        Ok(Arc::new(StorageLock { _file: locked? }))
+    }
+}
+
 /// How long opening a storage waits for another holder of its lock to let
 /// go (a server still stopping as the next one starts).
 const STORAGE_LOCK_WAIT: Duration = Duration::from_secs(10);
 
-/// Takes the lock of the storage whose commit logs are under `log_root`,
-/// waiting up to [`STORAGE_LOCK_WAIT`], or says that another process holds
-/// it. The operating system releases it when the process ends, however it
-/// ends. Blocks its thread.
+/// [`StorageLock::take`], blocking its thread.
 fn lock_storage(log_root: &Path) -> RsResult<std::fs::File> {
     let failed = |error: std::io::Error| {
         RsError::new(
@@ -1305,7 +1337,9 @@ fn lock_storage(log_root: &Path) -> RsResult<std::fs::File> {
             format!("cannot lock storage '{}': {error}", log_root.display()),
         )
     };
-    std::fs::create_dir_all(log_root).map_err(failed)?;
+    // Durably: a commit log whose directory entry a power loss took would
+    // look like a storage from before commit logs.
+    commit_log::create_dirs(log_root).map_err(failed)?;
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -2046,15 +2080,17 @@ mod commit_log_tests {
     async fn open(dir: &Path, logged: bool) -> Vec<ShardDb> {
         let location = dir.to_str().expect("utf-8 path");
         let store = object_store_for(location).expect("store");
-        let root = dir.join("commit_log");
-        ShardDb::open_all(
-            store,
-            2,
-            ARRANGEMENT_CACHE_BYTES_DEFAULT,
-            logged.then_some(root.as_path()),
-        )
-        .await
-        .expect("opens")
+        let logs = match logged {
+            true => Some(
+                CommitLogs::open(dir.join("commit_log"))
+                    .await
+                    .expect("locks"),
+            ),
+            false => None,
+        };
+        ShardDb::open_all(store, 2, ARRANGEMENT_CACHE_BYTES_DEFAULT, logs.as_ref())
+            .await
+            .expect("opens")
     }
 
     fn row(n: u64) -> Vec<u8> {
@@ -2184,15 +2220,8 @@ mod commit_log_tests {
             assert_eq!(in_tables(shard, &row(5)).await, Some(vec![5; 10]));
         }
         // One process at a time.
-        let location = dir.path().to_str().expect("utf-8 path");
-        let root = dir.path().join("commit_log");
-        let again = ShardDb::open_all(
-            object_store_for(location).expect("store"),
-            2,
-            0,
-            Some(&root),
-        );
-        let error = again.await.err().expect("refused");
+        let again = StorageLock::take(&dir.path().join("commit_log")).await;
+        let error = again.err().expect("refused");
         assert_eq!(error.code, &codes::STORAGE_IN_USE, "{error}");
         commit(&shards, 6..=8, 10).await;
         crash(shards).await;
