@@ -1395,6 +1395,7 @@ mod tests {
             indexes: Vec::new(),
             rows,
             watermark: None,
+            primary_key: Vec::new(),
         };
         database.engine().commit(vec![change]).await.map(|_| ())
     }
@@ -2092,6 +2093,7 @@ mod tests {
                 indexes: Vec::new(),
                 rows,
                 watermark: None,
+                primary_key: Vec::new(),
             }])
             .await
             .unwrap();

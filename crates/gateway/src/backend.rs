@@ -1007,6 +1007,7 @@ impl Gateway {
                     // The catalog's, attached under its lock at commit.
                     indexes: Vec::new(),
                     watermark: None,
+                    primary_key: Vec::new(),
                     rows: pending
                         .into_rows()
                         .into_iter()

@@ -81,12 +81,14 @@ pub type Returned = Vec<Row>;
 
 /// `INSERT`: DataFusion plans the insert (column list, casts); we run its
 /// input. Returns the count and, with `returning`, the rows inserted.
+/// `autocommit`: the statement commits as soon as it ends.
 pub async fn insert(
     gateway: &Gateway,
     session: &mut GatewaySession,
     entry: &CatalogEntry,
     statement: &Statement,
     returning: bool,
+    autocommit: bool,
 ) -> RsResult<(u64, Returned)> {
     let Statement::Insert(written) = statement else {
         return Err(RsError::internal("not an INSERT"));
@@ -111,7 +113,13 @@ pub async fn insert(
             } else {
                 Vec::new()
             };
-            let count = insert_rows(gateway, session, entry, rows, true).await?;
+            // One new row committed right away, returning nothing: the
+            // commit's own check of its key fails the statement just as
+            // this read would, so the read is saved. (With more rows, a
+            // later row's other error could come first; with RETURNING,
+            // rows would be sent before the error.)
+            let check_storage = !(autocommit && !returning && rows.len() == 1);
+            let count = insert_rows(gateway, session, entry, rows, check_storage).await?;
             Ok((count, kept))
         }
     }
@@ -128,6 +136,7 @@ async fn inserted_rows(
         defaults::fill_defaults(gateway, session, entry, &supplied, &mut rows).await?;
         return Ok(rows);
     }
+    check_values_shape(entry, written)?;
     let resolver = Arc::new(SnapshotResolver {
         context: Arc::new(gateway.read_context(session, false)),
     });
@@ -169,6 +178,34 @@ async fn inserted_rows(
         // type every VALUES list inside it by the target's columns.
         query_insert_rows(gateway, session, &context, entry, &mut insert).await
     }
+}
+
+/// PostgreSQL's errors (42601) for a `VALUES` list that cannot fill its
+/// target columns: lists of unequal length, or more or fewer values than
+/// the columns named (without a column list, fewer fill the leading ones).
+fn check_values_shape(entry: &CatalogEntry, insert: &Insert) -> RsResult<()> {
+    let Some(SetExpr::Values(values)) = insert.source.as_deref().map(|source| source.body.as_ref())
+    else {
+        return Ok(());
+    };
+    let Some(width) = values.rows.first().map(|row| row.content.len()) else {
+        return Ok(());
+    };
+    let syntax = |message: &str| Err(RsError::new(&codes::SYNTAX_ERROR, message.to_owned()));
+    if values.rows.iter().any(|row| row.content.len() != width) {
+        return syntax("VALUES lists must all be the same length");
+    }
+    let targets = match insert.columns.len() {
+        0 => entry.columns.len(),
+        named => named,
+    };
+    if width > targets {
+        return syntax("INSERT has more expressions than target columns");
+    }
+    if width < targets && !insert.columns.is_empty() {
+        return syntax("INSERT has more target columns than expressions");
+    }
+    Ok(())
 }
 
 /// The rows of an INSERT whose source is a `VALUES` list, planned as
@@ -593,9 +630,10 @@ pub(crate) fn pending_table<'a>(
 }
 
 /// Adds new rows to the transaction, refusing duplicate primary keys.
-/// With `check_storage` false (bulk COPY) a key that already exists in
-/// storage is caught by the engine at commit instead of here, saving a read
-/// per row; the statement fails the same way.
+/// With `check_storage` false (bulk COPY, a lone autocommit row) a key
+/// that already exists in storage is caught by the engine at commit instead
+/// of here, saving a read per row; the statement fails the same way, with
+/// the same detail.
 pub async fn insert_rows(
     gateway: &Gateway,
     session: &mut GatewaySession,
@@ -671,33 +709,12 @@ pub async fn insert_rows(
 
 /// The error for a new row whose primary key another row has.
 pub(crate) fn duplicate_key(entry: &CatalogEntry, row: &Row) -> RsError {
-    let key_text: Vec<String> = entry
+    let key: Vec<(&str, String)> = entry
         .primary_key
         .iter()
-        .map(|index| row[*index].to_string())
+        .map(|index| (entry.columns[*index].name.as_str(), row[*index].to_string()))
         .collect();
-    RsError::new(
-        &codes::UNIQUE_VIOLATION,
-        format!(
-            "duplicate key value violates the primary key of \"{}\"",
-            entry.name
-        ),
-    )
-    .with_detail(format!(
-        "Key ({})=({}) already exists.",
-        primary_key_names(entry),
-        key_text.join(", ")
-    ))
-    .with_constraint(&entry.name, format!("{}_pkey", entry.name))
-}
-
-fn primary_key_names(entry: &CatalogEntry) -> String {
-    entry
-        .primary_key
-        .iter()
-        .map(|index| entry.columns[*index].name.clone())
-        .collect::<Vec<_>>()
-        .join(", ")
+    RsError::primary_key_violation(&entry.name, &key)
 }
 
 /// `UPDATE`/`DELETE`: `selection_sql` yields the row key, the current row

@@ -48,7 +48,7 @@ pub(crate) fn insert_values(
 ) -> Option<(Vec<Row>, Vec<usize>)> {
     let values = plain_values(insert)?;
     let types = entry.sql_types().ok()?;
-    let positions = target_columns(entry, &insert.columns)?;
+    let positions = target_columns(entry, &insert.columns, values)?;
     let mut texts: Vec<Vec<Option<String>>> = Vec::with_capacity(values.rows.len());
     for row in &values.rows {
         if row.content.len() != positions.len() {
@@ -90,7 +90,7 @@ pub(crate) fn insert_parameter_types(
     };
     let entry = table(&identifier(part.as_ident()?))?;
     let types = entry.sql_types().ok()?;
-    let positions = target_columns(&entry, &insert.columns)?;
+    let positions = target_columns(&entry, &insert.columns, values)?;
     let mut parameters: Vec<Option<DataType>> = Vec::new();
     for row in &values.rows {
         if row.content.len() != positions.len() {
@@ -510,9 +510,18 @@ fn plain_select_from(query: &Query) -> Option<&Select> {
 
 /// The table column each VALUES field goes to: all columns in order, or
 /// the named ones, each once.
-fn target_columns(entry: &CatalogEntry, columns: &[ObjectName]) -> Option<Vec<usize>> {
+fn target_columns(
+    entry: &CatalogEntry,
+    columns: &[ObjectName],
+    values: &Values,
+) -> Option<Vec<usize>> {
     if columns.is_empty() {
-        return Some((0..entry.columns.len()).collect());
+        // Without a column list the values fill the leading columns, the
+        // rest taking their defaults, as in PostgreSQL. Lists of unequal
+        // length, or longer than the table, are the planned path's errors.
+        let width = values.rows.first()?.content.len();
+        let even = values.rows.iter().all(|row| row.content.len() == width);
+        return (even && (1..=entry.columns.len()).contains(&width)).then(|| (0..width).collect());
     }
     let mut positions = Vec::with_capacity(columns.len());
     for column in columns {

@@ -52,8 +52,15 @@ impl Gateway {
             &object_name(&name.to_string()),
             Some(ObjectKind::Table),
         )?;
-        let (count, rows) =
-            dml::insert(self, session, &entry, statement, insert.returning.is_some()).await?;
+        let (count, rows) = dml::insert(
+            self,
+            session,
+            &entry,
+            statement,
+            insert.returning.is_some(),
+            !in_explicit,
+        )
+        .await?;
         let alias = insert
             .table_alias
             .as_ref()

@@ -61,6 +61,10 @@ pub struct TableChange {
     /// The table's event-time watermark, if it declares one (RFC 0013):
     /// the commit drops and counts its late rows.
     pub watermark: Option<EventTime>,
+    /// The primary key's columns (positions in the rows a change writes,
+    /// and names), for a duplicate key's detail; empty for a table without
+    /// one, and until the commit attaches it.
+    pub primary_key: Vec<(usize, String)>,
 }
 
 /// A table's `WATERMARK FOR column AS column - delay` as a commit applies

@@ -1475,6 +1475,7 @@ fn split_by_shard(changes: Vec<TableChange>, map: &BucketMap) -> Vec<ShardChange
                         rows,
                         indexes: Vec::new(),
                         watermark: None,
+                        primary_key: change.primary_key.clone(),
                     });
                 }
             }
@@ -1522,7 +1523,7 @@ async fn validate_table_changes<S: StateStore>(
                 continue;
             }
             return Err(if row.old.is_none() {
-                staged::duplicate_key(&change.table_name)
+                duplicate_key(change, row.new.as_ref())
             } else {
                 RsError::new(
                     &codes::OPTIMISTIC_CONFLICT,
@@ -1535,6 +1536,22 @@ async fn validate_table_changes<S: StateStore>(
         }
     }
     Ok(())
+}
+
+/// The error for a row `change` inserts whose key is stored: its key's
+/// values named when the commit attached the table's primary key.
+fn duplicate_key(change: &TableChange, row: Option<&Row>) -> RsError {
+    let key: Vec<(&str, String)> = match row {
+        Some(row) => change
+            .primary_key
+            .iter()
+            .filter_map(|(position, name)| Some((name.as_str(), row.get(*position)?.to_string())))
+            .collect(),
+        None => Vec::new(),
+    };
+    // A key partly named would mislead: all of it or none.
+    let complete = key.len() == change.primary_key.len();
+    RsError::primary_key_violation(&change.table_name, if complete { &key } else { &[] })
 }
 
 /// The storage key of every changed row, per table change.

@@ -301,6 +301,29 @@ impl RsError {
             .with_constraint(table, constraint)
     }
 
+    /// The error for a new row of `table` whose primary key another row
+    /// holds; `key` (each column's name and the row's value), when known,
+    /// is named in PostgreSQL's detail.
+    pub fn primary_key_violation(table: &str, key: &[(&str, String)]) -> Self {
+        let error = RsError::new(
+            &codes::UNIQUE_VIOLATION,
+            format!("duplicate key value violates the primary key of \"{table}\""),
+        )
+        .with_constraint(table, format!("{table}_pkey"));
+        if key.is_empty() {
+            return error;
+        }
+        let (columns, values): (Vec<&str>, Vec<&str>) = key
+            .iter()
+            .map(|(column, value)| (*column, value.as_str()))
+            .unzip();
+        error.with_detail(format!(
+            "Key ({})=({}) already exists.",
+            columns.join(", "),
+            values.join(", ")
+        ))
+    }
+
     /// An internal error: something the code believed impossible happened.
     pub fn internal(message: impl Into<String>) -> Self {
         RsError::new(&codes::INTERNAL, message)

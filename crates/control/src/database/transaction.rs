@@ -218,6 +218,7 @@ impl Database {
             rows: Vec::new(),
             indexes: Vec::new(),
             watermark: None,
+            primary_key: Vec::new(),
         };
         let layouts: TableLayouts = [(table_id, layout)].into();
         let _layouts_stand = self.layouts.read().await;
@@ -294,6 +295,11 @@ impl Database {
                 delay_micros,
                 staged: None,
             });
+            change.primary_key = entry
+                .primary_key
+                .iter()
+                .map(|position| (*position, entry.columns[*position].name.clone()))
+                .collect();
             if entry.indexes.is_empty() {
                 change.indexes.clear();
                 continue;

@@ -57,6 +57,16 @@ const INSERTS: &[&str] = &[
     // Qualified names are resolved by the planned path: no such schema.
     "INSERT INTO nosuch.u VALUES (3, 'y')",
     "INSERT INTO f VALUES (0.1, 1), (16777217, 2)",
+    // Without a column list, fewer values fill the leading columns and the
+    // rest take their defaults. PostgreSQL's syntax errors for lists that
+    // cannot fill their columns.
+    "INSERT INTO t VALUES (24, false, 7)",
+    "INSERT INTO t VALUES (25), (26)",
+    "INSERT INTO t VALUES (27, true), (28)",
+    "INSERT INTO t (id, b) VALUES (29)",
+    "INSERT INTO t (id) VALUES (30, true)",
+    "INSERT INTO u VALUES (3, 'y', 'extra')",
+    "INSERT INTO u VALUES (4)",
 ];
 
 /// Point lookups (and near misses, which are planned) over the rows INSERTS leave.
@@ -141,6 +151,20 @@ async fn literal_inserts_store_what_postgres_stores() {
             "{sql}"
         );
     }
+    // A key already stored, one row on its own: the commit refuses it, naming the key as
+    // PostgreSQL does.
+    let detail = |error: tokio_postgres::Error| {
+        let db = error.as_db_error().unwrap();
+        (db.code().code().to_owned(), db.detail().map(str::to_owned))
+    };
+    for sql in [
+        "INSERT INTO t VALUES (1, false)",
+        "INSERT INTO t (tx, id) VALUES ('again', 22)",
+    ] {
+        let refused = detail(ours.execute(sql, &[]).await.unwrap_err());
+        assert_eq!(refused, detail(theirs.execute(sql, &[]).await.unwrap_err()));
+        assert!(refused.1.is_some(), "{sql}: {refused:?}");
+    }
     // The extended protocol: the parameters' types come from Parse, bound values arrive as
     // casts to the column's own type.
     let prepared = "INSERT INTO t (id, b, i, l, d, tx) VALUES ($1, $2, $3, $4, $5, $6)";
@@ -156,8 +180,22 @@ async fn literal_inserts_store_what_postgres_stores() {
         assert_eq!(ours.execute(&statement, &params).await.unwrap(), 1);
         assert_eq!(theirs.execute(prepared, &params).await.unwrap(), 1);
     }
-    let repeated = ours.execute(prepared, &[&100i32, &true, &1i32, &1i64, &1.0f64, &"x"]);
-    assert_eq!(sqlstate(&repeated.await.unwrap_err()), "23505");
+    let repeated = ours.execute(&statement, &[&100i32, &true, &1i32, &1i64, &1.0f64, &"x"]);
+    assert_eq!(
+        detail(repeated.await.unwrap_err()),
+        (
+            "23505".to_owned(),
+            Some("Key (id)=(100) already exists.".to_owned())
+        )
+    );
+    // Fewer placeholders than columns and no column list: the leading columns.
+    let short = "INSERT INTO t VALUES ($1, $2)";
+    let statement = ours.prepare(short).await.unwrap();
+    for id in [103i32, 104] {
+        let params: [&(dyn ToSql + Sync); 2] = [&id, &(id % 2 == 0)];
+        assert_eq!(ours.execute(&statement, &params).await.unwrap(), 1);
+        assert_eq!(theirs.execute(short, &params).await.unwrap(), 1);
+    }
     for sql in LOOKUPS {
         compare_query("postgres", &theirs, "rockstream", &ours, sql)
             .await

@@ -226,6 +226,7 @@ impl Progress {
                     rows: Vec::new(),
                     indexes,
                     watermark,
+                    primary_key: Vec::new(),
                 },
                 segments,
                 step_rows,
@@ -324,11 +325,7 @@ impl Decoder<'_> {
 /// The error for a row whose key another row of the table has (the
 /// engine's, as for a key already stored).
 pub(super) fn duplicate_key(table_name: &str) -> RsError {
-    RsError::new(
-        &codes::UNIQUE_VIOLATION,
-        format!("duplicate key value violates the primary key of table \"{table_name}\""),
-    )
-    .with_constraint(table_name, format!("{table_name}_pkey"))
+    RsError::primary_key_violation(table_name, &[])
 }
 
 /// One segment's rows after a key, read ahead a chunk at a time.
@@ -915,6 +912,7 @@ fn inserts(table: &StagedTable, rows: Vec<(Vec<u8>, Row)>, inverse: bool) -> Tab
         table_name: table.change.table_name.clone(),
         indexes,
         watermark,
+        primary_key: table.change.primary_key.clone(),
         rows: rows
             .into_iter()
             .map(|(key, row)| {
@@ -981,6 +979,7 @@ mod tests {
                 rows: Vec::new(),
                 indexes: Vec::new(),
                 watermark: None,
+                primary_key: Vec::new(),
             },
             segments: segments as u32,
             step_rows,

@@ -229,6 +229,7 @@ mod tests {
                 delay_micros: 10,
                 staged,
             }),
+            primary_key: Vec::new(),
         }
     }
 
