@@ -93,6 +93,7 @@ pub async fn insert(
     let Statement::Insert(written) = statement else {
         return Err(RsError::internal("not an INSERT"));
     };
+    check_values_shape(entry, written)?;
     let conflict = upsert::on_conflict(entry, written.on.as_ref())?;
     defaults::check_generated_always(entry, written)?;
     let rows = inserted_rows(gateway, session, entry, written).await?;
@@ -117,8 +118,11 @@ pub async fn insert(
             // commit's own check of its key fails the statement just as
             // this read would, so the read is saved. (With more rows, a
             // later row's other error could come first; with RETURNING,
-            // rows would be sent before the error.)
-            let check_storage = !(autocommit && !returning && rows.len() == 1);
+            // rows would be sent before the error; a table with a
+            // watermark drops a late row before the commit checks keys,
+            // where this read refuses it.)
+            let check_storage =
+                !(autocommit && !returning && rows.len() == 1 && entry.event_time().is_none());
             let count = insert_rows(gateway, session, entry, rows, check_storage).await?;
             Ok((count, kept))
         }
@@ -136,7 +140,6 @@ async fn inserted_rows(
         defaults::fill_defaults(gateway, session, entry, &supplied, &mut rows).await?;
         return Ok(rows);
     }
-    check_values_shape(entry, written)?;
     let resolver = Arc::new(SnapshotResolver {
         context: Arc::new(gateway.read_context(session, false)),
     });
@@ -183,6 +186,7 @@ async fn inserted_rows(
 /// PostgreSQL's errors (42601) for a `VALUES` list that cannot fill its
 /// target columns: lists of unequal length, or more or fewer values than
 /// the columns named (without a column list, fewer fill the leading ones).
+/// An unknown or repeated column in the list is reported first.
 fn check_values_shape(entry: &CatalogEntry, insert: &Insert) -> RsResult<()> {
     let Some(SetExpr::Values(values)) = insert.source.as_deref().map(|source| source.body.as_ref())
     else {
@@ -191,19 +195,17 @@ fn check_values_shape(entry: &CatalogEntry, insert: &Insert) -> RsResult<()> {
     let Some(width) = values.rows.first().map(|row| row.content.len()) else {
         return Ok(());
     };
+    let targets = insert_positions(entry, &insert.columns)?.len();
     let syntax = |message: &str| Err(RsError::new(&codes::SYNTAX_ERROR, message.to_owned()));
-    if values.rows.iter().any(|row| row.content.len() != width) {
-        return syntax("VALUES lists must all be the same length");
-    }
-    let targets = match insert.columns.len() {
-        0 => entry.columns.len(),
-        named => named,
-    };
+    // PostgreSQL judges the first list against the columns, then the rest.
     if width > targets {
         return syntax("INSERT has more expressions than target columns");
     }
     if width < targets && !insert.columns.is_empty() {
         return syntax("INSERT has more target columns than expressions");
+    }
+    if values.rows.iter().any(|row| row.content.len() != width) {
+        return syntax("VALUES lists must all be the same length");
     }
     Ok(())
 }

@@ -151,6 +151,31 @@ async fn literal_inserts_store_what_postgres_stores() {
             "{sql}"
         );
     }
+    // VALUES lists that cannot fill their columns: PostgreSQL's error, in its words, and a
+    // column list's own errors first.
+    let message = |error: tokio_postgres::Error| {
+        let db = error.as_db_error().unwrap();
+        // Ours leads with its RS code: "RS-2020 sql.syntax_error: ...".
+        let text = match db.message().split_once(": ") {
+            Some((code, text)) if code.starts_with("RS-") => text,
+            _ => db.message(),
+        };
+        (db.code().code().to_owned(), text.to_owned())
+    };
+    for sql in [
+        "INSERT INTO t (id) VALUES (31, 2), (32)",
+        "INSERT INTO t (id, b) VALUES (31), (32, true)",
+        "INSERT INTO t (id) VALUES (31), (32, 4)",
+        "INSERT INTO t VALUES (31), (32, true)",
+        "INSERT INTO t (nosuch) VALUES (31, 2)",
+        "INSERT INTO t (id, id) VALUES (31)",
+    ] {
+        assert_eq!(
+            message(ours.execute(sql, &[]).await.unwrap_err()),
+            message(theirs.execute(sql, &[]).await.unwrap_err()),
+            "{sql}"
+        );
+    }
     // A key already stored, one row on its own: the commit refuses it, naming the key as
     // PostgreSQL does.
     let detail = |error: tokio_postgres::Error| {

@@ -447,3 +447,37 @@ async fn a_date_column_takes_a_watermark() {
         ["2026-01-01 00:00:00 3"]
     );
 }
+
+/// A late row whose key is stored is refused (23505) however it arrives: alone in an autocommit
+/// INSERT, as inside a transaction (the commit drops late rows before it checks keys, so the
+/// statement checks them first).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_row_with_a_stored_key_is_refused() {
+    let server = TestServer::start().await;
+    let client = server.client().await;
+    client
+        .batch_execute(
+            "CREATE TABLE marks (id INT PRIMARY KEY, d DATE, WATERMARK FOR d AS d - INTERVAL '1 day');
+             INSERT INTO marks VALUES (1, '2026-01-01');
+             INSERT INTO marks VALUES (2, '2026-01-10');",
+        )
+        .await
+        .unwrap();
+    for sql in [
+        "INSERT INTO marks VALUES (1, '2025-06-01')",
+        "BEGIN; INSERT INTO marks VALUES (1, '2025-06-01'); COMMIT",
+    ] {
+        let error = client.batch_execute(sql).await.unwrap_err();
+        assert_eq!(sqlstate(&error), "23505", "{sql}: {error}");
+        client.batch_execute("ROLLBACK").await.unwrap();
+    }
+    assert_eq!(
+        fetch_text_rows(&client, "SELECT id, d::text FROM marks ORDER BY id")
+            .await
+            .unwrap(),
+        vec![
+            vec![Some("1".to_owned()), Some("2026-01-01".to_owned())],
+            vec![Some("2".to_owned()), Some("2026-01-10".to_owned())],
+        ]
+    );
+}
