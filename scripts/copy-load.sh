@@ -2,7 +2,8 @@
 # Loads 1M `orders` (the bench's rows) in 10 000-row COPY batches through psql, with the README
 # tour's two materialized views maintained, into a fresh server; prints rows/s and the server's
 # CPU seconds and peak RSS. SlateDB settings can be varied through ROCKSTREAM_SLATEDB_* variables
-# in the environment (see crates/storage). With PERF=1, records a 15 s profile (perf, DWARF call graphs) in the middle.
+# in the environment (see crates/storage). With PERF=1, records a profile (perf, DWARF call graphs)
+# of PERF_SECONDS (default 15) starting PERF_DELAY seconds (default 8) into the load.
 #
 # Usage: [SHARDS=n] scripts/copy-load.sh BINARY [ARRANGEMENT_CACHE]    e.g. target/release/rockstream 64MB
 set -euo pipefail
@@ -49,7 +50,7 @@ url="host=127.0.0.1 port=$port user=rockstream dbname=default"
 for _ in $(seq 1 100); do psql "$url" -c 'SELECT 1' >/dev/null 2>&1 && break; sleep 0.2; done
 psql -q "$url" -f "$work/schema.sql" >/dev/null
 if [[ -n "${PERF:-}" ]]; then
-    (sleep 8; perf record -F 199 --call-graph dwarf,16384 -p "$pid" -o "$work/perf.data" -- sleep 15 >/dev/null 2>&1) &
+    (sleep "${PERF_DELAY:-8}"; perf record -F 199 --call-graph dwarf,16384 -p "$pid" -o "$work/perf.data" -- sleep "${PERF_SECONDS:-15}" >/dev/null 2>&1) &
 fi
 start=$(date +%s.%N)
 psql -q "$url" -f "$work/load.sql" >/dev/null

@@ -1401,7 +1401,9 @@ fn add_to_batch(batch: &mut WriteBatch, key: Vec<u8>, write: Write) {
     match write {
         Write::Put(value) => batch.put_bytes(key.into(), value.into()),
         Write::Delete => batch.delete(&key),
-        Write::AddCount(change) => batch.merge(&key, keys::encode_weight(change)),
+        Write::AddCount(change) => {
+            batch.merge_bytes(key.into(), keys::encode_weight(change).into())
+        }
     }
 }
 

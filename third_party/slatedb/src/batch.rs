@@ -260,6 +260,36 @@ impl WriteBatch {
         self.op_count += 1;
     }
 
+    /// Merge a key-value pair into the batch using owned [`Bytes`], avoiding
+    /// the copies that [`WriteBatch::merge`] performs, with one lookup of
+    /// the key. See [`WriteBatch::put_bytes`] for why this form exists.
+    /// Keys must not be empty.
+    ///
+    /// # Panics
+    /// - if the key is empty
+    /// - if the key size is larger than u32::MAX
+    /// - if the value size is larger than u32::MAX
+    pub fn merge_bytes(&mut self, key: Bytes, value: Bytes) {
+        self.merge_bytes_with_options(key, value, &MergeOptions::default())
+    }
+
+    /// Merge a key-value pair into the batch using owned [`Bytes`] with
+    /// custom options. See [`WriteBatch::merge_bytes`].
+    ///
+    /// # Panics
+    /// - if the key is empty
+    /// - if the key size is larger than u32::MAX
+    /// - if the value size is larger than u32::MAX
+    pub fn merge_bytes_with_options(&mut self, key: Bytes, value: Bytes, options: &MergeOptions) {
+        self.assert_kv(&key, &value);
+
+        let op = WriteOp::Merge(value, options.clone());
+        self.ops.entry(key).or_default().push(op);
+
+        self.has_merge_ops = true;
+        self.op_count += 1;
+    }
+
     /// Delete a key-value pair into the batch. Keys must not be empty.
     pub fn delete<K: AsRef<[u8]>>(&mut self, key: K) {
         self.assert_kv(&key, &[]);
@@ -314,6 +344,12 @@ impl WriteBatch {
         merger: Option<MergeOperatorType>,
         extractor: Option<&dyn PrefixExtractor>,
     ) -> Result<(Vec<RowEntry>, BTreeSet<Bytes>, u64), SlateDBError> {
+        if self.has_merge_ops() && merger.is_none() {
+            return Err(SlateDBError::MergeOperatorMissing);
+        }
+        if self.op_count == self.ops.len() {
+            return self.extract_single_op_entries(seq, now, default_ttl_millis, extractor);
+        }
         let mut entries_bytes: u64 = 0;
         let mut it: Box<dyn RowEntryIterator> = Box::new(WriteBatchIterator::new(
             self,
@@ -355,6 +391,39 @@ impl WriteBatch {
                 }
                 _ => {}
             }
+            if let Some(ext) = extractor {
+                touched_segments.insert(extract_segment_prefix(ext, &entry.key)?);
+            }
+            entries_bytes += (entry.key.len() + entry.value.len()) as u64;
+            entries.push(entry);
+        }
+        Ok((entries, touched_segments, entries_bytes))
+    }
+
+    /// [`Self::extract_entries`] for a batch with exactly one operation per
+    /// key: there is nothing to fold within the batch, so each operation
+    /// becomes its entry directly, in key order, without the iterators and
+    /// the intermediate vector. A lone merge operand stays an operand, to
+    /// be merged with older values when read or compacted.
+    fn extract_single_op_entries(
+        &self,
+        seq: u64,
+        now: i64,
+        default_ttl_millis: Option<u64>,
+        extractor: Option<&dyn PrefixExtractor>,
+    ) -> Result<(Vec<RowEntry>, BTreeSet<Bytes>, u64), SlateDBError> {
+        let mut entries_bytes: u64 = 0;
+        let mut entries: Vec<RowEntry> = Vec::with_capacity(self.ops.len());
+        let mut touched_segments: BTreeSet<Bytes> = BTreeSet::new();
+        for (key, ops) in &self.ops {
+            debug_assert_eq!(ops.len(), 1, "a key with {} operations", ops.len());
+            let entry = WriteBatchIterator::write_op_to_row_entry(
+                key,
+                &ops[0],
+                seq,
+                Some(now),
+                default_ttl_millis,
+            );
             if let Some(ext) = extractor {
                 touched_segments.insert(extract_segment_prefix(ext, &entry.key)?);
             }
@@ -1389,6 +1458,79 @@ mod tests {
             result[1].value,
             ValueDeletable::Merge(Bytes::from_static(b"x"))
         );
+    }
+
+    #[test]
+    fn merge_bytes_adds_the_same_operations_as_merge() {
+        let mut copied = WriteBatch::new();
+        copied.merge(b"key1", b"a");
+        copied.put(b"key2", b"x");
+        copied.merge(b"key1", b"b");
+        let mut owned = WriteBatch::new();
+        owned.merge_bytes(Bytes::from_static(b"key1"), Bytes::from_static(b"a"));
+        owned.put(b"key2", b"x");
+        owned.merge_bytes(Bytes::from_static(b"key1"), Bytes::from_static(b"b"));
+
+        assert_eq!(owned.ops, copied.ops);
+        assert_eq!(owned.op_count, copied.op_count);
+        assert_eq!(owned.has_merge_ops, copied.has_merge_ops);
+    }
+
+    #[tokio::test]
+    async fn should_extract_single_op_entries_as_the_iterators_do() {
+        // One operation per key: a put with a TTL, a delete and a lone merge
+        // operand with a TTL.
+        let mut batch = WriteBatch::new();
+        batch.put_with_options(
+            b"key1",
+            b"value1",
+            &PutOptions {
+                ttl: Ttl::ExpireAfterMillis(10),
+            },
+        );
+        batch.delete(b"key2");
+        batch.merge_with_options(
+            b"key3",
+            b"a",
+            &MergeOptions {
+                ttl: Ttl::ExpireAfterMillis(20),
+            },
+        );
+        let merge_operator =
+            Some(std::sync::Arc::new(StringConcatMergeOperator) as MergeOperatorType);
+        let (result, _, size) = batch
+            .extract_entries(100, 1000, Some(5), merge_operator.clone(), None)
+            .await
+            .unwrap();
+
+        // What the batch and merge iterators give for the same batch.
+        let mut it = MergeOperatorIterator::new(
+            merge_operator.unwrap(),
+            WriteBatchIterator::new(
+                &batch,
+                ..,
+                IterationOrder::Ascending,
+                100,
+                Some(1000),
+                Some(5),
+            ),
+            false,
+            None,
+            ReadTrace::none(),
+        );
+        let mut expected = Vec::new();
+        while let Some(entry) = it.next().await.unwrap() {
+            expected.push(entry);
+        }
+        assert_eq!(result, expected);
+        assert_eq!(result[0].expire_ts, Some(1010));
+        assert_eq!(result[1].value, ValueDeletable::Tombstone);
+        assert_eq!(
+            result[2].value,
+            ValueDeletable::Merge(Bytes::from_static(b"a"))
+        );
+        assert_eq!(result[2].expire_ts, Some(1020));
+        assert_eq!(size, (4 + 6) + 4 + (4 + 1));
     }
 
     #[tokio::test]

@@ -288,9 +288,8 @@ impl DbInner {
             self.txn_manager
                 .track_recent_committed_txn(&txn.id(), commit_seq);
         } else {
-            let write_keys = batch.keys();
             self.txn_manager
-                .track_recent_committed_write_batch(&write_keys, commit_seq);
+                .track_recent_committed_batch(&batch, commit_seq);
         }
 
         // insert a fail point to make it easier to test the case where the transaction is committed but

@@ -1,3 +1,4 @@
+use crate::batch::WriteBatch;
 use crate::bytes_range::BytesRange;
 use crate::oracle::{DbOracle, Oracle};
 use crate::utils::IdGenerator;
@@ -238,6 +239,8 @@ impl TransactionManager {
     ///
     /// The synthetic committed state is only retained while there is at least one active
     /// transaction that could still conflict with it.
+    // The write path uses `track_recent_committed_batch`; tests give key sets directly.
+    #[cfg(test)]
     pub(crate) fn track_recent_committed_write_batch(
         &self,
         keys: &HashSet<Bytes>,
@@ -255,6 +258,31 @@ impl TransactionManager {
         });
 
         // update the last_committed_seq, so the writes will be visible to the readers.
+        inner.oracle.advance_committed_seq(committed_seq);
+    }
+
+    /// Tracks a committed non-transactional write batch, like
+    /// [`Self::track_recent_committed_write_batch`], but builds the batch's
+    /// key set only when an active transaction could conflict with it.
+    ///
+    /// The check and the tracking happen under one write lock: a transaction
+    /// that begins afterwards starts at or after `committed_seq`, so it
+    /// cannot conflict with this batch.
+    pub(crate) fn track_recent_committed_batch(&self, batch: &WriteBatch, committed_seq: u64) {
+        let mut inner = self.inner.write();
+        if inner.min_conflict_check_seq().is_some() {
+            inner.track_recent_committed_state(TransactionState {
+                started_seq: committed_seq,
+                committed_seq: Some(committed_seq),
+                write_keys: batch.keys(),
+                read_keys: HashSet::new(),
+                read_ranges: Vec::new(),
+            });
+        } else {
+            // What `track_recent_committed_state` does when no transaction
+            // is active, without the key set it would drop at once.
+            inner.recent_committed_txns.clear();
+        }
         inner.oracle.advance_committed_seq(committed_seq);
     }
 
@@ -480,6 +508,30 @@ mod tests {
         // Since there are no more active non-readonly transactions,
         // recent_committed_txns should be cleared
         assert!(txn_manager.inner.read().recent_committed_txns.is_empty());
+    }
+
+    #[test]
+    fn test_batch_tracked_only_while_a_transaction_is_active() {
+        let txn_manager = create_transaction_manager();
+        let mut batch = WriteBatch::new();
+        batch.put(b"key1", b"value1");
+
+        // No active transaction: nothing can conflict, so nothing is kept.
+        txn_manager.track_recent_committed_batch(&batch, 50);
+        assert!(txn_manager.inner.read().recent_committed_txns.is_empty());
+
+        // An active transaction that wrote key1 conflicts with a batch
+        // committed after it started.
+        let txn_id = txn_manager.new_txn_with_id(60, Uuid::new_v4());
+        let keys: HashSet<Bytes> = ["key1"].into_iter().map(Bytes::from).collect();
+        txn_manager.track_write_keys(&txn_id, &keys);
+        txn_manager.track_recent_committed_batch(&batch, 70);
+        let inner = txn_manager.inner.read();
+        assert_eq!(inner.recent_committed_txns.len(), 1);
+        assert_eq!(inner.recent_committed_txns[0].write_keys, keys);
+        assert_eq!(inner.recent_committed_txns[0].committed_seq, Some(70));
+        drop(inner);
+        assert!(txn_manager.check_has_conflict(&txn_id));
     }
 
     #[rstest]
