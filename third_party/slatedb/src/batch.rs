@@ -1496,6 +1496,14 @@ mod tests {
                 ttl: Ttl::ExpireAfterMillis(20),
             },
         );
+        // Operations that replace earlier ones leave one per key.
+        batch.merge(b"key4", b"b");
+        batch.put(b"key4", b"value4");
+        batch.put(b"key5", b"value5");
+        batch.delete(b"key5");
+        // The default TTL.
+        batch.merge(b"key6", b"c");
+        assert_eq!(batch.op_count, batch.ops.len());
         let merge_operator =
             Some(std::sync::Arc::new(StringConcatMergeOperator) as MergeOperatorType);
         let (result, _, size) = batch
@@ -1530,7 +1538,17 @@ mod tests {
             ValueDeletable::Merge(Bytes::from_static(b"a"))
         );
         assert_eq!(result[2].expire_ts, Some(1020));
-        assert_eq!(size, (4 + 6) + 4 + (4 + 1));
+        assert_eq!(
+            result[3].value,
+            ValueDeletable::Value(Bytes::from_static(b"value4"))
+        );
+        assert_eq!(result[4].value, ValueDeletable::Tombstone);
+        assert_eq!(
+            result[5].value,
+            ValueDeletable::Merge(Bytes::from_static(b"c"))
+        );
+        assert_eq!(result[5].expire_ts, Some(1005));
+        assert_eq!(size, (4 + 6) + 4 + (4 + 1) + (4 + 6) + 4 + (4 + 1));
     }
 
     #[tokio::test]

@@ -261,9 +261,9 @@ impl TransactionManager {
         inner.oracle.advance_committed_seq(committed_seq);
     }
 
-    /// Tracks a committed non-transactional write batch, like
-    /// [`Self::track_recent_committed_write_batch`], but builds the batch's
-    /// key set only when an active transaction could conflict with it.
+    /// Tracks a committed non-transactional write batch for conflict
+    /// detection with concurrent transactions, building the batch's key set
+    /// only when an active transaction could conflict with it.
     ///
     /// The check and the tracking happen under one write lock: a transaction
     /// that begins afterwards starts at or after `committed_seq`, so it
