@@ -359,18 +359,15 @@ impl WriteBatch {
             Some(now),
             default_ttl_millis,
         ));
-        if self.has_merge_ops() {
-            if let Some(ref merge_operator) = merger {
-                it = Box::new(MergeOperatorIterator::new(
-                    merge_operator.clone(),
-                    it,
-                    false,
-                    None,
-                    ReadTrace::none(),
-                ));
-            } else {
-                return Err(SlateDBError::MergeOperatorMissing);
-            }
+        // A batch with merge operands has an operator (checked above).
+        if let Some(merge_operator) = merger.filter(|_| self.has_merge_ops()) {
+            it = Box::new(MergeOperatorIterator::new(
+                merge_operator,
+                it,
+                false,
+                None,
+                ReadTrace::none(),
+            ));
         }
 
         let mut entries: Vec<RowEntry> = Vec::new();
