@@ -1,6 +1,5 @@
 use async_trait::async_trait;
-use std::cmp::Reverse;
-use std::collections::BTreeMap;
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -88,8 +87,11 @@ impl<T: RowEntryIterator> RetentionIterator<T> {
     ///
     /// - Filters out older versions that exceed the retention period, but keep the latest version (unless tombstone is filtered out)
     /// - Transform expired entries into tombstones, and recycle the tombstones in the tail if filter_tombstone is true.
+    ///
+    /// `versions` is newest first ([`insert_version`]). It is filtered in
+    /// place and returned, so its allocation serves the next key.
     fn apply_retention_filter(
-        versions: BTreeMap<Reverse<u64>, RowEntry>,
+        mut versions: Versions,
         compaction_start_ts: i64,
         system_clock: Arc<dyn SystemClock>,
         retention_timeout: Option<Duration>,
@@ -97,46 +99,45 @@ impl<T: RowEntryIterator> RetentionIterator<T> {
         filter_tombstone: bool,
         sequence_tracker: Arc<SequenceTracker>,
         metrics: Option<&RetentionMetrics>,
-    ) -> BTreeMap<Reverse<u64>, RowEntry> {
-        let mut filtered_versions = BTreeMap::new();
-        let current_system_ts = system_clock.now().timestamp_millis();
-        for (_, entry) in versions.into_iter() {
+    ) -> Versions {
+        // Read the clock only when a retention window needs it: this runs
+        // once per key of every flush and compaction.
+        let current_system_ts = retention_timeout.map(|_| system_clock.now().timestamp_millis());
+        let mut next = 0;
+        while next < versions.len() {
+            let entry = &mut versions[next];
             // filter out any expired entries -- eventually we can consider
             // abstracting this away into generic, pluggable compaction filters
             // but for now we do it inline
             let is_merge = matches!(&entry.value, ValueDeletable::Merge(_));
-            let entry = match entry.expire_ts.as_ref() {
-                Some(expire_ts) if *expire_ts <= compaction_start_ts => {
-                    if is_merge {
-                        // just skip expired merge entries rather than write a tombstone
-                        // as earlier merges may still be un-expired
-                        if let Some(m) = metrics {
-                            m.expired_entries_purged_merge.increment(1);
-                        }
-                        continue;
-                    }
-                    // for values, insert a tombstone instead of just filtering out the
-                    // value in the iterator because this may otherwise "revive"
-                    // an older version of the KV pair that has a larger TTL in
-                    // a lower level of the LSM tree
+            if entry
+                .expire_ts
+                .is_some_and(|expire_ts| expire_ts <= compaction_start_ts)
+            {
+                if is_merge {
+                    // just skip expired merge entries rather than write a tombstone
+                    // as earlier merges may still be un-expired
                     if let Some(m) = metrics {
-                        m.expired_entries_purged_value.increment(1);
+                        m.expired_entries_purged_merge.increment(1);
                     }
-                    RowEntry {
-                        key: entry.key,
-                        value: Tombstone,
-                        seq: entry.seq,
-                        expire_ts: None,
-                        create_ts: entry.create_ts,
-                    }
+                    versions.remove(next);
+                    continue;
                 }
-                _ => entry,
-            };
+                // for values, insert a tombstone instead of just filtering out the
+                // value in the iterator because this may otherwise "revive"
+                // an older version of the KV pair that has a larger TTL in
+                // a lower level of the LSM tree
+                if let Some(m) = metrics {
+                    m.expired_entries_purged_value.increment(1);
+                }
+                entry.value = Tombstone;
+                entry.expire_ts = None;
+            }
 
             let entry_seq = entry.seq;
 
             // always keep the entry with latest version.
-            filtered_versions.insert(Reverse(entry.seq), entry);
+            next += 1;
 
             // For older versions, we keep iterating until we find the first entry outside the retention
             // window (by both time AND seq). This entry serves as a "boundary value" for snapshot reads.
@@ -161,7 +162,8 @@ impl<T: RowEntryIterator> RetentionIterator<T> {
             // Note: We use OR logic below because we keep iterating as long as the entry is within
             // EITHER the time window OR the seq window. We only stop when it's outside BOTH.
             let continue_retain_by_time = retention_timeout
-                .map(|timeout| {
+                .zip(current_system_ts)
+                .map(|(timeout, current_system_ts)| {
                     let create_sys_ts = sequence_tracker
                         // Use RoundUp to conservatively estimate creation time. For example:
                         // - If retention window is 10min and current time is 12:00:00
@@ -185,23 +187,22 @@ impl<T: RowEntryIterator> RetentionIterator<T> {
                 // if we find the first non-merge entry that's neither in retention window by time
                 // nor by seq we should break the loop to filter out the earlier versions of the
                 // same key.
+                versions.truncate(next);
                 break;
             }
         }
 
         if filter_tombstone {
             // remove the tombstones in the tail
-            while filtered_versions
-                .iter()
-                .last()
-                .map(|(_, entry)| entry.value.is_tombstone())
-                .unwrap_or(false)
+            while versions
+                .back()
+                .is_some_and(|entry| entry.value.is_tombstone())
             {
-                filtered_versions.pop_last();
+                versions.pop_back();
             }
         }
 
-        filtered_versions
+        versions
     }
 }
 
@@ -289,6 +290,25 @@ impl<T: TrackedRowEntryIterator> TrackedRowEntryIterator for RetentionIterator<T
     }
 }
 
+/// The versions of one key, newest (highest sequence number) first, at most
+/// one per sequence number.
+type Versions = VecDeque<RowEntry>;
+
+/// Adds `entry` to `versions` in its place, replacing a version with the
+/// same sequence number. Upstream iterators yield a key's versions newest
+/// first, so this is almost always a push at the back.
+fn insert_version(versions: &mut Versions, entry: RowEntry) {
+    match versions.back() {
+        Some(oldest) if oldest.seq <= entry.seq => {
+            match versions.binary_search_by(|version| entry.seq.cmp(&version.seq)) {
+                Ok(same) => versions[same] = entry,
+                Err(place) => versions.insert(place, entry),
+            }
+        }
+        _ => versions.push_back(entry),
+    }
+}
+
 /// A buffer that collects and manages multiple versions of the same key from an iterator.
 ///
 /// This buffer implements a state machine to efficiently collect all versions of a key
@@ -296,7 +316,7 @@ impl<T: TrackedRowEntryIterator> TrackedRowEntryIterator for RetentionIterator<T
 /// a preview of the next key's first entry.
 struct RetentionBuffer {
     /// All versions of the current key being processed, ordered by sequence number (latest first)
-    current_versions: BTreeMap<Reverse<u64>, RowEntry>,
+    current_versions: Versions,
     /// The first entry of the next key (if available). This is used to note the current key has
     /// been exhausted, and await to process the current key versions.
     next: Option<RowEntry>,
@@ -326,7 +346,7 @@ impl RetentionBuffer {
     /// Creates a new empty retention buffer
     fn new() -> Self {
         Self {
-            current_versions: BTreeMap::new(),
+            current_versions: Versions::new(),
             next: None,
             processed: false,
             end_of_input: false,
@@ -379,29 +399,24 @@ impl RetentionBuffer {
     /// It maintains the invariant that all versions of the current key are collected
     /// before moving to the next key.
     fn push(&mut self, entry: RowEntry) {
-        let current_key = match self.current_versions.values().next() {
-            Some(entry) => entry.key.clone(),
-            None => {
-                // If current versions are empty, this is the first entry
-                self.current_versions.insert(Reverse(entry.seq), entry);
-                return;
-            }
-        };
-
         // Different key detected - store as next entry and signal key transition
-        if entry.key != current_key {
+        if self
+            .current_versions
+            .front()
+            .is_some_and(|current| current.key != entry.key)
+        {
             self.next = Some(entry);
             return;
         }
 
-        // Same key - append to current versions
-        self.current_versions.insert(Reverse(entry.seq), entry);
+        // The first entry, or the same key - append to current versions
+        insert_version(&mut self.current_versions, entry);
     }
 
     /// Applies retention filtering to the collected versions
     fn process_retention(
         &mut self,
-        f: impl FnOnce(BTreeMap<Reverse<u64>, RowEntry>) -> BTreeMap<Reverse<u64>, RowEntry>,
+        f: impl FnOnce(Versions) -> Versions,
     ) -> Result<(), SlateDBError> {
         if self.processed {
             return Ok(());
@@ -416,13 +431,13 @@ impl RetentionBuffer {
     /// Pops the next entry from the current versions
     /// When current versions are exhausted, it promotes the next entry to become the new current key.
     fn pop(&mut self) -> Option<RowEntry> {
-        match self.current_versions.pop_first() {
-            Some((_, entry)) => Some(entry),
+        match self.current_versions.pop_front() {
+            Some(entry) => Some(entry),
             None => {
                 // Current versions exhausted - promote next entry to current versions
                 let next = self.next.take();
                 if let Some(entry) = next {
-                    self.current_versions.insert(Reverse(entry.seq), entry);
+                    self.current_versions.push_back(entry);
                     self.processed = false;
                     None // Signal that we need to continue processing
                 } else if self.end_of_input {
@@ -445,6 +460,50 @@ mod tests {
 
     #[cfg(feature = "test-util")]
     use crate::seq_tracker::TrackedSeq;
+
+    /// `entries` as one key's versions, inserted as the buffer inserts them.
+    fn versions_of(entries: impl IntoIterator<Item = RowEntry>) -> Versions {
+        let mut versions = Versions::new();
+        for entry in entries {
+            insert_version(&mut versions, entry);
+        }
+        versions
+    }
+
+    #[test]
+    fn insert_version_orders_newest_first_and_replaces_a_sequence_number() {
+        // Newest first (the upstream order), oldest first, interleaved, and a
+        // repeated sequence number, which replaces the version it repeats.
+        let orders: [&[(u64, &[u8])]; 4] = [
+            &[(5, b"e"), (3, b"c"), (1, b"a")],
+            &[(1, b"a"), (3, b"c"), (5, b"e")],
+            &[(3, b"c"), (5, b"e"), (1, b"a"), (4, b"d")],
+            &[(3, b"x"), (1, b"a"), (3, b"c"), (5, b"e")],
+        ];
+        for order in orders {
+            let versions = versions_of(
+                order
+                    .iter()
+                    .map(|(seq, value)| RowEntry::new_value(b"k", value, *seq)),
+            );
+            let mut expected = std::collections::BTreeMap::new();
+            for (seq, value) in order {
+                expected.insert(std::cmp::Reverse(*seq), value.to_vec());
+            }
+            let actual: Vec<(u64, Vec<u8>)> = versions
+                .iter()
+                .map(|entry| {
+                    let value = entry.value.as_bytes().expect("a value").to_vec();
+                    (entry.seq, value)
+                })
+                .collect();
+            let expected: Vec<(u64, Vec<u8>)> = expected
+                .into_iter()
+                .map(|(std::cmp::Reverse(seq), value)| (seq, value))
+                .collect();
+            assert_eq!(actual, expected, "inserted in the order {order:?}");
+        }
+    }
 
     struct RetentionBufferTestCase {
         name: &'static str,
@@ -1028,10 +1087,7 @@ mod tests {
         use slatedb_common::clock::MockSystemClock;
 
         // Test the apply_retention_filter function directly since TestIterator doesn't support create_ts
-        let mut versions = BTreeMap::new();
-        for entry in test_case.input_entries.iter() {
-            versions.insert(Reverse(entry.seq), entry.clone());
-        }
+        let versions = versions_of(test_case.input_entries.iter().cloned());
 
         let system_clock = Arc::new(MockSystemClock::with_time(test_case.system_clock_ts));
         let filtered_versions = RetentionIterator::<TestIterator>::apply_retention_filter(
@@ -1047,7 +1103,7 @@ mod tests {
 
         // Convert filtered versions back to expected order
         let mut actual_entries = Vec::new();
-        for (_, entry) in filtered_versions.iter() {
+        for entry in filtered_versions.iter() {
             actual_entries.push(entry.clone());
         }
 
@@ -1133,13 +1189,11 @@ mod tests {
 
         let system_clock = Arc::new(MockSystemClock::with_time(clock_now));
         let latest_seq = entry_seq + 10;
-        let mut versions = BTreeMap::new();
-        versions.insert(
-            Reverse(latest_seq),
-            RowEntry::new_value(b"k", b"new", latest_seq).with_create_ts(clock_now),
-        );
         let target_entry = RowEntry::new_value(b"k", b"old", entry_seq);
-        versions.insert(Reverse(entry_seq), target_entry);
+        let versions = versions_of([
+            RowEntry::new_value(b"k", b"new", latest_seq).with_create_ts(clock_now),
+            target_entry,
+        ]);
 
         let timeout = if timeout_ms == 0 {
             Duration::from_millis(0)
@@ -1165,7 +1219,7 @@ mod tests {
         let expected_keep_by_logic =
             (derived_ts as i128 + timeout.as_millis() as i128) > clock_now as i128;
 
-        let actual_keep = filtered.contains_key(&Reverse(entry_seq));
+        let actual_keep = filtered.iter().any(|entry| entry.seq == entry_seq);
         assert_eq!(
             actual_keep, expected_keep_by_logic,
             "{:?}[{}@{} Now({})]",
@@ -1184,7 +1238,6 @@ mod tests {
         use slatedb_common::metrics::{
             lookup_metric_with_labels, test_recorder_helper, DefaultMetricsRecorder,
         };
-        use std::collections::BTreeMap;
 
         fn build_metrics() -> (Arc<DefaultMetricsRecorder>, RetentionMetrics) {
             let (recorder, helper) = test_recorder_helper();
@@ -1221,8 +1274,7 @@ mod tests {
         fn apply_retention_filter_increments_for_expired_value() {
             let (recorder, metrics) = build_metrics();
             let entry = RowEntry::new_value(b"k", b"v", 1).with_expire_ts(500);
-            let mut versions = BTreeMap::new();
-            versions.insert(Reverse(entry.seq), entry);
+            let versions = versions_of([entry]);
 
             let filtered = RetentionIterator::<TestIterator>::apply_retention_filter(
                 versions,
@@ -1236,7 +1288,7 @@ mod tests {
             );
 
             assert_eq!(filtered.len(), 1);
-            let only = filtered.values().next().unwrap();
+            let only = filtered.front().unwrap();
             assert!(
                 matches!(only.value, Tombstone),
                 "expired value should become a tombstone, got {:?}",
@@ -1254,8 +1306,7 @@ mod tests {
         fn apply_retention_filter_increments_for_expired_merge() {
             let (recorder, metrics) = build_metrics();
             let entry = RowEntry::new_merge(b"k", b"v", 1).with_expire_ts(500);
-            let mut versions = BTreeMap::new();
-            versions.insert(Reverse(entry.seq), entry);
+            let versions = versions_of([entry]);
 
             let filtered = RetentionIterator::<TestIterator>::apply_retention_filter(
                 versions,
@@ -1277,8 +1328,7 @@ mod tests {
         fn apply_retention_filter_no_increment_when_not_expired() {
             let (recorder, metrics) = build_metrics();
             let entry = RowEntry::new_value(b"k", b"v", 1).with_expire_ts(2_000);
-            let mut versions = BTreeMap::new();
-            versions.insert(Reverse(entry.seq), entry);
+            let versions = versions_of([entry]);
 
             let filtered = RetentionIterator::<TestIterator>::apply_retention_filter(
                 versions,
@@ -1300,9 +1350,7 @@ mod tests {
         fn apply_retention_filter_no_panic_when_metrics_none() {
             let merge_entry = RowEntry::new_merge(b"k1", b"v", 1).with_expire_ts(500);
             let value_entry = RowEntry::new_value(b"k2", b"v", 2).with_expire_ts(500);
-            let mut versions = BTreeMap::new();
-            versions.insert(Reverse(merge_entry.seq), merge_entry);
-            versions.insert(Reverse(value_entry.seq), value_entry);
+            let versions = versions_of([merge_entry, value_entry]);
 
             let filtered = RetentionIterator::<TestIterator>::apply_retention_filter(
                 versions,
@@ -1317,7 +1365,7 @@ mod tests {
 
             // merge dropped, value kept as tombstone
             assert_eq!(filtered.len(), 1);
-            let kept = filtered.values().next().unwrap();
+            let kept = filtered.front().unwrap();
             assert!(matches!(kept.value, Tombstone));
         }
     }
