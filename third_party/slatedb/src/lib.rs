@@ -32,7 +32,7 @@ pub use fail_parallel;
 /// without having to depend on the object store crate directly.
 pub use object_store;
 
-pub use batch::WriteBatch;
+pub use batch::{WriteBatch, WriteBatchBuilder};
 pub use block_cache_policy::BlockCachePolicy;
 pub use bytes_range::ByteRangeBounds;
 pub use cached_object_store::stats as cached_object_store_stats;
