@@ -332,10 +332,19 @@ impl Database {
         (published, entries)
     }
 
+    /// The object `name` of `namespace` as [`Self::entries`] gives it,
+    /// without copying the others: every statement looks its tables up.
     pub fn lookup(&self, namespace: &str, name: &str) -> Option<CatalogEntry> {
-        self.entries(namespace)
-            .into_iter()
-            .find(|entry| entry.name == name)
+        let catalog = self
+            .catalog
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let watermark = self.engine.published().ddl_transaction;
+        catalog
+            .iter()
+            .filter(|entry| entry.namespace == namespace && entry.name == name)
+            .find_map(|entry| version_at(entry, watermark))
+            .map(settled)
     }
 
     fn catalog_mut(&self) -> std::sync::RwLockWriteGuard<'_, Vec<CatalogEntry>> {

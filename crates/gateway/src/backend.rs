@@ -201,16 +201,23 @@ impl Gateway {
         name: &str,
         kind: Option<ObjectKind>,
     ) -> RsResult<CatalogEntry> {
-        let entry = self
-            .entries(session)
-            .into_iter()
-            .find(|entry| entry.name == name)
-            .ok_or_else(|| {
-                RsError::new(
-                    &codes::UNDEFINED_OBJECT,
-                    format!("relation \"{name}\" does not exist"),
-                )
-            })?;
+        let in_transaction_catalog = session
+            .transaction
+            .as_ref()
+            .is_some_and(|transaction| !transaction.catalog.is_empty());
+        let entry = if in_transaction_catalog {
+            self.entries(session)
+                .into_iter()
+                .find(|entry| entry.name == name)
+        } else {
+            self.database.lookup(&session.namespace, name)
+        };
+        let entry = entry.ok_or_else(|| {
+            RsError::new(
+                &codes::UNDEFINED_OBJECT,
+                format!("relation \"{name}\" does not exist"),
+            )
+        })?;
         if let Some(kind) = kind {
             if entry.kind != kind {
                 return Err(RsError::new(
