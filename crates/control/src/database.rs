@@ -339,12 +339,12 @@ impl Database {
             .catalog
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let watermark = self.engine.published().ddl_transaction;
-        catalog
-            .iter()
-            .filter(|entry| entry.namespace == namespace && entry.name == name)
-            .find_map(|entry| version_at(entry, watermark))
-            .map(settled)
+        entry_of(
+            &catalog,
+            namespace,
+            name,
+            self.engine.published().ddl_transaction,
+        )
     }
 
     fn catalog_mut(&self) -> std::sync::RwLockWriteGuard<'_, Vec<CatalogEntry>> {
@@ -863,6 +863,23 @@ fn entries_of(catalog: &[CatalogEntry], namespace: &str, watermark: u64) -> Vec<
         .collect()
 }
 
+/// The object `name` of `namespace` as [`entries_of`] gives it. The name
+/// is that of the version the reader sees: a catalog transaction that
+/// renames keeps the old name in `previous` until it commits.
+fn entry_of(
+    catalog: &[CatalogEntry],
+    namespace: &str,
+    name: &str,
+    watermark: u64,
+) -> Option<CatalogEntry> {
+    catalog
+        .iter()
+        .filter(|entry| entry.namespace == namespace)
+        .filter_map(|entry| version_at(entry, watermark))
+        .find(|entry| entry.name == name)
+        .map(settled)
+}
+
 /// The version of in-memory `entry` a reader whose state records catalog
 /// transaction `watermark` sees, if any: an entry a catalog transaction
 /// created exists once it has committed, one it dropped until then, and
@@ -1353,6 +1370,45 @@ mod tests {
 
     fn bigint(name: &str) -> ColumnDef {
         ColumnDef::new(name, "bigint", false)
+    }
+
+    #[tokio::test]
+    async fn one_entry_is_looked_up_as_the_namespace_lists_it() {
+        // Goal: looking one object up by name agrees with listing them all,
+        // while a catalog transaction that renames one is in doubt and
+        // after it commits, and for a drop in doubt.
+        let (_directory, _location, database) = database_with_rows(std::iter::empty()).await;
+        let table = database.lookup("default", "t").unwrap();
+        let renamed = CatalogEntry {
+            name: "u".to_string(),
+            transaction: Some(5),
+            previous: Some(Box::new(table.clone())),
+            ..table.clone()
+        };
+        let dropped = CatalogEntry {
+            name: "d".to_string(),
+            dropping: true,
+            transaction: Some(5),
+            ..table.clone()
+        };
+        let catalog = [renamed, dropped];
+        for watermark in [4, 5] {
+            let listed = entries_of(&catalog, "default", watermark);
+            for name in ["t", "u", "d", "x"] {
+                let looked_up = entry_of(&catalog, "default", name, watermark);
+                let in_list = listed.iter().find(|entry| entry.name == name);
+                assert_eq!(
+                    looked_up.as_ref().map(|entry| &entry.name),
+                    in_list.map(|entry| &entry.name),
+                    "{name} at catalog transaction {watermark}"
+                );
+            }
+        }
+        assert!(entry_of(&catalog, "default", "t", 4).is_some());
+        assert!(entry_of(&catalog, "default", "u", 4).is_none());
+        assert!(entry_of(&catalog, "default", "u", 5).is_some());
+        assert!(entry_of(&catalog, "default", "d", 5).is_none());
+        assert!(entry_of(&catalog, "other", "t", 4).is_none());
     }
 
     /// Upserts `(k, g, v)` rows into table `t (k PRIMARY KEY, g, v)`, one

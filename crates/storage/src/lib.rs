@@ -701,7 +701,7 @@ const GET_MANY_POINT_LOOKUPS_MAX: usize = 16;
 /// costs tens of scanned entries, so a batch of keys sparse among the
 /// stored ones costs at most about twice its point lookups, and one dense
 /// among them is read in a single pass. (With a fixed allowance of a scan
-/// chunk, 16 random keys in a large table scanned 8,192 entries first.)
+/// chunk, 17 random keys in a large table scanned 8,192 entries first.)
 const GET_MANY_SCAN_ENTRIES_PER_KEY: usize = 32;
 const GET_MANY_SCAN_SLACK: usize = 64;
 
