@@ -509,7 +509,8 @@ impl WriteBatchBuilder {
             op_count += 1;
         }
         WriteBatch {
-            // Sorted and without duplicates, so built in one pass.
+            // Sorted and without duplicates: `from_iter`'s own stable sort
+            // finds one run, and the map is built in bulk, not by searches.
             ops: folded.into_iter().collect(),
             op_count,
             has_merge_ops: self.has_merge_ops,
